@@ -1,0 +1,379 @@
+//! The `Agent` kind: a kagent-compatible Declarative agent whose MCP tool calls can require approval.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements,
+    SecurityContext, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::common::{DURATION_PATTERN, ValueRef, ValueSource, preserve_unknown_object};
+
+/// Maximum number of tool servers an Agent may reference.
+pub const MAX_TOOLS: usize = 20;
+/// Maximum number of tool names per tool server (for toolNames and requireApproval alike).
+pub const MAX_TOOL_NAMES: usize = 50;
+/// Maximum length of one tool name.
+pub const MAX_TOOL_NAME_LENGTH: usize = 128;
+
+/// Desired state of an Agent.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kagent.dev",
+    version = "v1alpha2",
+    kind = "Agent",
+    plural = "agents",
+    namespaced,
+    status = "AgentStatus",
+    cel,
+    doc = "An AI agent whose MCP tool calls can require a human approval.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Pending",
+        type_ = "integer",
+        json_path = ".status.pendingApprovals",
+        description = "ApprovalRequests waiting for a decision"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("self.type != 'Declarative' || has(self.declarative)").message("spec.declarative is required when type is Declarative"))]
+pub struct AgentSpec {
+    /// Agent type. Only `Declarative` agents are run by hitl-operator; `BYO` is accepted by the
+    /// schema for kagent compatibility and reported as unsupported in the Accepted condition.
+    #[serde(rename = "type", default)]
+    pub agent_type: AgentType,
+    /// What the agent does; becomes the description of the agent configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub description: Option<String>,
+    /// The agent definition: instructions, model and tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declarative: Option<DeclarativeAgentSpec>,
+    /// A bring-your-own agent (kagent). Not supported by hitl-operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub byo: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Kind of agent.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum AgentType {
+    /// An agent defined by its system message, model and tools.
+    #[default]
+    Declarative,
+    /// A bring-your-own agent image (kagent); refused by hitl-operator.
+    #[serde(rename = "BYO")]
+    Byo,
+}
+
+/// A Declarative agent: instructions, model, tools, deployment and approval settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!(has(self.systemMessage) && has(self.systemMessageFrom))").message("systemMessage and systemMessageFrom are mutually exclusive"))]
+pub struct DeclarativeAgentSpec {
+    /// Short description of the agent (kagent field); used for the agent card when
+    /// spec.description is not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub description: Option<String>,
+    /// The system prompt (instruction) of the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 262144))]
+    pub system_message: Option<String>,
+    /// Read the system prompt from a ConfigMap or Secret key instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_message_from: Option<ValueSource>,
+    /// Name of the ModelConfig in the Agent's namespace (default `default-model-config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub model_config: Option<String>,
+    /// Stream model responses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// MCP tool servers the agent may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub tools: Vec<Tool>,
+    /// How the agent's pods run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<DeclarativeDeploymentSpec>,
+    /// Who asks for approval, and for how long requests live (hitl-operator extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalSettings>,
+}
+
+/// One tool provider of an agent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("self.type != 'McpServer' || has(self.mcpServer)").message("mcpServer is required when type is McpServer"))]
+pub struct Tool {
+    /// Provider type. Only `McpServer` is supported.
+    #[serde(rename = "type")]
+    pub tool_type: ToolType,
+    /// The MCP server and which of its tools the agent uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_server: Option<McpServerTool>,
+    /// Extra HTTP headers sent to this tool server (inline or from Secrets/ConfigMaps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub headers_from: Vec<ValueRef>,
+}
+
+/// Kind of tool provider.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum ToolType {
+    /// An MCP server (RemoteMCPServer or annotated Service).
+    McpServer,
+}
+
+/// Reference to an MCP tool server plus the tools used from it and the ones that need approval.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.requireApproval) || self.requireApproval.all(x, has(self.toolNames) && x in self.toolNames)").message("each requireApproval entry must also appear in toolNames"))]
+pub struct McpServerTool {
+    /// API group of the tool server: `kagent.dev` (default) for RemoteMCPServer, empty or
+    /// `core` for Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub api_group: Option<String>,
+    /// Kind of the tool server: `RemoteMCPServer` (default) or `Service`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ToolServerKind>,
+    /// Name of the tool server.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the tool server (default: the Agent's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub namespace: Option<String>,
+    /// Tools of this server the agent may list and call. Others are neither listed nor callable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50), inner(length(min = 1, max = 128)), extend("x-kubernetes-list-type" = "set"))]
+    pub tool_names: Vec<String>,
+    /// Tools of this server whose calls wait for a human decision. Each must appear in toolNames.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50), inner(length(min = 1, max = 128)), extend("x-kubernetes-list-type" = "set"))]
+    pub require_approval: Vec<String>,
+    /// Request headers the agent runtime forwards from the A2A caller to this server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 256)), extend("x-kubernetes-list-type" = "set"))]
+    pub allowed_headers: Vec<String>,
+}
+
+/// Kind of MCP tool server object.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    schemars::JsonSchema,
+)]
+pub enum ToolServerKind {
+    /// A `kagent.dev/v1alpha2` RemoteMCPServer.
+    #[default]
+    RemoteMCPServer,
+    /// A core/v1 Service annotated with `kagent.dev/mcp-service-*`.
+    Service,
+}
+
+impl ToolServerKind {
+    /// The Kubernetes kind name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RemoteMCPServer => "RemoteMCPServer",
+            Self::Service => "Service",
+        }
+    }
+}
+
+/// Pod-level settings of the agent's Deployment.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeclarativeDeploymentSpec {
+    /// Number of agent pods (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub replicas: Option<i32>,
+    /// Agent runtime image (default: the operator's `--agent-image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub image: Option<String>,
+    /// Image pull policy of the agent container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<PullPolicy>,
+    /// Pull secrets for the agent images.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Extra environment variables of the agent container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Resources of the agent container (default: requests 100m/384Mi, limits 2/1Gi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Extra labels of the pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Extra annotations of the pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Node selector of the pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Affinity of the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Use this existing ServiceAccount instead of the one the operator creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub service_account_name: Option<String>,
+    /// Extra volumes of the pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+    /// Extra volume mounts of the agent container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_mounts: Vec<VolumeMount>,
+    /// Security context of the agent container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
+    /// Security context of the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_context: Option<PodSecurityContext>,
+}
+
+/// Image pull policy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum PullPolicy {
+    /// Always pull.
+    Always,
+    /// Pull when the image is missing on the node.
+    IfNotPresent,
+    /// Never pull.
+    Never,
+}
+
+impl PullPolicy {
+    /// The Kubernetes spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "Always",
+            Self::IfNotPresent => "IfNotPresent",
+            Self::Never => "Never",
+        }
+    }
+}
+
+/// Approval settings of an agent (hitl-operator extension of kagent's API).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalSettings {
+    /// Who asks: `Gate` (ApprovalRequests decided with kubectl), `Runtime` (kagent's in-chat
+    /// confirmation only) or `Both` (two-person rule). Default: the operator's default (Gate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ApprovalMode>,
+    /// How long an ApprovalRequest can be decided before it expires (default 1h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
+    pub timeout: Option<String>,
+    /// How long the gate holds a tool call open waiting for the decision before answering
+    /// "pending" (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
+    pub wait_timeout: Option<String>,
+    /// How long finished ApprovalRequests are kept before deletion (default 24h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
+    pub ttl_after_finished: Option<String>,
+}
+
+/// Who asks for approval of gated tool calls.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    schemars::JsonSchema,
+    clap::ValueEnum,
+)]
+pub enum ApprovalMode {
+    /// The gate sidecar enforces approval through ApprovalRequests.
+    #[default]
+    Gate,
+    /// kagent's in-process confirmation only; no gate, no ApprovalRequests.
+    Runtime,
+    /// Both: the chat user confirms in the runtime and an approver decides at the gate.
+    Both,
+}
+
+impl ApprovalMode {
+    /// Whether the gate sidecar runs and enforces ApprovalRequests.
+    pub fn uses_gate(self) -> bool {
+        matches!(self, Self::Gate | Self::Both)
+    }
+
+    /// Whether the agent runtime's own confirmation is configured.
+    pub fn uses_runtime(self) -> bool {
+        matches!(self, Self::Runtime | Self::Both)
+    }
+
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gate => "Gate",
+            Self::Runtime => "Runtime",
+            Self::Both => "Both",
+        }
+    }
+}
+
+/// Observed state of an Agent.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStatus {
+    /// The generation the status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Accepted` (Reconciled, ReconcileFailed, InvalidSpec, RefNotFound) and `Ready`
+    /// (DeploymentReady, DeploymentNotReady).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Hash of everything rendered for the agent; the pods carry it as `kagent.dev/config-hash`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    /// Number of this agent's ApprovalRequests waiting for a decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_approvals: Option<i32>,
+}

@@ -1,0 +1,218 @@
+//! The `ApprovalRequest` kind: one gated tool call waiting for, or carrying, a human decision.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::agent::ToolServerKind;
+use super::common::preserve_unknown_object;
+
+/// Label naming the agent that asked.
+pub const LABEL_AGENT: &str = "kagent.dev/agent";
+/// Label naming the tool.
+pub const LABEL_TOOL: &str = "kagent.dev/tool";
+/// Label holding the first 16 hex digits of argumentsSha256.
+pub const LABEL_ARGS_HASH: &str = "kagent.dev/args-hash";
+/// Largest serialized argumentsPreview, in bytes.
+pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
+
+/// A tool call that waits for a human decision. Created by the approval gate; a person writes
+/// only `spec.decision`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kagent.dev",
+    version = "v1alpha2",
+    kind = "ApprovalRequest",
+    plural = "approvalrequests",
+    shortname = "apr",
+    namespaced,
+    status = "ApprovalRequestStatus",
+    cel,
+    doc = "A gated MCP tool call waiting for, or carrying, a human decision.",
+    printcolumn(name = "Agent", type_ = "string", json_path = ".spec.agentRef.name"),
+    printcolumn(name = "Tool", type_ = "string", json_path = ".spec.toolName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Decided-By", type_ = "string", json_path = ".spec.decision.decidedBy"),
+    printcolumn(name = "Expires", type_ = "date", json_path = ".spec.expiresAt"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.phase) || !(self.status.phase in ['Approved', 'Executed']) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("phase Approved or Executed requires spec.decision.type Approve"),
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.consumedAt) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("status.consumedAt may only be set on an approved request")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = kube::core::Rule::new("self.agentRef == oldSelf.agentRef && self.toolServer == oldSelf.toolServer && self.toolName == oldSelf.toolName && self.argumentsSha256 == oldSelf.argumentsSha256 && self.argumentsBytes == oldSelf.argumentsBytes && self.requestedBy == oldSelf.requestedBy && self.expiresAt == oldSelf.expiresAt").message("spec is immutable except spec.decision"),
+    validation = kube::core::Rule::new("has(self.message) == has(oldSelf.message) && (!has(self.message) || self.message == oldSelf.message)").message("spec is immutable except spec.decision"),
+    validation = kube::core::Rule::new("has(self.context) == has(oldSelf.context) && (!has(self.context) || self.context == oldSelf.context)").message("spec is immutable except spec.decision"),
+    validation = kube::core::Rule::new("has(self.argumentsPreview) == has(oldSelf.argumentsPreview)").message("spec is immutable except spec.decision"),
+    validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)").message("spec.decision is write-once: it cannot be changed or removed once set")
+)]
+pub struct ApprovalRequestSpec {
+    /// The agent whose tool call this is (same namespace).
+    pub agent_ref: AgentRef,
+    /// The tool server the call is for.
+    pub tool_server: ToolServerRef,
+    /// The tool being called.
+    #[schemars(length(min = 1, max = 128))]
+    pub tool_name: String,
+    /// The call's arguments with secrets redacted, at most 32 KiB. Only a preview: the gate
+    /// binds the decision to argumentsSha256, never to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserve_unknown_object")]
+    #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("spec is immutable except spec.decision"))]
+    pub arguments_preview: Option<serde_json::Map<String, serde_json::Value>>,
+    /// SHA-256 (hex) of the RFC 8785 canonical JSON of the full arguments.
+    #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
+    pub arguments_sha256: String,
+    /// Size in bytes of the canonical JSON of the full arguments.
+    #[schemars(range(min = 0))]
+    pub arguments_bytes: i64,
+    /// Username of the identity that created the request (the agent's ServiceAccount).
+    #[schemars(length(min = 1, max = 512))]
+    pub requested_by: String,
+    /// Human-readable question shown to approvers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub message: Option<String>,
+    /// Where the call came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<CallContext>,
+    /// After this instant no decision counts: the request is Expired and the call never runs.
+    pub expires_at: Time,
+    /// The decision: the only field a person writes. Write-once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+}
+
+/// Reference to an Agent in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+pub struct AgentRef {
+    /// Agent name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Identity of the tool server a call goes to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+pub struct ToolServerRef {
+    /// `RemoteMCPServer` or `Service`.
+    pub kind: ToolServerKind,
+    /// Name of the tool server.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the tool server.
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+}
+
+/// Identifiers of the conversation a call belongs to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallContext {
+    /// MCP session id between the agent and the gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub session_id: Option<String>,
+    /// Agent task id, when the runtime sends one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub task_id: Option<String>,
+    /// JSON-RPC id of the tools/call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub call_id: Option<String>,
+}
+
+/// A person's decision on a request.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// `Approve` or `Deny`.
+    #[serde(rename = "type")]
+    pub decision_type: DecisionType,
+    /// Why; shown to the agent on Deny.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reason: Option<String>,
+    /// Username of the person deciding; admission checks it equals the requesting user.
+    #[schemars(length(min = 1, max = 512))]
+    pub decided_by: String,
+}
+
+/// Kind of decision.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum DecisionType {
+    /// Let the call run once.
+    Approve,
+    /// Do not run the call.
+    Deny,
+}
+
+/// Lifecycle phase of an ApprovalRequest.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+pub enum Phase {
+    /// Waiting for a decision.
+    Pending,
+    /// Approved, not yet executed.
+    Approved,
+    /// Denied; the call does not run.
+    Denied,
+    /// Not decided before expiresAt; the call does not run.
+    Expired,
+    /// Approved and consumed: the call was forwarded once.
+    Executed,
+    /// Withdrawn because the policy changed or the agent is gone.
+    Cancelled,
+}
+
+impl Phase {
+    /// Whether no further transition is possible.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Denied | Self::Expired | Self::Executed | Self::Cancelled
+        )
+    }
+
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Approved => "Approved",
+            Self::Denied => "Denied",
+            Self::Expired => "Expired",
+            Self::Executed => "Executed",
+            Self::Cancelled => "Cancelled",
+        }
+    }
+}
+
+/// Observed state of an ApprovalRequest.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = kube::core::Rule::new("!has(oldSelf.consumedAt) || (has(self.consumedAt) && self.consumedAt == oldSelf.consumedAt)").message("status.consumedAt is write-once"),
+    validation = kube::core::Rule::new("!has(oldSelf.phase) || !(oldSelf.phase in ['Denied', 'Expired', 'Executed', 'Cancelled']) || (has(self.phase) && self.phase == oldSelf.phase)").message("a finished request's phase cannot change")
+)]
+pub struct ApprovalRequestStatus {
+    /// Where the request is in its lifecycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// When the controller or gate first saw the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<Time>,
+    /// When the gate let the approved call through. Write-once: an approval runs one call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumed_at: Option<Time>,
+    /// Which gate instance consumed the approval (pod name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub consumed_by: Option<String>,
+    /// Conditions of the request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Human-readable state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub message: Option<String>,
+}

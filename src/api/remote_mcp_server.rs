@@ -1,0 +1,111 @@
+//! The `RemoteMCPServer` kind: an MCP tool server reachable over HTTP.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::common::{DURATION_PATTERN, ValueRef};
+
+/// Desired state of a RemoteMCPServer.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kagent.dev",
+    version = "v1alpha2",
+    kind = "RemoteMCPServer",
+    plural = "remotemcpservers",
+    shortname = "rmcps",
+    namespaced,
+    status = "RemoteMCPServerStatus",
+    cel,
+    doc = "An MCP tool server reachable over Streamable HTTP or SSE.",
+    printcolumn(name = "Protocol", type_ = "string", json_path = ".spec.protocol"),
+    printcolumn(name = "URL", type_ = "string", json_path = ".spec.url"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteMCPServerSpec {
+    /// What the server offers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub description: Option<String>,
+    /// Endpoint of the server, for example `http://tools.default:8084/mcp`.
+    #[schemars(length(min = 1, max = 2048), pattern(r"^https?://"))]
+    pub url: String,
+    /// Transport: `STREAMABLE_HTTP` (default) or `SSE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<McpProtocol>,
+    /// HTTP headers sent to the server (inline or from Secrets/ConfigMaps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub headers_from: Vec<ValueRef>,
+    /// Timeout of HTTP requests to the server, such as `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
+    pub timeout: Option<String>,
+    /// Timeout for reading SSE events from the server, such as `5m0s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
+    pub sse_read_timeout: Option<String>,
+    /// Close the MCP session when the client disconnects (Streamable HTTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminate_on_close: Option<bool>,
+}
+
+/// MCP transport.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, schemars::JsonSchema,
+)]
+pub enum McpProtocol {
+    /// Streamable HTTP (MCP 2025-03-26 and later).
+    #[default]
+    #[serde(rename = "STREAMABLE_HTTP")]
+    StreamableHttp,
+    /// The legacy HTTP+SSE transport.
+    #[serde(rename = "SSE")]
+    Sse,
+}
+
+impl McpProtocol {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::StreamableHttp => "STREAMABLE_HTTP",
+            Self::Sse => "SSE",
+        }
+    }
+}
+
+/// Observed state of a RemoteMCPServer.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteMCPServerStatus {
+    /// The generation the status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Accepted`: whether the server answered `tools/list`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Tools the server offered the last time the controller listed them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discovered_tools: Vec<DiscoveredTool>,
+}
+
+/// A tool offered by an MCP server.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub struct DiscoveredTool {
+    /// Tool name.
+    pub name: String,
+    /// Tool description.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}

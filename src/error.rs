@@ -1,0 +1,72 @@
+//! The one error type of hitl-operator. Its [`Error::reason`] is used for Event reasons,
+//! condition reasons and metric labels.
+
+/// Everything that can go wrong while validating, rendering or reconciling.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object is invalid: names the object, the field and why.
+    #[error("{object}: {field}: {message}")]
+    InvalidSpec {
+        /// `Kind namespace/name`.
+        object: String,
+        /// Field path, such as `spec.declarative.modelConfig`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A referenced object does not exist (or lacks the referenced key).
+    #[error("{object}: {field}: {kind} {namespace}/{name} not found{detail}")]
+    RefNotFound {
+        /// `Kind namespace/name` of the referring object.
+        object: String,
+        /// Field holding the reference.
+        field: String,
+        /// Kind of the missing object.
+        kind: String,
+        /// Namespace of the missing object.
+        namespace: String,
+        /// Name of the missing object.
+        name: String,
+        /// Extra detail, such as a missing key (starts with a separator, or empty).
+        detail: String,
+    },
+    /// The Kubernetes API failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// JSON (de)serialization failed.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// YAML parsing failed.
+    #[error("{file}: YAML: {message}")]
+    Yaml {
+        /// File being read.
+        file: String,
+        /// Parser message.
+        message: String,
+    },
+    /// Reading a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// File or directory.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// A stable CamelCase reason for Events, conditions and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec { .. } => "InvalidSpec",
+            Self::RefNotFound { .. } => "RefNotFound",
+            Self::Kube(_) => "KubeError",
+            Self::Json(_) => "SerializationError",
+            Self::Yaml { .. } => "InvalidYaml",
+            Self::Io { .. } => "IoError",
+        }
+    }
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

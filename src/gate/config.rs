@@ -1,0 +1,100 @@
+//! `gate.json`: what the approval gate sidecar enforces. Rendered by the controller into the
+//! agent's Secret and mounted only into the gate container.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::agent::{ApprovalMode, ToolServerKind};
+use crate::api::remote_mcp_server::McpProtocol;
+use crate::render::config::McpParams;
+
+/// Address the gate serves MCP on, inside the pod only.
+pub const GATE_LISTEN: &str = "127.0.0.1:8099";
+/// Address of the gate's `/healthz` and `/metrics` (reachable by the kubelet and Prometheus).
+pub const GATE_METRICS_LISTEN: &str = "0.0.0.0:9099";
+/// Port of [`GATE_METRICS_LISTEN`].
+pub const GATE_METRICS_PORT: i32 = 9099;
+
+/// The whole gate configuration.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GateConfig {
+    /// The agent the gate works for.
+    pub agent: AgentIdentity,
+    /// Approval settings of the agent.
+    pub approval: GateApproval,
+    /// Where the gate serves MCP (`host:port`).
+    pub listen: String,
+    /// Where the gate serves `/healthz` and `/metrics`.
+    pub metrics_listen: String,
+    /// One entry per tool server of the agent.
+    pub servers: Vec<GateServer>,
+}
+
+/// Identity of the agent whose calls the gate guards.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct AgentIdentity {
+    /// Namespace of the Agent (and of its ApprovalRequests).
+    pub namespace: String,
+    /// Name of the Agent.
+    pub name: String,
+    /// UID of the Agent, for owner references on ApprovalRequests.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// ServiceAccount the pod runs as; `requestedBy` is
+    /// `system:serviceaccount:<namespace>:<service_account>`.
+    pub service_account: String,
+}
+
+/// Approval settings as the gate applies them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GateApproval {
+    /// Gate or Both (the gate does not run in Runtime mode).
+    pub mode: ApprovalMode,
+    /// Seconds an ApprovalRequest can be decided before it expires.
+    pub timeout_seconds: f64,
+    /// Seconds the gate holds a gated call open waiting for the decision.
+    pub wait_timeout_seconds: f64,
+    /// Seconds finished requests are kept (the controller deletes them after that).
+    pub ttl_after_finished_seconds: f64,
+}
+
+/// One upstream tool server and the policy for its tools.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GateServer {
+    /// Namespace of the tool server object.
+    pub namespace: String,
+    /// Name of the tool server object.
+    pub name: String,
+    /// Kind of the tool server object.
+    pub kind: ToolServerKind,
+    /// Transport of the upstream.
+    pub protocol: McpProtocol,
+    /// Path the gate serves this server on: `/servers/<namespace>/<name>/mcp`.
+    pub route: String,
+    /// The real upstream URL, headers (credentials included) and timeouts.
+    pub params: McpParams,
+    /// Tools listed and callable; every other tool is hidden and refused.
+    pub tools: Vec<String>,
+    /// Tools of this server whose calls need an approved ApprovalRequest.
+    #[serde(default)]
+    pub require_approval: Vec<String>,
+    /// Headers the runtime forwards from its caller (informational for the gate).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_headers: Vec<String>,
+}
+
+impl GateServer {
+    /// The gate route of a tool server.
+    pub fn route_for(namespace: &str, name: &str) -> String {
+        format!("/servers/{namespace}/{name}/mcp")
+    }
+
+    /// Whether calls of `tool` on this server need approval.
+    pub fn requires_approval(&self, tool: &str) -> bool {
+        self.require_approval.iter().any(|t| t == tool)
+    }
+
+    /// Whether `tool` may be listed and called at all.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.tools.iter().any(|t| t == tool)
+    }
+}

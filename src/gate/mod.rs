@@ -1,0 +1,3 @@
+//! The approval gate sidecar: an MCP proxy that holds gated tool calls until a human decides.
+
+pub mod config;

@@ -1,0 +1,8 @@
+//! hitl-operator: human approval for AI agents' MCP tool calls, as a Kubernetes operator.
+
+pub mod api;
+pub mod error;
+pub mod gate;
+pub mod render;
+
+pub use error::{Error, Result};
