@@ -1,6 +1,7 @@
 //! hitl-operator: human approval for AI agents' MCP tool calls, as a Kubernetes operator.
 
 pub mod api;
+pub mod cli;
 pub mod error;
 pub mod gate;
 pub mod render;

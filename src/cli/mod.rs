@@ -1,0 +1,3 @@
+//! Command-line front ends of the `hitl-operator` binary.
+
+pub mod crds;
