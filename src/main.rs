@@ -1,8 +1,10 @@
 //! `hitl-operator`: the controller, the approval gate sidecar, and offline tools.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use hitl_operator::cli;
 
 /// Human approval for AI agents' MCP tool calls, as a Kubernetes operator.
 #[derive(Parser)]
@@ -14,15 +16,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Validate manifests offline (schema + CEL, apiserver-style messages) and print every
+    /// object the controller would apply for the Agents among them.
+    Render(cli::render::RenderArgs),
     /// Print every CustomResourceDefinition as YAML.
     Crds,
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Render(args) => ExitCode::from(cli::render::run(&args)),
         Command::Crds => {
-            print!("{}", hitl_operator::cli::crds::crds_yaml());
-            ExitCode::SUCCESS
+            let mut stdout = std::io::stdout().lock();
+            match stdout.write_all(cli::crds::crds_yaml().as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }
