@@ -19,14 +19,23 @@ enum Command {
     /// Validate manifests offline (schema + CEL, apiserver-style messages) and print every
     /// object the controller would apply for the Agents among them.
     Render(cli::render::RenderArgs),
-    /// Print every CustomResourceDefinition as YAML.
-    Crds,
+    /// Print every CustomResourceDefinition as YAML (or write them with --output-dir).
+    Crds(cli::crds::CrdsArgs),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Render(args) => ExitCode::from(cli::render::run(&args)),
-        Command::Crds => {
+        Command::Crds(cli::crds::CrdsArgs {
+            output_dir: Some(dir),
+        }) => match cli::crds::write_crds(&dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Crds(_) => {
             let mut stdout = std::io::stdout().lock();
             match stdout.write_all(cli::crds::crds_yaml().as_bytes()) {
                 Ok(()) => ExitCode::SUCCESS,
