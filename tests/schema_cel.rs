@@ -5,7 +5,7 @@ use hitl_operator::validate::Schemas;
 use serde_json::{Value, json};
 
 fn errors(object: &Value, old: Option<&Value>) -> Vec<String> {
-    match Schemas::default().validate(object, old) {
+    match Schemas::shared().validate(object, old) {
         Ok(()) => Vec::new(),
         Err(invalid) => invalid.lines(),
     }

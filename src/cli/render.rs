@@ -88,7 +88,7 @@ pub fn render_documents(
     namespace: &str,
     options: &RenderOptions,
 ) -> RenderReport {
-    let schemas = Schemas::default();
+    let schemas = Schemas::shared();
     let mut report = RenderReport::default();
     let mut store = RefStore::default();
     let mut agents = Vec::new();
