@@ -4,6 +4,8 @@ IMAGE ?= ghcr.io/hitl-operator/hitl-operator:$(shell sed -n 's/^version = "\(.*\
 
 .PHONY: build test lint fmt crds render bench image e2e
 
+-include mk/*.mk
+
 build:
 	$(CARGO) build --release --bins
 
@@ -31,3 +33,7 @@ bench:
 
 image:
 	docker build -t $(IMAGE) .
+
+## End-to-end suites against the cluster in KUBECONFIG (prints SKIP without one).
+e2e:
+	bash tests/e2e/run.sh
