@@ -18,7 +18,11 @@ fn chart_crds_equal_the_generated_crds() {
         })
         .collect();
     let joined: String = expected.iter().map(|(_, text)| text.as_str()).collect();
-    assert_eq!(joined, crds_yaml(), "per-file split must equal `hitl-operator crds`");
+    assert_eq!(
+        joined,
+        crds_yaml(),
+        "per-file split must equal `hitl-operator crds`"
+    );
 
     if std::env::var("HITL_BLESS").as_deref() == Ok("1") {
         std::fs::create_dir_all(&dir).unwrap();
@@ -34,7 +38,10 @@ fn chart_crds_equal_the_generated_crds() {
     actual.sort();
     let mut names: Vec<String> = expected.iter().map(|(n, _)| n.clone()).collect();
     names.sort();
-    assert_eq!(actual, names, "charts/hitl-operator/crds holds exactly one file per CRD");
+    assert_eq!(
+        actual, names,
+        "charts/hitl-operator/crds holds exactly one file per CRD"
+    );
     for (name, text) in &expected {
         let on_disk = std::fs::read_to_string(dir.join(name)).unwrap();
         assert!(
