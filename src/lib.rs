@@ -4,6 +4,8 @@ pub mod api;
 pub mod cli;
 pub mod error;
 pub mod gate;
+pub mod manifest;
 pub mod render;
+pub mod validate;
 
 pub use error::{Error, Result};

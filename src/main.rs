@@ -1,8 +1,10 @@
 //! `hitl-operator`: the controller, the approval gate sidecar, and offline tools.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use hitl_operator::cli;
 
 /// Human approval for AI agents' MCP tool calls, as a Kubernetes operator.
 #[derive(Parser)]
@@ -14,15 +16,35 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print every CustomResourceDefinition as YAML.
-    Crds,
+    /// Validate manifests offline (schema + CEL, apiserver-style messages) and print every
+    /// object the controller would apply for the Agents among them.
+    Render(cli::render::RenderArgs),
+    /// Print every CustomResourceDefinition as YAML (or write them with --output-dir).
+    Crds(cli::crds::CrdsArgs),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Crds => {
-            print!("{}", hitl_operator::cli::crds::crds_yaml());
-            ExitCode::SUCCESS
+        Command::Render(args) => ExitCode::from(cli::render::run(&args)),
+        Command::Crds(cli::crds::CrdsArgs {
+            output_dir: Some(dir),
+        }) => match cli::crds::write_crds(&dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Crds(_) => {
+            let mut stdout = std::io::stdout().lock();
+            match stdout.write_all(cli::crds::crds_yaml().as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

@@ -2,3 +2,4 @@
 
 pub mod crds;
 pub mod hitl;
+pub mod render;
