@@ -20,4 +20,4 @@ chart-test: $(CHART_STAMP)
 
 chart-bless: $(CHART_STAMP)
 	HITL_BLESS=1 cargo test --test chart_crds
-	HITL_BLESS=1 $(CHART_VENV)/bin/python -m pytest -q tests/chart -k rendered_policy_copy
+	HITL_BLESS=1 $(CHART_VENV)/bin/python -m pytest -q tests/chart -k rendered_copy

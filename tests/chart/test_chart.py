@@ -1,7 +1,8 @@
 """Tests of charts/hitl-operator with the real Helm engine (helm-python-sdk embeds Helm's Go SDK).
 
-Run with `make chart-test`. `HITL_BLESS=1` rewrites the rendered admission policies in
-tests/chart/rendered/, which tests/admission_policy.rs evaluates with kube-cel.
+Run with `make chart-test`. `HITL_BLESS=1` (`make chart-bless`) rewrites the rendered copies in
+tests/chart/rendered/: tests/admission_policy.rs evaluates their CEL with kube-cel and
+tests/e2e/plugin.sh applies them to a cluster.
 """
 
 import os
@@ -21,7 +22,7 @@ FULLNAME = "hitl-hitl-operator"
 CONTROLLER_USER = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}"
 KUBE_VERSION = "1.33.0"
 
-# Value sets whose rendered admission policies are checked in for the Rust CEL tests.
+# Value sets whose renderings are checked in (see RENDERED_COPIES).
 POLICY_VARIANTS = {
     "default": {},
     "permissive": {
@@ -459,13 +460,22 @@ def test_crds_match_kubernetes_schemas(chart):
 # ---------------------------------------------------------------- rendered policy copies
 
 
-@pytest.mark.parametrize("variant", sorted(POLICY_VARIANTS))
-def test_rendered_policy_copy_is_current(chart, variant):
+# (template, value set): checked-in renderings used by tests/admission_policy.rs (CEL) and by
+# tests/e2e/plugin.sh (applied to a real cluster without Helm).
+RENDERED_COPIES = [
+    ("admission-policy", "default"),
+    ("admission-policy", "permissive"),
+    ("user-roles", "default"),
+]
+
+
+@pytest.mark.parametrize("template, variant", RENDERED_COPIES)
+def test_rendered_copy_is_current(chart, template, variant):
     out, _ = render_docs(chart, POLICY_VARIANTS[variant])
-    text = out["hitl-operator/templates/admission-policy.yaml"].lstrip("\n")
-    path = RENDERED / f"admission-policy.{variant}.yaml"
+    text = out[f"hitl-operator/templates/{template}.yaml"].lstrip("\n")
+    path = RENDERED / f"{template}.{variant}.yaml"
     if os.environ.get("HITL_BLESS") == "1":
         RENDERED.mkdir(exist_ok=True)
         path.write_text(text)
-    assert path.exists(), f"{path} missing: run HITL_BLESS=1 make chart-test"
-    assert path.read_text() == text, f"{path} is stale: run HITL_BLESS=1 make chart-test"
+    assert path.exists(), f"{path} missing: run make chart-bless"
+    assert path.read_text() == text, f"{path} is stale: run make chart-bless"
