@@ -21,7 +21,10 @@ fn chart_crds_equal_the_generated_crds() {
     on_disk.sort();
     let mut names: Vec<String> = expected.iter().map(|(n, _)| n.clone()).collect();
     names.sort();
-    assert_eq!(on_disk, names, "charts/hitl-operator/crds holds exactly one file per CRD");
+    assert_eq!(
+        on_disk, names,
+        "charts/hitl-operator/crds holds exactly one file per CRD"
+    );
     for (name, yaml) in &expected {
         let text = std::fs::read_to_string(dir.join(name)).unwrap();
         assert!(
