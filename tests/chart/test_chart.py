@@ -156,6 +156,7 @@ def test_default_objects(chart):
             "ClusterRole",  # hitl-viewer
             "ClusterRoleBinding",
             "Deployment",
+            "PodDisruptionBudget",
             "Role",  # leader election
             "RoleBinding",
             "Service",
@@ -212,6 +213,16 @@ def test_restricted_security_context(chart):
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_pod_disruption_budget(chart):
+    docs = objects(chart)
+    pdb = one(docs, "PodDisruptionBudget", FULLNAME)
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    docs = objects(chart, {"podDisruptionBudget": {"enabled": False}})
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
 
 
 def test_metrics_service_selects_controller(chart):
@@ -353,7 +364,7 @@ def test_single_replica_without_leader_election(chart):
     assert one(docs, "Deployment")["spec"]["replicas"] == 1
     a = args_map(controller(docs))
     assert "--leader-election" not in a and "--lease-name" not in a
-    assert not [d for d in docs if d["kind"] == "Role"]
+    assert not [d for d in docs if d["kind"] in ("Role", "PodDisruptionBudget")]
 
 
 def test_replicas_without_leader_election_fail(chart):
