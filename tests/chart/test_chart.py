@@ -188,9 +188,9 @@ def test_default_deployment(chart):
         "--metrics-addr": "0.0.0.0:8080",
         "--log-format": "json",
         "--default-approval-mode": "Gate",
-        "--agent-image": "ghcr.io/kagent-dev/kagent/app:0.7.5",
+        "--agent-image": "cr.kagent.dev/kagent-dev/kagent/app:0.7.4",
         "--gate-image": "ghcr.io/hitl-operator/hitl-operator:0.1.0",
-        "--leader-election": True,
+        "--leader-election": "true",
         "--lease-name": FULLNAME,
         "--lease-namespace": NAMESPACE,
     }
@@ -246,6 +246,7 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
         (("kagent.dev",), ("approvalrequests",), ("get", "list", "watch", "patch", "create", "delete")),
         (("kagent.dev",), ("agents/status", "remotemcpservers/status", "modelconfigs/status",
                            "approvalrequests/status"), ("patch",)),
+        (("kagent.dev",), ("agents/finalizers",), ("update",)),
         (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch", "delete")),
         (("",), ("services", "serviceaccounts", "secrets"), ("get", "list", "watch", "create", "patch", "delete")),
         (("rbac.authorization.k8s.io",), ("roles", "rolebindings"),
@@ -363,7 +364,8 @@ def test_single_replica_without_leader_election(chart):
     docs = objects(chart, {"replicaCount": 1, "leaderElection": {"enabled": False}})
     assert one(docs, "Deployment")["spec"]["replicas"] == 1
     a = args_map(controller(docs))
-    assert "--leader-election" not in a and "--lease-name" not in a
+    assert a["--leader-election"] == "false"
+    assert "--lease-name" not in a and "--lease-namespace" not in a
     assert not [d for d in docs if d["kind"] in ("Role", "PodDisruptionBudget")]
 
 
