@@ -213,12 +213,16 @@ spec:
   requestedBy: $AGENT_SA
   expiresAt: $(timestamp 3600)
 EOF
-  expect_fail "the agent may not write controller status fields" "consumption fields" \
+  expect_fail "the agent may not write controller status fields" "conditions are the controller's" \
     kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
-      -p '{"status":{"message":"done"}}'
+      -p "{\"status\":{\"conditions\":[{\"type\":\"Decided\",\"status\":\"True\",\"reason\":\"Forged\",\"message\":\"x\",\"lastTransitionTime\":\"$(timestamp 0)\"}]}}"
+  expect_fail "the agent may not set another phase" "may only be set to Executed" \
+    kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
+      -p '{"status":{"phase":"Approved"}}'
+  # What the gate writes when it forwards the approved call.
   expect_ok "the agent records consumption of r3" \
     kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
-      -p "{\"status\":{\"consumedAt\":\"$(timestamp 0)\",\"consumedBy\":\"e2e\",\"phase\":\"Executed\"}}"
+      -p "{\"status\":{\"consumedAt\":\"$(timestamp 0)\",\"consumedBy\":\"e2e\",\"phase\":\"Executed\",\"decidedAt\":\"$(timestamp 0)\",\"message\":\"Approved call forwarded by e2e\"}}"
   expect_eq "r3 executed" "Executed" "$(jpath r3 '{.status.phase}')"
   expect_fail "consumption is write-once" "write-once" \
     kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
