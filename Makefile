@@ -9,9 +9,10 @@ IMAGE ?= ghcr.io/hitl-operator/hitl-operator:$(shell sed -n 's/^version = "\(.*\
 build:
 	$(CARGO) build --release --bins
 
-## Unit, golden, schema/CEL, compatibility and integration tests.
+## Unit, golden, schema/CEL, compatibility, integration and Helm chart tests.
 test:
 	$(CARGO) test --all-targets --no-fail-fast
+	$(MAKE) chart-test
 
 lint:
 	$(CARGO) fmt --check
@@ -20,9 +21,10 @@ lint:
 fmt:
 	$(CARGO) fmt
 
-## Regenerate crds/ from the Rust types (a test fails when they drift).
+## Regenerate crds/ and the chart's copy from the Rust types (tests fail when they drift).
 crds:
 	$(CARGO) run -q -- crds --output-dir crds
+	$(CARGO) run -q -- crds --output-dir charts/hitl-operator/crds
 
 ## Render the examples offline (no cluster needed).
 render:
