@@ -1,3 +1,4 @@
 //! The approval gate sidecar: an MCP proxy that holds gated tool calls until a human decides.
 
 pub mod config;
+pub mod hash;
