@@ -1,5 +1,6 @@
 //! The approval gate sidecar: an MCP proxy that holds gated tool calls until a human decides.
 
 pub mod config;
+pub mod decision;
 pub mod hash;
 pub mod redact;
