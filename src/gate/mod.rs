@@ -3,4 +3,6 @@
 pub mod config;
 pub mod decision;
 pub mod hash;
+pub mod jsonrpc;
 pub mod redact;
+pub mod sse;
