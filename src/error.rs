@@ -44,6 +44,28 @@ pub enum Error {
         /// Parser message.
         message: String,
     },
+    /// The ApprovalRequest a gated call waited on was deleted.
+    #[error("ApprovalRequest {name} was deleted while the call waited")]
+    RequestDeleted {
+        /// Name of the request.
+        name: String,
+    },
+    /// The upstream MCP server could not be reached or failed.
+    #[error("upstream {server}: {message}")]
+    Upstream {
+        /// `namespace/name` of the tool server.
+        server: String,
+        /// What failed.
+        message: String,
+    },
+    /// A listener could not be bound.
+    #[error("listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// Reading a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -64,6 +86,9 @@ impl Error {
             Self::Json(_) => "SerializationError",
             Self::Yaml { .. } => "InvalidYaml",
             Self::Io { .. } => "IoError",
+            Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
+            Self::Upstream { .. } => "UpstreamError",
+            Self::Bind { .. } => "BindError",
         }
     }
 }
