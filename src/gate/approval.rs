@@ -294,10 +294,8 @@ impl Approvals {
     ) -> Result<Option<ApprovalRequest>> {
         let name = req.metadata.name.clone().unwrap_or_default();
         let rv = req.metadata.resource_version.clone().unwrap_or_default();
-        let secs = deadline
-            .saturating_duration_since(Instant::now())
-            .as_secs()
-            .clamp(1, 290) as u32;
+        // An upper bound only: the deadline below ends the wait.
+        let secs = self.wait.as_secs().clamp(1, 290) as u32;
         let params = WatchParams::default()
             .fields(&format!("metadata.name={name}"))
             .timeout(secs);

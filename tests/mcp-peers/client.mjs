@@ -1,0 +1,34 @@
+// Drives the gate with the official MCP TypeScript SDK client.
+// Usage: node client.mjs <url> <streamable|sse> '<json array of operations>'
+// Operations: {"op":"list"} | {"op":"call","name":"echo","args":{...},"progress":true}
+// Prints one JSON line per operation: {"op","tools"} | {"op","result","progress"} | {"op","error"}.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
+
+const [url, kind, opsJson] = process.argv.slice(2);
+const ops = JSON.parse(opsJson);
+const transport =
+  kind === "sse" ? new SSEClientTransport(new URL(url)) : new StreamableHTTPClientTransport(new URL(url));
+const client = new Client({ name: "hitl-gate-test", version: "1.0.0" });
+await client.connect(transport);
+for (const op of ops) {
+  try {
+    if (op.op === "list") {
+      const res = await client.listTools();
+      console.log(JSON.stringify({ op: "list", tools: res.tools.map((t) => t.name) }));
+    } else if (op.op === "call") {
+      const progress = [];
+      const options = { timeout: 120000 };
+      if (op.progress) {
+        options.onprogress = (p) => progress.push(p);
+      }
+      const result = await client.callTool({ name: op.name, arguments: op.args ?? {} }, undefined, options);
+      console.log(JSON.stringify({ op: "call", result, progress }));
+    }
+  } catch (e) {
+    console.log(JSON.stringify({ op: op.op, error: String(e && e.message ? e.message : e) }));
+  }
+}
+await client.close();
+process.exit(0);
