@@ -69,9 +69,27 @@ async fn ungated_calls_pass_through_and_lists_are_filtered() {
             {"op": "list"},
             call("echo", json!({"message": "hi"})),
             {"op": "call", "name": "trigger-long-running-operation", "args": {"duration": 1, "steps": 2}, "progress": true},
+            {"op": "terminate"},
         ]),
     )
     .await;
+    // DELETE with the session id reached the upstream and succeeded.
+    assert!(out[3].get("error").is_none(), "{}", out[3]);
+    let session = out[3]["session"].as_str().expect("a session id").to_string();
+    let seen = env.counter.seen();
+    assert!(seen.iter().any(|(m, _, s)| m == "DELETE" && s.as_deref() == Some(session.as_str())), "{seen:?}");
+    assert!(seen.iter().any(|(m, _, s)| m == "GET" && s.as_deref() == Some(session.as_str())), "standalone GET stream: {seen:?}");
+    // Configured upstream headers are always sent, and the client cannot override them.
+    assert!(seen.iter().all(|(_, token, _)| token == "configured"), "{seen:?}");
+    let resp = reqwest::Client::builder().no_proxy().build().unwrap()
+        .post(env.url("everything"))
+        .header("x-upstream-token", "from-client")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send().await.unwrap();
+    assert!(resp.status().is_client_error(), "no session: the upstream refuses");
+    assert_eq!(env.counter.seen().last().unwrap().1, "configured");
     assert_eq!(out[0]["tools"], json!(["echo", "get-sum", "trigger-long-running-operation"]));
     assert_eq!(result_text(&out[1]), ("Echo: hi".to_string(), false));
     assert!(!result_text(&out[2]).1, "{}", out[2]);

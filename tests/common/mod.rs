@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake_apiserver;
+pub mod stub;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -124,6 +125,7 @@ impl Everything {
 #[derive(Clone)]
 pub struct Counter {
     calls: Arc<Mutex<BTreeMap<String, usize>>>,
+    seen: Arc<Mutex<Vec<(String, String, Option<String>)>>>,
     target: String,
     http: reqwest::Client,
     /// Base URL of the proxy.
@@ -136,6 +138,7 @@ impl Counter {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = Self {
             calls: Arc::default(),
+            seen: Arc::default(),
             target,
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
             url: format!("http://{}", listener.local_addr().unwrap()),
@@ -145,6 +148,11 @@ impl Counter {
         c
     }
 
+    /// Every request as (method, `x-upstream-token` header, `mcp-session-id` header).
+    pub fn seen(&self) -> Vec<(String, String, Option<String>)> {
+        self.seen.lock().unwrap().clone()
+    }
+
     /// How many times `tool` reached the upstream.
     pub fn count(&self, tool: &str) -> usize {
         self.calls.lock().unwrap().get(tool).copied().unwrap_or(0)
@@ -152,6 +160,12 @@ impl Counter {
 }
 
 async fn forward(State(c): State<Counter>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response<Body> {
+    let header = |n: &str| headers.get(n).map(|v| v.to_str().unwrap().to_string());
+    c.seen.lock().unwrap().push((
+        method.to_string(),
+        headers.get_all("x-upstream-token").iter().map(|v| v.to_str().unwrap()).collect::<Vec<_>>().join(","),
+        header("mcp-session-id"),
+    ));
     if let Ok(v) = serde_json::from_slice::<Value>(&body) {
         if v["method"] == "tools/call" {
             let name = v["params"]["name"].as_str().unwrap_or_default().to_string();

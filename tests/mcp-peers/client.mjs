@@ -1,6 +1,7 @@
 // Drives the gate with the official MCP TypeScript SDK client.
 // Usage: node client.mjs <url> <streamable|sse> '<json array of operations>'
 // Operations: {"op":"list"} | {"op":"call","name":"echo","args":{...},"progress":true}
+//             | {"op":"terminate"} (DELETE of the Streamable HTTP session)
 // Prints one JSON line per operation: {"op","tools"} | {"op","result","progress"} | {"op","error"}.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -25,6 +26,10 @@ for (const op of ops) {
       }
       const result = await client.callTool({ name: op.name, arguments: op.args ?? {} }, undefined, options);
       console.log(JSON.stringify({ op: "call", result, progress }));
+    } else if (op.op === "terminate") {
+      const session = transport.sessionId;
+      await transport.terminateSession();
+      console.log(JSON.stringify({ op: "terminate", session, after: transport.sessionId ?? null }));
     }
   } catch (e) {
     console.log(JSON.stringify({ op: op.op, error: String(e && e.message ? e.message : e) }));
