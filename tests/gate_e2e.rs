@@ -28,14 +28,31 @@ impl Env {
         let api = FakeApi::start().await;
         let cfg = config(
             vec![
-                server("everything", STREAMABLE, &upstream, &["echo", "get-sum", "trigger-long-running-operation"], &["get-sum"]),
-                server("everything-b", STREAMABLE, &upstream, &["echo", "get-sum"], &["echo"]),
+                server(
+                    "everything",
+                    STREAMABLE,
+                    &upstream,
+                    &["echo", "get-sum", "trigger-long-running-operation"],
+                    &["get-sum"],
+                ),
+                server(
+                    "everything-b",
+                    STREAMABLE,
+                    &upstream,
+                    &["echo", "get-sum"],
+                    &["echo"],
+                ),
             ],
             timeout,
             wait,
         );
         let gate = Gate::start(&cfg, &api).await;
-        Self { _everything: everything, counter, api, gate }
+        Self {
+            _everything: everything,
+            counter,
+            api,
+            gate,
+        }
     }
 
     fn url(&self, server: &str) -> String {
@@ -46,7 +63,9 @@ impl Env {
     async fn request_name(&self) -> String {
         let api = self.api.clone();
         eventually("an ApprovalRequest", move || {
-            api.objects().first().and_then(|o| o["metadata"]["name"].as_str().map(String::from))
+            api.objects()
+                .first()
+                .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
         })
         .await
     }
@@ -75,34 +94,75 @@ async fn ungated_calls_pass_through_and_lists_are_filtered() {
     .await;
     // DELETE with the session id reached the upstream and succeeded.
     assert!(out[3].get("error").is_none(), "{}", out[3]);
-    let session = out[3]["session"].as_str().expect("a session id").to_string();
+    let session = out[3]["session"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
     let seen = env.counter.seen();
-    assert!(seen.iter().any(|(m, _, s)| m == "DELETE" && s.as_deref() == Some(session.as_str())), "{seen:?}");
-    assert!(seen.iter().any(|(m, _, s)| m == "GET" && s.as_deref() == Some(session.as_str())), "standalone GET stream: {seen:?}");
+    assert!(
+        seen.iter()
+            .any(|(m, _, s)| m == "DELETE" && s.as_deref() == Some(session.as_str())),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|(m, _, s)| m == "GET" && s.as_deref() == Some(session.as_str())),
+        "standalone GET stream: {seen:?}"
+    );
     // Configured upstream headers are always sent, and the client cannot override them.
-    assert!(seen.iter().all(|(_, token, _)| token == "configured"), "{seen:?}");
-    let resp = reqwest::Client::builder().no_proxy().build().unwrap()
+    assert!(
+        seen.iter().all(|(_, token, _)| token == "configured"),
+        "{seen:?}"
+    );
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
         .post(env.url("everything"))
         .header("x-upstream-token", "from-client")
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
         .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
-        .send().await.unwrap();
-    assert!(resp.status().is_client_error(), "no session: the upstream refuses");
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        resp.status().is_client_error(),
+        "no session: the upstream refuses"
+    );
     assert_eq!(env.counter.seen().last().unwrap().1, "configured");
-    assert_eq!(out[0]["tools"], json!(["echo", "get-sum", "trigger-long-running-operation"]));
+    assert_eq!(
+        out[0]["tools"],
+        json!(["echo", "get-sum", "trigger-long-running-operation"])
+    );
     assert_eq!(result_text(&out[1]), ("Echo: hi".to_string(), false));
     assert!(!result_text(&out[2]).1, "{}", out[2]);
     // Upstream progress notifications stream through the gate.
-    assert_eq!(out[2]["progress"].as_array().unwrap().len(), 2, "{}", out[2]);
+    assert_eq!(
+        out[2]["progress"].as_array().unwrap().len(),
+        2,
+        "{}",
+        out[2]
+    );
     assert_eq!(env.counter.count("echo"), 1);
     assert_eq!(env.counter.count("trigger-long-running-operation"), 1);
-    assert!(env.api.requests().is_empty(), "ungated calls never touch the apiserver");
+    assert!(
+        env.api.requests().is_empty(),
+        "ungated calls never touch the apiserver"
+    );
     // The other route filters differently.
-    let out = client(&env.url("everything-b"), "streamable", json!([{"op": "list"}])).await;
+    let out = client(
+        &env.url("everything-b"),
+        "streamable",
+        json!([{"op": "list"}]),
+    )
+    .await;
     assert_eq!(out[0]["tools"], json!(["echo", "get-sum"]));
     let metrics = env.gate.metrics().await;
-    assert!(metrics.contains(r#"hitl_gate_tool_calls_total{outcome="forwarded"} 2"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"hitl_gate_tool_calls_total{outcome="forwarded"} 2"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -111,12 +171,25 @@ async fn unlisted_tools_are_refused_and_never_forwarded() {
         return;
     }
     let env = Env::start(3600.0, 5.0).await;
-    let out = client(&env.url("everything"), "streamable", json!([call("get-env", json!({}))])).await;
+    let out = client(
+        &env.url("everything"),
+        "streamable",
+        json!([call("get-env", json!({}))]),
+    )
+    .await;
     let (text, is_error) = result_text(&out[0]);
     assert!(is_error);
-    assert_eq!(text, "NOT executed: tool 'get-env' is not available on this server.");
+    assert_eq!(
+        text,
+        "NOT executed: tool 'get-env' is not available on this server."
+    );
     assert_eq!(env.counter.count("get-env"), 0);
-    assert!(env.gate.metrics().await.contains(r#"hitl_gate_tool_calls_total{outcome="refused"} 1"#));
+    assert!(
+        env.gate
+            .metrics()
+            .await
+            .contains(r#"hitl_gate_tool_calls_total{outcome="refused"} 1"#)
+    );
 }
 
 #[tokio::test]
@@ -127,13 +200,21 @@ async fn approve_runs_the_call_exactly_once_with_progress() {
     let env = Env::start(3600.0, 30.0).await;
     let url = env.url("everything");
     let call_task = tokio::spawn(async move {
-        client(&url, "streamable", json!([{"op": "call", "name": "get-sum", "args": {"a": 2, "b": 3}, "progress": true}])).await
+        client(
+            &url,
+            "streamable",
+            json!([{"op": "call", "name": "get-sum", "args": {"a": 2, "b": 3}, "progress": true}]),
+        )
+        .await
     });
     let name = env.request_name().await;
     assert_eq!(env.counter.count("get-sum"), 0, "held until approved");
     env.api.decide(&name, "Approve", "alice", "fine");
     let out = call_task.await.unwrap();
-    assert_eq!(result_text(&out[0]), ("The sum of 2 and 3 is 5.".to_string(), false));
+    assert_eq!(
+        result_text(&out[0]),
+        ("The sum of 2 and 3 is 5.".to_string(), false)
+    );
     assert_eq!(env.counter.count("get-sum"), 1);
     let progress = out[0]["progress"].as_array().unwrap();
     assert!(!progress.is_empty(), "progress notifications while waiting");
@@ -141,11 +222,17 @@ async fn approve_runs_the_call_exactly_once_with_progress() {
     let obj = &env.api.objects()[0];
     assert_eq!(obj["status"]["phase"], "Executed");
     assert_eq!(obj["status"]["consumedBy"], "gate-pod-0");
-    assert_eq!(obj["spec"]["toolServer"], json!({"kind": "RemoteMCPServer", "name": "everything", "namespace": "tools"}));
+    assert_eq!(
+        obj["spec"]["toolServer"],
+        json!({"kind": "RemoteMCPServer", "name": "everything", "namespace": "tools"})
+    );
     assert_eq!(obj["metadata"]["labels"]["kagent.dev/tool"], "get-sum");
     assert_eq!(obj["metadata"]["ownerReferences"][0]["uid"], "agent-uid");
     let metrics = env.gate.metrics().await;
-    assert!(metrics.contains(r#"hitl_gate_tool_calls_total{outcome="approved"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"hitl_gate_tool_calls_total{outcome="approved"} 1"#),
+        "{metrics}"
+    );
     assert!(metrics.contains("hitl_gate_approval_wait_seconds_count 1"));
 }
 
@@ -157,14 +244,22 @@ async fn deny_is_not_executed_and_says_who_and_why() {
     let env = Env::start(3600.0, 30.0).await;
     let url = env.url("everything");
     let call_task = tokio::spawn(async move {
-        client(&url, "streamable", json!([call("get-sum", json!({"a": 1, "b": 1}))])).await
+        client(
+            &url,
+            "streamable",
+            json!([call("get-sum", json!({"a": 1, "b": 1}))]),
+        )
+        .await
     });
     let name = env.request_name().await;
     env.api.decide(&name, "Deny", "bob", "not today");
     let out = call_task.await.unwrap();
     let (text, is_error) = result_text(&out[0]);
     assert!(is_error);
-    assert!(text.starts_with("NOT executed: tool 'get-sum' was denied by bob"), "{text}");
+    assert!(
+        text.starts_with("NOT executed: tool 'get-sum' was denied by bob"),
+        "{text}"
+    );
     assert!(text.contains("Reason: not today") && text.contains(&name));
     assert_eq!(env.counter.count("get-sum"), 0);
 }
@@ -175,14 +270,27 @@ async fn an_undecided_request_expires_and_is_not_executed() {
         return;
     }
     let env = Env::start(1.0, 30.0).await;
-    let out = client(&env.url("everything"), "streamable", json!([call("get-sum", json!({"a": 1, "b": 2}))])).await;
+    let out = client(
+        &env.url("everything"),
+        "streamable",
+        json!([call("get-sum", json!({"a": 1, "b": 2}))]),
+    )
+    .await;
     let (text, is_error) = result_text(&out[0]);
     assert!(is_error);
-    assert!(text.contains("expired at") && text.starts_with("NOT executed"), "{text}");
+    assert!(
+        text.contains("expired at") && text.starts_with("NOT executed"),
+        "{text}"
+    );
     // A decision after expiry revives nothing: retrying asks anew instead of running.
     let name = env.request_name().await;
     env.api.decide(&name, "Approve", "alice", "late");
-    let out = client(&env.url("everything"), "streamable", json!([call("get-sum", json!({"a": 1, "b": 2}))])).await;
+    let out = client(
+        &env.url("everything"),
+        "streamable",
+        json!([call("get-sum", json!({"a": 1, "b": 2}))]),
+    )
+    .await;
     assert!(result_text(&out[0]).1);
     assert_eq!(env.counter.count("get-sum"), 0);
 }
@@ -200,15 +308,28 @@ async fn pending_then_retry_after_approval_runs_once() {
     assert!(is_error);
     let name = env.request_name().await;
     assert!(text.starts_with("NOT executed yet"), "{text}");
-    assert!(text.contains(&format!("kubectl hitl approve {name} -n team")), "{text}");
-    assert!(text.contains(&format!("kubectl patch approvalrequest {name} -n team --type merge")));
+    assert!(
+        text.contains(&format!("kubectl hitl approve {name} -n team")),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "kubectl patch approvalrequest {name} -n team --type merge"
+    )));
     // Retrying while pending shares the same request.
     let out = client(&url, "streamable", json!([call("get-sum", args.clone())])).await;
     assert!(result_text(&out[0]).0.contains(&name));
     assert_eq!(env.api.objects().len(), 1);
     env.api.decide(&name, "Approve", "alice", "ok");
-    let out = client(&url, "streamable", json!([call("get-sum", args.clone()), call("get-sum", args.clone())])).await;
-    assert_eq!(result_text(&out[0]), ("The sum of 40 and 2 is 42.".to_string(), false));
+    let out = client(
+        &url,
+        "streamable",
+        json!([call("get-sum", args.clone()), call("get-sum", args.clone())]),
+    )
+    .await;
+    assert_eq!(
+        result_text(&out[0]),
+        ("The sum of 40 and 2 is 42.".to_string(), false)
+    );
     // The approval is used up: the next identical call needs a new one.
     let (text, is_error) = result_text(&out[1]);
     assert!(is_error && text.starts_with("NOT executed yet"), "{text}");
@@ -234,7 +355,10 @@ async fn concurrent_identical_calls_share_one_request_and_run_once() {
     let name = env.request_name().await;
     let api = env.api.clone();
     let watched = name.clone();
-    eventually("both calls waiting", move || (api.watches(&watched) >= 2).then_some(())).await;
+    eventually("both calls waiting", move || {
+        (api.watches(&watched) >= 2).then_some(())
+    })
+    .await;
     env.api.decide(&name, "Approve", "alice", "once");
     let mut texts = Vec::new();
     for t in tasks {
@@ -242,7 +366,13 @@ async fn concurrent_identical_calls_share_one_request_and_run_once() {
     }
     texts.sort();
     assert_eq!(env.api.objects().len(), 1, "one shared request");
-    assert!(texts[0].0.contains("already used by another identical call") && texts[0].1, "{texts:?}");
+    assert!(
+        texts[0]
+            .0
+            .contains("already used by another identical call")
+            && texts[0].1,
+        "{texts:?}"
+    );
     assert_eq!(texts[1], ("The sum of 5 and 5 is 10.".to_string(), false));
     assert_eq!(env.counter.count("get-sum"), 1);
 }
@@ -254,8 +384,19 @@ async fn approval_is_keyed_by_server_and_tool() {
     }
     let env = Env::start(3600.0, 0.2).await;
     // get-sum is gated on `everything` but not on `everything-b`; echo the other way round.
-    let out = client(&env.url("everything-b"), "streamable", json!([call("get-sum", json!({"a": 1, "b": 1})), call("echo", json!({"message": "x"}))])).await;
-    assert_eq!(result_text(&out[0]), ("The sum of 1 and 1 is 2.".to_string(), false));
+    let out = client(
+        &env.url("everything-b"),
+        "streamable",
+        json!([
+            call("get-sum", json!({"a": 1, "b": 1})),
+            call("echo", json!({"message": "x"}))
+        ]),
+    )
+    .await;
+    assert_eq!(
+        result_text(&out[0]),
+        ("The sum of 1 and 1 is 2.".to_string(), false)
+    );
     assert!(result_text(&out[1]).0.starts_with("NOT executed yet"));
     let objects = env.api.objects();
     assert_eq!(objects.len(), 1);
@@ -264,8 +405,18 @@ async fn approval_is_keyed_by_server_and_tool() {
     assert_eq!(env.counter.count("echo"), 0);
     // An approval for echo on everything-b does not let echo on everything-b run with other
     // arguments.
-    env.api.decide(objects[0]["metadata"]["name"].as_str().unwrap(), "Approve", "alice", "ok");
-    let out = client(&env.url("everything-b"), "streamable", json!([call("echo", json!({"message": "other"}))])).await;
+    env.api.decide(
+        objects[0]["metadata"]["name"].as_str().unwrap(),
+        "Approve",
+        "alice",
+        "ok",
+    );
+    let out = client(
+        &env.url("everything-b"),
+        "streamable",
+        json!([call("echo", json!({"message": "other"}))]),
+    )
+    .await;
     assert!(result_text(&out[0]).1);
     assert_eq!(env.counter.count("echo"), 0);
 }
@@ -278,13 +429,26 @@ async fn apiserver_errors_mean_not_executed() {
     let env = Env::start(3600.0, 5.0).await;
     for code in [500, 403] {
         env.api.fail_with(Some(code));
-        let out = client(&env.url("everything"), "streamable", json!([call("get-sum", json!({"a": 1, "b": 2}))])).await;
+        let out = client(
+            &env.url("everything"),
+            "streamable",
+            json!([call("get-sum", json!({"a": 1, "b": 2}))]),
+        )
+        .await;
         let (text, is_error) = result_text(&out[0]);
         assert!(is_error);
-        assert!(text.starts_with("NOT executed: the approval gate could not run tool 'get-sum'"), "{text}");
+        assert!(
+            text.starts_with("NOT executed: the approval gate could not run tool 'get-sum'"),
+            "{text}"
+        );
     }
     assert_eq!(env.counter.count("get-sum"), 0);
-    assert!(env.gate.metrics().await.contains(r#"hitl_gate_tool_calls_total{outcome="error"} 2"#));
+    assert!(
+        env.gate
+            .metrics()
+            .await
+            .contains(r#"hitl_gate_tool_calls_total{outcome="error"} 2"#)
+    );
 }
 
 #[tokio::test]
@@ -295,7 +459,17 @@ async fn upstream_down_is_an_error_and_nothing_runs() {
     init();
     let api = FakeApi::start().await;
     let dead = format!("http://127.0.0.1:{}/mcp", free_port());
-    let cfg = config(vec![server("dead", STREAMABLE, &dead, &["echo", "get-sum"], &["get-sum"])], 3600.0, 5.0);
+    let cfg = config(
+        vec![server(
+            "dead",
+            STREAMABLE,
+            &dead,
+            &["echo", "get-sum"],
+            &["get-sum"],
+        )],
+        3600.0,
+        5.0,
+    );
     let gate = Gate::start(&cfg, &api).await;
     let client_http = reqwest::Client::builder().no_proxy().build().unwrap();
     let post = |body: Value| {
@@ -310,18 +484,36 @@ async fn upstream_down_is_an_error_and_nothing_runs() {
     let resp = post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "x"}}})).await.unwrap();
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["result"]["isError"], true);
-    assert!(v["result"]["content"][0]["text"].as_str().unwrap().contains("upstream tools/dead unreachable"));
+    assert!(
+        v["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("upstream tools/dead unreachable")
+    );
     // Approved, consumed, then the upstream is down: an error, and the approval is spent.
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "get-sum", "arguments": {"a": 1, "b": 2}}});
     let pending = tokio::spawn(post(call.clone()));
     let api2 = api.clone();
-    let name = eventually("a request", move || api2.objects().first().and_then(|o| o["metadata"]["name"].as_str().map(String::from))).await;
+    let name = eventually("a request", move || {
+        api2.objects()
+            .first()
+            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
+    })
+    .await;
     api.decide(&name, "Approve", "alice", "ok");
     let v: Value = pending.await.unwrap().unwrap().json().await.unwrap();
     assert_eq!(v["result"]["isError"], true);
-    assert!(v["result"]["content"][0]["text"].as_str().unwrap().contains("upstream server failed"), "{v}");
+    assert!(
+        v["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("upstream server failed"),
+        "{v}"
+    );
     // Other messages get a 502.
-    let resp = post(json!({"jsonrpc": "2.0", "id": 3, "method": "ping"})).await.unwrap();
+    let resp = post(json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}))
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 502);
 }
 
@@ -333,18 +525,27 @@ async fn secrets_never_reach_the_apiserver_or_logs() {
     let env = Env::start(3600.0, 30.0).await;
     let url = env.url("everything-b");
     let args = json!({"message": "hello", "password": "canary-pw-123", "note": "sk-canary-0123456789abcdef"});
-    let call_task = tokio::spawn(async move { client(&url, "streamable", json!([call("echo", args)])).await });
+    let call_task =
+        tokio::spawn(async move { client(&url, "streamable", json!([call("echo", args)])).await });
     let name = env.request_name().await;
     env.api.decide(&name, "Approve", "alice", "ok");
     let out = call_task.await.unwrap();
     assert_eq!(result_text(&out[0]), ("Echo: hello".to_string(), false));
-    let sent: String = env.api.requests().iter().map(|(m, u, b)| format!("{m} {u} {b}\n")).collect();
+    let sent: String = env
+        .api
+        .requests()
+        .iter()
+        .map(|(m, u, b)| format!("{m} {u} {b}\n"))
+        .collect();
     assert!(sent.contains("[REDACTED]"), "{sent}");
     for canary in ["canary-pw-123", "sk-canary"] {
         assert!(!sent.contains(canary), "{canary} reached the apiserver");
         assert!(!logs().contains(canary), "{canary} reached the logs");
     }
-    assert!(logs().contains("created ApprovalRequest"), "logs are captured");
+    assert!(
+        logs().contains("created ApprovalRequest"),
+        "logs are captured"
+    );
 }
 
 #[tokio::test]
@@ -357,7 +558,13 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
     let counter = Counter::start(format!("http://127.0.0.1:{}", everything.port)).await;
     let api = FakeApi::start().await;
     let cfg = config(
-        vec![server("legacy", McpProtocol::Sse, &format!("{}/sse", counter.url), &["echo", "get-sum"], &["get-sum"])],
+        vec![server(
+            "legacy",
+            McpProtocol::Sse,
+            &format!("{}/sse", counter.url),
+            &["echo", "get-sum"],
+            &["get-sum"],
+        )],
         3600.0,
         30.0,
     );
@@ -377,7 +584,12 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
         .await
     });
     let api2 = api.clone();
-    let name = eventually("a request", move || api2.objects().first().and_then(|o| o["metadata"]["name"].as_str().map(String::from))).await;
+    let name = eventually("a request", move || {
+        api2.objects()
+            .first()
+            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
+    })
+    .await;
     assert_eq!(counter.count("get-sum"), 0);
     api.decide(&name, "Approve", "alice", "ok");
     let out = task.await.unwrap();
@@ -385,7 +597,10 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
     assert_eq!(result_text(&out[1]), ("Echo: old".to_string(), false));
     let (text, is_error) = result_text(&out[2]);
     assert!(is_error && text.contains("not available"), "{text}");
-    assert_eq!(result_text(&out[3]), ("The sum of 7 and 8 is 15.".to_string(), false));
+    assert_eq!(
+        result_text(&out[3]),
+        ("The sum of 7 and 8 is 15.".to_string(), false)
+    );
     assert!(!out[3]["progress"].as_array().unwrap().is_empty());
     assert_eq!(counter.count("echo"), 1);
     assert_eq!(counter.count("get-env"), 0);

@@ -9,7 +9,10 @@ use hitl_operator::api::remote_mcp_server::McpProtocol;
 use serde_json::{Value, json};
 
 async fn post(url: &str, body: &str) -> reqwest::Response {
-    reqwest::Client::builder().no_proxy().build().unwrap()
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
         .post(url)
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
@@ -25,26 +28,53 @@ async fn json_responses_are_filtered_and_relayed() {
     init();
     let upstream = stub::start().await;
     let api = FakeApi::start().await;
-    let cfg = config(vec![server("stub", McpProtocol::StreamableHttp, &upstream, &["echo"], &[])], 3600.0, 1.0);
+    let cfg = config(
+        vec![server(
+            "stub",
+            McpProtocol::StreamableHttp,
+            &upstream,
+            &["echo"],
+            &[],
+        )],
+        3600.0,
+        1.0,
+    );
     let gate = Gate::start(&cfg, &api).await;
     let url = gate.route("stub");
 
     let resp = post(&url, r#"{"jsonrpc":"2.0","id":"l","method":"tools/list"}"#).await;
     assert_eq!(resp.headers()["mcp-session-id"], "client-session");
     let v: Value = resp.json().await.unwrap();
-    assert_eq!(v["result"]["tools"], json!([{"name": "echo", "inputSchema": {"type": "object"}}]));
+    assert_eq!(
+        v["result"]["tools"],
+        json!([{"name": "echo", "inputSchema": {"type": "object"}}])
+    );
 
     let resp = post(&url, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":9007199254740993}}}"#).await;
     let text = resp.text().await.unwrap();
-    assert_eq!(text, r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"{\"n\":9007199254740993}"}]}}"#);
+    assert_eq!(
+        text,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"{\"n\":9007199254740993}"}]}}"#
+    );
 
-    let v: Value = post(&url, r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"hidden"}}"#).await.json().await.unwrap();
+    let v: Value = post(
+        &url,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"hidden"}}"#,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
     assert_eq!(v["result"]["isError"], true);
 
     // Ambiguous or batched tool messages are rejected, never forwarded.
     let resp = post(&url, r#"{"jsonrpc":"2.0","id":4,"method":"ping","method":"tools/call","params":{"name":"hidden"}}"#).await;
     assert_eq!(resp.status(), 400);
-    let resp = post(&url, r#"[{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"hidden"}}]"#).await;
+    let resp = post(
+        &url,
+        r#"[{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"hidden"}}]"#,
+    )
+    .await;
     assert_eq!(resp.status(), 400);
     assert!(api.requests().is_empty());
 }

@@ -209,7 +209,9 @@ impl Approvals {
                 }
                 Err(kube::Error::Api(s)) if s.is_already_exists() => {
                     let existing = self.api.get(&format!("{base}-{next}")).await?;
-                    if call.key.matches(&existing) && is_live(&existing, &call.key, self.clock.now()) {
+                    if call.key.matches(&existing)
+                        && is_live(&existing, &call.key, self.clock.now())
+                    {
                         return Ok((existing, previous));
                     }
                     next += 1;
@@ -300,9 +302,13 @@ impl Approvals {
             .fields(&format!("metadata.name={name}"))
             .timeout(secs);
         let mut events = self.api.watch(&params, &rv).await?.boxed();
-        let waiting = format!("Waiting for approval: ApprovalRequest {name} in namespace {}", self.agent.namespace);
+        let waiting = format!(
+            "Waiting for approval: ApprovalRequest {name} in namespace {}",
+            self.agent.namespace
+        );
         progress(&waiting);
-        let mut tick = tokio::time::interval_at(Instant::now() + self.progress_every, self.progress_every);
+        let mut tick =
+            tokio::time::interval_at(Instant::now() + self.progress_every, self.progress_every);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return Ok(None),
@@ -345,7 +351,12 @@ impl Approvals {
             "consumedBy": self.pod,
             "message": format!("Approved call forwarded by {}", self.pod),
         });
-        if req.status.as_ref().and_then(|s| s.decided_at.as_ref()).is_none() {
+        if req
+            .status
+            .as_ref()
+            .and_then(|s| s.decided_at.as_ref())
+            .is_none()
+        {
             status["decidedAt"] = json!(now);
         }
         let patch = json!({
@@ -375,7 +386,12 @@ pub fn base_name(key: &CallKey) -> String {
         h.update([0]);
     }
     let h = hex::encode(h.finalize());
-    format!("{}-{}-{}", dns_part(&key.agent, 40), dns_part(&key.tool, 40), &h[..16])
+    format!(
+        "{}-{}-{}",
+        dns_part(&key.agent, 40),
+        dns_part(&key.tool, 40),
+        &h[..16]
+    )
 }
 
 /// The generation of `req` if its name is `<base>-<n>`.
@@ -393,18 +409,34 @@ fn generation(req: &ApprovalRequest, base: &str) -> Option<u64> {
 fn dns_part(s: &str, max: usize) -> String {
     let mapped: String = s
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
     let trimmed: String = mapped.trim_matches('-').chars().take(max).collect();
     let trimmed = trimmed.trim_end_matches('-');
-    if trimmed.is_empty() { "x".into() } else { trimmed.into() }
+    if trimmed.is_empty() {
+        "x".into()
+    } else {
+        trimmed.into()
+    }
 }
 
 /// `s` made a valid label value (at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both ends).
 pub fn label_value(s: &str) -> String {
     let mapped: String = s
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(63)
         .collect();
     mapped

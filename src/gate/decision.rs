@@ -182,7 +182,10 @@ mod tests {
         }
     }
 
-    fn req(decision: Option<(DecisionType, &str)>, status: Option<ApprovalRequestStatus>) -> ApprovalRequest {
+    fn req(
+        decision: Option<(DecisionType, &str)>,
+        status: Option<ApprovalRequestStatus>,
+    ) -> ApprovalRequest {
         let k = key();
         let mut r = ApprovalRequest::new(
             "r",
@@ -240,7 +243,10 @@ mod tests {
     fn approve_before_expiry_forwards() {
         let r = req(Some((DecisionType::Approve, "alice")), None);
         assert_eq!(at(&r, BEFORE), Verdict::Forward);
-        let r = req(Some((DecisionType::Approve, "alice")), phase(Phase::Approved));
+        let r = req(
+            Some((DecisionType::Approve, "alice")),
+            phase(Phase::Approved),
+        );
         assert_eq!(at(&r, BEFORE), Verdict::Forward);
         assert!(is_live(&r, &key(), t(BEFORE)));
     }
@@ -248,9 +254,18 @@ mod tests {
     #[test]
     fn approve_seen_at_or_after_expiry_is_expired() {
         let r = req(Some((DecisionType::Approve, "alice")), None);
-        assert_eq!(at(&r, AT), Verdict::Refuse(Refusal::Expired { expires_at: t(AT) }));
-        let r = req(Some((DecisionType::Approve, "alice")), phase(Phase::Expired));
-        assert_eq!(at(&r, BEFORE), Verdict::Refuse(Refusal::Expired { expires_at: t(AT) }));
+        assert_eq!(
+            at(&r, AT),
+            Verdict::Refuse(Refusal::Expired { expires_at: t(AT) })
+        );
+        let r = req(
+            Some((DecisionType::Approve, "alice")),
+            phase(Phase::Expired),
+        );
+        assert_eq!(
+            at(&r, BEFORE),
+            Verdict::Refuse(Refusal::Expired { expires_at: t(AT) })
+        );
         assert!(!is_live(&r, &key(), t(BEFORE)));
     }
 
@@ -265,7 +280,10 @@ mod tests {
             })
         );
         // Still denied after expiry: the denial is what happened.
-        assert!(matches!(at(&r, AT), Verdict::Refuse(Refusal::Denied { .. })));
+        assert!(matches!(
+            at(&r, AT),
+            Verdict::Refuse(Refusal::Denied { .. })
+        ));
     }
 
     #[test]
@@ -279,26 +297,49 @@ mod tests {
         let r = req(Some((DecisionType::Approve, "alice")), consumed);
         assert_eq!(
             at(&r, BEFORE),
-            Verdict::Refuse(Refusal::Consumed { by: Some("gate-0".into()) })
+            Verdict::Refuse(Refusal::Consumed {
+                by: Some("gate-0".into())
+            })
         );
-        let r = req(Some((DecisionType::Approve, "alice")), phase(Phase::Executed));
-        assert_eq!(at(&r, BEFORE), Verdict::Refuse(Refusal::Consumed { by: None }));
+        let r = req(
+            Some((DecisionType::Approve, "alice")),
+            phase(Phase::Executed),
+        );
+        assert_eq!(
+            at(&r, BEFORE),
+            Verdict::Refuse(Refusal::Consumed { by: None })
+        );
     }
 
     #[test]
     fn cancelled_refuses() {
-        let r = req(Some((DecisionType::Approve, "alice")), phase(Phase::Cancelled));
-        assert_eq!(at(&r, BEFORE), Verdict::Refuse(Refusal::Cancelled { message: None }));
+        let r = req(
+            Some((DecisionType::Approve, "alice")),
+            phase(Phase::Cancelled),
+        );
+        assert_eq!(
+            at(&r, BEFORE),
+            Verdict::Refuse(Refusal::Cancelled { message: None })
+        );
     }
 
     #[test]
     fn malformed_states_fail_closed() {
         let r = req(Some((DecisionType::Approve, " ")), None);
-        assert!(matches!(at(&r, BEFORE), Verdict::Refuse(Refusal::Malformed(_))));
+        assert!(matches!(
+            at(&r, BEFORE),
+            Verdict::Refuse(Refusal::Malformed(_))
+        ));
         let r = req(None, phase(Phase::Approved));
-        assert!(matches!(at(&r, BEFORE), Verdict::Refuse(Refusal::Malformed(_))));
+        assert!(matches!(
+            at(&r, BEFORE),
+            Verdict::Refuse(Refusal::Malformed(_))
+        ));
         let r = req(Some((DecisionType::Approve, "alice")), phase(Phase::Denied));
-        assert!(matches!(at(&r, BEFORE), Verdict::Refuse(Refusal::Malformed(_))));
+        assert!(matches!(
+            at(&r, BEFORE),
+            Verdict::Refuse(Refusal::Malformed(_))
+        ));
     }
 
     #[test]

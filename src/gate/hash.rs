@@ -110,14 +110,19 @@ mod tests {
 
     #[test]
     fn rfc8785_formatting_of_strings_floats_and_key_order() {
-        let v = parse(r#"{"\u20ac": 1, "\r": 2, "a": 1.0, "b": 1e21, "c": 0.000001, "d": "\u00e9\n\u0001"}"#);
+        let v = parse(
+            r#"{"\u20ac": 1, "\r": 2, "a": 1.0, "b": 1e21, "c": 0.000001, "d": "\u00e9\n\u0001"}"#,
+        );
         assert_eq!(
             canonical_json(&v).unwrap(),
             "{\"\\r\":2,\"a\":1,\"b\":1e+21,\"c\":0.000001,\"d\":\"\u{e9}\\n\\u0001\",\"\u{20ac}\":1}"
         );
         // UTF-16 order: U+FB33 (one unit) sorts after U+1F600 (surrogate pair 0xD83D...).
         let v = parse(r#"{"\ufb33": 1, "\ud83d\ude00": 2}"#);
-        assert_eq!(canonical_json(&v).unwrap(), "{\"\u{1f600}\":2,\"\u{fb33}\":1}");
+        assert_eq!(
+            canonical_json(&v).unwrap(),
+            "{\"\u{1f600}\":2,\"\u{fb33}\":1}"
+        );
     }
 
     #[test]

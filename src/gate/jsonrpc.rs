@@ -41,7 +41,9 @@ pub enum Rejected {
     #[error("parse error: {0}")]
     Parse(String),
     /// A batch holding `tools/list` or `tools/call`.
-    #[error("JSON-RPC batches containing tools/list or tools/call are not supported by the approval gate")]
+    #[error(
+        "JSON-RPC batches containing tools/list or tools/call are not supported by the approval gate"
+    )]
     Batch,
     /// A `tools/call` without a string tool name or with a non-object params.
     #[error("invalid tools/call params: {0}")]
@@ -101,13 +103,20 @@ fn is_tools(method: Option<&str>) -> bool {
 }
 
 fn parse_call(body: &[u8]) -> Result<ToolCall, Rejected> {
-    let mut msg: Value = serde_json::from_slice(body).map_err(|e| Rejected::Parse(e.to_string()))?;
+    let mut msg: Value =
+        serde_json::from_slice(body).map_err(|e| Rejected::Parse(e.to_string()))?;
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) else {
         return Err(Rejected::InvalidParams("params must be an object".into()));
     };
-    let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
-        return Err(Rejected::InvalidParams("params.name must be a string".into()));
+    let Some(name) = params
+        .get("name")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
+        return Err(Rejected::InvalidParams(
+            "params.name must be a string".into(),
+        ));
     };
     let arguments = match params.remove("arguments") {
         None | Some(Value::Null) => json!({}),
@@ -128,7 +137,11 @@ fn parse_call(body: &[u8]) -> Result<ToolCall, Rejected> {
 
 /// Removes from a `tools/list` response every tool `allowed` rejects. Returns `None` when
 /// `message` is not a result for `id` carrying a `tools` array (left unchanged).
-pub fn filter_tools_list(message: &[u8], id: &Value, allowed: impl Fn(&str) -> bool) -> Option<Vec<u8>> {
+pub fn filter_tools_list(
+    message: &[u8],
+    id: &Value,
+    allowed: impl Fn(&str) -> bool,
+) -> Option<Vec<u8>> {
     let mut msg: Value = serde_json::from_slice(message).ok()?;
     if msg.get("id") != Some(id) {
         return None;
@@ -154,8 +167,10 @@ pub fn tool_error(id: &Value, text: &str, protocol: Option<&str>) -> Vec<u8> {
 
 /// A JSON-RPC error response.
 pub fn error_response(id: &Value, code: i64, message: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
-        .expect("JSON values serialize")
+    serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}),
+    )
+    .expect("JSON values serialize")
 }
 
 /// A `notifications/progress` message.
@@ -193,8 +208,14 @@ mod tests {
             classify(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#),
             Ok(Incoming::Other)
         );
-        assert_eq!(classify(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), Ok(Incoming::Other));
-        assert_eq!(classify(br#"{"jsonrpc":"2.0","id":"x","result":{}}"#), Ok(Incoming::Other));
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Ok(Incoming::Other)
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","id":"x","result":{}}"#),
+            Ok(Incoming::Other)
+        );
         assert_eq!(
             classify(br#" {"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"cursor":"c"}}"#),
             Ok(Incoming::ToolsList { id: json!(7) })
@@ -208,8 +229,11 @@ mod tests {
                 progress_token: Some(json!(5)),
             }))
         );
-        let call = classify(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}"#);
-        assert!(matches!(call, Ok(Incoming::ToolsCall(ToolCall { ref arguments, progress_token: None, .. })) if *arguments == json!({})));
+        let call =
+            classify(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}"#);
+        assert!(
+            matches!(call, Ok(Incoming::ToolsCall(ToolCall { ref arguments, progress_token: None, .. })) if *arguments == json!({}))
+        );
     }
 
     #[test]
@@ -223,7 +247,10 @@ mod tests {
             classify(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}]"#),
             Err(Rejected::Batch)
         );
-        assert_eq!(classify(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), Ok(Incoming::Other));
+        assert_eq!(
+            classify(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
+            Ok(Incoming::Other)
+        );
         assert!(matches!(
             classify(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":3}}"#),
             Err(Rejected::InvalidParams(_))
@@ -239,26 +266,47 @@ mod tests {
         let msg = br#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"echo"},{"name":"get-env"},{"name":"get-sum"}],"nextCursor":"n"}}"#;
         let out = filter_tools_list(msg, &json!(3), |t| t != "get-env").unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["result"]["tools"], json!([{"name":"echo"},{"name":"get-sum"}]));
+        assert_eq!(
+            v["result"]["tools"],
+            json!([{"name":"echo"},{"name":"get-sum"}])
+        );
         assert_eq!(v["result"]["nextCursor"], json!("n"));
         assert_eq!(filter_tools_list(msg, &json!(4), |_| false), None);
-        assert_eq!(filter_tools_list(br#"{"jsonrpc":"2.0","method":"x"}"#, &json!(3), |_| false), None);
+        assert_eq!(
+            filter_tools_list(br#"{"jsonrpc":"2.0","method":"x"}"#, &json!(3), |_| false),
+            None
+        );
     }
 
     #[test]
     fn writes_tool_errors() {
-        let v: Value = serde_json::from_slice(&tool_error(&json!(9), "NOT executed", None)).unwrap();
-        assert_eq!(v, json!({"jsonrpc":"2.0","id":9,"result":{"content":[{"type":"text","text":"NOT executed"}],"isError":true}}));
-        let v: Value = serde_json::from_slice(&tool_error(&json!(9), "x", Some("2026-07-28"))).unwrap();
+        let v: Value =
+            serde_json::from_slice(&tool_error(&json!(9), "NOT executed", None)).unwrap();
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","id":9,"result":{"content":[{"type":"text","text":"NOT executed"}],"isError":true}})
+        );
+        let v: Value =
+            serde_json::from_slice(&tool_error(&json!(9), "x", Some("2026-07-28"))).unwrap();
         assert_eq!(v["result"]["resultType"], json!("complete"));
-        let v: Value = serde_json::from_slice(&tool_error(&json!(9), "x", Some("2025-11-25"))).unwrap();
+        let v: Value =
+            serde_json::from_slice(&tool_error(&json!(9), "x", Some("2025-11-25"))).unwrap();
         assert!(v["result"].get("resultType").is_none());
     }
 
     #[test]
     fn finds_response_ids() {
-        assert_eq!(response_id(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Some(json!(1)));
-        assert_eq!(response_id(br#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#), Some(json!("a")));
-        assert_eq!(response_id(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), None);
+        assert_eq!(
+            response_id(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Some(json!(1))
+        );
+        assert_eq!(
+            response_id(br#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#),
+            Some(json!("a"))
+        );
+        assert_eq!(
+            response_id(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            None
+        );
     }
 }

@@ -54,12 +54,20 @@ impl LegacyRoute {
 
     fn new_session_id(&self) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let seed = format!("{n}:{:?}:{}", std::time::SystemTime::now(), std::process::id());
+        let seed = format!(
+            "{n}:{:?}:{}",
+            std::time::SystemTime::now(),
+            std::process::id()
+        );
         hex::encode(&Sha256::digest(seed.as_bytes())[..16])
     }
 
     fn session(&self, id: &str) -> Option<Arc<Session>> {
-        self.sessions.lock().expect("sessions lock").get(id).cloned()
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .get(id)
+            .cloned()
     }
 }
 
@@ -71,21 +79,31 @@ struct SessionGuard {
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        self.route.sessions.lock().expect("sessions lock").remove(&self.id);
+        self.route
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .remove(&self.id);
     }
 }
 
 /// GET on the route: open the upstream event stream and relay it.
 pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> Response<Body> {
     let up = &route.up;
-    let resp = match up.send(Method::GET, up.url.clone(), &headers, Bytes::new()).await {
+    let resp = match up
+        .send(Method::GET, up.url.clone(), &headers, Bytes::new())
+        .await
+    {
         Ok(r) if r.status().is_success() => r,
         Ok(r) => return relay(r),
         Err(e) => {
             tracing::warn!(server = %up.label, error = %e, "upstream SSE stream failed");
             return Response::builder()
                 .status(StatusCode::BAD_GATEWAY)
-                .body(Body::from(format!("approval gate: upstream {} unreachable", up.label)))
+                .body(Body::from(format!(
+                    "approval gate: upstream {} unreachable",
+                    up.label
+                )))
                 .expect("static response parts are valid");
         }
     };
@@ -209,7 +227,11 @@ pub async fn message(
     let call = match incoming {
         Incoming::Other => return forward(&up, &session, &headers, body).await,
         Incoming::ToolsList { id } => {
-            session.list_ids.lock().expect("list ids lock").insert(id.to_string());
+            session
+                .list_ids
+                .lock()
+                .expect("list ids lock")
+                .insert(id.to_string());
             return forward(&up, &session, &headers, body).await;
         }
         Incoming::ToolsCall(call) => call,
@@ -226,7 +248,11 @@ pub async fn message(
     }
     if !up.server.requires_approval(&call.name) {
         let resp = forward(&up, &session, &headers, body).await;
-        metrics.call(if resp.status().is_success() { Outcome::forwarded } else { Outcome::error });
+        metrics.call(if resp.status().is_success() {
+            Outcome::forwarded
+        } else {
+            Outcome::error
+        });
         return resp;
     }
     // Gated: accept now, answer on the stream.
@@ -247,11 +273,18 @@ pub async fn message(
         match result {
             GatedResult::Forwarded(resp) if resp.status().is_success() => {}
             GatedResult::Forwarded(resp) => {
-                let text = outcome::error(&call.name, &format!("the upstream answered HTTP {}", resp.status()));
-                let _ = session.inject.send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
+                let text = outcome::error(
+                    &call.name,
+                    &format!("the upstream answered HTTP {}", resp.status()),
+                );
+                let _ = session
+                    .inject
+                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
             }
             GatedResult::Refused(text) => {
-                let _ = session.inject.send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
+                let _ = session
+                    .inject
+                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
             }
         }
     });
@@ -265,14 +298,25 @@ fn accepted() -> Response<Body> {
         .expect("static response parts are valid")
 }
 
-async fn forward(up: &Upstream, session: &Session, headers: &HeaderMap, body: Bytes) -> Response<Body> {
-    match up.send(Method::POST, session.post_url.clone(), headers, body).await {
+async fn forward(
+    up: &Upstream,
+    session: &Session,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    match up
+        .send(Method::POST, session.post_url.clone(), headers, body)
+        .await
+    {
         Ok(resp) => relay(resp),
         Err(e) => {
             tracing::warn!(server = %up.label, error = %e, "upstream message failed");
             Response::builder()
                 .status(StatusCode::BAD_GATEWAY)
-                .body(Body::from(format!("approval gate: upstream {} unreachable", up.label)))
+                .body(Body::from(format!(
+                    "approval gate: upstream {} unreachable",
+                    up.label
+                )))
                 .expect("static response parts are valid")
         }
     }

@@ -46,7 +46,11 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("hitl_gate");
         let calls = Family::<CallLabels, Counter>::default();
-        registry.register("tool_calls", "tools/call requests by outcome", calls.clone());
+        registry.register(
+            "tool_calls",
+            "tools/call requests by outcome",
+            calls.clone(),
+        );
         let approval_wait = Histogram::new(exponential_buckets(0.05, 2.0, 16));
         registry.register(
             "approval_wait_seconds",
@@ -106,7 +110,10 @@ mod tests {
         m.approval_wait(Duration::from_millis(300));
         m.upstream(Duration::from_micros(250));
         let text = m.encode();
-        assert!(text.contains(r#"hitl_gate_tool_calls_total{outcome="denied"} 2"#), "{text}");
+        assert!(
+            text.contains(r#"hitl_gate_tool_calls_total{outcome="denied"} 2"#),
+            "{text}"
+        );
         assert!(text.contains(r#"hitl_gate_tool_calls_total{outcome="forwarded"} 1"#));
         assert!(text.contains("hitl_gate_approval_wait_seconds_count 1"));
         assert!(text.contains("hitl_gate_upstream_latency_seconds_count 1"));

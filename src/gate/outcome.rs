@@ -29,7 +29,11 @@ pub fn upstream_failed_after_approval(tool: &str, request: &str, why: &str) -> S
 }
 
 /// The text and metric outcome of a resolution that does not forward (`None` for Approved).
-pub fn refusal_text(tool: &str, namespace: &str, resolution: &Resolution) -> Option<(String, Outcome)> {
+pub fn refusal_text(
+    tool: &str,
+    namespace: &str,
+    resolution: &Resolution,
+) -> Option<(String, Outcome)> {
     match resolution {
         Resolution::Approved { .. } => None,
         Resolution::Pending { name, previous } => {
@@ -41,7 +45,10 @@ pub fn refusal_text(tool: &str, namespace: &str, resolution: &Resolution) -> Opt
                     format!(
                         " An earlier identical call (ApprovalRequest {n}) was denied by {}{}.",
                         d.decided_by,
-                        d.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+                        d.reason
+                            .as_deref()
+                            .map(|r| format!(": {r}"))
+                            .unwrap_or_default()
                     )
                 })
                 .unwrap_or_default();
@@ -72,19 +79,27 @@ pub fn refusal_text(tool: &str, namespace: &str, resolution: &Resolution) -> Opt
             Refusal::Consumed { by } => (
                 format!(
                     "{NOT_EXECUTED}: the approval of ApprovalRequest {name} was already used by another identical call{}. Retry the call to ask for a new approval.",
-                    by.as_deref().map(|b| format!(" (by {b})")).unwrap_or_default()
+                    by.as_deref()
+                        .map(|b| format!(" (by {b})"))
+                        .unwrap_or_default()
                 ),
                 Outcome::refused,
             ),
             Refusal::Cancelled { message } => (
                 format!(
                     "{NOT_EXECUTED}: ApprovalRequest {name} for tool '{tool}' was cancelled{}.",
-                    message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+                    message
+                        .as_deref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
                 ),
                 Outcome::refused,
             ),
             Refusal::Malformed(why) => (
-                error(tool, &format!("ApprovalRequest {name} cannot be trusted: {why}")),
+                error(
+                    tool,
+                    &format!("ApprovalRequest {name} cannot be trusted: {why}"),
+                ),
                 Outcome::error,
             ),
         }),
@@ -104,29 +119,61 @@ mod tests {
     fn every_outcome_has_a_distinct_not_executed_text() {
         let name = || "a-delete-file-0123456789abcdef-0".to_string();
         let cases = [
-            text(Resolution::Pending { name: name(), previous: None }),
-            text(Resolution::Refused {
+            text(Resolution::Pending {
                 name: name(),
-                refusal: Refusal::Denied { reason: Some("too risky".into()), decided_by: "alice".into() },
+                previous: None,
             }),
             text(Resolution::Refused {
                 name: name(),
-                refusal: Refusal::Expired { expires_at: "2026-11-22T01:00:00Z".parse().unwrap() },
+                refusal: Refusal::Denied {
+                    reason: Some("too risky".into()),
+                    decided_by: "alice".into(),
+                },
             }),
-            text(Resolution::Refused { name: name(), refusal: Refusal::Consumed { by: Some("pod-1".into()) } }),
-            text(Resolution::Refused { name: name(), refusal: Refusal::Cancelled { message: None } }),
-            text(Resolution::Refused { name: name(), refusal: Refusal::Malformed("bad".into()) }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Expired {
+                    expires_at: "2026-11-22T01:00:00Z".parse().unwrap(),
+                },
+            }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Consumed {
+                    by: Some("pod-1".into()),
+                },
+            }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Cancelled { message: None },
+            }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Malformed("bad".into()),
+            }),
         ];
         let outcomes: Vec<Outcome> = cases.iter().map(|c| c.1).collect();
         assert_eq!(
             outcomes,
-            [Outcome::pending, Outcome::denied, Outcome::expired, Outcome::refused, Outcome::refused, Outcome::error]
+            [
+                Outcome::pending,
+                Outcome::denied,
+                Outcome::expired,
+                Outcome::refused,
+                Outcome::refused,
+                Outcome::error
+            ]
         );
         let texts: HashSet<&str> = cases.iter().map(|c| c.0.as_str()).collect();
         assert_eq!(texts.len(), cases.len());
         assert!(cases.iter().all(|c| c.0.starts_with(NOT_EXECUTED)));
-        assert!(cases[0].0.contains("kubectl hitl approve a-delete-file-0123456789abcdef-0 -n team"));
-        assert!(cases[0].0.contains("kubectl patch approvalrequest a-delete-file-0123456789abcdef-0 -n team --type merge"));
+        assert!(
+            cases[0]
+                .0
+                .contains("kubectl hitl approve a-delete-file-0123456789abcdef-0 -n team")
+        );
+        assert!(cases[0].0.contains(
+            "kubectl patch approvalrequest a-delete-file-0123456789abcdef-0 -n team --type merge"
+        ));
         assert!(cases[1].0.contains("denied by alice") && cases[1].0.contains("too risky"));
         assert!(cases[2].0.contains("expired at 2026-11-22T01:00:00Z"));
         assert!(refusal_text("t", "n", &Resolution::Approved { name: name() }).is_none());

@@ -168,7 +168,11 @@ fn json_response(body: Vec<u8>) -> Response<Body> {
 }
 
 fn rejected_response(rejected: &Rejected) -> Response<Body> {
-    let mut resp = json_response(jsonrpc::error_response(&Value::Null, rejected.code(), &rejected.to_string()));
+    let mut resp = json_response(jsonrpc::error_response(
+        &Value::Null,
+        rejected.code(),
+        &rejected.to_string(),
+    ));
     *resp.status_mut() = StatusCode::BAD_REQUEST;
     resp
 }
@@ -229,8 +233,8 @@ async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>)
         Ok(b) => b,
         Err(e) => return bad_gateway(&up, &e),
     };
-    let body = jsonrpc::filter_tools_list(&body, &id, |t| up.server.allows(t))
-        .map_or(body, Bytes::from);
+    let body =
+        jsonrpc::filter_tools_list(&body, &id, |t| up.server.allows(t)).map_or(body, Bytes::from);
     builder
         .body(Body::from(body))
         .expect("upstream response parts are valid")
@@ -253,7 +257,9 @@ where
             let split = splitter.as_mut()?;
             let events = match upstream.next().await {
                 Some(Ok(chunk)) => split.push(&chunk),
-                Some(Err(e)) => return Some((futures::stream::iter(vec![Err(e)]), (upstream, None))),
+                Some(Err(e)) => {
+                    return Some((futures::stream::iter(vec![Err(e)]), (upstream, None)));
+                }
                 None => splitter.take()?.finish().into_iter().collect(),
             };
             let items: Vec<Result<Bytes, E>> = events
@@ -272,13 +278,22 @@ where
 
 /// A `tools/call`: refused if the tool is not offered, forwarded if it needs no approval,
 /// otherwise held until its ApprovalRequest resolves.
-async fn tools_call(up: Arc<Upstream>, headers: HeaderMap, body: Bytes, call: ToolCall) -> Response<Body> {
+async fn tools_call(
+    up: Arc<Upstream>,
+    headers: HeaderMap,
+    body: Bytes,
+    call: ToolCall,
+) -> Response<Body> {
     let metrics = up.shared.metrics.clone();
     let proto = protocol(&headers).map(str::to_owned);
     if !up.server.allows(&call.name) {
         tracing::info!(server = %up.label, tool = %call.name, "refused: tool not offered");
         metrics.call(Outcome::refused);
-        return json_response(jsonrpc::tool_error(&call.id, &outcome::unknown_tool(&call.name), proto.as_deref()));
+        return json_response(jsonrpc::tool_error(
+            &call.id,
+            &outcome::unknown_tool(&call.name),
+            proto.as_deref(),
+        ));
     }
     if !up.server.requires_approval(&call.name) {
         return match up.send(Method::POST, up.url.clone(), &headers, body).await {
@@ -289,7 +304,8 @@ async fn tools_call(up: Arc<Upstream>, headers: HeaderMap, body: Bytes, call: To
             Err(e) => {
                 tracing::warn!(server = %up.label, tool = %call.name, error = %e, "upstream failed");
                 metrics.call(Outcome::error);
-                let text = outcome::error(&call.name, &format!("upstream {} unreachable", up.label));
+                let text =
+                    outcome::error(&call.name, &format!("upstream {} unreachable", up.label));
                 json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
             }
         };
@@ -302,7 +318,9 @@ async fn tools_call(up: Arc<Upstream>, headers: HeaderMap, body: Bytes, call: To
     if !streaming {
         return match gated(&up, up.url.clone(), &headers, body, &call, &|_| {}).await {
             GatedResult::Forwarded(resp) => relay(resp),
-            GatedResult::Refused(text) => json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref())),
+            GatedResult::Refused(text) => {
+                json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
+            }
         };
     }
     // Progress wanted: answer with an SSE stream carrying progress notifications, then the
@@ -337,16 +355,29 @@ async fn tools_call(up: Arc<Upstream>, headers: HeaderMap, body: Bytes, call: To
                     let _ = tx.send(sse::message(&b));
                 }
                 Err(e) => {
-                    let text = outcome::error(&call.name, &format!("reading the upstream answer failed: {e}"));
-                    let _ = tx.send(sse::message(&jsonrpc::tool_error(&call.id, &text, proto.as_deref())));
+                    let text = outcome::error(
+                        &call.name,
+                        &format!("reading the upstream answer failed: {e}"),
+                    );
+                    let _ = tx.send(sse::message(&jsonrpc::tool_error(
+                        &call.id,
+                        &text,
+                        proto.as_deref(),
+                    )));
                 }
             },
             GatedResult::Refused(text) => {
-                let _ = tx.send(sse::message(&jsonrpc::tool_error(&call.id, &text, proto.as_deref())));
+                let _ = tx.send(sse::message(&jsonrpc::tool_error(
+                    &call.id,
+                    &text,
+                    proto.as_deref(),
+                )));
             }
         }
     });
-    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok::<_, std::io::Error>)));
+    let stream = futures::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|o| o.map(Ok::<_, std::io::Error>))
+    });
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -378,7 +409,10 @@ pub async fn gated(
         Ok(d) => d,
         Err(e) => {
             metrics.call(Outcome::error);
-            return GatedResult::Refused(outcome::error(&call.name, &format!("arguments cannot be canonicalized: {e}")));
+            return GatedResult::Refused(outcome::error(
+                &call.name,
+                &format!("arguments cannot be canonicalized: {e}"),
+            ));
         }
     };
     let gated_call = GatedCall {
@@ -420,7 +454,10 @@ pub async fn gated(
         Err(e) => {
             tracing::warn!(server = %up.label, tool = %call.name, reason = e.reason(), error = %e, "approval failed; not forwarded");
             metrics.call(Outcome::error);
-            return GatedResult::Refused(outcome::error(&call.name, &format!("{} ({})", e, e.reason())));
+            return GatedResult::Refused(outcome::error(
+                &call.name,
+                &format!("{} ({})", e, e.reason()),
+            ));
         }
     };
     match up.send(Method::POST, url, headers, body).await {
@@ -432,7 +469,11 @@ pub async fn gated(
         Err(e) => {
             tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "upstream failed after approval");
             metrics.call(Outcome::error);
-            GatedResult::Refused(outcome::upstream_failed_after_approval(&call.name, &name, &e.to_string()))
+            GatedResult::Refused(outcome::upstream_failed_after_approval(
+                &call.name,
+                &name,
+                &e.to_string(),
+            ))
         }
     }
 }

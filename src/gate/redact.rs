@@ -110,7 +110,7 @@ fn cut(map: Map<String, Value>, original_bytes: usize) -> Map<String, Value> {
     let mut out = Map::new();
     for (key, value) in map {
         let value = shrink(&value, 0);
-        let value = if used + entry_len(&key, &value) + 1 <= MAX_PREVIEW_BYTES {
+        let value = if used + entry_len(&key, &value) < MAX_PREVIEW_BYTES {
             value
         } else {
             Value::String(TRUNCATED.into())

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::serve::ListenerExt;
 use axum::routing::{any, get, post};
+use axum::serve::ListenerExt;
 
 use super::approval::{ApprovalSettings, Approvals};
 use super::config::GateConfig;
@@ -56,7 +56,10 @@ pub fn build(
     let metrics = Arc::new(Metrics::default());
     let settings = ApprovalSettings {
         timeout: seconds("approval.timeout_seconds", config.approval.timeout_seconds)?,
-        wait: seconds("approval.wait_timeout_seconds", config.approval.wait_timeout_seconds)?,
+        wait: seconds(
+            "approval.wait_timeout_seconds",
+            config.approval.wait_timeout_seconds,
+        )?,
         progress_every,
         pod,
     };
@@ -160,7 +163,13 @@ async fn bind(addr: &str) -> Result<tokio::net::TcpListener> {
 /// `metrics_listen`, the in-cluster (or kubeconfig) Kubernetes client.
 pub async fn run(config: GateConfig) -> Result<()> {
     let client = kube::Client::try_default().await?;
-    let (router, metrics) = build(&config, client, Arc::new(SystemClock), pod_name(), PROGRESS_EVERY)?;
+    let (router, metrics) = build(
+        &config,
+        client,
+        Arc::new(SystemClock),
+        pod_name(),
+        PROGRESS_EVERY,
+    )?;
     let mcp = bind(&config.listen).await?;
     let health = bind(&config.metrics_listen).await?;
     tracing::info!(listen = %config.listen, metrics = %config.metrics_listen,
@@ -169,10 +178,10 @@ pub async fn run(config: GateConfig) -> Result<()> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let mcp_server = axum::serve(mcp.tap_io(nodelay), router)
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let health_server = axum::serve(health, metrics_router(metrics))
-        .with_graceful_shutdown(stopped(stop_rx));
+    let mcp_server =
+        axum::serve(mcp.tap_io(nodelay), router).with_graceful_shutdown(stopped(stop_rx.clone()));
+    let health_server =
+        axum::serve(health, metrics_router(metrics)).with_graceful_shutdown(stopped(stop_rx));
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down");

@@ -130,11 +130,15 @@ mod tests {
     fn splits_across_chunks_and_terminators() {
         let mut s = Splitter::default();
         assert!(s.push(b"event: message\nda").is_empty());
-        assert_eq!(s.push(b"ta: {}\n\nid: 1\r"), vec![Bytes::from_static(b"event: message\ndata: {}\n\n")]);
+        assert_eq!(
+            s.push(b"ta: {}\n\nid: 1\r"),
+            vec![Bytes::from_static(b"event: message\ndata: {}\n\n")]
+        );
         assert!(s.push(b"\ndata: a\r").is_empty());
-        assert_eq!(s.push(b"\n\r\ndata: b\r\r"), vec![
-            Bytes::from_static(b"id: 1\r\ndata: a\r\n\r\n"),
-        ]);
+        assert_eq!(
+            s.push(b"\n\r\ndata: b\r\r"),
+            vec![Bytes::from_static(b"id: 1\r\ndata: a\r\n\r\n"),]
+        );
         assert_eq!(s.push(b": c"), vec![Bytes::from_static(b"data: b\r\r")]);
         assert_eq!(s.finish(), Some(Bytes::from_static(b": c")));
     }

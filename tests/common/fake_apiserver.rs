@@ -60,12 +60,19 @@ impl FakeApi {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (events, _) = broadcast::channel(256);
-        let api = Self { store: Arc::default(), events, url };
+        let api = Self {
+            store: Arc::default(),
+            events,
+            url,
+        };
         let base = "/apis/kagent.dev/v1alpha2/namespaces/{ns}/approvalrequests";
         let app = Router::new()
             .route(base, get(collection).post(create))
             .route(&format!("{base}/{{name}}"), get(one).patch(patch_main))
-            .route(&format!("{base}/{{name}}/status"), axum::routing::patch(patch_status))
+            .route(
+                &format!("{base}/{{name}}/status"),
+                axum::routing::patch(patch_status),
+            )
             .with_state(api.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         api
@@ -84,7 +91,13 @@ impl FakeApi {
 
     /// Stored objects.
     pub fn objects(&self) -> Vec<Value> {
-        self.store.lock().unwrap().objects.values().cloned().collect()
+        self.store
+            .lock()
+            .unwrap()
+            .objects
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Makes every request fail with `code` (None: work again).
@@ -94,7 +107,13 @@ impl FakeApi {
 
     /// How many watches were opened on `name`.
     pub fn watches(&self, name: &str) -> usize {
-        self.store.lock().unwrap().watches.get(name).copied().unwrap_or(0)
+        self.store
+            .lock()
+            .unwrap()
+            .watches
+            .get(name)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Writes a decision, as `kubectl hitl approve|deny` would (write-once).
@@ -103,7 +122,10 @@ impl FakeApi {
         s.rv += 1;
         let rv = s.rv;
         let obj = s.objects.get_mut(name).expect("request exists");
-        assert!(obj["spec"].get("decision").is_none(), "decision is write-once");
+        assert!(
+            obj["spec"].get("decision").is_none(),
+            "decision is write-once"
+        );
         obj["spec"]["decision"] = json!({"type": kind, "decidedBy": by, "reason": reason});
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         let _ = self.events.send(("MODIFIED".into(), obj.clone()));
@@ -111,8 +133,22 @@ impl FakeApi {
 
     fn record(&self, method: &Method, uri: &Uri, body: &[u8]) -> Option<Response> {
         let mut s = self.store.lock().unwrap();
-        s.requests.push((method.to_string(), uri.to_string(), String::from_utf8_lossy(body).into()));
-        s.fail.map(|code| status(code, if code == 403 { "Forbidden" } else { "InternalError" }, "injected failure"))
+        s.requests.push((
+            method.to_string(),
+            uri.to_string(),
+            String::from_utf8_lossy(body).into(),
+        ));
+        s.fail.map(|code| {
+            status(
+                code,
+                if code == 403 {
+                    "Forbidden"
+                } else {
+                    "InternalError"
+                },
+                "injected failure",
+            )
+        })
     }
 }
 
@@ -141,11 +177,17 @@ async fn collection(
     let items: Vec<Value> = s
         .objects
         .values()
-        .filter(|o| selector.iter().all(|(k, v)| o["metadata"]["labels"][k] == json!(v)))
+        .filter(|o| {
+            selector
+                .iter()
+                .all(|(k, v)| o["metadata"]["labels"][k] == json!(v))
+        })
         .cloned()
         .collect();
-    axum::Json(json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequestList",
-        "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+    axum::Json(
+        json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequestList",
+        "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+    )
     .into_response()
 }
 
@@ -155,7 +197,10 @@ fn watch(api: FakeApi, q: BTreeMap<String, String>) -> Response {
         .and_then(|f| f.strip_prefix("metadata.name="))
         .unwrap_or_default()
         .to_string();
-    let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let from: u64 = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut rx = api.events.subscribe();
     let current = {
         let mut s = api.store.lock().unwrap();
@@ -167,7 +212,12 @@ fn watch(api: FakeApi, q: BTreeMap<String, String>) -> Response {
         l.push(b'\n');
         Ok::<_, std::io::Error>(Bytes::from(l))
     };
-    let rv_of = |o: &Value| o["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let rv_of = |o: &Value| {
+        o["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     let (tx, mut out) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut last = from;
@@ -201,7 +251,11 @@ async fn create(State(api): State<FakeApi>, method: Method, uri: Uri, body: Byte
     let name = obj["metadata"]["name"].as_str().unwrap().to_string();
     let mut s = api.store.lock().unwrap();
     if s.objects.contains_key(&name) {
-        return status(409, "AlreadyExists", &format!("approvalrequests \"{name}\" already exists"));
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("approvalrequests \"{name}\" already exists"),
+        );
     }
     s.rv += 1;
     obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
@@ -212,7 +266,12 @@ async fn create(State(api): State<FakeApi>, method: Method, uri: Uri, body: Byte
     (StatusCode::CREATED, axum::Json(obj)).into_response()
 }
 
-async fn one(State(api): State<FakeApi>, method: Method, uri: Uri, Path((_, name)): Path<(String, String)>) -> Response {
+async fn one(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    Path((_, name)): Path<(String, String)>,
+) -> Response {
     if let Some(r) = api.record(&method, &uri, b"") {
         return r;
     }
@@ -222,7 +281,13 @@ async fn one(State(api): State<FakeApi>, method: Method, uri: Uri, Path((_, name
     }
 }
 
-async fn patch_main(State(api): State<FakeApi>, method: Method, uri: Uri, Path((_, name)): Path<(String, String)>, body: Bytes) -> Response {
+async fn patch_main(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    Path((_, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
     if let Some(r) = api.record(&method, &uri, &body) {
         return r;
     }
@@ -240,7 +305,13 @@ async fn patch_main(State(api): State<FakeApi>, method: Method, uri: Uri, Path((
     axum::Json(obj).into_response()
 }
 
-async fn patch_status(State(api): State<FakeApi>, method: Method, uri: Uri, Path((_, name)): Path<(String, String)>, body: Bytes) -> Response {
+async fn patch_status(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    Path((_, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
     if let Some(r) = api.record(&method, &uri, &body) {
         return r;
     }
@@ -250,10 +321,14 @@ async fn patch_status(State(api): State<FakeApi>, method: Method, uri: Uri, Path
     let Some(obj) = s.objects.get_mut(&name) else {
         return status(404, "NotFound", "not found");
     };
-    if let Some(want) = patch["metadata"]["resourceVersion"].as_str() {
-        if obj["metadata"]["resourceVersion"] != json!(want) {
-            return status(409, "Conflict", "the object has been modified; please apply your changes to the latest version and try again");
-        }
+    if let Some(want) = patch["metadata"]["resourceVersion"].as_str()
+        && obj["metadata"]["resourceVersion"] != json!(want)
+    {
+        return status(
+            409,
+            "Conflict",
+            "the object has been modified; please apply your changes to the latest version and try again",
+        );
     }
     if obj["status"].get("consumedAt").is_some() && patch["status"].get("consumedAt").is_some() {
         return status(422, "Invalid", "status.consumedAt is write-once");

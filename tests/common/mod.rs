@@ -33,8 +33,12 @@ pub fn peers_dir() -> PathBuf {
 
 /// Whether the npm peers are installed; prints why a test is skipped when not.
 pub fn peers_available(test: &str) -> bool {
-    let ok = peers_dir().join("node_modules/@modelcontextprotocol/server-everything").is_dir()
-        && peers_dir().join("node_modules/@modelcontextprotocol/sdk").is_dir();
+    let ok = peers_dir()
+        .join("node_modules/@modelcontextprotocol/server-everything")
+        .is_dir()
+        && peers_dir()
+            .join("node_modules/@modelcontextprotocol/sdk")
+            .is_dir();
     if !ok {
         println!(
             "SKIP {test}: tests/mcp-peers/node_modules is missing; run `npm ci --prefix tests/mcp-peers`"
@@ -45,7 +49,13 @@ pub fn peers_available(test: &str) -> bool {
 
 /// Captured logs of the whole test binary.
 pub fn logs() -> String {
-    String::from_utf8_lossy(&LOGS.get().map(|l| l.lock().unwrap().clone()).unwrap_or_default()).into()
+    String::from_utf8_lossy(
+        &LOGS
+            .get()
+            .map(|l| l.lock().unwrap().clone())
+            .unwrap_or_default(),
+    )
+    .into()
 }
 
 static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
@@ -78,7 +88,11 @@ pub fn init() {
 
 /// A free port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Polls `f` until it returns `Some`, for at most ~30 s.
@@ -117,15 +131,21 @@ impl Everything {
             std::net::TcpStream::connect(("127.0.0.1", port)).ok()
         })
         .await;
-        Self { _child: child, port }
+        Self {
+            _child: child,
+            port,
+        }
     }
 }
+
+/// A request seen by [`Counter`]: (method, `x-upstream-token`, `mcp-session-id`).
+pub type Seen = (String, String, Option<String>);
 
 /// A proxy in front of the upstream counting `tools/call` requests by tool name.
 #[derive(Clone)]
 pub struct Counter {
     calls: Arc<Mutex<BTreeMap<String, usize>>>,
-    seen: Arc<Mutex<Vec<(String, String, Option<String>)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
     target: String,
     http: reqwest::Client,
     /// Base URL of the proxy.
@@ -149,7 +169,7 @@ impl Counter {
     }
 
     /// Every request as (method, `x-upstream-token` header, `mcp-session-id` header).
-    pub fn seen(&self) -> Vec<(String, String, Option<String>)> {
+    pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 
@@ -159,24 +179,46 @@ impl Counter {
     }
 }
 
-async fn forward(State(c): State<Counter>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response<Body> {
+async fn forward(
+    State(c): State<Counter>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
     let header = |n: &str| headers.get(n).map(|v| v.to_str().unwrap().to_string());
     c.seen.lock().unwrap().push((
         method.to_string(),
-        headers.get_all("x-upstream-token").iter().map(|v| v.to_str().unwrap()).collect::<Vec<_>>().join(","),
+        headers
+            .get_all("x-upstream-token")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect::<Vec<_>>()
+            .join(","),
         header("mcp-session-id"),
     ));
-    if let Ok(v) = serde_json::from_slice::<Value>(&body) {
-        if v["method"] == "tools/call" {
-            let name = v["params"]["name"].as_str().unwrap_or_default().to_string();
-            *c.calls.lock().unwrap().entry(name).or_default() += 1;
-        }
+    if let Ok(v) = serde_json::from_slice::<Value>(&body)
+        && v["method"] == "tools/call"
+    {
+        let name = v["params"]["name"].as_str().unwrap_or_default().to_string();
+        *c.calls.lock().unwrap().entry(name).or_default() += 1;
     }
-    let url = format!("{}{}", c.target, uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
+    let url = format!(
+        "{}{}",
+        c.target,
+        uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")
+    );
     let mut h = headers.clone();
     h.remove("host");
     h.remove("content-length");
-    let resp = c.http.request(method, url).headers(h).body(body).send().await.unwrap();
+    let resp = c
+        .http
+        .request(method, url)
+        .headers(h)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
     let mut out = Response::builder().status(resp.status());
     for (k, v) in resp.headers() {
         if k != "content-length" && k != "transfer-encoding" && k != "connection" {
@@ -187,7 +229,13 @@ async fn forward(State(c): State<Counter>, method: Method, uri: Uri, headers: He
 }
 
 /// A gate server entry.
-pub fn server(name: &str, protocol: McpProtocol, url: &str, tools: &[&str], gated: &[&str]) -> GateServer {
+pub fn server(
+    name: &str,
+    protocol: McpProtocol,
+    url: &str,
+    tools: &[&str],
+    gated: &[&str],
+) -> GateServer {
     GateServer {
         namespace: "tools".into(),
         name: name.into(),
@@ -252,7 +300,11 @@ impl Gate {
         let url = format!("http://{}", mcp.local_addr().unwrap());
         let metrics_url = format!("http://{}", health.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(mcp, router).await.unwrap() });
-        tokio::spawn(async move { axum::serve(health, server::metrics_router(metrics)).await.unwrap() });
+        tokio::spawn(async move {
+            axum::serve(health, server::metrics_router(metrics))
+                .await
+                .unwrap()
+        });
         Self { url, metrics_url }
     }
 
@@ -263,8 +315,17 @@ impl Gate {
 
     /// The metrics text.
     pub async fn metrics(&self) -> String {
-        reqwest::Client::builder().no_proxy().build().unwrap()
-            .get(format!("{}/metrics", self.metrics_url)).send().await.unwrap().text().await.unwrap()
+        reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(format!("{}/metrics", self.metrics_url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 }
 
@@ -297,6 +358,9 @@ pub async fn client(url: &str, transport: &str, ops: Value) -> Vec<Value> {
 pub fn result_text(v: &Value) -> (String, bool) {
     let r = &v["result"];
     assert!(r.is_object(), "no result: {v}");
-    let text = r["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    let text = r["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     (text, r["isError"] == true)
 }

@@ -15,7 +15,14 @@ pub async fn start() -> String {
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let app = Router::new().route("/mcp", post(handle));
     tokio::spawn(async move {
-        axum::serve(listener.tap_io(|s| { let _ = s.set_nodelay(true); }), app).await.unwrap()
+        axum::serve(
+            listener.tap_io(|s| {
+                let _ = s.set_nodelay(true);
+            }),
+            app,
+        )
+        .await
+        .unwrap()
     });
     url
 }
@@ -38,7 +45,9 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
             {"name": "echo", "inputSchema": {"type": "object"}},
             {"name": "hidden", "inputSchema": {"type": "object"}}
         ]}),
-        Some("tools/call") => json!({"content": [{"type": "text", "text": msg["params"]["arguments"].to_string()}]}),
+        Some("tools/call") => {
+            json!({"content": [{"type": "text", "text": msg["params"]["arguments"].to_string()}]})
+        }
         _ => return StatusCode::ACCEPTED.into_response(),
     };
     let session = headers
@@ -47,7 +56,10 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
         .unwrap_or("stub-session")
         .to_string();
     (
-        [("content-type", "application/json"), ("mcp-session-id", session.as_str())],
+        [
+            ("content-type", "application/json"),
+            ("mcp-session-id", session.as_str()),
+        ],
         serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result})).unwrap(),
     )
         .into_response()

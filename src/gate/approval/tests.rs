@@ -51,7 +51,11 @@ fn approvals_with_clock(at: Timestamp) -> (Approvals, Handle, Arc<Manual>) {
         progress_every: Duration::from_secs(3600),
         pod: "gate-pod-0".into(),
     };
-    (Approvals::new(client, agent, settings, clock.clone()), handle, clock)
+    (
+        Approvals::new(client, agent, settings, clock.clone()),
+        handle,
+        clock,
+    )
 }
 
 fn args() -> Value {
@@ -153,7 +157,8 @@ fn watch_uri(name: &str, rv: &str) -> String {
 
 async fn resolve(a: &Approvals, c: &GatedCall<'_>) -> Result<Resolution> {
     let progress = Mutex::new(Vec::<String>::new());
-    a.resolve(c, &|m: &str| progress.lock().unwrap().push(m.to_string())).await
+    a.resolve(c, &|m: &str| progress.lock().unwrap().push(m.to_string()))
+        .await
 }
 
 /// Expects list (empty) + create; answers them; returns the stored object.
@@ -162,7 +167,10 @@ async fn expect_list_and_create(handle: &mut Handle, c: &GatedCall<'_>) -> Value
     assert_eq!((m.as_str(), uri), ("GET", list_uri(c)));
     respond(send, 200, &list_of(vec![]));
     let (m, uri, body, send) = next(handle).await;
-    assert_eq!((m.as_str(), uri.as_str()), ("POST", &format!("{BASE_PATH}?")[..]));
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        ("POST", &format!("{BASE_PATH}?")[..])
+    );
     let obj = stored(&body, "10");
     respond(send, 201, &obj);
     obj
@@ -185,7 +193,10 @@ async fn create_watch_consume_exact_requests() {
     respond(send, 200, &list_of(vec![]));
 
     let (m, uri, body, send) = next(&mut handle).await;
-    assert_eq!((m.as_str(), uri.as_str()), ("POST", &format!("{BASE_PATH}?")[..]));
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        ("POST", &format!("{BASE_PATH}?")[..])
+    );
     let expected = json!({
         "apiVersion": "kagent.dev/v1alpha2",
         "kind": "ApprovalRequest",
@@ -220,11 +231,22 @@ async fn create_watch_consume_exact_requests() {
 
     let (m, uri, _, send) = next(&mut handle).await;
     assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
-    let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice", "reason": "ok"}));
-    send.send_response(Response::builder().body(watch_body(&[("MODIFIED", approved)])).unwrap());
+    let approved = with_decision(
+        &obj,
+        "11",
+        json!({"type": "Approve", "decidedBy": "alice", "reason": "ok"}),
+    );
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved)]))
+            .unwrap(),
+    );
 
     let (m, uri, body, send) = next(&mut handle).await;
-    assert_eq!((m.as_str(), uri), ("PATCH", format!("{BASE_PATH}/{name}/status?")));
+    assert_eq!(
+        (m.as_str(), uri),
+        ("PATCH", format!("{BASE_PATH}/{name}/status?"))
+    );
     assert_eq!(
         body,
         json!({
@@ -252,11 +274,21 @@ async fn deny_is_refused_without_consuming() {
     });
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     let (_, _, _, send) = next(&mut handle).await;
-    let denied = with_decision(&obj, "11", json!({"type": "Deny", "decidedBy": "bob", "reason": "no"}));
-    send.send_response(Response::builder().body(watch_body(&[("MODIFIED", denied)])).unwrap());
+    let denied = with_decision(
+        &obj,
+        "11",
+        json!({"type": "Deny", "decidedBy": "bob", "reason": "no"}),
+    );
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", denied)]))
+            .unwrap(),
+    );
     let res = task.await.unwrap().unwrap();
-    assert!(matches!(res, Resolution::Refused { refusal: Refusal::Denied { ref decided_by, ref reason }, .. }
-        if decided_by == "bob" && reason.as_deref() == Some("no")));
+    assert!(
+        matches!(res, Resolution::Refused { refusal: Refusal::Denied { ref decided_by, ref reason }, .. }
+        if decided_by == "bob" && reason.as_deref() == Some("no"))
+    );
     // No further request (no consumption) before the client was dropped.
     assert!(handle.next_request().await.is_none());
 }
@@ -273,7 +305,10 @@ async fn apiserver_errors_fail_closed() {
         let (_, _, _, send) = next(&mut handle).await;
         respond(send, code, &status(code, reason));
         let err = task.await.unwrap().unwrap_err();
-        assert!(matches!(&err, Error::Kube(kube::Error::Api(s)) if s.code == code), "{err}");
+        assert!(
+            matches!(&err, Error::Kube(kube::Error::Api(s)) if s.code == code),
+            "{err}"
+        );
     }
     // Forbidden on create.
     let arguments = args();
@@ -301,7 +336,11 @@ async fn consume_500_fails_closed() {
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     let (_, _, _, send) = next(&mut handle).await;
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send.send_response(Response::builder().body(watch_body(&[("MODIFIED", approved)])).unwrap());
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved)]))
+            .unwrap(),
+    );
     let (m, _, _, send) = next(&mut handle).await;
     assert_eq!(m, "PATCH");
     respond(send, 500, &status(500, "InternalError"));
@@ -321,7 +360,11 @@ async fn conflict_on_consume_rereads_and_does_not_forward() {
     let obj = expect_list_and_create(&mut handle, &c).await;
     let (_, _, _, send) = next(&mut handle).await;
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send.send_response(Response::builder().body(watch_body(&[("MODIFIED", approved.clone())])).unwrap());
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved.clone())]))
+            .unwrap(),
+    );
     let (m, _, _, send) = next(&mut handle).await;
     assert_eq!(m, "PATCH");
     respond(send, 409, &status(409, "Conflict"));
@@ -333,7 +376,9 @@ async fn conflict_on_consume_rereads_and_does_not_forward() {
     consumed["status"] = json!({"phase": "Executed", "consumedAt": "2026-11-22T00:00:00Z", "consumedBy": "gate-pod-1"});
     respond(send, 200, &consumed);
     let res = task.await.unwrap().unwrap();
-    assert!(matches!(res, Resolution::Refused { refusal: Refusal::Consumed { by: Some(ref b) }, .. } if b == "gate-pod-1"));
+    assert!(
+        matches!(res, Resolution::Refused { refusal: Refusal::Consumed { by: Some(ref b) }, .. } if b == "gate-pod-1")
+    );
 }
 
 #[tokio::test]
@@ -347,7 +392,11 @@ async fn malformed_decision_fails_closed() {
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     let (_, _, _, send) = next(&mut handle).await;
     let bad = with_decision(&obj, "11", json!({"type": "Maybe", "decidedBy": "alice"}));
-    send.send_response(Response::builder().body(watch_body(&[("MODIFIED", bad)])).unwrap());
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", bad)]))
+            .unwrap(),
+    );
     assert!(task.await.unwrap().is_err());
 }
 
@@ -361,8 +410,15 @@ async fn deleted_request_fails_closed() {
     });
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     let (_, _, _, send) = next(&mut handle).await;
-    send.send_response(Response::builder().body(watch_body(&[("DELETED", obj)])).unwrap());
-    assert!(matches!(task.await.unwrap(), Err(Error::RequestDeleted { .. })));
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("DELETED", obj)]))
+            .unwrap(),
+    );
+    assert!(matches!(
+        task.await.unwrap(),
+        Err(Error::RequestDeleted { .. })
+    ));
 }
 
 #[tokio::test]
@@ -379,9 +435,22 @@ async fn approval_seen_after_expiry_is_not_consumed() {
     // The approval arrives, but the gate sees it at expiresAt: it revives nothing.
     *clock.0.lock().unwrap() = "2026-11-22T01:00:00Z".parse().unwrap();
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send.send_response(Response::builder().body(watch_body(&[("MODIFIED", approved)])).unwrap());
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved)]))
+            .unwrap(),
+    );
     let res = task.await.unwrap().unwrap();
-    assert!(matches!(res, Resolution::Refused { refusal: Refusal::Expired { .. }, .. }), "{res:?}");
+    assert!(
+        matches!(
+            res,
+            Resolution::Refused {
+                refusal: Refusal::Expired { .. },
+                ..
+            }
+        ),
+        "{res:?}"
+    );
     assert!(handle.next_request().await.is_none(), "nothing consumed");
 }
 
@@ -442,11 +511,16 @@ async fn finished_requests_do_not_block_a_new_generation() {
     let gen0 = serde_json::to_value(a.build(&c, &expected_name(&c, 0)).unwrap()).unwrap();
     let executed = {
         let mut o = with_decision(&gen0, "3", json!({"type": "Approve", "decidedBy": "alice"}));
-        o["status"] = json!({"phase": "Executed", "consumedAt": "2026-11-21T23:00:00Z", "consumedBy": "p"});
+        o["status"] =
+            json!({"phase": "Executed", "consumedAt": "2026-11-21T23:00:00Z", "consumedBy": "p"});
         o
     };
     let gen1 = serde_json::to_value(a.build(&c, &expected_name(&c, 1)).unwrap()).unwrap();
-    let denied = with_decision(&gen1, "4", json!({"type": "Deny", "decidedBy": "bob", "reason": "no"}));
+    let denied = with_decision(
+        &gen1,
+        "4",
+        json!({"type": "Deny", "decidedBy": "bob", "reason": "no"}),
+    );
     // A request for other arguments with the same label prefix is ignored.
     let mut foreign = with_decision(&gen0, "5", json!({"type": "Approve", "decidedBy": "x"}));
     foreign["metadata"]["name"] = json!("agent-a-delete-file-ffffffffffffffff-0");
@@ -472,7 +546,10 @@ async fn a_live_request_is_reused_without_creating() {
     let arguments = args();
     let c = call(&arguments);
     let (a, mut handle) = approvals(now());
-    let pending = stored(&serde_json::to_value(a.build(&c, &expected_name(&c, 0)).unwrap()).unwrap(), "7");
+    let pending = stored(
+        &serde_json::to_value(a.build(&c, &expected_name(&c, 0)).unwrap()).unwrap(),
+        "7",
+    );
     let task = tokio::spawn({
         let a = a.clone();
         let arguments = arguments.clone();
