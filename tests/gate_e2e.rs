@@ -606,3 +606,25 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
     assert_eq!(counter.count("get-env"), 0);
     assert_eq!(counter.count("get-sum"), 1);
 }
+
+#[tokio::test]
+async fn upstream_connections_are_reused() {
+    if !peers_available("upstream_connections_are_reused") {
+        return;
+    }
+    let env = Env::start(3600.0, 5.0).await;
+    let calls: Vec<Value> = (0..10)
+        .map(|i| call("echo", json!({"message": format!("m{i}")})))
+        .collect();
+    let out = client(&env.url("everything"), "streamable", Value::Array(calls)).await;
+    assert_eq!(out.len(), 10);
+    let requests = env.counter.seen().len();
+    // initialize, initialized, the GET stream and 10 calls: far more requests than connections
+    // (the GET stream holds one connection, the POSTs share the pool).
+    assert!(requests >= 13, "{requests}");
+    assert!(
+        env.counter.connections() <= 3,
+        "{} connections for {requests} requests",
+        env.counter.connections()
+    );
+}

@@ -16,6 +16,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, Uri};
+use axum::serve::ListenerExt;
 use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::gate::config::{AgentIdentity, GateApproval, GateConfig, GateServer};
@@ -146,6 +147,7 @@ pub type Seen = (String, String, Option<String>);
 pub struct Counter {
     calls: Arc<Mutex<BTreeMap<String, usize>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
     target: String,
     http: reqwest::Client,
     /// Base URL of the proxy.
@@ -159,11 +161,16 @@ impl Counter {
         let c = Self {
             calls: Arc::default(),
             seen: Arc::default(),
+            connections: Arc::default(),
             target,
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
             url: format!("http://{}", listener.local_addr().unwrap()),
         };
         let app = Router::new().fallback(forward).with_state(c.clone());
+        let connections = c.connections.clone();
+        let listener = listener.tap_io(move |_| {
+            connections.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         c
     }
@@ -171,6 +178,11 @@ impl Counter {
     /// Every request as (method, `x-upstream-token` header, `mcp-session-id` header).
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// How many TCP connections the gate opened to the upstream.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many times `tool` reached the upstream.
