@@ -50,6 +50,12 @@ pub enum Error {
         /// Name of the request.
         name: String,
     },
+    /// Creating a call's ApprovalRequest kept colliding with finished requests of other gates.
+    #[error("could not create an ApprovalRequest {name}-<n>: too many concurrent generations")]
+    CreateRace {
+        /// Name of the call's requests without the generation.
+        name: String,
+    },
     /// The upstream MCP server could not be reached or failed.
     #[error("upstream {server}: {message}")]
     Upstream {
@@ -87,6 +93,7 @@ impl Error {
             Self::Yaml { .. } => "InvalidYaml",
             Self::Io { .. } => "IoError",
             Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
+            Self::CreateRace { .. } => "ApprovalRequestCreateRace",
             Self::Upstream { .. } => "UpstreamError",
             Self::Bind { .. } => "BindError",
         }

@@ -76,5 +76,17 @@ async fn json_responses_are_filtered_and_relayed() {
     )
     .await;
     assert_eq!(resp.status(), 400);
+    // Only POST carries messages; a PUT with a tool call is refused, not relayed.
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .put(&url)
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"hidden"}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
     assert!(api.requests().is_empty());
 }

@@ -35,6 +35,8 @@ use crate::{Error, Result};
 const MAX_MESSAGE_CHARS: usize = 4096;
 /// How many generations a call may race through before the gate gives up.
 const MAX_CREATE_ATTEMPTS: u64 = 8;
+/// How many 409 Conflicts on consumption the gate re-reads before giving up.
+const MAX_CONFLICTS: u32 = 5;
 
 /// A gated call, as the approval flow needs it.
 #[derive(Clone, Debug)]
@@ -133,37 +135,36 @@ impl Approvals {
         let (mut req, previous) = self.find_or_create(call).await?;
         let name = req.metadata.name.clone().unwrap_or_default();
         let wait_until = Instant::now() + self.wait;
+        let mut conflicts = 0;
         loop {
             let now = self.clock.now();
             match decide(&req, &call.key, now) {
                 Verdict::Refuse(refusal) => return Ok(Resolution::Refused { name, refusal }),
                 Verdict::Forward => match self.consume(&req).await {
                     Ok(()) => return Ok(Resolution::Approved { name }),
-                    Err(Error::Kube(kube::Error::Api(s))) if s.is_conflict() => {
-                        tracing::info!(request = %name, "approval consumed concurrently; re-reading");
+                    Err(Error::Kube(kube::Error::Api(s)))
+                        if s.is_conflict() && conflicts < MAX_CONFLICTS =>
+                    {
+                        conflicts += 1;
+                        tracing::info!(request = %name, "request changed while consuming; re-reading");
                         req = self.api.get(&name).await?;
                     }
                     Err(e) => return Err(e),
                 },
+                Verdict::Wait if Instant::now() >= wait_until => {
+                    return Ok(Resolution::Pending {
+                        name,
+                        previous: previous.map(Box::new),
+                    });
+                }
                 Verdict::Wait => {
-                    let left = req.spec.expires_at.0.duration_since(now);
-                    let expires_in = left.unsigned_abs();
+                    let expires_in = req.spec.expires_at.0.duration_since(now).unsigned_abs();
                     let deadline = wait_until.min(Instant::now() + expires_in);
-                    match self.next_change(&req, deadline, progress).await? {
-                        Some(next) => req = next,
-                        None if Instant::now() >= wait_until => {
-                            let now = self.clock.now();
-                            return Ok(match decide(&req, &call.key, now) {
-                                Verdict::Refuse(refusal) => Resolution::Refused { name, refusal },
-                                _ => Resolution::Pending {
-                                    name,
-                                    previous: previous.map(Box::new),
-                                },
-                            });
-                        }
-                        // Expiry reached: decide again.
-                        None => req = self.api.get(&name).await?,
-                    }
+                    req = match self.next_change(&req, deadline, progress).await? {
+                        Some(next) => next,
+                        // The wait or the request's lifetime ended: read it once more, decide.
+                        None => self.api.get(&name).await?,
+                    };
                 }
             }
         }
@@ -219,10 +220,7 @@ impl Approvals {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(Error::Upstream {
-            server: format!("{}/{}", call.key.server_namespace, call.key.server_name),
-            message: "could not create an ApprovalRequest: too many concurrent generations".into(),
-        })
+        Err(Error::CreateRace { name: base })
     }
 
     /// The ApprovalRequest object for `call`.

@@ -3,7 +3,7 @@
 //! Streamable HTTP is handled here; the legacy HTTP+SSE transport is in [`super::legacy`].
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -133,7 +133,22 @@ pub async fn streamable(
     body: Bytes,
 ) -> Response<Body> {
     if method != Method::POST {
-        return match up.send(method, up.url.clone(), &headers, body).await {
+        // Only POST carries messages; other methods are relayed without a body, and methods
+        // MCP does not use are refused so no message can slip past the checks.
+        if !matches!(
+            method,
+            Method::GET | Method::DELETE | Method::HEAD | Method::OPTIONS
+        ) {
+            return Response::builder()
+                .status(StatusCode::METHOD_NOT_ALLOWED)
+                .header(header::ALLOW, "GET, POST, DELETE")
+                .body(Body::empty())
+                .expect("static response parts are valid");
+        }
+        return match up
+            .send(method, up.url.clone(), &headers, Bytes::new())
+            .await
+        {
             Ok(resp) => relay(resp),
             Err(e) => bad_gateway(&up, &e),
         };
@@ -477,6 +492,3 @@ pub async fn gated(
         }
     }
 }
-
-/// Idle time after which pooled upstream connections are closed.
-pub const POOL_IDLE: Duration = Duration::from_secs(90);

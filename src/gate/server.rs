@@ -14,9 +14,12 @@ use super::config::GateConfig;
 use super::decision::{Clock, SystemClock};
 use super::legacy::{self, LegacyRoute};
 use super::metrics::Metrics;
-use super::proxy::{self, POOL_IDLE, Shared, Upstream};
+use super::proxy::{self, Shared, Upstream};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::{Error, Result};
+
+/// Idle time after which pooled upstream connections are closed.
+const POOL_IDLE: Duration = Duration::from_secs(90);
 
 /// Default interval between progress notifications of a waiting call.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);

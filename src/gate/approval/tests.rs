@@ -576,3 +576,37 @@ fn names_are_deterministic_and_valid() {
     assert_eq!(label_value(&"x".repeat(80)).len(), 63);
     assert_eq!(dns_part("--Get.Sum--", 40), "get-sum");
 }
+
+#[tokio::test]
+async fn endless_conflicts_fail_closed() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &c).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved.clone())]))
+            .unwrap(),
+    );
+    for _ in 0..=MAX_CONFLICTS {
+        let (m, _, _, send) = next(&mut handle).await;
+        assert_eq!(m, "PATCH");
+        respond(send, 409, &status(409, "Conflict"));
+        if let Some((req, send)) = handle.next_request().await {
+            assert_eq!(req.uri().to_string(), format!("{BASE_PATH}/{name}"));
+            respond(send, 200, &approved);
+        }
+    }
+    let err = task.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, Error::Kube(kube::Error::Api(s)) if s.code == 409),
+        "{err}"
+    );
+}
