@@ -32,7 +32,12 @@ impl Env {
                     "everything",
                     STREAMABLE,
                     &upstream,
-                    &["echo", "get-sum", "trigger-long-running-operation"],
+                    &[
+                        "echo",
+                        "get-sum",
+                        "trigger-long-running-operation",
+                        "trigger-sampling-request",
+                    ],
                     &["get-sum"],
                 ),
                 server(
@@ -627,4 +632,39 @@ async fn upstream_connections_are_reused() {
         "{} connections for {requests} requests",
         env.counter.connections()
     );
+}
+
+#[tokio::test]
+async fn server_to_client_requests_flow_through() {
+    if !peers_available("server_to_client_requests_flow_through") {
+        return;
+    }
+    let env = Env::start(3600.0, 5.0).await;
+    let out = client_with(
+        &env.url("everything"),
+        "streamable",
+        json!([
+            {"op": "list"},
+            call("trigger-sampling-request", json!({"prompt": "hello model"})),
+        ]),
+        json!({"sampling": true}),
+    )
+    .await;
+    assert!(
+        out[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("trigger-sampling-request")),
+        "{}",
+        out[0]
+    );
+    // The server asked the client for a sampling (a request from server to client) inside
+    // the call's response stream; the client's answer went back through the gate.
+    let (text, is_error) = result_text(&out[1]);
+    assert!(!is_error, "{text}");
+    assert!(
+        text.contains("sampled: Resource trigger-sampling-request context: hello model"),
+        "{text}"
+    );
+    assert_eq!(env.counter.count("trigger-sampling-request"), 1);
 }

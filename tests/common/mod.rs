@@ -343,11 +343,17 @@ impl Gate {
 
 /// Runs the SDK client (`client.mjs`) with `ops` and returns one JSON value per operation.
 pub async fn client(url: &str, transport: &str, ops: Value) -> Vec<Value> {
+    client_with(url, transport, ops, serde_json::json!({})).await
+}
+
+/// [`client`] with client options (see client.mjs).
+pub async fn client_with(url: &str, transport: &str, ops: Value, options: Value) -> Vec<Value> {
     let out = tokio::process::Command::new("node")
         .arg("client.mjs")
         .arg(url)
         .arg(transport)
         .arg(ops.to_string())
+        .arg(options.to_string())
         .current_dir(peers_dir())
         .kill_on_drop(true)
         .output()
