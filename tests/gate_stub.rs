@@ -67,6 +67,28 @@ async fn json_responses_are_filtered_and_relayed() {
     .unwrap();
     assert_eq!(v["result"]["isError"], true);
 
+    // A (resumed) GET stream replaying a tools/list response is filtered too.
+    let replay = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        replay.starts_with("id: 1\nevent: message\ndata: "),
+        "{replay}"
+    );
+    assert!(
+        replay.contains(r#""name":"echo""#) && !replay.contains("hidden"),
+        "{replay}"
+    );
+
     // Ambiguous or batched tool messages are rejected, never forwarded.
     let resp = post(&url, r#"{"jsonrpc":"2.0","id":4,"method":"ping","method":"tools/call","params":{"name":"hidden"}}"#).await;
     assert_eq!(resp.status(), 400);

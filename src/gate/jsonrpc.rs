@@ -142,11 +142,34 @@ pub fn filter_tools_list(
     id: &Value,
     allowed: impl Fn(&str) -> bool,
 ) -> Option<Vec<u8>> {
+    filter_tools(message, Some(id), allowed)
+}
+
+/// Like [`filter_tools_list`] for a response to an unknown request (a replayed stream): any
+/// result whose `tools` is an array of named tools is filtered.
+pub fn filter_any_tools_list(message: &[u8], allowed: impl Fn(&str) -> bool) -> Option<Vec<u8>> {
+    filter_tools(message, None, allowed)
+}
+
+fn filter_tools(
+    message: &[u8],
+    id: Option<&Value>,
+    allowed: impl Fn(&str) -> bool,
+) -> Option<Vec<u8>> {
     let mut msg: Value = serde_json::from_slice(message).ok()?;
-    if msg.get("id") != Some(id) {
-        return None;
+    match id {
+        Some(id) if msg.get("id") != Some(id) => return None,
+        None if msg.get("id").is_none_or(Value::is_null) => return None,
+        _ => {}
     }
     let tools = msg.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
+    if id.is_none()
+        && !tools
+            .iter()
+            .all(|t| t.get("name").is_some_and(Value::is_string))
+    {
+        return None;
+    }
     tools.retain(|t| t.get("name").and_then(Value::as_str).is_some_and(&allowed));
     serde_json::to_vec(&msg).ok()
 }
@@ -276,6 +299,14 @@ mod tests {
             filter_tools_list(br#"{"jsonrpc":"2.0","method":"x"}"#, &json!(3), |_| false),
             None
         );
+        // Replayed streams: any tools/list-shaped response is filtered, nothing else.
+        let out = filter_any_tools_list(msg, |t| t == "echo").unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["result"]["tools"], json!([{"name": "echo"}]));
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/x","params":{"tools":[]}}"#;
+        assert_eq!(filter_any_tools_list(note, |_| false), None);
+        let odd = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[1,2]}}"#;
+        assert_eq!(filter_any_tools_list(odd, |_| false), None);
     }
 
     #[test]

@@ -145,10 +145,22 @@ pub async fn streamable(
                 .body(Body::empty())
                 .expect("static response parts are valid");
         }
+        let is_get = method == Method::GET;
         return match up
             .send(method, up.url.clone(), &headers, Bytes::new())
             .await
         {
+            // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
+            Ok(resp) if is_get && is_event_stream(resp.headers()) => {
+                let (builder, body) = relay_parts(resp);
+                let up = up.clone();
+                let stream = filter_sse(body, move |data| {
+                    jsonrpc::filter_any_tools_list(data, |t| up.server.allows(t))
+                });
+                builder
+                    .body(Body::from_stream(stream))
+                    .expect("upstream response parts are valid")
+            }
             Ok(resp) => relay(resp),
             Err(e) => bad_gateway(&up, &e),
         };
@@ -224,11 +236,15 @@ fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
-/// Relays a `tools/list` response with the tools the server may not offer removed, whether
-/// the upstream answered with JSON or an SSE stream.
-async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>) -> Response<Body> {
-    let status = resp.status();
-    let mut builder = Response::builder().status(status);
+/// The status and headers of an upstream response for a body the gate may change (so without
+/// `Content-Length`), and its body stream.
+fn relay_parts(
+    resp: reqwest::Response,
+) -> (
+    axum::http::response::Builder,
+    impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+) {
+    let mut builder = Response::builder().status(resp.status());
     if let Some(h) = builder.headers_mut() {
         for (k, v) in resp.headers() {
             if !hop_by_hop(k) {
@@ -236,22 +252,33 @@ async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>)
             }
         }
     }
-    if is_event_stream(resp.headers()) {
-        let stream = filter_sse(resp.bytes_stream(), move |data| {
+    (builder, resp.bytes_stream())
+}
+
+/// Relays a `tools/list` response with the tools the server may not offer removed, whether
+/// the upstream answered with JSON or an SSE stream.
+async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>) -> Response<Body> {
+    let sse = is_event_stream(resp.headers());
+    let (builder, body) = relay_parts(resp);
+    if sse {
+        let stream = filter_sse(body, move |data| {
             jsonrpc::filter_tools_list(data, &id, |t| up.server.allows(t))
         });
         return builder
             .body(Body::from_stream(stream))
             .expect("upstream response parts are valid");
     }
-    let body = match resp.bytes().await {
-        Ok(b) => b,
-        Err(e) => return bad_gateway(&up, &e),
-    };
-    let body =
-        jsonrpc::filter_tools_list(&body, &id, |t| up.server.allows(t)).map_or(body, Bytes::from);
+    let mut bytes = Vec::new();
+    let mut body = std::pin::pin!(body);
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(c) => bytes.extend_from_slice(&c),
+            Err(e) => return bad_gateway(&up, &e),
+        }
+    }
+    let out = jsonrpc::filter_tools_list(&bytes, &id, |t| up.server.allows(t)).unwrap_or(bytes);
     builder
-        .body(Body::from(body))
+        .body(Body::from(out))
         .expect("upstream response parts are valid")
 }
 

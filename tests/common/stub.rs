@@ -1,6 +1,7 @@
 //! A minimal in-process MCP server (Streamable HTTP, JSON responses): `initialize`, `ping`,
-//! `tools/list` (tools `echo` and `hidden`) and `tools/call` (echoes its arguments). Used by
-//! the benchmark as a fast upstream and by tests of JSON (non-SSE) responses.
+//! `tools/list` (tools `echo` and `hidden`) and `tools/call` (echoes its arguments); its GET
+//! stream replays one `tools/list` response, as a resumed stream would. Used by the benchmark
+//! as a fast upstream and by tests of JSON (non-SSE) responses.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -13,7 +14,7 @@ use serde_json::{Value, json};
 pub async fn start() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let app = Router::new().route("/mcp", post(handle));
+    let app = Router::new().route("/mcp", post(handle).get(replay));
     tokio::spawn(async move {
         axum::serve(
             listener.tap_io(|s| {
@@ -29,6 +30,15 @@ pub async fn start() -> String {
 
 use axum::serve::ListenerExt;
 
+const TOOLS: &str = r#"{"tools":[{"name":"echo","inputSchema":{"type":"object"}},{"name":"hidden","inputSchema":{"type":"object"}}]}"#;
+
+async fn replay() -> Response {
+    let event = format!(
+        "id: 1\nevent: message\ndata: {{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{TOOLS}}}\n\n"
+    );
+    ([("content-type", "text/event-stream")], event).into_response()
+}
+
 async fn handle(headers: HeaderMap, body: Bytes) -> Response {
     let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
         return StatusCode::BAD_REQUEST.into_response();
@@ -41,10 +51,7 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
             "serverInfo": {"name": "stub", "version": "1.0.0"}
         }),
         Some("ping") => json!({}),
-        Some("tools/list") => json!({"tools": [
-            {"name": "echo", "inputSchema": {"type": "object"}},
-            {"name": "hidden", "inputSchema": {"type": "object"}}
-        ]}),
+        Some("tools/list") => serde_json::from_str(TOOLS).unwrap(),
         Some("tools/call") => {
             json!({"content": [{"type": "text", "text": msg["params"]["arguments"].to_string()}]})
         }
