@@ -102,6 +102,20 @@ async fn the_gate_binary_serves_gates_and_stops_on_sigterm() {
         "{metrics}"
     );
 
+    // A call still waiting for approval does not keep the gate from stopping.
+    let waiting = tokio::spawn(
+        http.post(format!("http://127.0.0.1:{mcp_port}/servers/tools/stub/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"message":"later"}}}"#)
+            .send(),
+    );
+    let api3 = api.clone();
+    eventually("a second request", move || {
+        (api3.objects().len() == 2).then_some(())
+    })
+    .await;
+
     let pid = child.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -110,6 +124,10 @@ async fn the_gate_binary_serves_gates_and_stops_on_sigterm() {
     assert!(killed.success());
     let status = child.wait().await.unwrap();
     assert!(status.success(), "{status}");
+    // The waiting call was cut, never forwarded.
+    if let Ok(Ok(resp)) = waiting.await {
+        assert!(resp.text().await.is_err());
+    }
     let mut stderr = String::new();
     child
         .stderr

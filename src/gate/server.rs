@@ -21,6 +21,9 @@ use crate::{Error, Result};
 /// Idle time after which pooled upstream connections are closed.
 const POOL_IDLE: Duration = Duration::from_secs(90);
 
+/// Time open connections get to finish after SIGTERM.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Default interval between progress notifications of a waiting call.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
@@ -183,18 +186,28 @@ pub async fn run(config: GateConfig) -> Result<()> {
     };
     let mcp_server =
         axum::serve(mcp.tap_io(nodelay), router).with_graceful_shutdown(stopped(stop_rx.clone()));
-    let health_server =
-        axum::serve(health, metrics_router(metrics)).with_graceful_shutdown(stopped(stop_rx));
+    let health_server = axum::serve(health, metrics_router(metrics))
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
     });
-    let (a, b) = tokio::join!(mcp_server, health_server);
-    a.and(b).map_err(|source| Error::Bind {
-        addr: config.listen.clone(),
-        source,
-    })
+    // Open event streams may never end by themselves: give requests a grace period, then go.
+    let grace = async {
+        stopped(stop_rx).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        (a, b) = async { tokio::join!(mcp_server, health_server) } => a.and(b).map_err(|source| Error::Bind {
+            addr: config.listen.clone(),
+            source,
+        }),
+        _ = grace => {
+            tracing::info!("connections still open after the grace period; exiting");
+            Ok(())
+        }
+    }
 }
 
 async fn shutdown_signal() {
