@@ -463,7 +463,8 @@ async fn upstream_down_is_an_error_and_nothing_runs() {
     }
     init();
     let api = FakeApi::start().await;
-    let dead = format!("http://127.0.0.1:{}/mcp", free_port());
+    // Port 1 (tcpmux) is never served here: connections are refused.
+    let dead = "http://127.0.0.1:1/mcp".to_string();
     let cfg = config(
         vec![server(
             "dead",

@@ -116,26 +116,41 @@ pub struct Everything {
 
 impl Everything {
     /// Starts it in `streamableHttp` or `sse` mode and waits until it accepts connections.
+    /// Retries on another port if the chosen one was taken in the meantime.
     pub async fn start(mode: &str) -> Self {
-        let port = free_port();
-        let child = tokio::process::Command::new("node")
-            .arg("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-            .arg(mode)
-            .env("PORT", port.to_string())
-            .current_dir(peers_dir())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node runs");
-        eventually("the everything server", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-        })
-        .await;
-        Self {
-            _child: child,
-            port,
+        for _ in 0..5 {
+            let port = free_port();
+            let mut child = tokio::process::Command::new("node")
+                .arg("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+                .arg(mode)
+                .env("PORT", port.to_string())
+                .current_dir(peers_dir())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("node runs");
+            let mut up = false;
+            for _ in 0..300 {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    // Still alive a moment later: the port is its own, not another test's.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    up = child.try_wait().unwrap().is_none();
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if up {
+                return Self {
+                    _child: child,
+                    port,
+                };
+            }
         }
+        panic!("the everything server did not start");
     }
 }
 
