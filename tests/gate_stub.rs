@@ -112,3 +112,57 @@ async fn json_responses_are_filtered_and_relayed() {
     assert_eq!(resp.status(), 405);
     assert!(api.requests().is_empty());
 }
+
+#[tokio::test]
+async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
+    init();
+    let upstream = stub::start().await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "stub",
+            McpProtocol::StreamableHttp,
+            &upstream,
+            &["echo"],
+            &["echo"],
+        )],
+        3600.0,
+        30.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"m": 1}, "_meta": {"progressToken": "p1"}}});
+    let pending = tokio::spawn(
+        reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post(gate.route("stub"))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", "expired")
+            .body(call.to_string())
+            .send(),
+    );
+    let api2 = api.clone();
+    let name = eventually("a request", move || {
+        api2.objects()
+            .first()
+            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
+    })
+    .await;
+    api.decide(&name, "Approve", "alice", "ok");
+    let resp = pending.await.unwrap().unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let body = resp.text().await.unwrap();
+    // Progress first, then the result: an error naming the spent approval.
+    let progress = body.find("notifications/progress").expect("progress");
+    let result = body.find(r#""isError":true"#).expect("an error result");
+    assert!(progress < result, "{body}");
+    assert!(
+        body.contains(&format!(
+            "was approved (ApprovalRequest {name}) but the upstream server failed: HTTP 404"
+        )),
+        "{body}"
+    );
+}

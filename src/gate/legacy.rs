@@ -271,11 +271,12 @@ pub async fn message(
             _ = session.inject.closed() => return,
         };
         match result {
-            GatedResult::Forwarded(resp) if resp.status().is_success() => {}
-            GatedResult::Forwarded(resp) => {
-                let text = outcome::error(
+            GatedResult::Forwarded(resp, _) if resp.status().is_success() => {}
+            GatedResult::Forwarded(resp, request) => {
+                let text = outcome::upstream_failed_after_approval(
                     &call.name,
-                    &format!("the upstream answered HTTP {}", resp.status()),
+                    &request,
+                    &format!("HTTP {}", resp.status()),
                 );
                 let _ = session
                     .inject

@@ -359,7 +359,7 @@ async fn tools_call(
             .is_some_and(|v| v.contains("text/event-stream"));
     if !streaming {
         return match gated(&up, up.url.clone(), &headers, body, &call, &|_| {}).await {
-            GatedResult::Forwarded(resp) => relay(resp),
+            GatedResult::Forwarded(resp, _) => relay(resp),
             GatedResult::Refused(text) => {
                 json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
             }
@@ -384,7 +384,16 @@ async fn tools_call(
             }
         };
         match result {
-            GatedResult::Forwarded(resp) if is_event_stream(resp.headers()) => {
+            GatedResult::Forwarded(resp, request) if !resp.status().is_success() => {
+                let why = format!("HTTP {}", resp.status());
+                let text = outcome::upstream_failed_after_approval(&call.name, &request, &why);
+                let _ = tx.send(sse::message(&jsonrpc::tool_error(
+                    &call.id,
+                    &text,
+                    proto.as_deref(),
+                )));
+            }
+            GatedResult::Forwarded(resp, _) if is_event_stream(resp.headers()) => {
                 let mut stream = resp.bytes_stream();
                 while let Some(Ok(chunk)) = stream.next().await {
                     if tx.send(chunk).is_err() {
@@ -392,7 +401,7 @@ async fn tools_call(
                     }
                 }
             }
-            GatedResult::Forwarded(resp) => match resp.bytes().await {
+            GatedResult::Forwarded(resp, _) => match resp.bytes().await {
                 Ok(b) => {
                     let _ = tx.send(sse::message(&b));
                 }
@@ -430,8 +439,8 @@ async fn tools_call(
 
 /// The end of a gated call.
 pub enum GatedResult {
-    /// Approved and forwarded: the upstream's answer.
-    Forwarded(reqwest::Response),
+    /// Approved and forwarded: the upstream's answer, and the request that approved it.
+    Forwarded(reqwest::Response, String),
     /// Not forwarded: the text for the caller.
     Refused(String),
 }
@@ -506,7 +515,7 @@ pub async fn gated(
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, request = %name, "approved call forwarded");
             metrics.call(Outcome::approved);
-            GatedResult::Forwarded(resp)
+            GatedResult::Forwarded(resp, name)
         }
         Err(e) => {
             tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "upstream failed after approval");

@@ -1,6 +1,7 @@
 //! A minimal in-process MCP server (Streamable HTTP, JSON responses): `initialize`, `ping`,
 //! `tools/list` (tools `echo` and `hidden`) and `tools/call` (echoes its arguments); its GET
-//! stream replays one `tools/list` response, as a resumed stream would. Used by the benchmark
+//! stream replays one `tools/list` response, as a resumed stream would; session `expired`
+//! gets 404. Used by the benchmark
 //! as a fast upstream and by tests of JSON (non-SSE) responses.
 
 use axum::Router;
@@ -43,6 +44,12 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
     let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
+    if headers
+        .get("mcp-session-id")
+        .is_some_and(|v| v == "expired")
+    {
+        return (StatusCode::NOT_FOUND, "session not found").into_response();
+    }
     let id = msg["id"].clone();
     let result = match msg["method"].as_str() {
         Some("initialize") => json!({
