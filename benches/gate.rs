@@ -110,12 +110,12 @@ fn gate_config(upstream: &str) -> GateConfig {
 
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    // `cargo test --benches` runs bench binaries with `--test`-like args; do a short run then.
-    let quick = std::env::args().any(|a| a == "--test");
+    // `cargo bench` passes `--bench`; under `cargo test` the bench only smoke-tests itself.
+    let full = std::env::args().any(|a| a == "--bench");
     let n: usize = std::env::var("GATE_BENCH_REQUESTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 20 } else { 4000 });
+        .unwrap_or(if full { 4000 } else { 20 });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
