@@ -17,16 +17,36 @@ use hitl_operator::gate::decision::SystemClock;
 use hitl_operator::gate::server;
 use hitl_operator::render::config::McpParams;
 
+/// Alternating direct/gate rounds per concurrency level.
+const ROUNDS: usize = 10;
+
 const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello","n":42}}}"#;
 
-struct Stats {
-    p50: Duration,
-    p99: Duration,
-    rps: f64,
+/// Latencies and busy time of one side, pooled over rounds.
+#[derive(Default)]
+struct Samples {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
 }
 
-/// Runs `clients` concurrent clients, each sending `n` sequential requests to `url`.
-async fn load(url: &str, clients: usize, n: usize) -> Stats {
+impl Samples {
+    fn add(&mut self, (latencies, elapsed): (Vec<Duration>, Duration)) {
+        self.latencies.extend(latencies);
+        self.elapsed += elapsed;
+    }
+
+    /// (p50, p99, requests per second).
+    fn stats(mut self) -> (Duration, Duration, f64) {
+        self.latencies.sort();
+        let n = self.latencies.len();
+        let pct = |p: f64| self.latencies[((n as f64 * p) as usize).min(n - 1)];
+        (pct(0.50), pct(0.99), n as f64 / self.elapsed.as_secs_f64())
+    }
+}
+
+/// Runs `clients` concurrent clients, each sending `n` sequential requests to `url`; returns
+/// every latency and the wall time.
+async fn load(url: &str, clients: usize, n: usize) -> (Vec<Duration>, Duration) {
     let url: Arc<str> = url.into();
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
@@ -62,14 +82,7 @@ async fn load(url: &str, clients: usize, n: usize) -> Stats {
     for t in tasks {
         all.extend(t.await.unwrap());
     }
-    let elapsed = started.elapsed();
-    all.sort();
-    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
-    Stats {
-        p50: pct(0.50),
-        p99: pct(0.99),
-        rps: all.len() as f64 / elapsed.as_secs_f64(),
-    }
+    (all, started.elapsed())
 }
 
 fn gate_config(upstream: &str) -> GateConfig {
@@ -115,7 +128,7 @@ fn main() {
     let n: usize = std::env::var("GATE_BENCH_REQUESTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(if full { 4000 } else { 20 });
+        .unwrap_or(if full { 4000 } else { 40 });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -152,32 +165,28 @@ fn main() {
             "clients", "direct p50", "p99", "req/s", "gate p50", "p99", "req/s", "p50 x", "p99 x", "thru x", "added p50"
         );
         for clients in [1, 8, 32] {
-            let per_client = (n / clients.max(1) * 4).max(10).min(n);
-            // Interleave to share drift between both sides.
-            let d1 = load(&upstream, clients, per_client / 2).await;
-            let g1 = load(&gate, clients, per_client / 2).await;
-            let d2 = load(&upstream, clients, per_client / 2).await;
-            let g2 = load(&gate, clients, per_client / 2).await;
-            let avg = |a: &Stats, b: &Stats| Stats {
-                p50: (a.p50 + b.p50) / 2,
-                p99: (a.p99 + b.p99) / 2,
-                rps: (a.rps + b.rps) / 2.0,
-            };
-            let (d, g) = (avg(&d1, &d2), avg(&g1, &g2));
+            let per_client = (n * 4 / clients).clamp(10, n);
+            // Alternate short rounds so load from elsewhere on the machine hits both sides.
+            let (mut direct, mut gated) = (Samples::default(), Samples::default());
+            for _ in 0..ROUNDS {
+                direct.add(load(&upstream, clients, per_client / ROUNDS).await);
+                gated.add(load(&gate, clients, per_client / ROUNDS).await);
+            }
+            let (d, g) = (direct.stats(), gated.stats());
             let us = |x: Duration| x.as_secs_f64() * 1e6;
             println!(
                 "{:>7} | {:>8.1}µs {:>8.1}µs {:>9.0} | {:>8.1}µs {:>8.1}µs {:>9.0} | {:>8.2} {:>8.2} {:>9.2} {:>8.1}µs",
                 clients,
-                us(d.p50),
-                us(d.p99),
-                d.rps,
-                us(g.p50),
-                us(g.p99),
-                g.rps,
-                us(g.p50) / us(d.p50),
-                us(g.p99) / us(d.p99),
-                g.rps / d.rps,
-                us(g.p50) - us(d.p50),
+                us(d.0),
+                us(d.1),
+                d.2,
+                us(g.0),
+                us(g.1),
+                g.2,
+                us(g.0) / us(d.0),
+                us(g.1) / us(d.1),
+                g.2 / d.2,
+                us(g.0) - us(d.0),
             );
         }
     });
