@@ -56,14 +56,6 @@ pub enum Error {
         /// Name of the call's requests without the generation.
         name: String,
     },
-    /// The upstream MCP server could not be reached or failed.
-    #[error("upstream {server}: {message}")]
-    Upstream {
-        /// `namespace/name` of the tool server.
-        server: String,
-        /// What failed.
-        message: String,
-    },
     /// A listener could not be bound.
     #[error("listen on {addr}: {source}")]
     Bind {
@@ -94,7 +86,6 @@ impl Error {
             Self::Io { .. } => "IoError",
             Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
             Self::CreateRace { .. } => "ApprovalRequestCreateRace",
-            Self::Upstream { .. } => "UpstreamError",
             Self::Bind { .. } => "BindError",
         }
     }
