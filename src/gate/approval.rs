@@ -318,20 +318,24 @@ impl Approvals {
                     // 410 Gone (history compacted) or any other watch error: read afresh.
                     Some(WatchEvent::Error(status)) => {
                         tracing::info!(request = %name, code = status.code, "watch error; re-reading");
+                        pause(deadline).await;
                         return match self.api.get_opt(&name).await? {
                             Some(obj) => Ok(Some(obj)),
                             None => Err(Error::RequestDeleted { name }),
                         };
                     }
-                    // The server closed the watch (its timeout): read afresh.
-                    None => return match self.api.get_opt(&name).await? {
-                        Some(obj) if obj.metadata.resource_version != req.metadata.resource_version => Ok(Some(obj)),
-                        Some(_) => if Instant::now() >= deadline { Ok(None) } else {
-                            events = self.api.watch(&params, &rv).await?.boxed();
-                            continue;
-                        },
-                        None => Err(Error::RequestDeleted { name }),
-                    },
+                    // The server closed the watch (its timeout): read afresh, watch again.
+                    None => {
+                        pause(deadline).await;
+                        match self.api.get_opt(&name).await? {
+                            None => return Err(Error::RequestDeleted { name }),
+                            Some(obj) if obj.metadata.resource_version != req.metadata.resource_version => {
+                                return Ok(Some(obj));
+                            }
+                            Some(_) if Instant::now() >= deadline => return Ok(None),
+                            Some(_) => events = self.api.watch(&params, &rv).await?.boxed(),
+                        }
+                    }
                 },
             }
         }
@@ -367,6 +371,12 @@ impl Approvals {
         tracing::info!(request = %name, consumed_by = %self.pod, "approval consumed");
         Ok(())
     }
+}
+
+/// A short pause before re-reading after a watch ended, so a misbehaving apiserver is not
+/// hammered; never past `deadline`.
+async fn pause(deadline: Instant) {
+    tokio::time::sleep_until(deadline.min(Instant::now() + Duration::from_millis(200))).await;
 }
 
 /// `<agent>-<tool>-<h>`: the name of a call's requests without the generation.

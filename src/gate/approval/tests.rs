@@ -610,3 +610,70 @@ async fn endless_conflicts_fail_closed() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_closed_watch_is_reread_and_reopened() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &c).await;
+    // The apiserver ends the watch without events.
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
+    send.send_response(Response::builder().body(watch_body(&[])).unwrap());
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
+    respond(send, 200, &obj);
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
+    let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved)]))
+            .unwrap(),
+    );
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "PATCH");
+    assert_eq!(body["metadata"]["resourceVersion"], json!("11"));
+    respond(send, 200, &obj);
+    assert!(matches!(
+        task.await.unwrap(),
+        Ok(Resolution::Approved { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_watch_error_event_rereads_the_request() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &c).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("ERROR", status(410, "Expired"))]))
+            .unwrap(),
+    );
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
+    let denied = with_decision(&obj, "12", json!({"type": "Deny", "decidedBy": "bob"}));
+    respond(send, 200, &denied);
+    let res = task.await.unwrap().unwrap();
+    assert!(matches!(
+        res,
+        Resolution::Refused {
+            refusal: Refusal::Denied { .. },
+            ..
+        }
+    ));
+}
