@@ -166,3 +166,58 @@ async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_caller_that_leaves_before_the_decision_runs_nothing() {
+    init();
+    let stub_url = stub::start().await;
+    let counter = Counter::start(stub_url.trim_end_matches("/mcp").to_string()).await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "stub",
+            McpProtocol::StreamableHttp,
+            &format!("{}/mcp", counter.url),
+            &["echo"],
+            &["echo"],
+        )],
+        3600.0,
+        30.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"m":"bye"},"_meta":{"progressToken":1}}}"#;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let send = || {
+        http.post(gate.route("stub"))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    // The caller reads the first progress notification, then hangs up.
+    let mut resp = send().await.unwrap();
+    let first = resp.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("notifications/progress"));
+    drop(resp);
+    let name = api.objects()[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let api2 = api.clone();
+    let watched = name.clone();
+    // Once the gate has noticed and stopped waiting, approve.
+    eventually("the gate to stop waiting", || {
+        logs()
+            .contains("client went away while waiting; not forwarded")
+            .then_some(())
+    })
+    .await;
+    api.decide(&name, "Approve", "alice", "ok");
+    assert_eq!(counter.count("echo"), 0, "nobody was waiting: nothing ran");
+    assert!(api2.objects()[0]["status"].get("consumedAt").is_none());
+    assert_eq!(api2.watches(&watched), 1);
+    // The caller retries: the approval is still unused and runs the call once.
+    let text = send().await.unwrap().text().await.unwrap();
+    assert!(text.contains(r#"{\"m\":\"bye\"}"#), "{text}");
+    assert_eq!(counter.count("echo"), 1);
+}
