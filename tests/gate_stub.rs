@@ -221,3 +221,76 @@ async fn a_caller_that_leaves_before_the_decision_runs_nothing() {
     assert!(text.contains(r#"{\"m\":\"bye\"}"#), "{text}");
     assert_eq!(counter.count("echo"), 1);
 }
+
+/// A legacy SSE upstream that sends one `endpoint` event (`endpoint` as given) and closes.
+async fn sse_upstream(endpoint: &'static str) -> String {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/sse",
+        get(move || async move {
+            (
+                [("content-type", "text/event-stream")],
+                format!("event: endpoint\ndata: {endpoint}\n\n"),
+            )
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+async fn read_legacy_stream(gate: &Gate, name: &str) -> Result<String, reqwest::Error> {
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(gate.route(name))
+        .header("accept", "text/event-stream")
+        .send()
+        .await?;
+    // A guard against hanging, not a timing assertion.
+    tokio::time::timeout(std::time::Duration::from_secs(30), resp.text())
+        .await
+        .expect("the stream ends with the upstream's")
+}
+
+#[tokio::test]
+async fn legacy_endpoints_are_rewritten_and_confined_to_the_upstream_origin() {
+    init();
+    let api = FakeApi::start().await;
+    let same = sse_upstream("/message?sessionId=abc").await;
+    let foreign = sse_upstream("http://127.0.0.1:1/message?sessionId=abc").await;
+    let cfg = config(
+        vec![
+            server("legacy-ok", McpProtocol::Sse, &same, &["echo"], &[]),
+            server("legacy-foreign", McpProtocol::Sse, &foreign, &["echo"], &[]),
+        ],
+        3600.0,
+        1.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let text = read_legacy_stream(&gate, "legacy-ok").await.unwrap();
+    assert!(
+        text.starts_with("event: endpoint\ndata: /servers/tools/legacy-ok/mcp/messages?session="),
+        "{text}"
+    );
+    assert!(!text.contains("sessionId=abc"), "{text}");
+    // An endpoint on another origin is never handed out: the stream is cut.
+    let cut = read_legacy_stream(&gate, "legacy-foreign").await;
+    assert!(
+        cut.as_ref().map_or(true, |t| !t.contains("endpoint")),
+        "{cut:?}"
+    );
+    // Messages for unknown sessions are refused.
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(format!("{}/messages?session=nope", gate.route("legacy-ok")))
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+}

@@ -120,9 +120,15 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         rewrite_event(&route, &id, &endpoint, &inject, ev)
     });
     let injected = futures::stream::unfold(injected, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok(b), rx))
+        rx.recv().await.map(|b| (Some(Ok(b)), rx))
     });
-    let merged = futures::stream::select(upstream_events, injected);
+    // The client's stream ends when the upstream's does (`None` marks that end).
+    let upstream_events = upstream_events
+        .map(Some)
+        .chain(futures::stream::once(async { None }));
+    let merged = futures::stream::select(upstream_events, injected)
+        .take_while(|item| std::future::ready(item.is_some()))
+        .filter_map(std::future::ready);
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
