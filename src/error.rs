@@ -38,6 +38,26 @@ pub enum Error {
         /// Parser message.
         message: String,
     },
+    /// The ApprovalRequest a gated call waited on was deleted.
+    #[error("ApprovalRequest {name} was deleted while the call waited")]
+    RequestDeleted {
+        /// Name of the request.
+        name: String,
+    },
+    /// Creating a call's ApprovalRequest kept colliding with finished requests of other gates.
+    #[error("could not create an ApprovalRequest {name}-<n>: too many concurrent generations")]
+    CreateRace {
+        /// Name of the call's requests without the generation.
+        name: String,
+    },
+    /// A listener could not be bound.
+    #[error("listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// Reading a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -58,6 +78,9 @@ impl Error {
             Self::Json(_) => "SerializationError",
             Self::Yaml { .. } => "InvalidYaml",
             Self::Io { .. } => "IoError",
+            Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
+            Self::CreateRace { .. } => "ApprovalRequestCreateRace",
+            Self::Bind { .. } => "BindError",
         }
     }
 }
