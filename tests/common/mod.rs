@@ -32,7 +32,8 @@ pub fn peers_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp-peers")
 }
 
-/// Whether the npm peers are installed; prints why a test is skipped when not.
+/// Whether the npm peers are installed; prints why a test is skipped when not. Under CI
+/// (`CI` set, as `.ci/run` does) missing peers are a failure, never a silent skip.
 pub fn peers_available(test: &str) -> bool {
     let ok = peers_dir()
         .join("node_modules/@modelcontextprotocol/server-everything")
@@ -40,6 +41,9 @@ pub fn peers_available(test: &str) -> bool {
         && peers_dir()
             .join("node_modules/@modelcontextprotocol/sdk")
             .is_dir();
+    if !ok && std::env::var_os("CI").is_some() {
+        panic!("{test}: tests/mcp-peers/node_modules is missing under CI; .ci/run installs it");
+    }
     if !ok {
         println!(
             "SKIP {test}: tests/mcp-peers/node_modules is missing; run `npm ci --prefix tests/mcp-peers`"
