@@ -1,8 +1,6 @@
 //! Rendering cost of a large Agent: 5 tool servers x 20 tools (10 gated each), in every mode.
 //! Run: `cargo bench --bench render`.
 
-use std::collections::BTreeMap;
-
 use criterion::{Criterion, criterion_group, criterion_main};
 use hitl_operator::api::agent::{
     AgentSpec, ApprovalSettings, DeclarativeAgentSpec, McpServerTool, Tool, ToolType,
@@ -18,19 +16,9 @@ fn fixture() -> (Agent, RefStore) {
     let mut model = ModelConfig::new(
         "default-model-config",
         ModelConfigSpec {
-            provider: ModelProvider::OpenAI,
-            model: "gpt-4o".into(),
             api_key_secret: Some("openai".into()),
             api_key_secret_key: Some("key".into()),
-            default_headers: BTreeMap::new(),
-            open_ai: None,
-            anthropic: None,
-            azure_open_ai: None,
-            ollama: None,
-            gemini: None,
-            gemini_vertex_ai: None,
-            anthropic_vertex_ai: None,
-            bedrock: None,
+            ..ModelConfigSpec::new(ModelProvider::OpenAI, "gpt-4o")
         },
     );
     model.metadata.namespace = Some("bench".into());
@@ -41,13 +29,11 @@ fn fixture() -> (Agent, RefStore) {
         let mut remote = RemoteMCPServer::new(
             &name,
             RemoteMCPServerSpec {
-                description: None,
                 url: format!("http://{name}.tools:8080/mcp"),
                 protocol: None,
                 headers_from: Vec::new(),
                 timeout: Some("30s".into()),
-                sse_read_timeout: None,
-                terminate_on_close: None,
+                ..RemoteMCPServerSpec::default()
             },
         );
         remote.metadata.namespace = Some("bench".into());

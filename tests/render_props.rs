@@ -62,19 +62,9 @@ fn fixture(servers: &[ServerCase], mode: Option<ApprovalMode>) -> (Agent, RefSto
     let mut model = ModelConfig::new(
         "default-model-config",
         ModelConfigSpec {
-            provider: ModelProvider::OpenAI,
-            model: "gpt-4o".into(),
             api_key_secret: Some("key".into()),
             api_key_secret_key: Some("k".into()),
-            default_headers: BTreeMap::new(),
-            open_ai: None,
-            anthropic: None,
-            azure_open_ai: None,
-            ollama: None,
-            gemini: None,
-            gemini_vertex_ai: None,
-            anthropic_vertex_ai: None,
-            bedrock: None,
+            ..ModelConfigSpec::new(ModelProvider::OpenAI, "gpt-4o")
         },
     );
     model.metadata.namespace = Some("ns".into());
@@ -85,7 +75,6 @@ fn fixture(servers: &[ServerCase], mode: Option<ApprovalMode>) -> (Agent, RefSto
         let mut remote = RemoteMCPServer::new(
             &name,
             RemoteMCPServerSpec {
-                description: None,
                 url: format!("http://{name}.tools:8080/mcp"),
                 protocol: Some(if case.sse {
                     McpProtocol::Sse
@@ -98,8 +87,7 @@ fn fixture(servers: &[ServerCase], mode: Option<ApprovalMode>) -> (Agent, RefSto
                     value_from: None,
                 }],
                 timeout: None,
-                sse_read_timeout: None,
-                terminate_on_close: None,
+                ..RemoteMCPServerSpec::default()
             },
         );
         remote.metadata.namespace = Some("ns".into());

@@ -97,6 +97,27 @@ pub struct ModelConfigSpec {
     pub bedrock: Option<BedrockConfig>,
 }
 
+impl ModelConfigSpec {
+    /// A spec for `provider` and `model` with every optional field unset.
+    pub fn new(provider: ModelProvider, model: impl Into<String>) -> Self {
+        Self {
+            provider,
+            model: model.into(),
+            api_key_secret: None,
+            api_key_secret_key: None,
+            default_headers: BTreeMap::new(),
+            open_ai: None,
+            anthropic: None,
+            azure_open_ai: None,
+            ollama: None,
+            gemini: None,
+            gemini_vertex_ai: None,
+            anthropic_vertex_ai: None,
+            bedrock: None,
+        }
+    }
+}
+
 /// LLM provider.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 pub enum ModelProvider {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::common::{DURATION_PATTERN, ValueRef};
 
 /// Desired state of a RemoteMCPServer.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "kagent.dev",
     version = "v1alpha2",
