@@ -44,6 +44,25 @@ pub enum Error {
         /// Parser message.
         message: String,
     },
+    /// Listing an MCP server's tools failed.
+    #[error("{server}: listing tools: {message}")]
+    ToolDiscovery {
+        /// `RemoteMCPServer namespace/name`.
+        server: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Leader election on the Lease failed.
+    #[error("leader election: {0}")]
+    LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
+    /// The metrics/health server failed.
+    #[error("serving {addr}: {source}")]
+    Serve {
+        /// Listen address.
+        addr: String,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// Reading a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -64,6 +83,9 @@ impl Error {
             Self::Json(_) => "SerializationError",
             Self::Yaml { .. } => "InvalidYaml",
             Self::Io { .. } => "IoError",
+            Self::ToolDiscovery { .. } => "ToolDiscoveryFailed",
+            Self::LeaderElection(_) => "LeaderElectionFailed",
+            Self::Serve { .. } => "ServeFailed",
         }
     }
 }

@@ -1,0 +1,214 @@
+//! `hitl-operator controller`: one reconciler per kind, each following
+//! fetch refs -> validate -> build -> server-side apply -> status, sharing one [`Context`].
+
+pub mod agent;
+pub mod approval_request;
+pub mod discovery;
+pub mod metrics;
+pub mod model_config;
+pub mod remote_mcp_server;
+pub mod run;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::api::{Agent, ApprovalRequest};
+use crate::render::RenderOptions;
+use crate::{Error, Result};
+
+pub use metrics::Metrics;
+pub use run::{ControllerArgs, run};
+
+/// The `Reporter` name on Events the controller publishes.
+pub const REPORTER: &str = "hitl-operator";
+
+/// Label selector of the objects the controller renders (they are watched and cached).
+pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=hitl-operator";
+
+/// Source of the current time, injected so reconcilers are deterministic under test.
+pub trait Clock: Send + Sync {
+    /// The current instant.
+    fn now(&self) -> Timestamp;
+}
+
+/// The system clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// Caches (reflector stores) the reconcilers read instead of the API server.
+#[derive(Clone)]
+pub struct Stores {
+    /// Every Agent being watched.
+    pub agents: Store<Agent>,
+    /// Every ApprovalRequest being watched.
+    pub approvals: Store<ApprovalRequest>,
+    /// Rendered Deployments.
+    pub deployments: Store<Deployment>,
+    /// Rendered Services.
+    pub services: Store<Service>,
+    /// Rendered Secrets.
+    pub secrets: Store<Secret>,
+    /// Rendered ServiceAccounts.
+    pub service_accounts: Store<ServiceAccount>,
+    /// Rendered Roles.
+    pub roles: Store<Role>,
+    /// Rendered RoleBindings.
+    pub role_bindings: Store<RoleBinding>,
+}
+
+impl Stores {
+    /// Waits until every store has listed its objects once.
+    pub async fn ready(&self) {
+        // A dropped writer means the controller is shutting down; the reconcile then fails on
+        // its API calls, so readiness errors need no handling here.
+        let _ = futures::join!(
+            self.agents.wait_until_ready(),
+            self.approvals.wait_until_ready(),
+            self.deployments.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+            self.service_accounts.wait_until_ready(),
+            self.roles.wait_until_ready(),
+            self.role_bindings.wait_until_ready(),
+        );
+    }
+}
+
+/// Which Agents referenced which objects at their last reconcile, so a change of a
+/// RemoteMCPServer, ModelConfig, Service, Secret or ConfigMap requeues exactly those Agents.
+#[derive(Default)]
+pub struct RefIndex {
+    inner: Mutex<RefIndexInner>,
+}
+
+/// `(kind, namespace, name)` of a referenced object.
+pub type RefKey = (&'static str, String, String);
+
+#[derive(Default)]
+struct RefIndexInner {
+    by_ref: HashMap<RefKey, HashSet<ObjectRef<Agent>>>,
+    by_agent: HashMap<ObjectRef<Agent>, Vec<RefKey>>,
+}
+
+impl RefIndex {
+    /// Records that `agent` now references exactly `refs`.
+    pub fn set(&self, agent: ObjectRef<Agent>, refs: Vec<RefKey>) {
+        let mut inner = self.inner.lock().expect("ref index lock");
+        if let Some(old) = inner.by_agent.remove(&agent) {
+            for key in old {
+                if let Some(agents) = inner.by_ref.get_mut(&key) {
+                    agents.remove(&agent);
+                    if agents.is_empty() {
+                        inner.by_ref.remove(&key);
+                    }
+                }
+            }
+        }
+        for key in &refs {
+            inner
+                .by_ref
+                .entry(key.clone())
+                .or_default()
+                .insert(agent.clone());
+        }
+        inner.by_agent.insert(agent, refs);
+    }
+
+    /// The Agents that referenced `kind namespace/name`.
+    pub fn agents_for(&self, kind: &'static str, namespace: &str, name: &str) -> Vec<ObjectRef<Agent>> {
+        let inner = self.inner.lock().expect("ref index lock");
+        inner
+            .by_ref
+            .get(&(kind, namespace.to_string(), name.to_string()))
+            .map(|agents| agents.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Everything the reconcilers share.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Injected clock.
+    pub clock: Arc<dyn Clock>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Renderer settings from the command line.
+    pub render: RenderOptions,
+    /// Publishes Events.
+    pub recorder: Recorder,
+    /// Cached objects.
+    pub stores: Stores,
+    /// Agents by the objects they reference.
+    pub refs: RefIndex,
+    /// HTTP client for listing MCP servers' tools.
+    pub http: reqwest::Client,
+    /// Consecutive tool-discovery failures by server, for backoff.
+    pub discovery_failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context publishing Events as `instance` (the pod name).
+    pub fn new(
+        client: Client,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+        render: RenderOptions,
+        stores: Stores,
+        instance: Option<String>,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: REPORTER.into(),
+                instance,
+            },
+        );
+        Self {
+            client,
+            clock,
+            metrics,
+            render,
+            recorder,
+            stores,
+            refs: RefIndex::default(),
+            http: reqwest::Client::new(),
+            discovery_failures: Mutex::default(),
+        }
+    }
+}
+
+/// Runs one reconcile of `controller`, recording its count, duration and error reason.
+pub async fn measured(
+    ctx: &Context,
+    controller: &'static str,
+    reconcile: impl Future<Output = Result<Action>>,
+) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile.await;
+    ctx.metrics
+        .reconciled(controller, started.elapsed(), result.as_ref().err());
+    result
+}
+
+/// Requeue policy after a failed reconcile: retry soon, logging why.
+pub fn retry_after_error(kind: &str, error: &Error) -> Action {
+    tracing::warn!(kind, reason = error.reason(), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(15))
+}

@@ -1,0 +1,122 @@
+//! ModelConfig reconciler: checks the API-key Secret and records the SHA-256 of the key in
+//! `status.secretHash`, which the renderer folds into the agents' config hash so a key rotation
+//! rolls their pods.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use super::{Context, measured};
+use crate::api::ModelConfig;
+use crate::api::model_config::ModelConfigStatus;
+use crate::kube::{apply_status, new_condition, set_condition};
+use crate::{Error, Result};
+
+/// Name of this controller in metrics.
+pub const CONTROLLER: &str = "modelconfig";
+
+/// Reconciles one ModelConfig.
+pub async fn reconcile(model_config: Arc<ModelConfig>, ctx: Arc<Context>) -> Result<Action> {
+    measured(&ctx, CONTROLLER, reconcile_inner(&model_config, &ctx)).await
+}
+
+async fn reconcile_inner(model_config: &ModelConfig, ctx: &Context) -> Result<Action> {
+    let namespace = model_config.namespace().unwrap_or_default();
+    let (secret_hash, outcome) = match check_secret(model_config, ctx, &namespace).await {
+        Ok(hash) => (hash, Ok(())),
+        Err(error @ Error::RefNotFound { .. }) => (None, Err(error)),
+        Err(error) => return Err(error),
+    };
+    let current = model_config.status.clone().unwrap_or_default();
+    let mut status = ModelConfigStatus {
+        observed_generation: model_config.meta().generation,
+        conditions: current.conditions.clone(),
+        // Keep the last good hash while the Secret is broken: pods keep running as they are.
+        secret_hash: secret_hash.or(current.secret_hash.clone()),
+    };
+    let now = ctx.clock.now();
+    let condition = match &outcome {
+        Ok(()) => new_condition(
+            "Accepted",
+            true,
+            "Reconciled",
+            "",
+            status.observed_generation,
+            now,
+        ),
+        Err(error) => new_condition(
+            "Accepted",
+            false,
+            error.reason(),
+            error.to_string(),
+            status.observed_generation,
+            now,
+        ),
+    };
+    set_condition(&mut status.conditions, condition);
+    if status != current {
+        let api: Api<ModelConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+        apply_status(&api, model_config, &status).await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(3600)))
+}
+
+/// The hex SHA-256 of the API key, or `None` when the ModelConfig needs no key.
+async fn check_secret(
+    model_config: &ModelConfig,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<Option<String>> {
+    let (Some(secret_name), Some(key)) = (
+        model_config.spec.api_key_secret.as_deref(),
+        model_config.spec.api_key_secret_key.as_deref(),
+    ) else {
+        return Ok(None);
+    };
+    let not_found = |detail: String| Error::RefNotFound {
+        object: format!("ModelConfig {namespace}/{}", model_config.name_any()),
+        field: "spec.apiKeySecret".into(),
+        kind: "Secret".into(),
+        namespace: namespace.to_string(),
+        name: secret_name.to_string(),
+        detail,
+    };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let secret = api
+        .get_opt(secret_name)
+        .await?
+        .ok_or_else(|| not_found(String::new()))?;
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(key))
+        .map(|bytes| bytes.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|data| data.get(key))
+                .map(|text| text.as_bytes().to_vec())
+        })
+        .ok_or_else(|| not_found(format!(" (no key {key:?})")))?;
+    Ok(Some(hex::encode(Sha256::digest(&value))))
+}
+
+/// The ModelConfigs in `store` whose API key lives in the Secret `namespace/name`.
+pub fn using_secret(store: &Store<ModelConfig>, namespace: &str, name: &str) -> Vec<ObjectRef<ModelConfig>> {
+    store
+        .state()
+        .iter()
+        .filter(|mc| {
+            mc.namespace().as_deref() == Some(namespace)
+                && mc.spec.api_key_secret.as_deref() == Some(name)
+        })
+        .map(|mc| ObjectRef::from_obj(mc.as_ref()))
+        .collect()
+}

@@ -1,0 +1,203 @@
+//! RemoteMCPServer reconciler: lists the server's tools over MCP and records them in
+//! `status.discoveredTools` with an `Accepted` condition. Re-lists every five minutes, and
+//! sooner with backoff after a failure.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use super::{Context, discovery, measured};
+use crate::api::RemoteMCPServer;
+use crate::api::common::{ValueRef, ValueSourceType, parse_duration_seconds};
+use crate::api::remote_mcp_server::RemoteMCPServerStatus;
+use crate::kube::{apply_status, new_condition, set_condition};
+use crate::{Error, Result};
+
+/// Name of this controller in metrics.
+pub const CONTROLLER: &str = "remotemcpserver";
+/// How often the tools of a healthy server are listed again.
+pub const RELIST_INTERVAL: Duration = Duration::from_secs(300);
+/// Timeout of one listing when the server sets none.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reconciles one RemoteMCPServer.
+pub async fn reconcile(server: Arc<RemoteMCPServer>, ctx: Arc<Context>) -> Result<Action> {
+    measured(&ctx, CONTROLLER, reconcile_inner(&server, &ctx)).await
+}
+
+async fn reconcile_inner(server: &RemoteMCPServer, ctx: &Context) -> Result<Action> {
+    let namespace = server.namespace().unwrap_or_default();
+    let id = format!("{namespace}/{}", server.name_any());
+    let outcome = match resolve_headers(server, ctx, &namespace).await {
+        Ok(headers) => {
+            let timeout = server
+                .spec
+                .timeout
+                .as_deref()
+                .and_then(parse_duration_seconds)
+                .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
+            discovery::list_tools(
+                &ctx.http,
+                &server.spec.url,
+                server.spec.protocol.unwrap_or_default(),
+                &headers,
+                timeout,
+            )
+            .await
+            .map_err(|message| Error::ToolDiscovery {
+                server: format!("RemoteMCPServer {id}"),
+                message,
+            })
+        }
+        Err(error) => Err(error),
+    };
+
+    let current = server.status.clone().unwrap_or_default();
+    let generation = server.meta().generation;
+    let now = ctx.clock.now();
+    let mut status = RemoteMCPServerStatus {
+        observed_generation: generation,
+        conditions: current.conditions.clone(),
+        // After a failure the last listing stays: agents keep their view of the server.
+        discovered_tools: current.discovered_tools.clone(),
+    };
+    let action = match &outcome {
+        Ok(tools) => {
+            status.discovered_tools = tools.clone();
+            let message = format!("{} tools discovered", tools.len());
+            set_condition(
+                &mut status.conditions,
+                new_condition("Accepted", true, "Reconciled", message, generation, now),
+            );
+            ctx.discovery_failures
+                .lock()
+                .expect("failure map lock")
+                .remove(&id);
+            Action::requeue(RELIST_INTERVAL)
+        }
+        Err(error) => {
+            set_condition(
+                &mut status.conditions,
+                new_condition(
+                    "Accepted",
+                    false,
+                    error.reason(),
+                    error.to_string(),
+                    generation,
+                    now,
+                ),
+            );
+            let mut failures = ctx.discovery_failures.lock().expect("failure map lock");
+            let count = failures.entry(id).or_default();
+            *count = count.saturating_add(1);
+            Action::requeue(failure_backoff(*count))
+        }
+    };
+    if status != current {
+        let api: Api<RemoteMCPServer> = Api::namespaced(ctx.client.clone(), &namespace);
+        apply_status(&api, server, &status).await?;
+    }
+    Ok(action)
+}
+
+/// Delay before retrying after `failures` consecutive failures: 10 s doubling up to 5 min.
+pub fn failure_backoff(failures: u32) -> Duration {
+    let seconds = 10u64.saturating_mul(1 << failures.saturating_sub(1).min(5));
+    Duration::from_secs(seconds).min(RELIST_INTERVAL)
+}
+
+/// The HTTP headers of `headersFrom`, reading Secret and ConfigMap keys.
+async fn resolve_headers(
+    server: &RemoteMCPServer,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<BTreeMap<String, String>> {
+    let mut headers = BTreeMap::new();
+    for (index, header) in server.spec.headers_from.iter().enumerate() {
+        let value = resolve_value(server, ctx, namespace, index, header).await?;
+        headers.insert(header.name.clone(), value);
+    }
+    Ok(headers)
+}
+
+async fn resolve_value(
+    server: &RemoteMCPServer,
+    ctx: &Context,
+    namespace: &str,
+    index: usize,
+    header: &ValueRef,
+) -> Result<String> {
+    if let Some(value) = &header.value {
+        return Ok(value.clone());
+    }
+    let Some(source) = &header.value_from else {
+        return Ok(String::new());
+    };
+    let not_found = |detail: String| Error::RefNotFound {
+        object: format!("RemoteMCPServer {namespace}/{}", server.name_any()),
+        field: format!("spec.headersFrom[{index}].valueFrom"),
+        kind: source.source_type.kind().into(),
+        namespace: namespace.to_string(),
+        name: source.name.clone(),
+        detail,
+    };
+    let value = match source.source_type {
+        ValueSourceType::Secret => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+            .get_opt(&source.name)
+            .await?
+            .ok_or_else(|| not_found(String::new()))?
+            .data
+            .and_then(|mut data| data.remove(&source.key))
+            .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned()),
+        ValueSourceType::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
+            .get_opt(&source.name)
+            .await?
+            .ok_or_else(|| not_found(String::new()))?
+            .data
+            .and_then(|mut data| data.remove(&source.key)),
+    };
+    value.ok_or_else(|| not_found(format!(" (no key {:?})", source.key)))
+}
+
+/// The RemoteMCPServers in `store` whose headers read `kind namespace/name`.
+pub fn using_source(
+    store: &Store<RemoteMCPServer>,
+    kind: ValueSourceType,
+    namespace: &str,
+    name: &str,
+) -> Vec<ObjectRef<RemoteMCPServer>> {
+    store
+        .state()
+        .iter()
+        .filter(|server| {
+            server.namespace().as_deref() == Some(namespace)
+                && server.spec.headers_from.iter().any(|header| {
+                    header
+                        .value_from
+                        .as_ref()
+                        .is_some_and(|source| source.source_type == kind && source.name == name)
+                })
+        })
+        .map(|server| ObjectRef::from_obj(server.as_ref()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_up_to_the_relist_interval() {
+        assert_eq!(failure_backoff(1), Duration::from_secs(10));
+        assert_eq!(failure_backoff(2), Duration::from_secs(20));
+        assert_eq!(failure_backoff(4), Duration::from_secs(80));
+        assert_eq!(failure_backoff(20), Duration::from_secs(300));
+    }
+}
