@@ -15,20 +15,14 @@ pub enum Error {
         message: String,
     },
     /// A referenced object does not exist (or lacks the referenced key).
-    #[error("{object}: {field}: {kind} {namespace}/{name} not found{detail}")]
+    #[error("{object}: {field}: {missing} not found")]
     RefNotFound {
         /// `Kind namespace/name` of the referring object.
         object: String,
         /// Field holding the reference.
         field: String,
-        /// Kind of the missing object.
-        kind: String,
-        /// Namespace of the missing object.
-        namespace: String,
-        /// Name of the missing object.
-        name: String,
-        /// Extra detail, such as a missing key (starts with a separator, or empty).
-        detail: String,
+        /// What is missing: `Kind namespace/name`, optionally followed by ` key "k"`.
+        missing: String,
     },
     /// The Kubernetes API failed.
     #[error("kubernetes API: {0}")]

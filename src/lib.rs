@@ -6,6 +6,8 @@ pub mod controller;
 pub mod error;
 pub mod gate;
 pub mod kube;
+pub mod manifest;
 pub mod render;
+pub mod validate;
 
 pub use error::{Error, Result};

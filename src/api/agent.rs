@@ -30,27 +30,10 @@ pub const MAX_TOOL_NAME_LENGTH: usize = 128;
     status = "AgentStatus",
     cel,
     doc = "An AI agent whose MCP tool calls can require a human approval.",
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Accepted",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
-    ),
-    printcolumn(
-        name = "Pending",
-        type_ = "integer",
-        json_path = ".status.pendingApprovals",
-        description = "ApprovalRequests waiting for a decision"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"}"#,
+    printcolumn = r#"{"name": "Pending", "type": "integer", "description": "ApprovalRequests waiting for a decision", "jsonPath": ".status.pendingApprovals"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("self.type != 'Declarative' || has(self.declarative)").message("spec.declarative is required when type is Declarative"))]
@@ -327,6 +310,7 @@ pub struct ApprovalSettings {
     schemars::JsonSchema,
     clap::ValueEnum,
 )]
+#[value(rename_all = "PascalCase")]
 pub enum ApprovalMode {
     /// The gate sidecar enforces approval through ApprovalRequests.
     #[default]

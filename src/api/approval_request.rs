@@ -29,12 +29,12 @@ pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
     status = "ApprovalRequestStatus",
     cel,
     doc = "A gated MCP tool call waiting for, or carrying, a human decision.",
-    printcolumn(name = "Agent", type_ = "string", json_path = ".spec.agentRef.name"),
-    printcolumn(name = "Tool", type_ = "string", json_path = ".spec.toolName"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Decided-By", type_ = "string", json_path = ".spec.decision.decidedBy"),
-    printcolumn(name = "Expires", type_ = "date", json_path = ".spec.expiresAt"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn = r#"{"name": "Agent", "type": "string", "jsonPath": ".spec.agentRef.name"}"#,
+    printcolumn = r#"{"name": "Tool", "type": "string", "jsonPath": ".spec.toolName"}"#,
+    printcolumn = r#"{"name": "Phase", "type": "string", "jsonPath": ".status.phase"}"#,
+    printcolumn = r#"{"name": "Decided-By", "type": "string", "jsonPath": ".spec.decision.decidedBy"}"#,
+    printcolumn = r#"{"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     validation = kube::core::Rule::new("!has(self.status) || !has(self.status.phase) || !(self.status.phase in ['Approved', 'Executed']) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("phase Approved or Executed requires spec.decision.type Approve"),
     validation = kube::core::Rule::new("!has(self.status) || !has(self.status.consumedAt) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("status.consumedAt may only be set on an approved request")
 )]

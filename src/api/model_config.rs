@@ -21,13 +21,9 @@ const DECIMAL_PATTERN: &str = r"^-?[0-9]+(\.[0-9]+)?$";
     status = "ModelConfigStatus",
     cel,
     doc = "The LLM provider and model an agent uses.",
-    printcolumn(name = "Provider", type_ = "string", json_path = ".spec.provider"),
-    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn = r#"{"name": "Provider", "type": "string", "jsonPath": ".spec.provider"}"#,
+    printcolumn = r#"{"name": "Model", "type": "string", "jsonPath": ".spec.model"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(

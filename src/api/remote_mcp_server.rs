@@ -18,18 +18,10 @@ use super::common::{DURATION_PATTERN, ValueRef};
     status = "RemoteMCPServerStatus",
     cel,
     doc = "An MCP tool server reachable over Streamable HTTP or SSE.",
-    printcolumn(name = "Protocol", type_ = "string", json_path = ".spec.protocol"),
-    printcolumn(name = "URL", type_ = "string", json_path = ".spec.url"),
-    printcolumn(
-        name = "Accepted",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn = r#"{"name": "Protocol", "type": "string", "jsonPath": ".spec.protocol"}"#,
+    printcolumn = r#"{"name": "URL", "type": "string", "jsonPath": ".spec.url"}"#,
+    printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RemoteMCPServerSpec {

@@ -1,4 +1,423 @@
 //! Pure rendering: an Agent and the objects it references become config.json, gate.json and
-//! the Kubernetes objects the controller applies.
+//! the Kubernetes objects the controller applies. No I/O, no clock: identical input gives
+//! byte-identical output.
 
 pub mod config;
+pub mod model;
+pub mod objects;
+pub mod refs;
+pub mod tools;
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::api::agent::{AgentType, ApprovalSettings};
+use crate::api::common::parse_duration_seconds;
+use crate::api::remote_mcp_server::McpProtocol;
+use crate::api::{Agent, ApprovalMode};
+use crate::gate::config::{
+    AgentIdentity, GATE_LISTEN, GATE_METRICS_LISTEN, GateApproval, GateConfig, GateServer,
+};
+use crate::{Error, Result};
+use config::{AgentConfig, McpParams, McpToolServer};
+pub use objects::AgentObjects;
+use refs::{DEFAULT_MODEL_CONFIG, RefStore};
+use tools::ResolvedServer;
+
+/// Default agent runtime image (kagent's ADK runtime).
+pub const DEFAULT_AGENT_IMAGE: &str = "cr.kagent.dev/kagent-dev/kagent/app:0.7.4";
+/// Default gate image: this crate's image, same version.
+pub const DEFAULT_GATE_IMAGE: &str = concat!(
+    "ghcr.io/hitl-operator/hitl-operator:",
+    env!("CARGO_PKG_VERSION")
+);
+/// Default seconds an ApprovalRequest can be decided.
+pub const DEFAULT_APPROVAL_TIMEOUT: f64 = 3600.0;
+/// Default seconds the gate holds a gated call open.
+pub const DEFAULT_WAIT_TIMEOUT: f64 = 30.0;
+/// Default seconds finished ApprovalRequests are kept.
+pub const DEFAULT_TTL_AFTER_FINISHED: f64 = 86400.0;
+/// Extra seconds, beyond waitTimeout, a runtime must wait for a gated server.
+const GATE_TIMEOUT_MARGIN: f64 = 10.0;
+
+/// Operator-wide settings the renderer needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderOptions {
+    /// Mode for Agents that set none.
+    pub default_approval_mode: ApprovalMode,
+    /// Agent runtime image.
+    pub agent_image: String,
+    /// Approval gate image.
+    pub gate_image: String,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        Self {
+            default_approval_mode: ApprovalMode::Gate,
+            agent_image: DEFAULT_AGENT_IMAGE.to_owned(),
+            gate_image: DEFAULT_GATE_IMAGE.to_owned(),
+        }
+    }
+}
+
+/// Everything rendered for one Agent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderedAgent {
+    /// The effective approval mode.
+    pub mode: ApprovalMode,
+    /// config.json.
+    pub config: AgentConfig,
+    /// gate.json, in Gate and Both modes.
+    pub gate: Option<GateConfig>,
+    /// SHA-256 (hex) over everything rendered into the Secret plus the model key's hash.
+    pub config_hash: String,
+    /// The objects to apply.
+    pub objects: AgentObjects,
+    /// Things that render but deserve a look (shown by `render`, put in conditions).
+    pub warnings: Vec<String>,
+}
+
+/// The Agent's approval settings with defaults applied, in seconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ApprovalTimings {
+    /// Seconds a request can be decided.
+    pub timeout: f64,
+    /// Seconds the gate holds a call open.
+    pub wait_timeout: f64,
+    /// Seconds finished requests are kept.
+    pub ttl_after_finished: f64,
+}
+
+/// Reads the approval timings of an Agent's settings; `object` names the Agent in errors.
+pub fn approval_timings(
+    object: &str,
+    settings: Option<&ApprovalSettings>,
+) -> Result<ApprovalTimings> {
+    let read = |field: &str, value: Option<&String>, default: f64| -> Result<f64> {
+        match value {
+            None => Ok(default),
+            Some(text) => parse_duration_seconds(text)
+                .filter(|seconds| *seconds > 0.0)
+                .ok_or_else(|| Error::InvalidSpec {
+                    object: object.to_owned(),
+                    field: format!("spec.declarative.approval.{field}"),
+                    message: format!(
+                        "Invalid value: {text:?}: must be a positive duration such as 30s, 5m or 1h"
+                    ),
+                }),
+        }
+    };
+    let settings = settings.cloned().unwrap_or_default();
+    let timings = ApprovalTimings {
+        timeout: read(
+            "timeout",
+            settings.timeout.as_ref(),
+            DEFAULT_APPROVAL_TIMEOUT,
+        )?,
+        wait_timeout: read(
+            "waitTimeout",
+            settings.wait_timeout.as_ref(),
+            DEFAULT_WAIT_TIMEOUT,
+        )?,
+        ttl_after_finished: read(
+            "ttlAfterFinished",
+            settings.ttl_after_finished.as_ref(),
+            DEFAULT_TTL_AFTER_FINISHED,
+        )?,
+    };
+    if timings.wait_timeout > timings.timeout {
+        return Err(Error::InvalidSpec {
+            object: object.to_owned(),
+            field: "spec.declarative.approval.waitTimeout".into(),
+            message: format!(
+                "Invalid value: {:?}: must not exceed timeout ({:?})",
+                settings.wait_timeout.unwrap_or_default(),
+                settings.timeout.unwrap_or_else(|| "1h".into())
+            ),
+        });
+    }
+    Ok(timings)
+}
+
+/// `Kind namespace/name` of an Agent, as used in messages.
+pub fn describe_agent(agent: &Agent) -> String {
+    format!(
+        "Agent {}/{}",
+        agent.namespace().unwrap_or_default(),
+        agent.name_any()
+    )
+}
+
+/// Seconds as a JSON number, integral when whole (kagent prints `30`, not `30.0`).
+pub fn seconds_number(seconds: f64) -> serde_json::Number {
+    if seconds.fract() == 0.0 && seconds.abs() < 9.0e15 {
+        serde_json::Number::from(seconds as i64)
+    } else {
+        serde_json::Number::from_f64(seconds).unwrap_or_else(|| serde_json::Number::from(0))
+    }
+}
+
+/// Renders an Agent: validates what the schema cannot, resolves references in `refs` and
+/// builds config.json, gate.json and the objects.
+pub fn render_agent(
+    agent: &Agent,
+    refs: &RefStore,
+    options: &RenderOptions,
+) -> Result<RenderedAgent> {
+    let object = describe_agent(agent);
+    let namespace = agent.namespace().unwrap_or_default();
+    if agent.spec.agent_type == AgentType::Byo {
+        return Err(Error::InvalidSpec {
+            object,
+            field: "spec.type".into(),
+            message: "Unsupported value: \"BYO\": hitl-operator runs Declarative agents only"
+                .into(),
+        });
+    }
+    let declarative = agent
+        .spec
+        .declarative
+        .as_ref()
+        .ok_or_else(|| Error::InvalidSpec {
+            object: object.clone(),
+            field: "spec.declarative".into(),
+            message: "Required value: spec.declarative is required when type is Declarative".into(),
+        })?;
+    let mode = declarative
+        .approval
+        .as_ref()
+        .and_then(|approval| approval.mode)
+        .unwrap_or(options.default_approval_mode);
+    let timings = approval_timings(&object, declarative.approval.as_ref())?;
+
+    let model_name = declarative
+        .model_config
+        .as_deref()
+        .unwrap_or(DEFAULT_MODEL_CONFIG);
+    let model_config =
+        refs.model_config(&namespace, model_name)
+            .ok_or_else(|| Error::RefNotFound {
+                object: object.clone(),
+                field: "spec.declarative.modelConfig".into(),
+                missing: format!("ModelConfig {namespace}/{model_name}"),
+            })?;
+    let model = model::render_model(model_config)?;
+
+    let instruction = match (
+        &declarative.system_message,
+        &declarative.system_message_from,
+    ) {
+        (Some(message), _) => message.clone(),
+        (None, Some(source)) => refs
+            .value(source, &namespace)
+            .map_err(|missing| missing.into_error(&object, "spec.declarative.systemMessageFrom"))?,
+        (None, None) => String::new(),
+    };
+
+    let mut warnings = Vec::new();
+    let servers =
+        tools::resolve_servers(&object, &namespace, &declarative.tools, refs, &mut warnings)?;
+    let stream = declarative.stream.unwrap_or(false);
+    let config = agent_config(
+        model.model.clone(),
+        agent.spec.description.clone().unwrap_or_default(),
+        instruction,
+        stream,
+        &servers,
+        mode,
+        timings,
+    );
+    let service_account = objects::service_account_name(agent);
+    let gate = mode.uses_gate().then(|| GateConfig {
+        agent: AgentIdentity {
+            namespace: namespace.clone(),
+            name: agent.name_any(),
+            uid: agent.uid().unwrap_or_default(),
+            service_account: service_account.clone(),
+        },
+        approval: GateApproval {
+            mode,
+            timeout_seconds: timings.timeout,
+            wait_timeout_seconds: timings.wait_timeout,
+            ttl_after_finished_seconds: timings.ttl_after_finished,
+        },
+        listen: GATE_LISTEN.to_owned(),
+        metrics_listen: GATE_METRICS_LISTEN.to_owned(),
+        servers: servers.iter().map(gate_server).collect(),
+    });
+    let agent_card = agent_card(agent, stream);
+
+    let mut secret_data = BTreeMap::new();
+    secret_data.insert("config.json".to_owned(), serde_json::to_vec(&config)?);
+    secret_data.insert(
+        "agent-card.json".to_owned(),
+        serde_json::to_vec(&agent_card)?,
+    );
+    if let Some(gate) = &gate {
+        secret_data.insert("gate.json".to_owned(), serde_json::to_vec(gate)?);
+    }
+    let model_key_hash = model_config
+        .status
+        .as_ref()
+        .and_then(|status| status.secret_hash.clone())
+        .unwrap_or_default();
+    let config_hash = config_hash(&secret_data, &model_key_hash);
+    let objects = objects::build(&objects::ObjectInputs {
+        agent,
+        options,
+        mode,
+        model: &model,
+        secret_data,
+        config_hash: &config_hash,
+    });
+    Ok(RenderedAgent {
+        mode,
+        config,
+        gate,
+        config_hash,
+        objects,
+        warnings,
+    })
+}
+
+/// SHA-256 (hex) of the Secret's content and the model API key's hash.
+fn config_hash(secret_data: &BTreeMap<String, Vec<u8>>, model_key_hash: &str) -> String {
+    let mut hasher = Sha256::new();
+    for (key, value) in secret_data {
+        hasher.update((key.len() as u64).to_be_bytes());
+        hasher.update(key.as_bytes());
+        hasher.update((value.len() as u64).to_be_bytes());
+        hasher.update(value);
+    }
+    hasher.update(model_key_hash.as_bytes());
+    hex::encode(hasher.finalize())
+}
+
+fn agent_config(
+    model: serde_json::Value,
+    description: String,
+    instruction: String,
+    stream: bool,
+    servers: &[ResolvedServer],
+    mode: ApprovalMode,
+    timings: ApprovalTimings,
+) -> AgentConfig {
+    let mut http_tools = Vec::new();
+    let mut sse_tools = Vec::new();
+    for server in servers {
+        let entry = runtime_entry(server, mode, timings);
+        match server.protocol {
+            McpProtocol::StreamableHttp => http_tools.push(entry),
+            McpProtocol::Sse => sse_tools.push(entry),
+        }
+    }
+    AgentConfig {
+        model,
+        description,
+        instruction,
+        http_tools: (!http_tools.is_empty()).then_some(http_tools),
+        sse_tools: (!sse_tools.is_empty()).then_some(sse_tools),
+        remote_agents: None,
+        execute_code: None,
+        stream,
+    }
+}
+
+/// The config.json entry of one server: straight to the server in Runtime mode, through the
+/// gate (no upstream headers, runtime confirmation only in Both mode) otherwise.
+fn runtime_entry(
+    server: &ResolvedServer,
+    mode: ApprovalMode,
+    timings: ApprovalTimings,
+) -> McpToolServer {
+    let require_approval = if mode.uses_runtime() {
+        server.require_approval.clone()
+    } else {
+        Vec::new()
+    };
+    let params = if mode.uses_gate() {
+        let gated = !server.require_approval.is_empty();
+        let at_least = |value: Option<f64>| {
+            let floor = timings.wait_timeout + GATE_TIMEOUT_MARGIN;
+            match value {
+                Some(seconds) if gated && seconds < floor => Some(floor),
+                None if gated => Some(floor),
+                other => other,
+            }
+        };
+        McpParams {
+            url: format!(
+                "http://{GATE_LISTEN}{}",
+                GateServer::route_for(&server.namespace, &server.name)
+            ),
+            headers: BTreeMap::new(),
+            timeout: at_least(server.timeout).map(seconds_number),
+            sse_read_timeout: at_least(server.sse_read_timeout).map(seconds_number),
+            terminate_on_close: server.terminate_on_close,
+        }
+    } else {
+        upstream_params(server)
+    };
+    McpToolServer {
+        params,
+        tools: server.tools.clone(),
+        allowed_headers: server.allowed_headers.clone(),
+        require_approval,
+    }
+}
+
+fn upstream_params(server: &ResolvedServer) -> McpParams {
+    McpParams {
+        url: server.url.clone(),
+        headers: server.headers.clone(),
+        timeout: server.timeout.map(seconds_number),
+        sse_read_timeout: server.sse_read_timeout.map(seconds_number),
+        terminate_on_close: server.terminate_on_close,
+    }
+}
+
+fn gate_server(server: &ResolvedServer) -> GateServer {
+    GateServer {
+        namespace: server.namespace.clone(),
+        name: server.name.clone(),
+        kind: server.kind,
+        protocol: server.protocol,
+        route: GateServer::route_for(&server.namespace, &server.name),
+        params: upstream_params(server),
+        tools: server.tools.clone(),
+        require_approval: server.require_approval.clone(),
+        allowed_headers: server.allowed_headers.clone(),
+    }
+}
+
+/// The A2A agent card the runtime serves (`agent-card.json`).
+fn agent_card(agent: &Agent, stream: bool) -> serde_json::Value {
+    let namespace = agent.namespace().unwrap_or_default();
+    let name = agent.name_any();
+    let description = agent
+        .spec
+        .description
+        .clone()
+        .or_else(|| {
+            agent
+                .spec
+                .declarative
+                .as_ref()
+                .and_then(|d| d.description.clone())
+        })
+        .unwrap_or_default();
+    json!({
+        "name": name,
+        "description": description,
+        "url": format!("http://{name}.{namespace}:{}", objects::AGENT_PORT),
+        "version": "",
+        "capabilities": {"streaming": stream, "pushNotifications": false, "stateTransitionHistory": true},
+        "defaultInputModes": ["text"],
+        "defaultOutputModes": ["text"],
+        "skills": []
+    })
+}

@@ -1,0 +1,221 @@
+//! `hitl-operator render`: validate manifests offline as the apiserver would and print every
+//! object the controller would apply for the Agents among them.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use serde_json::Value;
+
+use crate::api::{self, Agent, ApprovalMode, ModelConfig, RemoteMCPServer};
+use crate::manifest::{self, Document};
+use crate::render::refs::RefStore;
+use crate::render::{DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions, render_agent};
+use crate::validate::Schemas;
+
+/// Output format of `render`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// Multi-document YAML.
+    Yaml,
+    /// A JSON `List`.
+    Json,
+}
+
+/// Arguments of `render`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct RenderArgs {
+    /// Manifest files or directories (multi-document YAML or JSON), read recursively.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+    pub output: Output,
+    /// Namespace of objects that name none.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Approval mode of Agents that set none.
+    #[arg(long, value_enum, default_value = "Gate")]
+    pub approval_mode: ApprovalMode,
+    /// Agent runtime image.
+    #[arg(long, default_value = DEFAULT_AGENT_IMAGE)]
+    pub agent_image: String,
+    /// Approval gate image.
+    #[arg(long, default_value = DEFAULT_GATE_IMAGE)]
+    pub gate_image: String,
+}
+
+/// What a render produced: objects to print, or problems (one line each), plus warnings.
+#[derive(Debug, Default)]
+pub struct RenderReport {
+    /// Rendered objects, in order.
+    pub objects: Vec<Value>,
+    /// Problems that make the render fail.
+    pub problems: Vec<String>,
+    /// Things worth a look that do not fail the render.
+    pub warnings: Vec<String>,
+}
+
+fn object_name(value: &Value) -> String {
+    let namespace = value
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    format!("{namespace}/{name}")
+}
+
+fn typed<T: serde::de::DeserializeOwned>(document: &Document) -> Result<T, String> {
+    serde_json::from_value(document.value.clone()).map_err(|error| {
+        format!(
+            "{}: {} {}: {error}",
+            document.file,
+            document.kind(),
+            object_name(&document.value)
+        )
+    })
+}
+
+/// Validates and renders `documents`.
+pub fn render_documents(
+    mut documents: Vec<Document>,
+    namespace: &str,
+    options: &RenderOptions,
+) -> RenderReport {
+    let schemas = Schemas::default();
+    let mut report = RenderReport::default();
+    let mut store = RefStore::default();
+    let mut agents = Vec::new();
+    for document in &mut documents {
+        if let Some(meta) = document
+            .value
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+        {
+            meta.entry("namespace")
+                .or_insert_with(|| Value::String(namespace.to_owned()));
+        }
+        let (api_version, kind) = (document.api_version(), document.kind());
+        let ours = api_version == format!("{}/{}", api::GROUP, api::VERSION);
+        if ours && schemas.knows(kind) {
+            if let Err(invalid) = schemas.validate(&document.value, None) {
+                report.problems.extend(
+                    invalid
+                        .lines()
+                        .into_iter()
+                        .map(|line| format!("{}: {line}", document.file)),
+                );
+                continue;
+            }
+        } else if api_version.starts_with(&format!("{}/", api::GROUP)) {
+            report.problems.push(format!(
+                "{}: {kind} {}: apiVersion {api_version:?} kind {kind:?} is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig and ApprovalRequest in {}/{})",
+                document.file,
+                object_name(&document.value),
+                api::GROUP,
+                api::VERSION
+            ));
+            continue;
+        }
+        let added = match (ours, kind) {
+            (true, "Agent") => {
+                typed::<Agent>(document).map(|agent| agents.push((document.file.clone(), agent)))
+            }
+            (true, "ModelConfig") => {
+                typed::<ModelConfig>(document).map(|o| store.insert_model_config(o))
+            }
+            (true, "RemoteMCPServer") => {
+                typed::<RemoteMCPServer>(document).map(|o| store.insert_remote_mcp_server(o))
+            }
+            (false, "Secret") if api_version == "v1" => {
+                typed::<Secret>(document).map(|o| store.insert_secret(o))
+            }
+            (false, "ConfigMap") if api_version == "v1" => {
+                typed::<ConfigMap>(document).map(|o| store.insert_config_map(o))
+            }
+            (false, "Service") if api_version == "v1" => {
+                typed::<Service>(document).map(|o| store.insert_service(o))
+            }
+            _ => Ok(()),
+        };
+        if let Err(problem) = added {
+            report.problems.push(problem);
+        }
+    }
+    for (file, agent) in &agents {
+        match render_agent(agent, &store, options) {
+            Ok(rendered) => {
+                report
+                    .warnings
+                    .extend(rendered.warnings.iter().map(|w| format!("{file}: {w}")));
+                match rendered.objects.to_values() {
+                    Ok(values) => report.objects.extend(values),
+                    Err(error) => report.problems.push(format!("{file}: {error}")),
+                }
+            }
+            Err(error) => report.problems.push(format!("{file}: {error}")),
+        }
+    }
+    report
+}
+
+/// Formats rendered objects.
+pub fn format_objects(objects: &[Value], output: Output) -> String {
+    match output {
+        Output::Yaml => objects
+            .iter()
+            .map(|object| {
+                format!(
+                    "---\n{}",
+                    serde_saphyr::to_string(object).expect("JSON values serialize to YAML")
+                )
+            })
+            .collect(),
+        Output::Json => {
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+            serde_json::to_string_pretty(&list).expect("JSON values serialize") + "\n"
+        }
+    }
+}
+
+/// Runs `render`; returns the process exit code (0 ok, 1 problems found).
+pub fn run(args: &RenderArgs) -> u8 {
+    let options = RenderOptions {
+        default_approval_mode: args.approval_mode,
+        agent_image: args.agent_image.clone(),
+        gate_image: args.gate_image.clone(),
+    };
+    let documents = match manifest::load(&args.paths) {
+        Ok(documents) => documents,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return 1;
+        }
+    };
+    let report = render_documents(documents, &args.namespace, &options);
+    for warning in &report.warnings {
+        eprintln!("warning: {warning}");
+    }
+    if !report.problems.is_empty() {
+        for problem in &report.problems {
+            eprintln!("error: {problem}");
+        }
+        return 1;
+    }
+    let text = format_objects(&report.objects, args.output);
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => 0,
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(error) => {
+            eprintln!("error: writing output: {error}");
+            1
+        }
+    }
+}

@@ -1,0 +1,545 @@
+//! The Kubernetes objects of an Agent: Secret, ServiceAccount, Role, RoleBinding, Deployment
+//! (agent container plus the approval gate as a native sidecar) and Service.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection,
+    DownwardAPIVolumeFile, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
+    PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
+    Secret, SecretVolumeSource, SecurityContext, Service, ServiceAccount,
+    ServiceAccountTokenProjection, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    VolumeProjection,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use crate::api::{Agent, ApprovalMode};
+use crate::gate::config::GATE_METRICS_PORT;
+use crate::render::RenderOptions;
+use crate::render::model::RenderedModel;
+
+/// Port of the agent runtime (A2A).
+pub const AGENT_PORT: i32 = 8080;
+/// Pod template annotation that changes whenever anything rendered changes.
+pub const CONFIG_HASH_ANNOTATION: &str = "kagent.dev/config-hash";
+/// Label carrying the agent name on everything rendered (and the pod selector).
+pub const AGENT_LABEL: &str = "kagent.dev/agent";
+/// Name of the agent container.
+pub const AGENT_CONTAINER: &str = "agent";
+/// Name of the approval gate sidecar.
+pub const GATE_CONTAINER: &str = "approval-gate";
+/// Field manager of everything the operator applies.
+pub const MANAGED_BY: &str = "hitl-operator";
+/// Where the agent container reads config.json and agent-card.json.
+const CONFIG_DIR: &str = "/config";
+/// Where the gate reads gate.json.
+const GATE_CONFIG_DIR: &str = "/etc/hitl-gate";
+/// Where in-cluster clients look for the ServiceAccount token.
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// Lifetime requested for the gate's projected token (the kubelet refreshes it).
+const TOKEN_EXPIRATION_SECONDS: i64 = 3607;
+/// Unprivileged user the gate runs as.
+const GATE_USER: i64 = 65532;
+
+/// The objects to apply for one Agent, all owned by it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentObjects {
+    /// config.json, agent-card.json and (with a gate) gate.json.
+    pub secret: Secret,
+    /// The pod identity, unless the Agent names an existing one.
+    pub service_account: Option<ServiceAccount>,
+    /// What the gate may do with ApprovalRequests (Gate and Both modes).
+    pub role: Option<Role>,
+    /// Binds [`Self::role`] to the pod's ServiceAccount.
+    pub role_binding: Option<RoleBinding>,
+    /// The agent pods.
+    pub deployment: Deployment,
+    /// The agent's A2A endpoint.
+    pub service: Service,
+}
+
+impl AgentObjects {
+    /// Every object as JSON, in apply order (dependencies first).
+    pub fn to_values(&self) -> serde_json::Result<Vec<serde_json::Value>> {
+        let mut values = vec![serde_json::to_value(&self.secret)?];
+        if let Some(service_account) = &self.service_account {
+            values.push(serde_json::to_value(service_account)?);
+        }
+        if let Some(role) = &self.role {
+            values.push(serde_json::to_value(role)?);
+        }
+        if let Some(role_binding) = &self.role_binding {
+            values.push(serde_json::to_value(role_binding)?);
+        }
+        values.push(serde_json::to_value(&self.deployment)?);
+        values.push(serde_json::to_value(&self.service)?);
+        Ok(values)
+    }
+}
+
+/// What [`build`] works from.
+pub struct ObjectInputs<'a> {
+    /// The Agent.
+    pub agent: &'a Agent,
+    /// Operator settings (images).
+    pub options: &'a RenderOptions,
+    /// Effective approval mode.
+    pub mode: ApprovalMode,
+    /// Model environment and volumes.
+    pub model: &'a RenderedModel,
+    /// Content of the Secret.
+    pub secret_data: BTreeMap<String, Vec<u8>>,
+    /// Value of the config-hash annotation.
+    pub config_hash: &'a str,
+}
+
+/// The ServiceAccount the agent pods run as.
+pub fn service_account_name(agent: &Agent) -> String {
+    agent
+        .spec
+        .declarative
+        .as_ref()
+        .and_then(|d| d.deployment.as_ref())
+        .and_then(|d| d.service_account_name.clone())
+        .unwrap_or_else(|| agent.name_any())
+}
+
+/// Labels on every rendered object.
+pub fn common_labels(agent: &Agent) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), "agent".to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), agent.name_any()),
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            MANAGED_BY.to_owned(),
+        ),
+        (AGENT_LABEL.to_owned(), agent.name_any()),
+    ])
+}
+
+fn owner_reference(agent: &Agent) -> OwnerReference {
+    OwnerReference {
+        api_version: Agent::api_version(&()).into_owned(),
+        kind: Agent::kind(&()).into_owned(),
+        name: agent.name_any(),
+        uid: agent.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn metadata(agent: &Agent, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: agent.namespace(),
+        labels: Some(common_labels(agent)),
+        owner_references: Some(vec![owner_reference(agent)]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn selector_labels(agent: &Agent) -> BTreeMap<String, String> {
+    BTreeMap::from([(AGENT_LABEL.to_owned(), agent.name_any())])
+}
+
+fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
+    BTreeMap::from([
+        ("cpu".to_owned(), Quantity(cpu.to_owned())),
+        ("memory".to_owned(), Quantity(memory.to_owned())),
+    ])
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_owned(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn secret_items_volume(name: &str, secret: &str, keys: &[&str]) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_owned()),
+            items: Some(
+                keys.iter()
+                    .map(|key| KeyToPath {
+                        key: (*key).to_owned(),
+                        path: (*key).to_owned(),
+                        mode: None,
+                    })
+                    .collect(),
+            ),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// The ServiceAccount token, projected into the gate container only: the agent container
+/// gets no Kubernetes credentials at all.
+fn gate_token_volume() -> Volume {
+    Volume {
+        name: "gate-token".to_owned(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".to_owned(),
+                        expiration_seconds: Some(TOKEN_EXPIRATION_SECONDS),
+                        audience: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".to_owned(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_owned(),
+                            path: "ca.crt".to_owned(),
+                            mode: None,
+                        }]),
+                        optional: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".to_owned(),
+                            field_ref: Some(ObjectFieldSelector {
+                                field_path: "metadata.namespace".to_owned(),
+                                api_version: None,
+                            }),
+                            ..DownwardAPIVolumeFile::default()
+                        }]),
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+            default_mode: None,
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The gate sidecar: a native sidecar (init container with restartPolicy Always) so it is up
+/// before the agent starts, locked down to the restricted Pod Security profile.
+fn gate_container(inputs: &ObjectInputs<'_>) -> Container {
+    let probe = |failure_threshold| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".to_owned()),
+            port: IntOrString::Int(GATE_METRICS_PORT),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(5),
+        failure_threshold: Some(failure_threshold),
+        ..Probe::default()
+    };
+    Container {
+        name: GATE_CONTAINER.to_owned(),
+        image: Some(inputs.options.gate_image.clone()),
+        args: Some(vec![
+            "gate".to_owned(),
+            "--config".to_owned(),
+            format!("{GATE_CONFIG_DIR}/gate.json"),
+        ]),
+        restart_policy: Some("Always".to_owned()),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("gate-metrics".to_owned()),
+            container_port: GATE_METRICS_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        startup_probe: Some(probe(30)),
+        liveness_probe: Some(probe(3)),
+        readiness_probe: Some(probe(3)),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities("10m", "32Mi")),
+            limits: Some(quantities("500m", "128Mi")),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(GATE_USER),
+            run_as_group: Some(GATE_USER),
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: None,
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                localhost_profile: None,
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![
+            mount("gate-config", GATE_CONFIG_DIR),
+            mount("gate-token", SERVICE_ACCOUNT_DIR),
+        ]),
+        ..Container::default()
+    }
+}
+
+fn non_empty<T>(items: Vec<T>) -> Option<Vec<T>> {
+    (!items.is_empty()).then_some(items)
+}
+
+fn non_empty_map<V>(map: BTreeMap<String, V>) -> Option<BTreeMap<String, V>> {
+    (!map.is_empty()).then_some(map)
+}
+
+fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
+    let agent = inputs.agent;
+    let deployment = agent
+        .spec
+        .declarative
+        .as_ref()
+        .and_then(|d| d.deployment.clone())
+        .unwrap_or_default();
+    let mut env = vec![
+        field_env("KAGENT_NAMESPACE", "metadata.namespace"),
+        EnvVar {
+            name: "KAGENT_NAME".to_owned(),
+            value: Some(agent.name_any()),
+            ..EnvVar::default()
+        },
+    ];
+    env.extend(inputs.model.env.iter().cloned());
+    env.extend(deployment.env);
+    let mut volume_mounts = vec![mount("config", CONFIG_DIR)];
+    volume_mounts.extend(inputs.model.volume_mounts.iter().cloned());
+    volume_mounts.extend(deployment.volume_mounts);
+    Container {
+        name: AGENT_CONTAINER.to_owned(),
+        image: Some(
+            deployment
+                .image
+                .unwrap_or_else(|| inputs.options.agent_image.clone()),
+        ),
+        image_pull_policy: deployment
+            .image_pull_policy
+            .map(|policy| policy.as_str().to_owned()),
+        args: Some(
+            [
+                "--host",
+                "0.0.0.0",
+                "--port",
+                &AGENT_PORT.to_string(),
+                "--filepath",
+                CONFIG_DIR,
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        ),
+        ports: Some(vec![ContainerPort {
+            name: Some("http".to_owned()),
+            container_port: AGENT_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        env: Some(env),
+        resources: Some(
+            deployment
+                .resources
+                .unwrap_or_else(|| ResourceRequirements {
+                    requests: Some(quantities("100m", "384Mi")),
+                    limits: Some(quantities("2", "1Gi")),
+                    ..ResourceRequirements::default()
+                }),
+        ),
+        readiness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(AGENT_PORT),
+                host: None,
+            }),
+            period_seconds: Some(10),
+            ..Probe::default()
+        }),
+        security_context: deployment.security_context,
+        volume_mounts: Some(volume_mounts),
+        ..Container::default()
+    }
+}
+
+fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
+    let agent = inputs.agent;
+    let name = agent.name_any();
+    let spec = agent
+        .spec
+        .declarative
+        .as_ref()
+        .and_then(|d| d.deployment.clone())
+        .unwrap_or_default();
+    let mut pod_labels = spec.labels.clone();
+    pod_labels.extend(common_labels(agent));
+    let mut pod_annotations = spec.annotations.clone();
+    pod_annotations.insert(
+        CONFIG_HASH_ANNOTATION.to_owned(),
+        inputs.config_hash.to_owned(),
+    );
+    let mut volumes = vec![secret_items_volume(
+        "config",
+        &name,
+        &["config.json", "agent-card.json"],
+    )];
+    volumes.extend(inputs.model.volumes.iter().cloned());
+    let init_containers = if inputs.mode.uses_gate() {
+        volumes.push(secret_items_volume("gate-config", &name, &["gate.json"]));
+        volumes.push(gate_token_volume());
+        Some(vec![gate_container(inputs)])
+    } else {
+        None
+    };
+    volumes.extend(spec.volumes.iter().cloned());
+    Deployment {
+        metadata: metadata(agent, name),
+        spec: Some(DeploymentSpec {
+            replicas: Some(spec.replicas.unwrap_or(1)),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(agent)),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(pod_annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(service_account_name(agent)),
+                    automount_service_account_token: Some(false),
+                    init_containers,
+                    containers: vec![agent_container(inputs)],
+                    volumes: Some(volumes),
+                    image_pull_secrets: non_empty(spec.image_pull_secrets.clone()),
+                    node_selector: non_empty_map(spec.node_selector.clone()),
+                    tolerations: non_empty(spec.tolerations.clone()),
+                    affinity: spec.affinity.clone(),
+                    security_context: spec.pod_security_context.clone(),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Builds every object of an Agent.
+pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
+    let agent = inputs.agent;
+    let name = agent.name_any();
+    let secret = Secret {
+        metadata: metadata(agent, name.clone()),
+        type_: Some("Opaque".to_owned()),
+        data: Some(
+            inputs
+                .secret_data
+                .iter()
+                .map(|(key, value)| (key.clone(), ByteString(value.clone())))
+                .collect(),
+        ),
+        ..Secret::default()
+    };
+    let custom_service_account = agent
+        .spec
+        .declarative
+        .as_ref()
+        .and_then(|d| d.deployment.as_ref())
+        .is_some_and(|d| d.service_account_name.is_some());
+    let service_account = (!custom_service_account).then(|| ServiceAccount {
+        metadata: metadata(agent, name.clone()),
+        automount_service_account_token: Some(false),
+        ..ServiceAccount::default()
+    });
+    let (role, role_binding) = if inputs.mode.uses_gate() {
+        let role = Role {
+            metadata: metadata(agent, format!("{name}-approval-gate")),
+            rules: Some(vec![
+                PolicyRule {
+                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
+                    resources: Some(vec!["approvalrequests".to_owned()]),
+                    verbs: ["create", "get", "list", "watch"]
+                        .map(str::to_owned)
+                        .to_vec(),
+                    ..PolicyRule::default()
+                },
+                PolicyRule {
+                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
+                    resources: Some(vec!["approvalrequests/status".to_owned()]),
+                    verbs: vec!["patch".to_owned()],
+                    ..PolicyRule::default()
+                },
+            ]),
+        };
+        let binding = RoleBinding {
+            metadata: metadata(agent, format!("{name}-approval-gate")),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".to_owned(),
+                kind: "Role".to_owned(),
+                name: format!("{name}-approval-gate"),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".to_owned(),
+                name: service_account_name(agent),
+                namespace: agent.namespace(),
+                api_group: None,
+            }]),
+        };
+        (Some(role), Some(binding))
+    } else {
+        (None, None)
+    };
+    let service = Service {
+        metadata: metadata(agent, name.clone()),
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(agent)),
+            ports: Some(vec![ServicePort {
+                name: Some("http".to_owned()),
+                port: AGENT_PORT,
+                target_port: Some(IntOrString::Int(AGENT_PORT)),
+                protocol: Some("TCP".to_owned()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    };
+    AgentObjects {
+        secret,
+        service_account,
+        role,
+        role_binding,
+        deployment: deployment(inputs),
+        service,
+    }
+}

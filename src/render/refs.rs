@@ -1,0 +1,288 @@
+//! The objects an Agent references, and which of them are still needed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kube::ResourceExt;
+
+use crate::api::agent::ToolServerKind;
+use crate::api::common::{ValueRef, ValueSource, ValueSourceType};
+use crate::api::{Agent, ModelConfig, RemoteMCPServer};
+
+/// Name of the ModelConfig used when an Agent names none.
+pub const DEFAULT_MODEL_CONFIG: &str = "default-model-config";
+
+/// Kinds of objects an Agent can reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RefKind {
+    /// kagent.dev/v1alpha2 ModelConfig.
+    ModelConfig,
+    /// kagent.dev/v1alpha2 RemoteMCPServer.
+    RemoteMCPServer,
+    /// core/v1 Service.
+    Service,
+    /// core/v1 Secret.
+    Secret,
+    /// core/v1 ConfigMap.
+    ConfigMap,
+}
+
+impl RefKind {
+    /// The Kubernetes kind name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ModelConfig => "ModelConfig",
+            Self::RemoteMCPServer => "RemoteMCPServer",
+            Self::Service => "Service",
+            Self::Secret => "Secret",
+            Self::ConfigMap => "ConfigMap",
+        }
+    }
+}
+
+impl From<ToolServerKind> for RefKind {
+    fn from(kind: ToolServerKind) -> Self {
+        match kind {
+            ToolServerKind::RemoteMCPServer => Self::RemoteMCPServer,
+            ToolServerKind::Service => Self::Service,
+        }
+    }
+}
+
+impl From<ValueSourceType> for RefKind {
+    fn from(kind: ValueSourceType) -> Self {
+        match kind {
+            ValueSourceType::Secret => Self::Secret,
+            ValueSourceType::ConfigMap => Self::ConfigMap,
+        }
+    }
+}
+
+/// Identity of a referenced object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    /// Kind of the object.
+    pub kind: RefKind,
+    /// Namespace of the object.
+    pub namespace: String,
+    /// Name of the object.
+    pub name: String,
+}
+
+impl ObjectKey {
+    fn new(kind: RefKind, namespace: &str, name: &str) -> Self {
+        Self {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+    }
+}
+
+type ByName<T> = BTreeMap<(String, String), T>;
+
+/// The referenced objects at hand, keyed by namespace and name.
+#[derive(Clone, Debug, Default)]
+pub struct RefStore {
+    model_configs: ByName<ModelConfig>,
+    remote_mcp_servers: ByName<RemoteMCPServer>,
+    services: ByName<Service>,
+    secrets: ByName<Secret>,
+    config_maps: ByName<ConfigMap>,
+}
+
+fn key_of<K: kube::Resource>(object: &K) -> (String, String) {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
+
+fn lookup<'a, T>(map: &'a ByName<T>, namespace: &str, name: &str) -> Option<&'a T> {
+    map.get(&(namespace.to_owned(), name.to_owned()))
+}
+
+impl RefStore {
+    /// Adds or replaces a ModelConfig.
+    pub fn insert_model_config(&mut self, object: ModelConfig) {
+        self.model_configs.insert(key_of(&object), object);
+    }
+
+    /// Adds or replaces a RemoteMCPServer.
+    pub fn insert_remote_mcp_server(&mut self, object: RemoteMCPServer) {
+        self.remote_mcp_servers.insert(key_of(&object), object);
+    }
+
+    /// Adds or replaces a Service.
+    pub fn insert_service(&mut self, object: Service) {
+        self.services.insert(key_of(&object), object);
+    }
+
+    /// Adds or replaces a Secret.
+    pub fn insert_secret(&mut self, object: Secret) {
+        self.secrets.insert(key_of(&object), object);
+    }
+
+    /// Adds or replaces a ConfigMap.
+    pub fn insert_config_map(&mut self, object: ConfigMap) {
+        self.config_maps.insert(key_of(&object), object);
+    }
+
+    /// A ModelConfig by namespace and name.
+    pub fn model_config(&self, namespace: &str, name: &str) -> Option<&ModelConfig> {
+        lookup(&self.model_configs, namespace, name)
+    }
+
+    /// A RemoteMCPServer by namespace and name.
+    pub fn remote_mcp_server(&self, namespace: &str, name: &str) -> Option<&RemoteMCPServer> {
+        lookup(&self.remote_mcp_servers, namespace, name)
+    }
+
+    /// A Service by namespace and name.
+    pub fn service(&self, namespace: &str, name: &str) -> Option<&Service> {
+        lookup(&self.services, namespace, name)
+    }
+
+    /// A Secret by namespace and name.
+    pub fn secret(&self, namespace: &str, name: &str) -> Option<&Secret> {
+        lookup(&self.secrets, namespace, name)
+    }
+
+    /// A ConfigMap by namespace and name.
+    pub fn config_map(&self, namespace: &str, name: &str) -> Option<&ConfigMap> {
+        lookup(&self.config_maps, namespace, name)
+    }
+
+    /// Whether the object is present.
+    pub fn contains(&self, key: &ObjectKey) -> bool {
+        let (ns, name) = (key.namespace.as_str(), key.name.as_str());
+        match key.kind {
+            RefKind::ModelConfig => self.model_config(ns, name).is_some(),
+            RefKind::RemoteMCPServer => self.remote_mcp_server(ns, name).is_some(),
+            RefKind::Service => self.service(ns, name).is_some(),
+            RefKind::Secret => self.secret(ns, name).is_some(),
+            RefKind::ConfigMap => self.config_map(ns, name).is_some(),
+        }
+    }
+}
+
+fn value_source_key(source: &ValueSource, namespace: &str) -> ObjectKey {
+    ObjectKey::new(source.source_type.into(), namespace, &source.name)
+}
+
+fn header_keys<'a>(
+    headers: &'a [ValueRef],
+    namespace: &'a str,
+) -> impl Iterator<Item = ObjectKey> + 'a {
+    headers
+        .iter()
+        .filter_map(move |header| header.value_from.as_ref())
+        .map(move |source| value_source_key(source, namespace))
+}
+
+/// Every object the Agent references directly, plus those referenced by the tool servers
+/// already in `store` (their headersFrom). Sorted and without duplicates.
+pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
+    let namespace = agent.namespace().unwrap_or_default();
+    let mut keys = BTreeSet::new();
+    let Some(declarative) = &agent.spec.declarative else {
+        return Vec::new();
+    };
+    let model = declarative
+        .model_config
+        .as_deref()
+        .unwrap_or(DEFAULT_MODEL_CONFIG);
+    keys.insert(ObjectKey::new(RefKind::ModelConfig, &namespace, model));
+    if let Some(source) = &declarative.system_message_from {
+        keys.insert(value_source_key(source, &namespace));
+    }
+    for tool in &declarative.tools {
+        keys.extend(header_keys(&tool.headers_from, &namespace));
+        let Some(server) = &tool.mcp_server else {
+            continue;
+        };
+        let server_namespace = server.namespace.as_deref().unwrap_or(&namespace);
+        let kind = server.kind.unwrap_or_default();
+        keys.insert(ObjectKey::new(kind.into(), server_namespace, &server.name));
+        if kind == ToolServerKind::RemoteMCPServer
+            && let Some(remote) = store.remote_mcp_server(server_namespace, &server.name)
+        {
+            keys.extend(header_keys(&remote.spec.headers_from, server_namespace));
+        }
+    }
+    keys.into_iter().collect()
+}
+
+/// The references of `agent` that are not in `store` yet. Fetch them, insert them and call
+/// again until it returns nothing: a RemoteMCPServer's own references only appear once the
+/// server is in the store.
+pub fn missing_refs(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
+    agent_references(agent, store)
+        .into_iter()
+        .filter(|key| !store.contains(key))
+        .collect()
+}
+
+/// Why a value could not be read from a Secret or ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MissingValue {
+    /// The object does not exist.
+    Object(ObjectKey),
+    /// The object exists but lacks the key (or its value is not UTF-8).
+    Key(ObjectKey, String),
+}
+
+impl MissingValue {
+    /// The error for a reference held by `object` at `field`.
+    pub fn into_error(self, object: &str, field: &str) -> crate::Error {
+        let missing = match self {
+            Self::Object(key) => key.to_string(),
+            Self::Key(key, name) => format!("{key} key {name:?}"),
+        };
+        crate::Error::RefNotFound {
+            object: object.to_owned(),
+            field: field.to_owned(),
+            missing,
+        }
+    }
+}
+
+impl RefStore {
+    /// Reads the value a [`ValueSource`] points at, in `namespace`.
+    pub fn value(&self, source: &ValueSource, namespace: &str) -> Result<String, MissingValue> {
+        let key = value_source_key(source, namespace);
+        let missing_key = |key: ObjectKey| MissingValue::Key(key, source.key.clone());
+        match source.source_type {
+            ValueSourceType::Secret => {
+                let secret = self
+                    .secret(namespace, &source.name)
+                    .ok_or_else(|| MissingValue::Object(key.clone()))?;
+                let from_data = secret
+                    .data
+                    .as_ref()
+                    .and_then(|data| data.get(&source.key))
+                    .map(|bytes| String::from_utf8(bytes.0.clone()));
+                let from_string_data = secret
+                    .string_data
+                    .as_ref()
+                    .and_then(|data| data.get(&source.key))
+                    .cloned();
+                match (from_string_data, from_data) {
+                    (Some(text), _) | (None, Some(Ok(text))) => Ok(text),
+                    _ => Err(missing_key(key)),
+                }
+            }
+            ValueSourceType::ConfigMap => self
+                .config_map(namespace, &source.name)
+                .ok_or_else(|| MissingValue::Object(key.clone()))?
+                .data
+                .as_ref()
+                .and_then(|data| data.get(&source.key))
+                .cloned()
+                .ok_or_else(|| missing_key(key)),
+        }
+    }
+}

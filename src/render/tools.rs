@@ -1,0 +1,307 @@
+//! The tool servers of an Agent, resolved to URLs, headers and per-server tool policy.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+
+use crate::api::agent::{McpServerTool, Tool, ToolServerKind};
+use crate::api::common::{ValueRef, parse_duration_seconds};
+use crate::api::remote_mcp_server::McpProtocol;
+use crate::render::refs::RefStore;
+use crate::{Error, Result};
+
+/// Annotation of a Service giving the MCP path (default `/mcp`).
+pub const SERVICE_PATH_ANNOTATION: &str = "kagent.dev/mcp-service-path";
+/// Annotation of a Service giving the MCP port.
+pub const SERVICE_PORT_ANNOTATION: &str = "kagent.dev/mcp-service-port";
+/// Annotation of a Service giving the protocol (`STREAMABLE_HTTP` or `SSE`).
+pub const SERVICE_PROTOCOL_ANNOTATION: &str = "kagent.dev/mcp-service-protocol";
+
+/// A tool server of the agent with everything needed to reach it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedServer {
+    /// Namespace of the server object.
+    pub namespace: String,
+    /// Name of the server object.
+    pub name: String,
+    /// Kind of the server object.
+    pub kind: ToolServerKind,
+    /// Transport.
+    pub protocol: McpProtocol,
+    /// Real upstream URL.
+    pub url: String,
+    /// Real upstream headers, credentials included.
+    pub headers: BTreeMap<String, String>,
+    /// Request timeout in seconds.
+    pub timeout: Option<f64>,
+    /// SSE read timeout in seconds.
+    pub sse_read_timeout: Option<f64>,
+    /// Close the session when the client disconnects.
+    pub terminate_on_close: Option<bool>,
+    /// Tools the agent may use.
+    pub tools: Vec<String>,
+    /// Tools that need approval, on this server only.
+    pub require_approval: Vec<String>,
+    /// Headers forwarded from the A2A caller.
+    pub allowed_headers: Vec<String>,
+}
+
+/// Connection settings taken from the server object.
+struct Endpoint {
+    protocol: McpProtocol,
+    url: String,
+    headers_from: Vec<ValueRef>,
+    timeout: Option<f64>,
+    sse_read_timeout: Option<f64>,
+    terminate_on_close: Option<bool>,
+}
+
+/// Resolves every tool entry of an Agent. `object` names the Agent in errors and warnings.
+pub fn resolve_servers(
+    object: &str,
+    agent_namespace: &str,
+    tools: &[Tool],
+    refs: &RefStore,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<ResolvedServer>> {
+    let mut seen = BTreeSet::new();
+    let mut servers = Vec::with_capacity(tools.len());
+    for (index, tool) in tools.iter().enumerate() {
+        let field = format!("spec.declarative.tools[{index}]");
+        let server = tool.mcp_server.as_ref().ok_or_else(|| Error::InvalidSpec {
+            object: object.to_owned(),
+            field: format!("{field}.mcpServer"),
+            message: "Required value: mcpServer is required when type is McpServer".into(),
+        })?;
+        let field = format!("{field}.mcpServer");
+        let kind = server_kind(object, &field, server)?;
+        let namespace = server
+            .namespace
+            .clone()
+            .unwrap_or_else(|| agent_namespace.to_owned());
+        if !seen.insert((kind, namespace.clone(), server.name.clone())) {
+            return Err(Error::InvalidSpec {
+                object: object.to_owned(),
+                field: format!("{field}.name"),
+                message: format!(
+                    "Duplicate value: {:?}: {} {namespace}/{} is already listed; put all of its tools in one entry",
+                    server.name,
+                    kind.as_str(),
+                    server.name
+                ),
+            });
+        }
+        let endpoint = match kind {
+            ToolServerKind::RemoteMCPServer => {
+                remote_endpoint(object, &field, &namespace, &server.name, refs)?
+            }
+            ToolServerKind::Service => {
+                let service = refs.service(&namespace, &server.name).ok_or_else(|| {
+                    not_found(object, &field, "Service", &namespace, &server.name)
+                })?;
+                service_endpoint(service, warnings)?
+            }
+        };
+        let mut headers = BTreeMap::new();
+        resolve_headers(
+            &endpoint.headers_from,
+            &namespace,
+            refs,
+            &format!("{} {namespace}/{}", kind.as_str(), server.name),
+            "spec.headersFrom",
+            &mut headers,
+        )?;
+        resolve_headers(
+            &tool.headers_from,
+            agent_namespace,
+            refs,
+            object,
+            &format!("spec.declarative.tools[{index}].headersFrom"),
+            &mut headers,
+        )?;
+        servers.push(ResolvedServer {
+            namespace,
+            name: server.name.clone(),
+            kind,
+            protocol: endpoint.protocol,
+            url: endpoint.url,
+            headers,
+            timeout: endpoint.timeout,
+            sse_read_timeout: endpoint.sse_read_timeout,
+            terminate_on_close: endpoint.terminate_on_close,
+            tools: server.tool_names.clone(),
+            require_approval: server.require_approval.clone(),
+            allowed_headers: server.allowed_headers.clone(),
+        });
+    }
+    Ok(servers)
+}
+
+fn not_found(object: &str, field: &str, kind: &str, namespace: &str, name: &str) -> Error {
+    Error::RefNotFound {
+        object: object.to_owned(),
+        field: field.to_owned(),
+        missing: format!("{kind} {namespace}/{name}"),
+    }
+}
+
+/// The kind of the referenced server, checking that apiGroup matches it.
+fn server_kind(object: &str, field: &str, server: &McpServerTool) -> Result<ToolServerKind> {
+    let kind = server.kind.unwrap_or_default();
+    let group = server.api_group.as_deref().unwrap_or_default();
+    let group_fits = match kind {
+        ToolServerKind::RemoteMCPServer => matches!(group, "" | "kagent.dev"),
+        ToolServerKind::Service => matches!(group, "" | "core"),
+    };
+    if group_fits {
+        Ok(kind)
+    } else {
+        Err(Error::InvalidSpec {
+            object: object.to_owned(),
+            field: format!("{field}.apiGroup"),
+            message: format!(
+                "Unsupported value: {group:?}: kind {} belongs to API group {:?}",
+                kind.as_str(),
+                match kind {
+                    ToolServerKind::RemoteMCPServer => "kagent.dev",
+                    ToolServerKind::Service => "",
+                }
+            ),
+        })
+    }
+}
+
+fn duration_field(object: &str, field: &str, value: &Option<String>) -> Result<Option<f64>> {
+    value
+        .as_deref()
+        .map(|text| {
+            parse_duration_seconds(text).ok_or_else(|| Error::InvalidSpec {
+                object: object.to_owned(),
+                field: field.to_owned(),
+                message: format!("Invalid value: {text:?}: must be a duration such as 30s or 5m"),
+            })
+        })
+        .transpose()
+}
+
+fn remote_endpoint(
+    object: &str,
+    field: &str,
+    namespace: &str,
+    name: &str,
+    refs: &RefStore,
+) -> Result<Endpoint> {
+    let remote = refs
+        .remote_mcp_server(namespace, name)
+        .ok_or_else(|| not_found(object, field, "RemoteMCPServer", namespace, name))?;
+    let server_object = format!("RemoteMCPServer {namespace}/{name}");
+    let spec = &remote.spec;
+    Ok(Endpoint {
+        protocol: spec.protocol.unwrap_or_default(),
+        url: spec.url.clone(),
+        headers_from: spec.headers_from.clone(),
+        timeout: duration_field(&server_object, "spec.timeout", &spec.timeout)?,
+        sse_read_timeout: duration_field(
+            &server_object,
+            "spec.sseReadTimeout",
+            &spec.sse_read_timeout,
+        )?,
+        terminate_on_close: spec.terminate_on_close,
+    })
+}
+
+/// A Service as an MCP endpoint, read from its `kagent.dev/mcp-service-*` annotations the way
+/// kagent reads them: an unrecognised protocol means Streamable HTTP (with a warning here).
+fn service_endpoint(service: &Service, warnings: &mut Vec<String>) -> Result<Endpoint> {
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let object = format!("Service {namespace}/{name}");
+    let annotations = service.annotations();
+    let protocol = match annotations
+        .get(SERVICE_PROTOCOL_ANNOTATION)
+        .map(String::as_str)
+    {
+        None | Some("STREAMABLE_HTTP") => McpProtocol::StreamableHttp,
+        Some("SSE") => McpProtocol::Sse,
+        Some(other) => {
+            warnings.push(format!(
+                "{object}: metadata.annotations[{SERVICE_PROTOCOL_ANNOTATION}]: unrecognised value {other:?} (expected \"STREAMABLE_HTTP\" or \"SSE\"); using STREAMABLE_HTTP, as kagent does"
+            ));
+            McpProtocol::StreamableHttp
+        }
+    };
+    let path = annotations
+        .get(SERVICE_PATH_ANNOTATION)
+        .cloned()
+        .unwrap_or_else(|| "/mcp".to_owned());
+    let annotated_port = annotations
+        .get(SERVICE_PORT_ANNOTATION)
+        .map(|text| {
+            text.parse::<u16>().map_err(|_| Error::InvalidSpec {
+                object: object.clone(),
+                field: format!("metadata.annotations[{SERVICE_PORT_ANNOTATION}]"),
+                message: format!("Invalid value: {text:?}: must be a port number"),
+            })
+        })
+        .transpose()?;
+    let ports = service
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.ports.as_deref())
+        .unwrap_or_default();
+    let port = annotated_port.map(i32::from).or_else(|| match ports {
+        [only] => Some(only.port),
+        _ => ports
+            .iter()
+            .find(|port| {
+                port.app_protocol
+                    .as_deref()
+                    .is_some_and(|p| p.eq_ignore_ascii_case("mcp"))
+            })
+            .map(|port| port.port),
+    });
+    let port = port.ok_or_else(|| Error::InvalidSpec {
+        object: object.clone(),
+        field: "spec.ports".into(),
+        message: format!(
+            "Required value: no MCP port: set annotation {SERVICE_PORT_ANNOTATION}, expose a single port, or mark one with appProtocol: mcp"
+        ),
+    })?;
+    Ok(Endpoint {
+        protocol,
+        url: format!("http://{name}.{namespace}:{port}{path}"),
+        headers_from: Vec::new(),
+        timeout: None,
+        sse_read_timeout: None,
+        terminate_on_close: None,
+    })
+}
+
+/// Adds resolved headers to `headers`; later entries win, as in kagent.
+fn resolve_headers(
+    headers_from: &[ValueRef],
+    namespace: &str,
+    refs: &RefStore,
+    object: &str,
+    field: &str,
+    headers: &mut BTreeMap<String, String>,
+) -> Result<()> {
+    for (index, header) in headers_from.iter().enumerate() {
+        let value = match (&header.value, &header.value_from) {
+            (Some(value), _) => value.clone(),
+            (None, Some(source)) => refs
+                .value(source, namespace)
+                .map_err(|missing| missing.into_error(object, &format!("{field}[{index}]")))?,
+            (None, None) => {
+                return Err(Error::InvalidSpec {
+                    object: object.to_owned(),
+                    field: format!("{field}[{index}]"),
+                    message: "Required value: one of value and valueFrom must be set".into(),
+                });
+            }
+        };
+        headers.insert(header.name.clone(), value);
+    }
+    Ok(())
+}
