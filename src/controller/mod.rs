@@ -15,16 +15,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::api::{Agent, ApprovalRequest};
+use crate::api::common::{ValueSource, ValueSourceType};
 use crate::render::RenderOptions;
+use crate::render::refs::RefStore;
 use crate::{Error, Result};
 
 pub use metrics::Metrics;
@@ -205,6 +208,31 @@ pub async fn measured(
     ctx.metrics
         .reconciled(controller, started.elapsed(), result.as_ref().err());
     result
+}
+
+/// Fetches the Secret or ConfigMap `source` points at (in `namespace`) into `refs`; a missing
+/// object is left out, for [`RefStore::value`] to report.
+pub async fn fetch_value_source(
+    client: &Client,
+    source: &ValueSource,
+    namespace: &str,
+    refs: &mut RefStore,
+) -> Result<()> {
+    match source.source_type {
+        ValueSourceType::Secret => {
+            let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+            if let Some(secret) = api.get_opt(&source.name).await? {
+                refs.insert_secret(secret);
+            }
+        }
+        ValueSourceType::ConfigMap => {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+            if let Some(config_map) = api.get_opt(&source.name).await? {
+                refs.insert_config_map(config_map);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Requeue policy after a failed reconcile: retry soon, logging why.

@@ -5,17 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use super::{Context, measured};
+use super::{Context, fetch_value_source, measured};
 use crate::api::ModelConfig;
+use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::model_config::ModelConfigStatus;
 use crate::kube::{apply_status, new_condition, set_condition};
+use crate::render::refs::RefStore;
 use crate::{Error, Result};
 
 /// Name of this controller in metrics.
@@ -73,39 +74,26 @@ async fn check_secret(
     ctx: &Context,
     namespace: &str,
 ) -> Result<Option<String>> {
-    let (Some(secret_name), Some(key)) = (
-        model_config.spec.api_key_secret.as_deref(),
-        model_config.spec.api_key_secret_key.as_deref(),
+    let (Some(name), Some(key)) = (
+        model_config.spec.api_key_secret.clone(),
+        model_config.spec.api_key_secret_key.clone(),
     ) else {
         return Ok(None);
     };
-    let not_found = |detail: String| Error::RefNotFound {
-        object: format!("ModelConfig {namespace}/{}", model_config.name_any()),
-        field: "spec.apiKeySecret".into(),
-        kind: "Secret".into(),
-        namespace: namespace.to_string(),
-        name: secret_name.to_string(),
-        detail,
+    let source = ValueSource {
+        source_type: ValueSourceType::Secret,
+        name,
+        key,
     };
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let secret = api
-        .get_opt(secret_name)
-        .await?
-        .ok_or_else(|| not_found(String::new()))?;
-    let value = secret
-        .data
-        .as_ref()
-        .and_then(|data| data.get(key))
-        .map(|bytes| bytes.0.clone())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|data| data.get(key))
-                .map(|text| text.as_bytes().to_vec())
-        })
-        .ok_or_else(|| not_found(format!(" (no key {key:?})")))?;
-    Ok(Some(hex::encode(Sha256::digest(&value))))
+    let mut refs = RefStore::default();
+    fetch_value_source(&ctx.client, &source, namespace, &mut refs).await?;
+    let value = refs.value(&source, namespace).map_err(|missing| {
+        missing.into_error(
+            &format!("ModelConfig {namespace}/{}", model_config.name_any()),
+            "spec.apiKeySecret",
+        )
+    })?;
+    Ok(Some(hex::encode(Sha256::digest(value.as_bytes()))))
 }
 
 /// The ModelConfigs in `store` whose API key lives in the Secret `namespace/name`.

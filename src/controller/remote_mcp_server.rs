@@ -6,17 +6,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use super::{Context, discovery, measured};
+use super::{Context, discovery, fetch_value_source, measured};
 use crate::api::RemoteMCPServer;
-use crate::api::common::{ValueRef, ValueSourceType, parse_duration_seconds};
+use crate::api::common::{ValueSourceType, parse_duration_seconds};
 use crate::api::remote_mcp_server::RemoteMCPServerStatus;
 use crate::kube::{apply_status, new_condition, set_condition};
+use crate::render::refs::RefStore;
 use crate::{Error, Result};
 
 /// Name of this controller in metrics.
@@ -118,51 +118,24 @@ async fn resolve_headers(
     ctx: &Context,
     namespace: &str,
 ) -> Result<BTreeMap<String, String>> {
+    let object = format!("RemoteMCPServer {namespace}/{}", server.name_any());
+    let mut refs = RefStore::default();
     let mut headers = BTreeMap::new();
     for (index, header) in server.spec.headers_from.iter().enumerate() {
-        let value = resolve_value(server, ctx, namespace, index, header).await?;
+        let value = match (&header.value, &header.value_from) {
+            (Some(value), _) => value.clone(),
+            (None, Some(source)) => {
+                fetch_value_source(&ctx.client, source, namespace, &mut refs).await?;
+                refs.value(source, namespace).map_err(|missing| {
+                    missing.into_error(&object, &format!("spec.headersFrom[{index}]"))
+                })?
+            }
+            // The schema requires one of the two.
+            (None, None) => continue,
+        };
         headers.insert(header.name.clone(), value);
     }
     Ok(headers)
-}
-
-async fn resolve_value(
-    server: &RemoteMCPServer,
-    ctx: &Context,
-    namespace: &str,
-    index: usize,
-    header: &ValueRef,
-) -> Result<String> {
-    if let Some(value) = &header.value {
-        return Ok(value.clone());
-    }
-    let Some(source) = &header.value_from else {
-        return Ok(String::new());
-    };
-    let not_found = |detail: String| Error::RefNotFound {
-        object: format!("RemoteMCPServer {namespace}/{}", server.name_any()),
-        field: format!("spec.headersFrom[{index}].valueFrom"),
-        kind: source.source_type.kind().into(),
-        namespace: namespace.to_string(),
-        name: source.name.clone(),
-        detail,
-    };
-    let value = match source.source_type {
-        ValueSourceType::Secret => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
-            .get_opt(&source.name)
-            .await?
-            .ok_or_else(|| not_found(String::new()))?
-            .data
-            .and_then(|mut data| data.remove(&source.key))
-            .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned()),
-        ValueSourceType::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
-            .get_opt(&source.name)
-            .await?
-            .ok_or_else(|| not_found(String::new()))?
-            .data
-            .and_then(|mut data| data.remove(&source.key)),
-    };
-    value.ok_or_else(|| not_found(format!(" (no key {:?})", source.key)))
 }
 
 /// The RemoteMCPServers in `store` whose headers read `kind namespace/name`.

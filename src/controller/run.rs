@@ -16,9 +16,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, metadata_watcher, watcher};
+use kube::runtime::{WatchStreamExt, reflector::reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 use serde::de::DeserializeOwned;
@@ -268,7 +269,7 @@ where
 fn metadata<K>(
     client: &Client,
     namespace: Option<&str>,
-) -> impl Stream<Item = Result<kube::core::PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -278,7 +279,11 @@ where
         + Sync
         + 'static,
 {
-    metadata_watcher(api::<K>(client, namespace), watcher::Config::default())
+    let api: Api<PartialObjectMeta<K>> = match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    watcher(api, watcher::Config::default())
         .default_backoff()
         .touched_objects()
 }
@@ -363,13 +368,16 @@ async fn run_controllers(
         instance,
     ));
 
-    let by_ref = |kind: &'static str| {
+    fn by_ref<K: Resource>(
+        ctx: &Arc<Context>,
+        kind: &'static str,
+    ) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<Agent>> + Send + Sync + 'static {
         let ctx = ctx.clone();
-        move |object: kube::core::PartialObjectMeta<_>| {
+        move |object| {
             ctx.refs
                 .agents_for(kind, &object.namespace().unwrap_or_default(), &object.name_any())
         }
-    };
+    }
     let agent_controller = {
         let (ctx_rmcp, ctx_mc) = (ctx.clone(), ctx.clone());
         Controller::for_shared_stream(agents_for_agents, agents.clone())
@@ -401,9 +409,9 @@ async fn run_controllers(
                     )
                 },
             )
-            .watches_stream(metadata::<Service>(&client, namespace), by_ref("Service"))
-            .watches_stream(metadata::<Secret>(&client, namespace), by_ref("Secret"))
-            .watches_stream(metadata::<ConfigMap>(&client, namespace), by_ref("ConfigMap"))
+            .watches_stream(metadata::<Service>(&client, namespace), by_ref::<Service>(&ctx, "Service"))
+            .watches_stream(metadata::<Secret>(&client, namespace), by_ref::<Secret>(&ctx, "Secret"))
+            .watches_stream(metadata::<ConfigMap>(&client, namespace), by_ref::<ConfigMap>(&ctx, "ConfigMap"))
             .watches_shared_stream(requests_for_agents, |request: Arc<ApprovalRequest>| {
                 Some(
                     ObjectRef::new(&request.spec.agent_ref.name)
@@ -443,7 +451,7 @@ async fn run_controllers(
         controller
             .watches_stream(
                 metadata::<Secret>(&client, namespace),
-                move |secret: kube::core::PartialObjectMeta<Secret>| {
+                move |secret: PartialObjectMeta<Secret>| {
                     model_config::using_secret(
                         &model_configs,
                         &secret.namespace().unwrap_or_default(),
@@ -468,7 +476,7 @@ async fn run_controllers(
         controller
             .watches_stream(
                 metadata::<Secret>(&client, namespace),
-                move |secret: kube::core::PartialObjectMeta<Secret>| {
+                move |secret: PartialObjectMeta<Secret>| {
                     remote_mcp_server::using_source(
                         &for_secrets,
                         ValueSourceType::Secret,
@@ -479,7 +487,7 @@ async fn run_controllers(
             )
             .watches_stream(
                 metadata::<ConfigMap>(&client, namespace),
-                move |config_map: kube::core::PartialObjectMeta<ConfigMap>| {
+                move |config_map: PartialObjectMeta<ConfigMap>| {
                     remote_mcp_server::using_source(
                         &for_config_maps,
                         ValueSourceType::ConfigMap,
