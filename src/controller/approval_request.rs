@@ -68,7 +68,7 @@ pub fn still_required(request: &ApprovalRequest, agent: Option<&Agent>, default_
         server.kind.unwrap_or_default() == target.kind
             && server.name == target.name
             && server.namespace.as_deref().unwrap_or(&agent_namespace) == target.namespace
-            && server.require_approval.iter().any(|t| *t == request.spec.tool_name)
+            && server.require_approval.contains(&request.spec.tool_name)
     })
 }
 
@@ -254,11 +254,13 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
             };
             if now >= delete_at {
                 tracing::info!(%namespace, %name, phase = phase.as_str(), "deleting finished ApprovalRequest");
-                let mut params = DeleteParams::default();
-                params.preconditions = request.uid().map(|uid| kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                });
+                let params = DeleteParams {
+                    preconditions: request.uid().map(|uid| kube::api::Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
                 api.delete(&name, &params).await?;
                 return Ok(Action::await_change());
             }

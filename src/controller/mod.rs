@@ -176,6 +176,8 @@ impl Context {
         stores: Stores,
         instance: Option<String>,
     ) -> Self {
+        // reqwest (built without a default provider) panics unless one is installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {

@@ -1,0 +1,5 @@
+//! Reconcilers against a scripted mock API server: every request is checked for method, path
+//! (with `fieldManager=hitl-operator&force=true` on applies) and body.
+
+mod agent;
+mod harness;
