@@ -3,3 +3,5 @@
 
 mod agent;
 mod harness;
+mod model_config;
+mod remote_mcp_server;
