@@ -6,11 +6,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -78,7 +78,10 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
                 let message = if rendered.warnings.is_empty() {
                     "rendered and applied".to_string()
                 } else {
-                    format!("rendered and applied; warnings: {}", rendered.warnings.join("; "))
+                    format!(
+                        "rendered and applied; warnings: {}",
+                        rendered.warnings.join("; ")
+                    )
                 };
                 new_condition(ACCEPTED, true, "Reconciled", message, generation, now)
             }
@@ -161,7 +164,10 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
     let (namespace, name) = (key.namespace.as_str(), key.name.as_str());
     match key.kind {
         RefKind::ModelConfig => {
-            if let Some(o) = Api::<ModelConfig>::namespaced(client, namespace).get_opt(name).await? {
+            if let Some(o) = Api::<ModelConfig>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
                 store.insert_model_config(o);
             }
         }
@@ -174,17 +180,26 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
             }
         }
         RefKind::Service => {
-            if let Some(o) = Api::<Service>::namespaced(client, namespace).get_opt(name).await? {
+            if let Some(o) = Api::<Service>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
                 store.insert_service(o);
             }
         }
         RefKind::Secret => {
-            if let Some(o) = Api::<Secret>::namespaced(client, namespace).get_opt(name).await? {
+            if let Some(o) = Api::<Secret>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
                 store.insert_secret(o);
             }
         }
         RefKind::ConfigMap => {
-            if let Some(o) = Api::<ConfigMap>::namespaced(client, namespace).get_opt(name).await? {
+            if let Some(o) = Api::<ConfigMap>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
                 store.insert_config_map(o);
             }
         }
@@ -197,9 +212,21 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
 async fn apply_objects(ctx: &Context, agent: &Agent, objects: &AgentObjects) -> Result<()> {
     let stores = &ctx.stores;
     apply_changed(ctx, &objects.secret, &stores.secrets).await?;
-    apply_or_prune(ctx, agent, objects.service_account.as_ref(), &stores.service_accounts).await?;
+    apply_or_prune(
+        ctx,
+        agent,
+        objects.service_account.as_ref(),
+        &stores.service_accounts,
+    )
+    .await?;
     apply_or_prune(ctx, agent, objects.role.as_ref(), &stores.roles).await?;
-    apply_or_prune(ctx, agent, objects.role_binding.as_ref(), &stores.role_bindings).await?;
+    apply_or_prune(
+        ctx,
+        agent,
+        objects.role_binding.as_ref(),
+        &stores.role_bindings,
+    )
+    .await?;
     apply_changed(ctx, &objects.deployment, &stores.deployments).await?;
     apply_changed(ctx, &objects.service, &stores.services).await?;
     Ok(())
@@ -241,14 +268,19 @@ async fn apply_or_prune<K: Owned>(
         return apply_changed(ctx, desired, store).await;
     }
     if let Some(stale) = owned_by(store, agent) {
-        let api: Api<K> = Api::namespaced(ctx.client.clone(), &stale.namespace().unwrap_or_default());
-        api.delete(&stale.name_any(), &DeleteParams::default()).await?;
+        let api: Api<K> =
+            Api::namespaced(ctx.client.clone(), &stale.namespace().unwrap_or_default());
+        api.delete(&stale.name_any(), &DeleteParams::default())
+            .await?;
     }
     Ok(())
 }
 
 /// The cached object controlled by `agent`.
-fn owned_by<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>, agent: &Agent) -> Option<Arc<K>> {
+fn owned_by<K: Resource<DynamicType = ()> + Clone>(
+    store: &Store<K>,
+    agent: &Agent,
+) -> Option<Arc<K>> {
     let uid = agent.uid()?;
     store.find(|object| {
         object
@@ -259,7 +291,11 @@ fn owned_by<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>, agent: &Age
 }
 
 /// `Ready` from the Deployment's status.
-pub fn ready_condition(deployment: Option<&Deployment>, generation: Option<i64>, now: Timestamp) -> Condition {
+pub fn ready_condition(
+    deployment: Option<&Deployment>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
     let not_ready = |message: String| {
         new_condition(READY, false, "DeploymentNotReady", message, generation, now)
     };
@@ -293,7 +329,12 @@ pub fn ready_condition(deployment: Option<&Deployment>, generation: Option<i64>,
 
 /// `ToolsAvailable`: False naming the tools a RemoteMCPServer does not offer (per its last
 /// listing); True when every listed server offers every tool in toolNames.
-fn tools_available(agent: &Agent, refs: &RefStore, generation: Option<i64>, now: Timestamp) -> Condition {
+fn tools_available(
+    agent: &Agent,
+    refs: &RefStore,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
     let namespace = agent.namespace().unwrap_or_default();
     let mut missing = Vec::new();
     let mut unlisted = Vec::new();
@@ -322,18 +363,35 @@ fn tools_available(agent: &Agent, refs: &RefStore, generation: Option<i64>, now:
             .map(String::as_str)
             .collect();
         if !absent.is_empty() {
-            missing.push(format!("RemoteMCPServer {id} does not offer {}", absent.join(", ")));
+            missing.push(format!(
+                "RemoteMCPServer {id} does not offer {}",
+                absent.join(", ")
+            ));
         }
     }
     if !missing.is_empty() {
-        return new_condition(TOOLS_AVAILABLE, false, "ToolsMissing", missing.join("; "), generation, now);
+        return new_condition(
+            TOOLS_AVAILABLE,
+            false,
+            "ToolsMissing",
+            missing.join("; "),
+            generation,
+            now,
+        );
     }
     let message = if unlisted.is_empty() {
         "every tool in toolNames is offered".to_string()
     } else {
         format!("tools of {} not listed yet", unlisted.join(", "))
     };
-    new_condition(TOOLS_AVAILABLE, true, "ToolsOffered", message, generation, now)
+    new_condition(
+        TOOLS_AVAILABLE,
+        true,
+        "ToolsOffered",
+        message,
+        generation,
+        now,
+    )
 }
 
 /// Publishes an Event when the Accepted condition changes.

@@ -17,13 +17,13 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::{Context, measured};
+use crate::Result;
 use crate::api::agent::ToolServerKind;
 use crate::api::approval_request::{ApprovalRequestStatus, DecisionType};
 use crate::api::common::parse_duration_seconds;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, Phase};
 use crate::kube::conditions::find;
 use crate::kube::{apply_params, apply_status, new_condition, set_condition};
-use crate::Result;
 
 /// Name of this controller in metrics.
 pub const CONTROLLER: &str = "approvalrequest";
@@ -47,7 +47,11 @@ pub struct Evaluation {
 
 /// Whether the request's tool still needs approval at its server under its Agent's policy.
 /// `None` for the Agent means it is gone.
-pub fn still_required(request: &ApprovalRequest, agent: Option<&Agent>, default_mode: ApprovalMode) -> bool {
+pub fn still_required(
+    request: &ApprovalRequest,
+    agent: Option<&Agent>,
+    default_mode: ApprovalMode,
+) -> bool {
     let Some(agent) = agent.filter(|a| a.meta().deletion_timestamp.is_none()) else {
         return false;
     };
@@ -64,12 +68,16 @@ pub fn still_required(request: &ApprovalRequest, agent: Option<&Agent>, default_
     }
     let agent_namespace = agent.namespace().unwrap_or_default();
     let target = &request.spec.tool_server;
-    declarative.tools.iter().filter_map(|t| t.mcp_server.as_ref()).any(|server| {
-        server.kind.unwrap_or_default() == target.kind
-            && server.name == target.name
-            && server.namespace.as_deref().unwrap_or(&agent_namespace) == target.namespace
-            && server.require_approval.contains(&request.spec.tool_name)
-    })
+    declarative
+        .tools
+        .iter()
+        .filter_map(|t| t.mcp_server.as_ref())
+        .any(|server| {
+            server.kind.unwrap_or_default() == target.kind
+                && server.name == target.name
+                && server.namespace.as_deref().unwrap_or(&agent_namespace) == target.namespace
+                && server.require_approval.contains(&request.spec.tool_name)
+        })
 }
 
 /// When the decision was written: `status.decidedAt`, else the time of the managedFields entry
@@ -111,19 +119,27 @@ pub fn evaluate(request: &ApprovalRequest, required: bool, now: Timestamp) -> Ev
         message,
     };
     if let Some(phase) = status.phase.filter(|p| p.is_terminal()) {
-        let message = status.message.clone().unwrap_or_else(|| phase.as_str().to_string());
-        return evaluation(phase, message);
+        return Evaluation {
+            phase,
+            decided_at: status.decided_at.map(|t| t.0),
+            message: status.message.unwrap_or_else(|| phase.as_str().to_string()),
+        };
     }
     if status.consumed_at.is_some() {
         let by = status.consumed_by.as_deref().unwrap_or("the gate");
-        return evaluation(Phase::Executed, format!("approved call forwarded once by {by}"));
+        return evaluation(
+            Phase::Executed,
+            format!("approved call forwarded once by {by}"),
+        );
     }
     match (decision, decided_at) {
         (Some(decision), Some(at)) => {
             if at >= expires_at {
                 return evaluation(
                     Phase::Expired,
-                    format!("decided at {at} after the request expired at {expires_at}; the call does not run"),
+                    format!(
+                        "decided at {at} after the request expired at {expires_at}; the call does not run"
+                    ),
                 );
             }
             let reason = decision
@@ -154,13 +170,21 @@ pub fn evaluate(request: &ApprovalRequest, required: bool, now: Timestamp) -> Ev
             Phase::Cancelled,
             "approval is no longer required for this tool, or the agent is gone".into(),
         ),
-        _ => evaluation(Phase::Pending, format!("waiting for a decision until {expires_at}")),
+        _ => evaluation(
+            Phase::Pending,
+            format!("waiting for a decision until {expires_at}"),
+        ),
     }
 }
 
 /// The instant a finished request may be deleted: `ttl` after it finished. Approved requests
 /// that are never used count as finished at `expiresAt`.
-pub fn delete_at(request: &ApprovalRequest, phase: Phase, finished_at: Option<Timestamp>, ttl: Duration) -> Option<Timestamp> {
+pub fn delete_at(
+    request: &ApprovalRequest,
+    phase: Phase,
+    finished_at: Option<Timestamp>,
+    ttl: Duration,
+) -> Option<Timestamp> {
     let ttl = SignedDuration::try_from(ttl).unwrap_or(SignedDuration::MAX);
     let start = match phase {
         Phase::Pending => return None,
@@ -230,11 +254,23 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         };
         set_condition(
             &mut status.conditions,
-            new_condition(FINISHED, true, reason, evaluation.message.clone(), None, now),
+            new_condition(
+                FINISHED,
+                true,
+                reason,
+                evaluation.message.clone(),
+                None,
+                now,
+            ),
         );
     }
     let owned = |s: &ApprovalRequestStatus| {
-        (s.phase, s.decided_at.clone(), s.conditions.clone(), s.message.clone())
+        (
+            s.phase,
+            s.decided_at.clone(),
+            s.conditions.clone(),
+            s.message.clone(),
+        )
     };
     if owned(&status) != owned(&current) {
         apply_status(&api, request, &status).await?;
@@ -249,7 +285,8 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     let next = match evaluation.phase {
         Phase::Pending => Some(request.spec.expires_at.0),
         phase => {
-            let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(agent.as_deref())) else {
+            let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(agent.as_deref()))
+            else {
                 return Ok(Action::await_change());
             };
             if now >= delete_at {
@@ -318,7 +355,9 @@ async fn announce(
             .decided_at
             .zip(request.meta().creation_timestamp.as_ref())
             .filter(|_| matches!(phase, Phase::Approved | Phase::Denied))
-            .and_then(|(decided, created)| Duration::try_from(decided.duration_since(created.0)).ok());
+            .and_then(|(decided, created)| {
+                Duration::try_from(decided.duration_since(created.0)).ok()
+            });
         ctx.metrics.decided(outcome, latency);
     } else if phase == Phase::Executed && previous != Some(Phase::Approved) {
         ctx.metrics.decided("approved", None);
@@ -413,16 +452,17 @@ pub fn pending_for<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::approval_request::{
-        AgentRef, ApprovalRequestSpec, Decision, ToolServerRef,
-    };
+    use crate::api::approval_request::{AgentRef, ApprovalRequestSpec, Decision, ToolServerRef};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + seconds).unwrap()
     }
 
-    fn request(decision: Option<DecisionType>, status: Option<ApprovalRequestStatus>) -> ApprovalRequest {
+    fn request(
+        decision: Option<DecisionType>,
+        status: Option<ApprovalRequestStatus>,
+    ) -> ApprovalRequest {
         let mut request = ApprovalRequest::new(
             "r",
             ApprovalRequestSpec {
@@ -514,7 +554,12 @@ mod tests {
 
     #[test]
     fn terminal_phases_are_sticky() {
-        for phase in [Phase::Denied, Phase::Expired, Phase::Executed, Phase::Cancelled] {
+        for phase in [
+            Phase::Denied,
+            Phase::Expired,
+            Phase::Executed,
+            Phase::Cancelled,
+        ] {
             let r = request(
                 Some(DecisionType::Approve),
                 Some(ApprovalRequestStatus {
@@ -541,7 +586,10 @@ mod tests {
 
     #[test]
     fn policy_change_cancels_undecided_and_unused_approvals_only() {
-        assert_eq!(evaluate(&request(None, None), false, at(1)).phase, Phase::Cancelled);
+        assert_eq!(
+            evaluate(&request(None, None), false, at(1)).phase,
+            Phase::Cancelled
+        );
         let approved = request(Some(DecisionType::Approve), Some(decided_at(5)));
         assert_eq!(evaluate(&approved, false, at(6)).phase, Phase::Cancelled);
         let denied = request(Some(DecisionType::Deny), Some(decided_at(5)));
@@ -553,7 +601,10 @@ mod tests {
         let r = request(None, None);
         let ttl = Duration::from_secs(60);
         assert_eq!(delete_at(&r, Phase::Pending, None, ttl), None);
-        assert_eq!(delete_at(&r, Phase::Denied, Some(at(10)), ttl), Some(at(70)));
+        assert_eq!(
+            delete_at(&r, Phase::Denied, Some(at(10)), ttl),
+            Some(at(70))
+        );
         assert_eq!(delete_at(&r, Phase::Approved, None, ttl), Some(at(160)));
     }
 }

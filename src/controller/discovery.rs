@@ -45,9 +45,10 @@ async fn list_streamable_http(
 ) -> Result<Vec<DiscoveredTool>, String> {
     let mut custom = HashMap::new();
     for (name, value) in headers {
-        let name = HeaderName::try_from(name.as_str()).map_err(|e| format!("header {name}: {e}"))?;
-        let value = HeaderValue::try_from(value.as_str())
-            .map_err(|e| format!("header {name}: {e}"))?;
+        let name =
+            HeaderName::try_from(name.as_str()).map_err(|e| format!("header {name}: {e}"))?;
+        let value =
+            HeaderValue::try_from(value.as_str()).map_err(|e| format!("header {name}: {e}"))?;
         custom.insert(name, value);
     }
     let transport = StreamableHttpClientTransport::with_client(
@@ -100,7 +101,9 @@ impl SseParser {
                 if !self.current.data.is_empty() {
                     self.current.data.push('\n');
                 }
-                self.current.data.push_str(value.strip_prefix(' ').unwrap_or(value));
+                self.current
+                    .data
+                    .push_str(value.strip_prefix(' ').unwrap_or(value));
             }
         }
         events

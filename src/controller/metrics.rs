@@ -60,11 +60,7 @@ impl Default for Metrics {
         let decisions = Family::<OutcomeLabels, Counter>::default();
         // 1 s .. ~9 h
         let decision_latency = Histogram::new(exponential_buckets(1.0, 2.0, 16));
-        registry.register(
-            "reconcile",
-            "Reconciles by controller",
-            reconciles.clone(),
-        );
+        registry.register("reconcile", "Reconciles by controller", reconciles.clone());
         registry.register(
             "reconcile_errors",
             "Failed reconciles by controller and error reason",
@@ -133,7 +129,9 @@ impl Metrics {
 
     /// Counts a finished request, and the latency of a human decision when there was one.
     pub fn decided(&self, outcome: &'static str, latency: Option<Duration>) {
-        self.decisions.get_or_create(&OutcomeLabels { outcome }).inc();
+        self.decisions
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
         if let Some(latency) = latency {
             self.decision_latency.observe(latency.as_secs_f64());
         }

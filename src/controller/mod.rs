@@ -24,8 +24,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::{Agent, ApprovalRequest};
 use crate::api::common::{ValueSource, ValueSourceType};
+use crate::api::{Agent, ApprovalRequest};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
@@ -134,7 +134,12 @@ impl RefIndex {
     }
 
     /// The Agents that referenced `kind namespace/name`.
-    pub fn agents_for(&self, kind: &'static str, namespace: &str, name: &str) -> Vec<ObjectRef<Agent>> {
+    pub fn agents_for(
+        &self,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> Vec<ObjectRef<Agent>> {
         let inner = self.inner.lock().expect("ref index lock");
         inner
             .by_ref

@@ -97,7 +97,11 @@ async fn check_secret(
 }
 
 /// The ModelConfigs in `store` whose API key lives in the Secret `namespace/name`.
-pub fn using_secret(store: &Store<ModelConfig>, namespace: &str, name: &str) -> Vec<ObjectRef<ModelConfig>> {
+pub fn using_secret(
+    store: &Store<ModelConfig>,
+    namespace: &str,
+    name: &str,
+) -> Vec<ObjectRef<ModelConfig>> {
     store
         .state()
         .iter()

@@ -26,8 +26,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use super::{
-    Context, Metrics, MANAGED_SELECTOR, Stores, SystemClock, agent, approval_request,
-    model_config, remote_mcp_server, retry_after_error,
+    Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request, model_config,
+    remote_mcp_server, retry_after_error,
 };
 use crate::api::common::ValueSourceType;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, ModelConfig, RemoteMCPServer};
@@ -41,7 +41,13 @@ pub struct ControllerArgs {
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
     /// Approval mode of Agents that set none.
-    #[arg(long, env = "DEFAULT_APPROVAL_MODE", value_enum, ignore_case = true, default_value = "Gate")]
+    #[arg(
+        long,
+        env = "DEFAULT_APPROVAL_MODE",
+        value_enum,
+        ignore_case = true,
+        default_value = "Gate"
+    )]
     pub default_approval_mode: ApprovalMode,
     /// Agent runtime image.
     #[arg(long, env = "AGENT_IMAGE", default_value = DEFAULT_AGENT_IMAGE)]
@@ -53,7 +59,13 @@ pub struct ControllerArgs {
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
     /// Log format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, ignore_case = true, default_value = "text")]
+    #[arg(
+        long,
+        env = "LOG_FORMAT",
+        value_enum,
+        ignore_case = true,
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
     /// Run only while holding the Lease, so several replicas are safe.
     #[arg(long, env = "LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
@@ -184,8 +196,8 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         .clone()
         .or_else(|| args.namespace.clone())
         .unwrap_or_else(|| client.default_namespace().to_string());
-    let mut builder = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-        .with_namespace(&lease_namespace);
+    let mut builder =
+        LeaseManagerBuilder::new(client.clone(), &args.lease_name).with_namespace(&lease_namespace);
     if let Ok(identity) = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")) {
         builder = builder.with_identity(identity);
     }
@@ -203,7 +215,8 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         tracing::info!("acquired the Lease, starting controllers");
         let lost_flag = Arc::new(AtomicBool::new(false));
         let watcher_task = {
-            let (stop_tx, lost_flag, mut leader) = (stop_tx.clone(), lost_flag.clone(), leader.clone());
+            let (stop_tx, lost_flag, mut leader) =
+                (stop_tx.clone(), lost_flag.clone(), leader.clone());
             tokio::spawn(async move {
                 if leader.wait_for(|leading| !*leading).await.is_ok() {
                     tracing::error!("lost the Lease, stopping controllers");
@@ -247,7 +260,10 @@ where
 fn owned<K>(
     client: &Client,
     namespace: Option<&str>,
-) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -331,11 +347,13 @@ async fn run_controllers(
     let (approvals, approval_writer) = reflector::store_shared::<ApprovalRequest>(256);
     let requests_for_requests = approval_writer.subscribe().expect("shared store");
     let requests_for_agents = approval_writer.subscribe().expect("shared store");
-    let approval_root =
-        watcher(api::<ApprovalRequest>(&client, namespace), watcher::Config::default())
-            .default_backoff()
-            .reflect_shared(approval_writer)
-            .for_each(|_| async {});
+    let approval_root = watcher(
+        api::<ApprovalRequest>(&client, namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect_shared(approval_writer)
+    .for_each(|_| async {});
 
     let (deployments, deployment_events) = owned::<Deployment>(&client, namespace);
     let (services, service_events) = owned::<Service>(&client, namespace);
@@ -374,8 +392,11 @@ async fn run_controllers(
     ) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<Agent>> + Send + Sync + 'static {
         let ctx = ctx.clone();
         move |object| {
-            ctx.refs
-                .agents_for(kind, &object.namespace().unwrap_or_default(), &object.name_any())
+            ctx.refs.agents_for(
+                kind,
+                &object.namespace().unwrap_or_default(),
+                &object.name_any(),
+            )
         }
     }
     let agent_controller = {
@@ -409,9 +430,18 @@ async fn run_controllers(
                     )
                 },
             )
-            .watches_stream(metadata::<Service>(&client, namespace), by_ref::<Service>(&ctx, "Service"))
-            .watches_stream(metadata::<Secret>(&client, namespace), by_ref::<Secret>(&ctx, "Secret"))
-            .watches_stream(metadata::<ConfigMap>(&client, namespace), by_ref::<ConfigMap>(&ctx, "ConfigMap"))
+            .watches_stream(
+                metadata::<Service>(&client, namespace),
+                by_ref::<Service>(&ctx, "Service"),
+            )
+            .watches_stream(
+                metadata::<Secret>(&client, namespace),
+                by_ref::<Secret>(&ctx, "Secret"),
+            )
+            .watches_stream(
+                metadata::<ConfigMap>(&client, namespace),
+                by_ref::<ConfigMap>(&ctx, "ConfigMap"),
+            )
             .watches_shared_stream(requests_for_agents, |request: Arc<ApprovalRequest>| {
                 Some(
                     ObjectRef::new(&request.spec.agent_ref.name)
@@ -419,7 +449,11 @@ async fn run_controllers(
                 )
             })
             .graceful_shutdown_on(shutdown())
-            .run(agent::reconcile, |_, error, _| retry_after_error("Agent", error), ctx.clone())
+            .run(
+                agent::reconcile,
+                |_, error, _| retry_after_error("Agent", error),
+                ctx.clone(),
+            )
     };
 
     let request_controller = {
@@ -430,7 +464,9 @@ async fn run_controllers(
                 approvals
                     .state()
                     .iter()
-                    .filter(|r| r.namespace() == namespace && r.spec.agent_ref.name == agent.name_any())
+                    .filter(|r| {
+                        r.namespace() == namespace && r.spec.agent_ref.name == agent.name_any()
+                    })
                     .map(|r| ObjectRef::from_obj(r.as_ref()))
                     .collect::<Vec<_>>()
             })

@@ -68,7 +68,8 @@ pub fn is_applied<K: Serialize>(desired: &K, observed: Option<&K>) -> bool {
     };
     object.remove("status");
     if let Some(Value::Object(metadata)) = object.get_mut("metadata") {
-        metadata.retain(|key, _| matches!(key.as_str(), "labels" | "annotations" | "ownerReferences"));
+        metadata
+            .retain(|key, _| matches!(key.as_str(), "labels" | "annotations" | "ownerReferences"));
     }
     // The apiserver stores stringData as base64 data; compare in that form.
     if let Some(Value::Object(string_data)) = object.remove("stringData") {
@@ -92,12 +93,12 @@ pub fn is_applied<K: Serialize>(desired: &K, observed: Option<&K>) -> bool {
 /// empty list/map), lists element by element with equal length, scalars by equality.
 fn contains(observed: &Value, desired: &Value) -> bool {
     match (observed, desired) {
-        (Value::Object(observed), Value::Object(desired)) => desired.iter().all(|(key, value)| {
-            match observed.get(key) {
+        (Value::Object(observed), Value::Object(desired)) => {
+            desired.iter().all(|(key, value)| match observed.get(key) {
                 Some(present) => contains(present, value),
                 None => is_empty(value),
-            }
-        }),
+            })
+        }
         (Value::Array(observed), Value::Array(desired)) => {
             observed.len() == desired.len()
                 && observed.iter().zip(desired).all(|(o, d)| contains(o, d))

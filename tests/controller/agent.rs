@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use http::Method;
 use hitl_operator::api::{Agent, ApprovalRequest, ModelConfig, RemoteMCPServer};
 use hitl_operator::controller::agent::reconcile;
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{RenderOptions, render_agent};
+use http::Method;
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::{Value, json};
 
@@ -174,9 +174,15 @@ spec:
 
     // Each object is applied exactly as rendered.
     assert_eq!(requests[2].body, json_of(&objects.secret));
-    assert_eq!(requests[3].body, json_of(objects.service_account.as_ref().unwrap()));
+    assert_eq!(
+        requests[3].body,
+        json_of(objects.service_account.as_ref().unwrap())
+    );
     assert_eq!(requests[4].body, json_of(objects.role.as_ref().unwrap()));
-    assert_eq!(requests[5].body, json_of(objects.role_binding.as_ref().unwrap()));
+    assert_eq!(
+        requests[5].body,
+        json_of(objects.role_binding.as_ref().unwrap())
+    );
     assert_eq!(requests[6].body, json_of(&objects.deployment));
     assert_eq!(requests[7].body, json_of(&objects.service));
 
@@ -187,7 +193,11 @@ spec:
     assert_eq!(
         conditions(status),
         vec![
-            ("ToolsAvailable".into(), "True".into(), "ToolsOffered".into()),
+            (
+                "ToolsAvailable".into(),
+                "True".into(),
+                "ToolsOffered".into()
+            ),
             ("Accepted".into(), "True".into(), "Reconciled".into()),
             ("Ready".into(), "False".into(), "DeploymentNotReady".into()),
         ]
@@ -196,8 +206,15 @@ spec:
     assert_eq!(status["status"]["pendingApprovals"], 1);
     let hash = status["status"]["configHash"].as_str().unwrap();
     assert_eq!(
-        objects.deployment.spec.unwrap().template.metadata.unwrap().annotations.unwrap()
-            ["kagent.dev/config-hash"],
+        objects
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()["kagent.dev/config-hash"],
         hash
     );
     let event = &requests[9].body;
@@ -218,7 +235,11 @@ async fn reconcile_with_everything_in_place_writes_nothing() {
         &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
         json_of(&agent),
     ));
-    script.push(expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events?", event_created()));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
     let cache = applied_cache(&objects, &agent);
     let (result, requests) = run_script(script, |client| {
         reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
@@ -226,7 +247,11 @@ async fn reconcile_with_everything_in_place_writes_nothing() {
     .await;
     result.unwrap();
     let status = &requests[2].body;
-    assert!(conditions(status).contains(&("Ready".into(), "True".into(), "DeploymentReady".into())));
+    assert!(conditions(status).contains(&(
+        "Ready".into(),
+        "True".into(),
+        "DeploymentReady".into()
+    )));
     assert_eq!(status["status"]["pendingApprovals"], 0);
 
     // 2: the Agent now carries that status: a reconcile only reads its references.
@@ -260,7 +285,11 @@ async fn drifted_deployment_is_put_back_alone() {
         &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
         json_of(&agent),
     ));
-    script.push(expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events?", event_created()));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
     let (result, requests) = run_script(script, |client| {
         reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
     })
@@ -280,7 +309,11 @@ async fn missing_reference_applies_nothing_and_names_it() {
             &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
             json_of(&agent),
         ),
-        expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events?", event_created()),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
     ];
     let cache = Cache {
         agents: vec![agent.clone()],
@@ -292,7 +325,11 @@ async fn missing_reference_applies_nothing_and_names_it() {
     .await;
     result.expect("a missing reference is reported in the status, not as an error");
     let status = &requests[2].body;
-    assert!(conditions(status).contains(&("Accepted".into(), "False".into(), "RefNotFound".into())));
+    assert!(conditions(status).contains(&(
+        "Accepted".into(),
+        "False".into(),
+        "RefNotFound".into()
+    )));
     let message = condition_message(status, "Accepted");
     assert!(message.contains("RemoteMCPServer ns/fs"), "{message}");
     assert!(status["status"].get("configHash").is_none());
@@ -316,7 +353,11 @@ spec: {type: BYO, byo: {deployment: {image: x}}}
             &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
             json_of(&agent),
         ),
-        expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events?", event_created()),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
     ];
     let cache = Cache::default();
     let (result, requests) = run_script(script, |client| {
@@ -325,7 +366,11 @@ spec: {type: BYO, byo: {deployment: {image: x}}}
     .await;
     result.unwrap();
     let status = &requests[0].body;
-    assert!(conditions(status).contains(&("Accepted".into(), "False".into(), "InvalidSpec".into())));
+    assert!(conditions(status).contains(&(
+        "Accepted".into(),
+        "False".into(),
+        "InvalidSpec".into()
+    )));
     assert!(condition_message(status, "Accepted").contains("BYO"));
 }
 
@@ -340,7 +385,11 @@ async fn tools_the_server_does_not_offer_are_named() {
         &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
         json_of(&agent),
     ));
-    script.push(expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events?", event_created()));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
     let cache = applied_cache(&objects, &agent);
     let (result, requests) = run_script(script, |client| {
         reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
@@ -348,7 +397,11 @@ async fn tools_the_server_does_not_offer_are_named() {
     .await;
     result.unwrap();
     let status = &requests[2].body;
-    assert!(conditions(status).contains(&("ToolsAvailable".into(), "False".into(), "ToolsMissing".into())));
+    assert!(conditions(status).contains(&(
+        "ToolsAvailable".into(),
+        "False".into(),
+        "ToolsMissing".into()
+    )));
     assert_eq!(
         condition_message(status, "ToolsAvailable"),
         "RemoteMCPServer ns/fs does not offer delete_file"
@@ -370,7 +423,11 @@ async fn failed_apply_reports_reconcile_failed() {
         &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
         json_of(&agent),
     ));
-    script.push(expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events?", event_created()));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
     let cache = Cache {
         agents: vec![agent.clone()],
         ..Cache::default()

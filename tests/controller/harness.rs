@@ -3,10 +3,10 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use http::{Method, Request, Response, StatusCode};
 use hitl_operator::api::{Agent, ApprovalRequest};
 use hitl_operator::controller::{Clock, Context, Metrics, Stores};
 use hitl_operator::render::RenderOptions;
+use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::client::Body;
@@ -68,7 +68,10 @@ impl Recorded {
 
 /// Runs `work` against a mock API server that must receive exactly `script`, in order;
 /// an unexpected or missing request fails the test. Returns `work`'s output and the requests.
-pub async fn run_script<F, T>(script: Vec<Exchange>, work: impl FnOnce(Client) -> F) -> (T, Vec<Recorded>)
+pub async fn run_script<F, T>(
+    script: Vec<Exchange>,
+    work: impl FnOnce(Client) -> F,
+) -> (T, Vec<Recorded>)
 where
     F: Future<Output = T>,
 {

@@ -2,6 +2,7 @@
 //! (with `fieldManager=hitl-operator&force=true` on applies) and body.
 
 mod agent;
+mod approval_request;
 mod harness;
 mod model_config;
 mod remote_mcp_server;

@@ -2,17 +2,16 @@
 
 use std::sync::Arc;
 
-use http::Method;
 use hitl_operator::api::ModelConfig;
 use hitl_operator::controller::model_config::reconcile;
+use http::Method;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::harness::*;
 
 const SECRET: &str = "/api/v1/namespaces/ns/secrets/openai";
-const STATUS: &str =
-    "/apis/kagent.dev/v1alpha2/namespaces/ns/modelconfigs/mc/status?&force=true&fieldManager=hitl-operator";
+const STATUS: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/modelconfigs/mc/status?&force=true&fieldManager=hitl-operator";
 
 fn model_config() -> ModelConfig {
     yaml(
@@ -35,10 +34,17 @@ async fn records_the_hash_of_the_key_then_writes_nothing() {
     let model_config = model_config();
     let script = vec![
         expect(Method::GET, SECRET, secret("key", "sk-123")),
-        expect(Method::PATCH, STATUS, serde_json::to_value(&model_config).unwrap()),
+        expect(
+            Method::PATCH,
+            STATUS,
+            serde_json::to_value(&model_config).unwrap(),
+        ),
     ];
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(model_config.clone()), Cache::default().context(client, at(0)))
+        reconcile(
+            Arc::new(model_config.clone()),
+            Cache::default().context(client, at(0)),
+        )
     })
     .await;
     result.unwrap();
@@ -56,7 +62,12 @@ async fn records_the_hash_of_the_key_then_writes_nothing() {
     current.status = Some(serde_json::from_value(body["status"].clone()).unwrap());
     let (result, requests) = run_script(
         vec![expect(Method::GET, SECRET, secret("key", "sk-123"))],
-        |client| reconcile(Arc::new(current.clone()), Cache::default().context(client, at(60))),
+        |client| {
+            reconcile(
+                Arc::new(current.clone()),
+                Cache::default().context(client, at(60)),
+            )
+        },
     )
     .await;
     result.unwrap();
@@ -65,10 +76,17 @@ async fn records_the_hash_of_the_key_then_writes_nothing() {
     // A rotated key changes the hash.
     let script = vec![
         expect(Method::GET, SECRET, secret("key", "sk-456")),
-        expect(Method::PATCH, STATUS, serde_json::to_value(&model_config).unwrap()),
+        expect(
+            Method::PATCH,
+            STATUS,
+            serde_json::to_value(&model_config).unwrap(),
+        ),
     ];
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(current.clone()), Cache::default().context(client, at(120)))
+        reconcile(
+            Arc::new(current.clone()),
+            Cache::default().context(client, at(120)),
+        )
     })
     .await;
     result.unwrap();
@@ -90,10 +108,17 @@ async fn missing_secret_or_key_is_ref_not_found() {
     ] {
         let script = vec![
             answer,
-            expect(Method::PATCH, STATUS, serde_json::to_value(&model_config).unwrap()),
+            expect(
+                Method::PATCH,
+                STATUS,
+                serde_json::to_value(&model_config).unwrap(),
+            ),
         ];
         let (result, requests) = run_script(script, |client| {
-            reconcile(Arc::new(model_config.clone()), Cache::default().context(client, at(0)))
+            reconcile(
+                Arc::new(model_config.clone()),
+                Cache::default().context(client, at(0)),
+            )
         })
         .await;
         result.unwrap();

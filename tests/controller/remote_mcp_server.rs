@@ -11,9 +11,9 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::StreamExt;
-use http::Method;
 use hitl_operator::api::RemoteMCPServer;
 use hitl_operator::controller::remote_mcp_server::reconcile;
+use http::Method;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -45,7 +45,11 @@ fn answer(message: &Value) -> Option<Value> {
             "serverInfo": {"name": "stub", "version": "1"},
         }),
         "tools/list" => page(message["params"]["cursor"].as_str()),
-        _ => return Some(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}})),
+        _ => {
+            return Some(
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}}),
+            );
+        }
     };
     Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
@@ -58,11 +62,17 @@ async fn streamable(State(seen): State<Seen>, headers: HeaderMap, body: String) 
     seen.lock().unwrap().push(format!(
         "{} auth={}",
         message["method"].as_str().unwrap_or_default(),
-        headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default()
+        headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
     ));
     match answer(&message) {
         Some(reply) => (
-            [("content-type", "application/json"), ("mcp-session-id", "s1")],
+            [
+                ("content-type", "application/json"),
+                ("mcp-session-id", "s1"),
+            ],
             reply.to_string(),
         )
             .into_response(),
@@ -81,7 +91,11 @@ async fn sse_stream(State(state): State<SseState>) -> impl IntoResponse {
     let (sender, receiver) = mpsc::unbounded_channel::<Value>();
     *state.outbox.lock().unwrap() = Some(sender);
     let first = futures::stream::once(async {
-        Ok::<_, std::convert::Infallible>(Event::default().event("endpoint").data("/messages?session=1"))
+        Ok::<_, std::convert::Infallible>(
+            Event::default()
+                .event("endpoint")
+                .data("/messages?session=1"),
+        )
     });
     let rest = futures::stream::unfold(receiver, |mut receiver| async move {
         let message = receiver.recv().await?;
@@ -167,17 +181,29 @@ async fn lists_tools_over_streamable_http_with_secret_headers() {
     let seen = Seen::default();
     let addr = serve(
         Router::new()
-            .route("/mcp", post(streamable).get(|| async { StatusCode::METHOD_NOT_ALLOWED }).delete(|| async { StatusCode::OK }))
+            .route(
+                "/mcp",
+                post(streamable)
+                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                    .delete(|| async { StatusCode::OK }),
+            )
             .with_state(seen.clone()),
     )
     .await;
     let server = server(&format!("http://{addr}/mcp"), "STREAMABLE_HTTP");
     let script = vec![
         expect(Method::GET, TOKEN, token_secret()),
-        expect(Method::PATCH, STATUS, serde_json::to_value(&server).unwrap()),
+        expect(
+            Method::PATCH,
+            STATUS,
+            serde_json::to_value(&server).unwrap(),
+        ),
     ];
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(server.clone()), Cache::default().context(client, at(0)))
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(0)),
+        )
     })
     .await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
@@ -190,7 +216,10 @@ async fn lists_tools_over_streamable_http_with_secret_headers() {
     assert_eq!(condition_message(body, "Accepted"), "2 tools discovered");
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen[0], "initialize auth=Bearer abc");
-    assert!(seen.contains(&"tools/list auth=Bearer abc".to_string()), "{seen:?}");
+    assert!(
+        seen.contains(&"tools/list auth=Bearer abc".to_string()),
+        "{seen:?}"
+    );
 }
 
 #[tokio::test]
@@ -209,17 +238,29 @@ async fn lists_tools_over_legacy_sse() {
     let server = server(&format!("http://{addr}/sse"), "SSE");
     let script = vec![
         expect(Method::GET, TOKEN, token_secret()),
-        expect(Method::PATCH, STATUS, serde_json::to_value(&server).unwrap()),
+        expect(
+            Method::PATCH,
+            STATUS,
+            serde_json::to_value(&server).unwrap(),
+        ),
     ];
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(server.clone()), Cache::default().context(client, at(0)))
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(0)),
+        )
     })
     .await;
     result.unwrap();
     assert_eq!(discovered(&requests[1].body), expected_tools());
     assert_eq!(
         *state.seen.lock().unwrap(),
-        vec!["initialize", "notifications/initialized", "tools/list", "tools/list"]
+        vec![
+            "initialize",
+            "notifications/initialized",
+            "tools/list",
+            "tools/list"
+        ]
     );
 }
 
@@ -232,23 +273,39 @@ async fn unreachable_server_is_reported_and_retried_with_backoff() {
     };
     let mut server = server(&format!("http://{addr}/mcp"), "STREAMABLE_HTTP");
     server.spec.headers_from.clear();
-    let script = vec![expect(Method::PATCH, STATUS, serde_json::to_value(&server).unwrap())];
+    let script = vec![expect(
+        Method::PATCH,
+        STATUS,
+        serde_json::to_value(&server).unwrap(),
+    )];
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(server.clone()), Cache::default().context(client, at(0)))
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(0)),
+        )
     })
     .await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
     let body = &requests[0].body;
     assert_eq!(
         conditions(body),
-        vec![("Accepted".into(), "False".into(), "ToolDiscoveryFailed".into())]
+        vec![(
+            "Accepted".into(),
+            "False".into(),
+            "ToolDiscoveryFailed".into()
+        )]
     );
-    assert!(condition_message(body, "Accepted").starts_with("RemoteMCPServer ns/fs: listing tools: "));
+    assert!(
+        condition_message(body, "Accepted").starts_with("RemoteMCPServer ns/fs: listing tools: ")
+    );
 
     // Failing the same way again changes nothing in the status: no write.
     server.status = Some(serde_json::from_value(body["status"].clone()).unwrap());
     let (result, requests) = run_script(Vec::new(), |client| {
-        reconcile(Arc::new(server.clone()), Cache::default().context(client, at(30)))
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(30)),
+        )
     })
     .await;
     assert!(result.is_ok());
