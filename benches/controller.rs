@@ -60,7 +60,10 @@ struct Seen {
 }
 
 /// Answers every request: references from fixtures, applies echoed back.
-async fn serve(mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>, seen: Arc<Seen>) {
+async fn serve(
+    mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+    seen: Arc<Seen>,
+) {
     let agent: Value = yaml(AGENT);
     let model_config: Value = yaml(MODEL_CONFIG);
     let server: Value = yaml(SERVER);
@@ -69,7 +72,11 @@ async fn serve(mut handle: tower_test::mock::Handle<Request<Body>, Response<Body
         let path = request.uri().path().to_string();
         let body = request.into_body().collect_bytes().await.unwrap();
         let answer = if method == Method::GET {
-            if path.contains("/modelconfigs/") { model_config.clone() } else { server.clone() }
+            if path.contains("/modelconfigs/") {
+                model_config.clone()
+            } else {
+                server.clone()
+            }
         } else {
             seen.writes.fetch_add(1, Ordering::Relaxed);
             if path.ends_with("/status") {
@@ -82,7 +89,9 @@ async fn serve(mut handle: tower_test::mock::Handle<Request<Body>, Response<Body
                 serde_json::from_slice(&body).unwrap()
             }
         };
-        send.send_response(Response::new(Body::from(serde_json::to_vec(&answer).unwrap())));
+        send.send_response(Response::new(Body::from(
+            serde_json::to_vec(&answer).unwrap(),
+        )));
     }
 }
 
@@ -100,7 +109,9 @@ fn rendered(agent: &Agent) -> AgentObjects {
     let mut refs = RefStore::default();
     refs.insert_model_config(yaml(MODEL_CONFIG));
     refs.insert_remote_mcp_server(yaml(SERVER));
-    render_agent(agent, &refs, &RenderOptions::default()).unwrap().objects
+    render_agent(agent, &refs, &RenderOptions::default())
+        .unwrap()
+        .objects
 }
 
 /// A context on a fresh mock API server; `cached` fills the owned-object caches.
@@ -116,9 +127,19 @@ fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<S
         deployments: store_of(objects.iter().map(|o| o.deployment.clone()).collect()),
         services: store_of(objects.iter().map(|o| o.service.clone()).collect()),
         secrets: store_of(objects.iter().map(|o| o.secret.clone()).collect()),
-        service_accounts: store_of(objects.iter().filter_map(|o| o.service_account.clone()).collect()),
+        service_accounts: store_of(
+            objects
+                .iter()
+                .filter_map(|o| o.service_account.clone())
+                .collect(),
+        ),
         roles: store_of(objects.iter().filter_map(|o| o.role.clone()).collect()),
-        role_bindings: store_of(objects.iter().filter_map(|o| o.role_binding.clone()).collect()),
+        role_bindings: store_of(
+            objects
+                .iter()
+                .filter_map(|o| o.role_binding.clone())
+                .collect(),
+        ),
     };
     let ctx = Context::new(
         client,
@@ -140,23 +161,38 @@ fn reconcile_benches(c: &mut Criterion) {
     // Everything to apply: empty caches, no status.
     let (ctx, seen) = context(&fresh, None);
     let agent = Arc::new(fresh.clone());
-    runtime.block_on(reconcile(agent.clone(), ctx.clone())).unwrap();
-    println!("writes per reconcile, all changed: {}", seen.writes.swap(0, Ordering::Relaxed));
+    runtime
+        .block_on(reconcile(agent.clone(), ctx.clone()))
+        .unwrap();
+    println!(
+        "writes per reconcile, all changed: {}",
+        seen.writes.swap(0, Ordering::Relaxed)
+    );
     c.bench_function("agent reconcile (apply 6 objects + status)", |b| {
-        b.to_async(&runtime).iter(|| reconcile(agent.clone(), ctx.clone()))
+        b.to_async(&runtime)
+            .iter(|| reconcile(agent.clone(), ctx.clone()))
     });
 
     // Nothing to do: caches hold the rendered objects, the Agent holds its status.
     let (ctx, seen) = context(&fresh, Some(&objects));
-    runtime.block_on(reconcile(agent.clone(), ctx.clone())).unwrap();
+    runtime
+        .block_on(reconcile(agent.clone(), ctx.clone()))
+        .unwrap();
     let mut settled = fresh.clone();
-    settled.status = Some(serde_json::from_value(seen.last_status.lock().unwrap().clone().unwrap()).unwrap());
+    settled.status =
+        Some(serde_json::from_value(seen.last_status.lock().unwrap().clone().unwrap()).unwrap());
     let settled = Arc::new(settled);
     seen.writes.store(0, Ordering::Relaxed);
-    runtime.block_on(reconcile(settled.clone(), ctx.clone())).unwrap();
-    println!("writes per reconcile, no-op: {}", seen.writes.load(Ordering::Relaxed));
+    runtime
+        .block_on(reconcile(settled.clone(), ctx.clone()))
+        .unwrap();
+    println!(
+        "writes per reconcile, no-op: {}",
+        seen.writes.load(Ordering::Relaxed)
+    );
     c.bench_function("agent reconcile (no-op)", |b| {
-        b.to_async(&runtime).iter(|| reconcile(settled.clone(), ctx.clone()))
+        b.to_async(&runtime)
+            .iter(|| reconcile(settled.clone(), ctx.clone()))
     });
 }
 
@@ -165,7 +201,13 @@ fn rss_bytes() -> u64 {
     status
         .lines()
         .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches(" kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .map_or(0, |kb| kb * 1024)
 }
 

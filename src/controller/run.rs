@@ -564,3 +564,74 @@ async fn run_controllers(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use clap::Parser;
+    use tower::ServiceExt;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    #[test]
+    fn flags_have_the_documented_defaults_and_spellings() {
+        let args = Cli::try_parse_from(["controller"]).unwrap().args;
+        assert_eq!(args.default_approval_mode, ApprovalMode::Gate);
+        assert_eq!(args.metrics_addr.to_string(), "0.0.0.0:8080");
+        assert!(args.leader_election);
+        assert_eq!(args.lease_name, "hitl-operator");
+        assert!(args.gate_image.ends_with(env!("CARGO_PKG_VERSION")));
+        let args = Cli::try_parse_from([
+            "controller",
+            "--default-approval-mode",
+            "Both",
+            "--leader-election=false",
+            "--log-format",
+            "json",
+            "--namespace",
+            "demo",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(args.default_approval_mode, ApprovalMode::Both);
+        assert!(!args.leader_election);
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert_eq!(args.namespace.as_deref(), Some("demo"));
+    }
+
+    async fn get(router: &Router, path: &str) -> (StatusCode, String) {
+        let response = router
+            .clone()
+            .oneshot(http::Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn serves_health_readiness_and_metrics() {
+        let metrics = Arc::new(Metrics::default());
+        let health = Arc::new(Health::default());
+        let router = router(metrics.clone(), health.clone());
+        assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(&router, "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        health.ready.store(true, Ordering::Relaxed);
+        assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
+        metrics.set_pending(4);
+        let (status, body) = get(&router, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("hitl_approvals_pending 4"), "{body}");
+    }
+}
