@@ -89,8 +89,9 @@ pub fn is_applied<K: Serialize>(desired: &K, observed: Option<&K>) -> bool {
     contains(&observed, &desired)
 }
 
-/// Whether `observed` contains `desired`: objects by key (a missing key equals null or an
-/// empty list/map), lists element by element with equal length, scalars by equality.
+/// Whether `observed` contains `desired`: objects by key (a missing key equals a zero value,
+/// which Go's `omitempty` drops), lists element by element with equal length, scalars by
+/// equality.
 fn contains(observed: &Value, desired: &Value) -> bool {
     match (observed, desired) {
         (Value::Object(observed), Value::Object(desired)) => {
@@ -111,9 +112,11 @@ fn contains(observed: &Value, desired: &Value) -> bool {
 fn is_empty(value: &Value) -> bool {
     match value {
         Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
         Value::Array(items) => items.is_empty(),
         Value::Object(map) => map.is_empty(),
-        _ => false,
     }
 }
 
@@ -213,5 +216,15 @@ mod tests {
         assert!(contains(&defaulted, &one));
         assert!(!contains(&two, &one));
         assert!(contains(&Value::Null, &serde_json::json!([])));
+    }
+
+    #[test]
+    fn zero_values_dropped_by_the_apiserver_are_not_drift() {
+        let desired = serde_json::json!({"mount": {"readOnly": false, "subPath": "", "n": 0}});
+        assert!(contains(&serde_json::json!({"mount": {}}), &desired));
+        assert!(!contains(
+            &serde_json::json!({"mount": {}}),
+            &serde_json::json!({"mount": {"readOnly": true}})
+        ));
     }
 }

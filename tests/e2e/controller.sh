@@ -2,7 +2,9 @@
 # End-to-end check of `hitl-operator controller` against the cluster in KUBECONFIG, with plain
 # kubectl: CRDs, rendered objects, admission of a bad Agent, ApprovalRequests approved / denied /
 # expired, write-once decisions, rollout on a config change, and garbage collection.
-# Prints SKIP and exits 0 when no cluster is reachable.
+# Installs only the CRDs (their CEL rules apply; the chart's admission policies are exercised by
+# tests/e2e/plugin.sh), and acts as the kubeconfig user: it creates the ApprovalRequests as the
+# requester and decides them. Prints SKIP and exits 0 when no cluster is reachable.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -101,7 +103,7 @@ spec:
   argumentsPreview: {path: /data/report.csv}
   argumentsSha256: "$(printf '%s' "$1" | sha256sum | cut -c1-64)"
   argumentsBytes: 28
-  requestedBy: system:serviceaccount:$NS:$AGENT
+  requestedBy: "$ME"
   message: "Run 'delete_file' with arguments {\"path\":\"/data/report.csv\"}?"
   expiresAt: "$expires"
 EOF
