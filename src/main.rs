@@ -19,8 +19,8 @@ enum Command {
     /// Validate manifests offline (schema + CEL, apiserver-style messages) and print every
     /// object the controller would apply for the Agents among them.
     Render(cli::render::RenderArgs),
-    /// Print every CustomResourceDefinition as YAML.
-    Crds,
+    /// Print every CustomResourceDefinition as YAML (or write them with --output-dir).
+    Crds(cli::crds::CrdsArgs),
     /// Run the controller against the cluster of the current kubeconfig (or in-cluster).
     Controller(hitl_operator::controller::ControllerArgs),
 }
@@ -38,7 +38,16 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Crds => {
+        Command::Crds(cli::crds::CrdsArgs {
+            output_dir: Some(dir),
+        }) => match cli::crds::write_crds(&dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Crds(_) => {
             let mut stdout = std::io::stdout().lock();
             match stdout.write_all(cli::crds::crds_yaml().as_bytes()) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -40,9 +40,10 @@ fn is_manifest(path: &Path) -> bool {
     )
 }
 
-/// Manifest files under `path`: the file itself, or every .yaml/.yml/.json below a directory,
-/// sorted so output is stable.
-fn manifest_files(path: &Path) -> Result<Vec<PathBuf>> {
+/// Manifest files under `path`: the file itself, or the .yaml/.yml/.json files of a directory
+/// (and of its subdirectories when `recursive`, as with kubectl's `-R`), sorted so output is
+/// stable.
+fn manifest_files(path: &Path, recursive: bool) -> Result<Vec<PathBuf>> {
     let io_error = |source| Error::Io {
         path: path.display().to_string(),
         source,
@@ -60,7 +61,9 @@ fn manifest_files(path: &Path) -> Result<Vec<PathBuf>> {
     entries.sort();
     for entry in entries {
         if entry.is_dir() {
-            files.extend(manifest_files(&entry)?);
+            if recursive {
+                files.extend(manifest_files(&entry, recursive)?);
+            }
         } else if is_manifest(&entry) {
             files.push(entry);
         }
@@ -101,10 +104,10 @@ pub fn parse_documents(file: &str, text: &str) -> Result<Vec<Document>> {
 }
 
 /// Reads every document of every manifest file under `paths`.
-pub fn load(paths: &[PathBuf]) -> Result<Vec<Document>> {
+pub fn load(paths: &[PathBuf], recursive: bool) -> Result<Vec<Document>> {
     let mut documents = Vec::new();
     for path in paths {
-        for file in manifest_files(path)? {
+        for file in manifest_files(path, recursive)? {
             let name = file.display().to_string();
             let text = std::fs::read_to_string(&file).map_err(|source| Error::Io {
                 path: name.clone(),

@@ -1,4 +1,5 @@
-//! Command-line front ends of the `hitl-operator` binary.
+//! Command-line front ends of the `hitl-operator` binary and the `kubectl-hitl` plugin.
 
 pub mod crds;
+pub mod hitl;
 pub mod render;

@@ -28,6 +28,9 @@ pub struct RenderArgs {
     /// Manifest files or directories (multi-document YAML or JSON), read recursively.
     #[arg(short = 'f', long = "filename", required = true)]
     pub paths: Vec<PathBuf>,
+    /// Also read the subdirectories of directories given with -f.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "yaml")]
     pub output: Output,
@@ -85,7 +88,7 @@ pub fn render_documents(
     namespace: &str,
     options: &RenderOptions,
 ) -> RenderReport {
-    let schemas = Schemas::default();
+    let schemas = Schemas::shared();
     let mut report = RenderReport::default();
     let mut store = RefStore::default();
     let mut agents = Vec::new();
@@ -188,7 +191,7 @@ pub fn run(args: &RenderArgs) -> u8 {
         agent_image: args.agent_image.clone(),
         gate_image: args.gate_image.clone(),
     };
-    let documents = match manifest::load(&args.paths) {
+    let documents = match manifest::load(&args.paths, args.recursive) {
         Ok(documents) => documents,
         Err(error) => {
             eprintln!("error: {error}");

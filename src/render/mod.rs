@@ -340,14 +340,15 @@ fn runtime_entry(
         Vec::new()
     };
     let params = if mode.uses_gate() {
+        // The gate holds a gated call open up to waitTimeout: the runtime must not give up
+        // first. An unset timeout means the runtime's short default, so it is set; an unset
+        // SSE read timeout means a long default, so it is left alone.
         let gated = !server.require_approval.is_empty();
-        let at_least = |value: Option<f64>| {
-            let floor = timings.wait_timeout + GATE_TIMEOUT_MARGIN;
-            match value {
-                Some(seconds) if gated && seconds < floor => Some(floor),
-                None if gated => Some(floor),
-                other => other,
-            }
+        let floor = timings.wait_timeout + GATE_TIMEOUT_MARGIN;
+        let at_least = |value: Option<f64>, raise_unset: bool| match value {
+            Some(seconds) if gated && seconds < floor => Some(floor),
+            None if gated && raise_unset => Some(floor),
+            other => other,
         };
         McpParams {
             url: format!(
@@ -355,8 +356,8 @@ fn runtime_entry(
                 GateServer::route_for(&server.namespace, &server.name)
             ),
             headers: BTreeMap::new(),
-            timeout: at_least(server.timeout).map(seconds_number),
-            sse_read_timeout: at_least(server.sse_read_timeout).map(seconds_number),
+            timeout: at_least(server.timeout, true).map(seconds_number),
+            sse_read_timeout: at_least(server.sse_read_timeout, false).map(seconds_number),
             terminate_on_close: server.terminate_on_close,
         }
     } else {

@@ -6,7 +6,9 @@ pub mod schema;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use kube::core::cel::Validator;
+use std::sync::LazyLock;
+
+use kube::core::cel::{CompiledSchema, Validator, compile_schema};
 use serde_json::Value;
 
 use crate::api;
@@ -156,13 +158,21 @@ impl fmt::Display for Invalid {
     }
 }
 
-/// The `openAPIV3Schema` of each of our kinds, by kind.
+/// The `openAPIV3Schema` of each of our kinds, by kind, with its CEL rules compiled.
 pub struct Schemas {
-    by_kind: BTreeMap<String, Value>,
+    by_kind: BTreeMap<String, (Value, CompiledSchema)>,
+    validator: Validator,
 }
 
-impl Default for Schemas {
-    fn default() -> Self {
+static SHARED: LazyLock<Schemas> = LazyLock::new(Schemas::build);
+
+impl Schemas {
+    /// The schemas of this build's CRDs, compiled once per process.
+    pub fn shared() -> &'static Self {
+        &SHARED
+    }
+
+    fn build() -> Self {
         let by_kind = api::crds()
             .into_iter()
             .map(|crd| {
@@ -172,10 +182,14 @@ impl Default for Schemas {
                     .and_then(|s| s.open_api_v3_schema.as_ref())
                     .map(|s| serde_json::to_value(s).expect("schemas serialize"))
                     .expect("every CRD has a schema");
-                (crd.spec.names.kind, schema)
+                let compiled = compile_schema(&schema);
+                (crd.spec.names.kind, (schema, compiled))
             })
             .collect();
-        Self { by_kind }
+        Self {
+            by_kind,
+            validator: Validator::new(),
+        }
     }
 }
 
@@ -221,7 +235,7 @@ impl Schemas {
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let Some(schema) = self.by_kind.get(kind) else {
+        let Some((schema, compiled)) = self.by_kind.get(kind) else {
             return Ok(());
         };
         let mut errors = Vec::new();
@@ -241,7 +255,10 @@ impl Schemas {
         schema::check(schema, &body, "", &mut errors);
         if errors.is_empty() {
             let old_body = old.map(without_envelope);
-            if let Err(failures) = Validator::new().validate(schema, &body, old_body.as_ref()) {
+            if let Err(failures) =
+                self.validator
+                    .validate_compiled(compiled, &body, old_body.as_ref())
+            {
                 errors.extend(failures.into_vec().into_iter().map(|failure| {
                     FieldError::new(
                         &failure.field_path,

@@ -1,0 +1,16 @@
+# One image for the controller, the approval gate sidecar and the kubectl plugin.
+#   make image            (docker build -t ghcr.io/hitl-operator/hitl-operator:<version> .)
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY benches ./benches
+RUN cargo build --release --locked --bins
+
+# Distroless, non-root (uid 65532), no shell.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/hitl-operator /usr/local/bin/hitl-operator
+COPY --from=build /src/target/release/kubectl-hitl /usr/local/bin/kubectl-hitl
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/hitl-operator"]
+CMD ["controller"]

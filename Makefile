@@ -1,0 +1,41 @@
+# hitl-operator: common tasks. `make test` is what CI runs (see .ci/run).
+CARGO ?= cargo
+IMAGE ?= ghcr.io/hitl-operator/hitl-operator:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+
+.PHONY: build test lint fmt crds render bench image e2e
+
+-include mk/*.mk
+
+build:
+	$(CARGO) build --release --bins
+
+## Unit, golden, schema/CEL, compatibility, integration and Helm chart tests.
+test:
+	$(CARGO) test --all-targets --no-fail-fast
+	$(MAKE) chart-test
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt
+
+## Regenerate crds/ and the chart's copy from the Rust types (tests fail when they drift).
+crds:
+	$(CARGO) run -q -- crds --output-dir crds
+	$(CARGO) run -q -- crds --output-dir charts/hitl-operator/crds
+
+## Render the examples offline (no cluster needed).
+render:
+	$(CARGO) run -q -- render -f examples/
+
+bench:
+	$(CARGO) bench --bench render
+
+image:
+	docker build -t $(IMAGE) .
+
+## End-to-end suites against the cluster in KUBECONFIG (prints SKIP without one).
+e2e:
+	bash tests/e2e/run.sh

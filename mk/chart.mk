@@ -1,0 +1,23 @@
+# Helm chart targets; included from the main Makefile.
+#   make chart-test   lint + render + schema tests of charts/hitl-operator with the real Helm engine
+#   make chart-bless  rewrite the checked-in generated copies (chart CRDs, rendered admission policies)
+
+CHART_VENV ?= .venv
+CHART_PYTHON ?= python3
+CHART_REQUIREMENTS := tests/chart/requirements.txt
+CHART_STAMP := $(CHART_VENV)/.chart-requirements.stamp
+
+.PHONY: chart-test chart-bless
+
+$(CHART_STAMP): $(CHART_REQUIREMENTS)
+	test -x $(CHART_VENV)/bin/python || $(CHART_PYTHON) -m venv $(CHART_VENV)
+	$(CHART_VENV)/bin/pip install --quiet --disable-pip-version-check -r $(CHART_REQUIREMENTS)
+	touch $@
+
+chart-test: $(CHART_STAMP)
+	cargo test --test chart_crds --test admission_policy
+	$(CHART_VENV)/bin/python -m pytest -q tests/chart
+
+chart-bless: $(CHART_STAMP)
+	HITL_BLESS=1 cargo test --test chart_crds
+	HITL_BLESS=1 $(CHART_VENV)/bin/python -m pytest -q tests/chart -k rendered_copy

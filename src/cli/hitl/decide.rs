@@ -1,0 +1,366 @@
+//! `kubectl hitl approve|deny`: write `spec.decision` (and nothing else) with a JSON merge patch
+//! guarded by the resourceVersion that was checked, and explain every way that can fail.
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::error::CommandError;
+use super::phase::effective_phase;
+use crate::api::approval_request::{ApprovalRequest, Decision, DecisionType, Phase};
+
+/// Field manager recorded in managedFields for the decision.
+pub const FIELD_MANAGER: &str = "kubectl-hitl";
+
+/// How often a decision is retried when the request changed between read and write.
+const ATTEMPTS: usize = 3;
+
+/// The decision a person asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Approve or Deny.
+    pub decision_type: DecisionType,
+    /// Why (required for Deny by the command line).
+    pub reason: Option<String>,
+    /// The caller's username; becomes `decidedBy`.
+    pub user: String,
+}
+
+/// What happened to one ApprovalRequest.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The decision was written.
+    Decided {
+        /// Request name.
+        name: String,
+        /// Approve or Deny.
+        decision_type: DecisionType,
+    },
+    /// No such request in the namespace.
+    NotFound {
+        /// Request name.
+        name: String,
+    },
+    /// Someone decided first; decisions are write-once.
+    AlreadyDecided {
+        /// Request name.
+        name: String,
+        /// The decision in place.
+        decision: Decision,
+    },
+    /// Not decided before `expiresAt`: a decision now would revive nothing.
+    Expired {
+        /// Request name.
+        name: String,
+        /// When it expired.
+        expires_at: Timestamp,
+    },
+    /// Finished without a decision (Cancelled).
+    Finished {
+        /// Request name.
+        name: String,
+        /// Its phase.
+        phase: Phase,
+    },
+    /// RBAC or the admission policy refused.
+    Forbidden {
+        /// Request name.
+        name: String,
+        /// The agent whose `approve` verb is needed, when known.
+        agent: Option<String>,
+        /// The apiserver's message.
+        message: String,
+    },
+    /// The apiserver rejected the write for another reason (validation, admission).
+    Rejected {
+        /// Request name.
+        name: String,
+        /// The apiserver's message.
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// Whether the decision was written.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Self::Decided { .. })
+    }
+
+    /// What to tell the user, naming `namespace` and, for RBAC problems, the fix for `user`.
+    pub fn describe(&self, namespace: &str, user: &str) -> String {
+        match self {
+            Self::Decided {
+                name,
+                decision_type,
+            } => {
+                let verb = match decision_type {
+                    DecisionType::Approve => "approved",
+                    DecisionType::Deny => "denied",
+                };
+                format!("approvalrequest/{name} {verb} (decidedBy {user})")
+            }
+            Self::NotFound { name } => {
+                format!("error: approvalrequest/{name} not found in namespace {namespace}")
+            }
+            Self::AlreadyDecided { name, decision } => {
+                let verb = match decision.decision_type {
+                    DecisionType::Approve => "approved",
+                    DecisionType::Deny => "denied",
+                };
+                let reason = decision
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                format!(
+                    "error: approvalrequest/{name} was already {verb} by {}{reason} \
+                     (decisions cannot be changed)",
+                    decision.decided_by
+                )
+            }
+            Self::Expired { name, expires_at } => format!(
+                "error: approvalrequest/{name} expired at {expires_at} without a decision; \
+                 the tool call will not run (the agent can ask again)"
+            ),
+            Self::Finished { name, phase } => format!(
+                "error: approvalrequest/{name} is {} and can no longer be decided",
+                phase.as_str()
+            ),
+            Self::Forbidden {
+                name,
+                agent,
+                message,
+            } => {
+                let agent = agent.as_deref().unwrap_or("<agent>");
+                let binding = format!("hitl-approver-{}", binding_suffix(user));
+                format!(
+                    "error: {user} may not decide approvalrequest/{name} in namespace {namespace}: \
+                     {message}\n\
+                     Deciding needs patch on approvalrequests.kagent.dev and the verb approve on \
+                     agents.kagent.dev/{agent} in namespace {namespace}, for example:\n  \
+                     kubectl -n {namespace} create rolebinding {binding} --clusterrole=hitl-approver --user={user}\n\
+                     (or a clusterrolebinding with --clusterrole=hitl-approver for every namespace)"
+                )
+            }
+            Self::Rejected { name, message } => {
+                format!("error: approvalrequest/{name} was not decided: {message}")
+            }
+        }
+    }
+}
+
+/// A RoleBinding-name-safe form of a username.
+fn binding_suffix(user: &str) -> String {
+    let s: String = user
+        .to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let s = s.trim_matches(|c| c == '-' || c == '.');
+    if s.is_empty() {
+        "user".to_owned()
+    } else {
+        s.chars().take(40).collect()
+    }
+}
+
+/// Decide each named request, in order.
+pub async fn decide_names(
+    api: &Api<ApprovalRequest>,
+    names: &[String],
+    request: &Request,
+    now: Timestamp,
+) -> Result<Vec<Outcome>, CommandError> {
+    let mut outcomes = Vec::with_capacity(names.len());
+    for name in names {
+        let outcome = match read(api, name).await? {
+            Ok(current) => decide(api, current, request, now).await?,
+            Err(outcome) => outcome,
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// Decide every request of `agent` in the namespace that is still Pending at `now`.
+pub async fn decide_agent(
+    api: &Api<ApprovalRequest>,
+    agent: &str,
+    request: &Request,
+    now: Timestamp,
+) -> Result<Vec<Outcome>, CommandError> {
+    let pending: Vec<ApprovalRequest> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|r| r.spec.agent_ref.name == agent && effective_phase(r, now) == Phase::Pending)
+        .collect();
+    let mut outcomes = Vec::with_capacity(pending.len());
+    for current in pending {
+        outcomes.push(decide(api, current, request, now).await?);
+    }
+    Ok(outcomes)
+}
+
+/// Read one request; a missing or unreadable one becomes its [`Outcome`].
+async fn read(
+    api: &Api<ApprovalRequest>,
+    name: &str,
+) -> Result<Result<ApprovalRequest, Outcome>, CommandError> {
+    match api.get(name).await {
+        Ok(r) => Ok(Ok(r)),
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            Ok(Err(Outcome::NotFound { name: name.into() }))
+        }
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(Err(Outcome::Forbidden {
+            name: name.into(),
+            agent: None,
+            message: s.message,
+        })),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Why `current` cannot be decided at `now`, if it cannot.
+fn refusal(current: &ApprovalRequest, now: Timestamp) -> Option<Outcome> {
+    let name = current.name_any();
+    if let Some(decision) = &current.spec.decision {
+        return Some(Outcome::AlreadyDecided {
+            name,
+            decision: decision.clone(),
+        });
+    }
+    match effective_phase(current, now) {
+        Phase::Pending => None,
+        Phase::Expired => Some(Outcome::Expired {
+            name,
+            expires_at: current.spec.expires_at.0,
+        }),
+        phase => Some(Outcome::Finished { name, phase }),
+    }
+}
+
+/// The merge patch that sets `spec.decision`, valid only against `resource_version`.
+pub fn decision_patch(request: &Request, resource_version: Option<&str>) -> serde_json::Value {
+    let mut decision = json!({"type": request.decision_type, "decidedBy": request.user});
+    if let Some(reason) = &request.reason {
+        decision["reason"] = json!(reason);
+    }
+    let mut patch = json!({"spec": {"decision": decision}});
+    if let Some(rv) = resource_version {
+        patch["metadata"] = json!({"resourceVersion": rv});
+    }
+    patch
+}
+
+/// Write the decision onto `current`, re-reading when it changed in between.
+async fn decide(
+    api: &Api<ApprovalRequest>,
+    mut current: ApprovalRequest,
+    request: &Request,
+    now: Timestamp,
+) -> Result<Outcome, CommandError> {
+    let name = current.name_any();
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    for _ in 0..ATTEMPTS {
+        if let Some(outcome) = refusal(&current, now) {
+            return Ok(outcome);
+        }
+        let patch = decision_patch(request, current.metadata.resource_version.as_deref());
+        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                return Ok(Outcome::Decided {
+                    name,
+                    decision_type: request.decision_type,
+                });
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => match read(api, &name).await? {
+                Ok(fresh) => current = fresh,
+                Err(outcome) => return Ok(outcome),
+            },
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Outcome::NotFound { name }),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                return Ok(Outcome::Forbidden {
+                    name,
+                    agent: Some(current.spec.agent_ref.name.clone()),
+                    message: s.message,
+                });
+            }
+            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
+                return Ok(Outcome::Rejected {
+                    name,
+                    message: s.message,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Outcome::Rejected {
+        name,
+        message: format!("it changed {ATTEMPTS} times while being decided; try again"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(decision_type: DecisionType, reason: Option<&str>) -> Request {
+        Request {
+            decision_type,
+            reason: reason.map(str::to_owned),
+            user: "alice".into(),
+        }
+    }
+
+    #[test]
+    fn patch_sets_only_the_decision() {
+        assert_eq!(
+            decision_patch(&req(DecisionType::Approve, Some("ok")), Some("42")),
+            json!({"metadata": {"resourceVersion": "42"},
+                   "spec": {"decision": {"type": "Approve", "decidedBy": "alice", "reason": "ok"}}})
+        );
+        assert_eq!(
+            decision_patch(&req(DecisionType::Deny, None), None),
+            json!({"spec": {"decision": {"type": "Deny", "decidedBy": "alice"}}})
+        );
+    }
+
+    #[test]
+    fn forbidden_names_the_rbac_needed() {
+        let text = Outcome::Forbidden {
+            name: "r".into(),
+            agent: Some("helper".into()),
+            message: "denied".into(),
+        }
+        .describe("team-a", "Alice@Example.com");
+        assert!(
+            text.contains("agents.kagent.dev/helper in namespace team-a"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "kubectl -n team-a create rolebinding hitl-approver-alice-example.com \
+             --clusterrole=hitl-approver --user=Alice@Example.com"
+        ));
+    }
+
+    #[test]
+    fn binding_suffixes_are_names() {
+        assert_eq!(
+            binding_suffix("system:serviceaccount:ns:sa"),
+            "system-serviceaccount-ns-sa"
+        );
+        assert_eq!(binding_suffix("::"), "user");
+    }
+}

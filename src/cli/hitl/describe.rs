@@ -1,0 +1,106 @@
+//! `kubectl hitl get NAME`: a describe-like view of one request.
+
+use std::fmt::Write as _;
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::phase::effective_phase;
+use super::table::{expires, short_duration};
+use crate::api::ApprovalRequest;
+use crate::api::approval_request::DecisionType;
+
+/// Human-readable description of `r` at `now`.
+pub fn describe(r: &ApprovalRequest, now: Timestamp) -> String {
+    let spec = &r.spec;
+    let mut s = String::new();
+    let mut field = |label: &str, value: &str| {
+        let _ = writeln!(s, "{:<14}{value}", format!("{label}:"));
+    };
+    field("Name", &r.name_any());
+    field("Namespace", r.namespace().as_deref().unwrap_or(""));
+    field("Agent", &spec.agent_ref.name);
+    field(
+        "Tool",
+        &format!(
+            "{} on {} {}/{}",
+            spec.tool_name,
+            spec.tool_server.kind.as_str(),
+            spec.tool_server.namespace,
+            spec.tool_server.name
+        ),
+    );
+    field("Phase", effective_phase(r, now).as_str());
+    field("Requested by", &spec.requested_by);
+    if let Some(created) = &r.metadata.creation_timestamp {
+        field(
+            "Created",
+            &format!(
+                "{} ({} ago)",
+                created.0,
+                short_duration(now.duration_since(created.0))
+            ),
+        );
+    }
+    field(
+        "Expires",
+        &format!(
+            "{} ({})",
+            spec.expires_at.0,
+            expires(spec.expires_at.0, now)
+        ),
+    );
+    if let Some(message) = &spec.message {
+        field("Message", message);
+    }
+    field(
+        "Arguments",
+        &format!(
+            "{} bytes, sha256 {}",
+            spec.arguments_bytes, spec.arguments_sha256
+        ),
+    );
+    if let Some(preview) = &spec.arguments_preview {
+        let pretty = serde_json::to_string_pretty(preview).expect("a JSON map serializes");
+        for line in pretty.lines() {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
+    let mut field = |label: &str, value: &str| {
+        let _ = writeln!(s, "{:<14}{value}", format!("{label}:"));
+    };
+    match &spec.decision {
+        Some(d) => {
+            let verb = match d.decision_type {
+                DecisionType::Approve => "Approve",
+                DecisionType::Deny => "Deny",
+            };
+            let reason = d
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
+            field("Decision", &format!("{verb} by {}{reason}", d.decided_by));
+        }
+        None => field("Decision", "<none>"),
+    }
+    if let Some(status) = &r.status {
+        if let Some(at) = &status.decided_at {
+            field("Decided at", &at.0.to_string());
+        }
+        if let Some(at) = &status.consumed_at {
+            let by = status.consumed_by.as_deref().unwrap_or("<unknown>");
+            field("Executed", &format!("{} by {by}", at.0));
+        }
+        if let Some(message) = &status.message {
+            field("Status", message);
+        }
+        for c in &status.conditions {
+            field(
+                "Condition",
+                &format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message),
+            );
+        }
+    }
+    s
+}

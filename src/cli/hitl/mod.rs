@@ -1,0 +1,311 @@
+//! `kubectl hitl`: list, inspect, watch and decide ApprovalRequests (the `kubectl-hitl` plugin).
+
+pub mod decide;
+pub mod describe;
+pub mod error;
+pub mod identity;
+pub mod output;
+pub mod phase;
+pub mod table;
+pub mod watch;
+
+use std::io::Write;
+
+use clap::{Args, Parser, Subcommand};
+use jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use kube::config::{Config, KubeConfigOptions};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use self::decide::Outcome;
+use self::error::CommandError;
+use self::output::Format;
+use crate::api::approval_request::{ApprovalRequest, DecisionType, Phase};
+
+/// See and decide the tool calls your AI agents wait on (ApprovalRequests).
+#[derive(Parser, Debug)]
+#[command(name = "kubectl-hitl", bin_name = "kubectl hitl", version)]
+pub struct Cli {
+    /// Namespace to use (default: the kubeconfig context's namespace).
+    #[arg(short, long, global = true)]
+    pub namespace: Option<String>,
+    /// Kubeconfig context to use (default: the current context).
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List ApprovalRequests.
+    List(ListArgs),
+    /// Show one ApprovalRequest.
+    Get(GetArgs),
+    /// Approve requests: the tool call runs once.
+    Approve(ApproveArgs),
+    /// Deny requests: the tool call does not run; the agent sees the reason.
+    Deny(DenyArgs),
+    /// Stream new and changed ApprovalRequests until interrupted.
+    Watch(WatchArgs),
+}
+
+/// `list` options.
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// List across all namespaces.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Only requests still waiting for a decision.
+    #[arg(long)]
+    pub pending: bool,
+    /// Output format instead of the table.
+    #[arg(short, long, value_enum)]
+    pub output: Option<Format>,
+}
+
+/// `get` options.
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// Name of the ApprovalRequest.
+    pub name: String,
+    /// Output format instead of the description.
+    #[arg(short, long, value_enum)]
+    pub output: Option<Format>,
+}
+
+/// Which requests to decide.
+#[derive(Args, Debug)]
+pub struct Targets {
+    /// Names of ApprovalRequests.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub names: Vec<String>,
+    /// Every Pending request of the agent given by --agent.
+    #[arg(long, requires = "agent")]
+    pub all: bool,
+    /// The agent whose Pending requests --all decides.
+    #[arg(long, requires = "all")]
+    pub agent: Option<String>,
+}
+
+/// `approve` options.
+#[derive(Args, Debug)]
+pub struct ApproveArgs {
+    /// Which requests.
+    #[command(flatten)]
+    pub targets: Targets,
+    /// Why (recorded in spec.decision.reason).
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+/// `deny` options.
+#[derive(Args, Debug)]
+pub struct DenyArgs {
+    /// Which requests.
+    #[command(flatten)]
+    pub targets: Targets,
+    /// Why; the agent's LLM sees it.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub reason: String,
+}
+
+/// `watch` options.
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// Watch across all namespaces.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Only show requests that are Pending.
+    #[arg(long)]
+    pub pending: bool,
+}
+
+/// Parse-independent entry point: connect with the kubeconfig and run `cli`. Returns whether
+/// everything succeeded; errors go to `err`.
+pub async fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> bool {
+    let result = match connect(&cli).await {
+        Ok((client, namespace)) => {
+            execute(&cli.command, client, &namespace, &Timestamp::now, out, err).await
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(ok) => ok,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            false
+        }
+    }
+}
+
+/// A client for the chosen context and the namespace to use.
+async fn connect(cli: &Cli) -> Result<(Client, String), CommandError> {
+    let config = match &cli.context {
+        Some(context) => Config::from_kubeconfig(&KubeConfigOptions {
+            context: Some(context.clone()),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| CommandError::Kubeconfig(e.to_string()))?,
+        None => Config::infer()
+            .await
+            .map_err(|e| CommandError::Kubeconfig(e.to_string()))?,
+    };
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).map_err(|e| CommandError::Kubeconfig(e.to_string()))?;
+    Ok((client, namespace))
+}
+
+/// Run `command` against `client` in `namespace`. Returns whether every request succeeded.
+pub async fn execute(
+    command: &Command,
+    client: Client,
+    namespace: &str,
+    clock: &dyn Fn() -> Timestamp,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<bool, CommandError> {
+    let scoped = |all: bool| -> Api<ApprovalRequest> {
+        if all {
+            Api::all(client.clone())
+        } else {
+            Api::namespaced(client.clone(), namespace)
+        }
+    };
+    match command {
+        Command::List(args) => {
+            let now = clock();
+            let mut items = scoped(args.all_namespaces)
+                .list(&ListParams::default())
+                .await?
+                .items;
+            if args.pending {
+                items.retain(|r| phase::effective_phase(r, now) == Phase::Pending);
+            }
+            match args.output {
+                Some(format) => {
+                    out.write_all(output::encode(&output::list(&items), format)?.as_bytes())?
+                }
+                None if items.is_empty() => {
+                    let scope = if args.all_namespaces {
+                        "any namespace".to_owned()
+                    } else {
+                        format!("namespace {namespace}")
+                    };
+                    let what = if args.pending {
+                        "pending ApprovalRequests"
+                    } else {
+                        "ApprovalRequests"
+                    };
+                    writeln!(err, "No {what} found in {scope}.")?;
+                }
+                None => out.write_all(table::table(&items, now, args.all_namespaces).as_bytes())?,
+            }
+            Ok(true)
+        }
+        Command::Get(args) => match scoped(false).get_opt(&args.name).await? {
+            None => {
+                writeln!(
+                    err,
+                    "{}",
+                    Outcome::NotFound {
+                        name: args.name.clone()
+                    }
+                    .describe(namespace, "")
+                )?;
+                Ok(false)
+            }
+            Some(r) => {
+                let text = match args.output {
+                    Some(format) => output::encode(&r, format)?,
+                    None => describe::describe(&r, clock()),
+                };
+                out.write_all(text.as_bytes())?;
+                Ok(true)
+            }
+        },
+        Command::Approve(args) => {
+            let request = decide::Request {
+                decision_type: DecisionType::Approve,
+                reason: args.reason.clone(),
+                user: identity::username(&client).await?,
+            };
+            decide(
+                &scoped(false),
+                namespace,
+                &args.targets,
+                &request,
+                clock,
+                out,
+                err,
+            )
+            .await
+        }
+        Command::Deny(args) => {
+            let request = decide::Request {
+                decision_type: DecisionType::Deny,
+                reason: Some(args.reason.clone()),
+                user: identity::username(&client).await?,
+            };
+            decide(
+                &scoped(false),
+                namespace,
+                &args.targets,
+                &request,
+                clock,
+                out,
+                err,
+            )
+            .await
+        }
+        Command::Watch(args) => {
+            let events =
+                watcher(scoped(args.all_namespaces), watcher::Config::default()).default_backoff();
+            watch::print_events(events, clock, args.all_namespaces, args.pending, out, err).await?;
+            Ok(true)
+        }
+    }
+}
+
+/// Decide the targets and report each outcome.
+async fn decide(
+    api: &Api<ApprovalRequest>,
+    namespace: &str,
+    targets: &Targets,
+    request: &decide::Request,
+    clock: &dyn Fn() -> Timestamp,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<bool, CommandError> {
+    let outcomes = match &targets.agent {
+        Some(agent) if targets.all => {
+            let outcomes = decide::decide_agent(api, agent, request, clock()).await?;
+            if outcomes.is_empty() {
+                writeln!(
+                    out,
+                    "No pending ApprovalRequests of agent {agent} in namespace {namespace}."
+                )?;
+            }
+            outcomes
+        }
+        _ => decide::decide_names(api, &targets.names, request, clock()).await?,
+    };
+    let mut ok = true;
+    for outcome in &outcomes {
+        let line = outcome.describe(namespace, &request.user);
+        if outcome.is_success() {
+            writeln!(out, "{line}")?;
+        } else {
+            ok = false;
+            writeln!(err, "{line}")?;
+        }
+    }
+    Ok(ok)
+}

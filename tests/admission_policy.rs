@@ -1,0 +1,604 @@
+//! Evaluates the CEL of the admission policies the chart ships, with kube-cel.
+//!
+//! The policies come from `tests/chart/rendered/admission-policy.<variant>.yaml`, which
+//! `tests/chart/test_chart.py` checks byte-for-byte against what Helm renders from the chart, so
+//! the expressions tested here are the shipped ones. kube-cel has no `authorizer` variable: the
+//! validation that uses it is asserted to compile and to be exactly the expected RBAC check; every
+//! other match condition and validation is evaluated for allowed and denied cases. Any expression
+//! that errors (instead of returning a bool) fails the test: under `failurePolicy: Fail` an error
+//! denies with an unhelpful message, so the expressions must be total on valid objects.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use hitl_operator::api::ApprovalRequest;
+use kube::CustomResourceExt;
+use kube::core::cel::cel::Program;
+use kube::core::cel::{AdmissionRequest, VapEvaluator, VapExpression};
+use serde_json::{Value, json};
+
+const AGENT_SA: &str = "system:serviceaccount:team-a:helper";
+const OTHER_SA: &str = "system:serviceaccount:team-a:other-agent";
+const CONTROLLER: &str = "system:serviceaccount:hitl-system:hitl-hitl-operator";
+const AUTHORIZER_CHECK: &str = "authorizer.group('kagent.dev').resource('agents').namespace(object.metadata.namespace).name(object.spec.agentRef.name).check('approve').allowed()";
+
+/// One ValidatingAdmissionPolicy, split the way the tests evaluate it.
+struct Policy {
+    match_conditions: Vec<String>,
+    /// Validations kube-cel can evaluate.
+    validations: Vec<VapExpression>,
+    /// Validations that need `authorizer`.
+    authorizer: Vec<String>,
+}
+
+/// What admission does with one request.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    /// A match condition is false: the policy does not apply.
+    NotMatched,
+    /// Every evaluable validation passed.
+    Allowed,
+    /// These messages come back to the user.
+    Denied(Vec<String>),
+}
+
+fn load(variant: &str) -> HashMap<String, Policy> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "tests/chart/rendered/admission-policy.{variant}.yaml"
+    ));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_str_multiple(&text).unwrap();
+    docs.into_iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .map(|d| {
+            let name = d["metadata"]["name"].as_str().unwrap();
+            let short = name.strip_prefix("hitl-hitl-operator-approval-").unwrap();
+            let spec = &d["spec"];
+            let match_conditions = spec["matchConditions"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|m| m["expression"].as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let (mut validations, mut authorizer) = (Vec::new(), Vec::new());
+            for v in spec["validations"].as_array().unwrap() {
+                let expression = v["expression"].as_str().unwrap().to_owned();
+                if expression.contains("authorizer") {
+                    authorizer.push(expression);
+                } else {
+                    validations.push(VapExpression {
+                        expression,
+                        message: v["message"].as_str().map(str::to_owned),
+                        message_expression: v["messageExpression"].as_str().map(str::to_owned),
+                    });
+                }
+            }
+            (
+                short.to_owned(),
+                Policy {
+                    match_conditions,
+                    validations,
+                    authorizer,
+                },
+            )
+        })
+        .collect()
+}
+
+fn admit(
+    policy: &Policy,
+    operation: &str,
+    username: &str,
+    object: &Value,
+    old: Option<&Value>,
+) -> Verdict {
+    let mut builder = VapEvaluator::builder()
+        .object(object.clone())
+        .request(AdmissionRequest {
+            operation: operation.into(),
+            username: username.into(),
+            namespace: "team-a".into(),
+            name: "helper-delete-file-1".into(),
+            ..Default::default()
+        });
+    if let Some(old) = old {
+        builder = builder.old_object(old.clone());
+    }
+    let evaluator = builder.build();
+    let conditions: Vec<VapExpression> = policy
+        .match_conditions
+        .iter()
+        .map(|e| VapExpression {
+            expression: e.clone(),
+            message: None,
+            message_expression: None,
+        })
+        .collect();
+    for r in evaluator.evaluate(&conditions) {
+        assert_no_error(&r.expression, r.message.as_deref());
+        if !r.passed {
+            return Verdict::NotMatched;
+        }
+    }
+    let denied: Vec<String> = evaluator
+        .evaluate(&policy.validations)
+        .into_iter()
+        .filter(|r| !r.passed)
+        .map(|r| {
+            assert_no_error(&r.expression, r.message.as_deref());
+            r.message.unwrap()
+        })
+        .collect();
+    if denied.is_empty() {
+        Verdict::Allowed
+    } else {
+        Verdict::Denied(denied)
+    }
+}
+
+fn assert_no_error(expression: &str, message: Option<&str>) {
+    if let Some(m) = message {
+        assert!(
+            !m.starts_with("evaluation error")
+                && !m.starts_with("expression returned non-boolean")
+                && !m.starts_with("failed to compile"),
+            "{expression}: {m}"
+        );
+    }
+}
+
+fn denied_with(verdict: Verdict, needle: &str) {
+    match verdict {
+        Verdict::Denied(messages) => assert!(
+            messages.iter().any(|m| m.contains(needle)),
+            "expected a message containing {needle:?}, got {messages:?}"
+        ),
+        other => panic!("expected a denial containing {needle:?}, got {other:?}"),
+    }
+}
+
+/// A pending request created by the agent's ServiceAccount.
+fn request() -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2",
+        "kind": "ApprovalRequest",
+        "metadata": {"name": "helper-delete-file-1", "namespace": "team-a",
+                     "labels": {"kagent.dev/agent": "helper"}},
+        "spec": {
+            "agentRef": {"name": "helper"},
+            "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "team-a"},
+            "toolName": "delete_file",
+            "argumentsPreview": {"path": "/data/report.csv"},
+            "argumentsSha256": "a".repeat(64),
+            "argumentsBytes": 29,
+            "requestedBy": AGENT_SA,
+            "expiresAt": "2026-11-22T01:00:00Z"
+        }
+    })
+}
+
+fn decided(mut object: Value, kind: &str, by: &str) -> Value {
+    object["spec"]["decision"] = json!({"type": kind, "reason": "ok", "decidedBy": by});
+    object
+}
+
+fn with_status(mut object: Value, status: Value) -> Value {
+    object["status"] = status;
+    object
+}
+
+// ------------------------------------------------------------------ requester (CREATE)
+
+#[test]
+fn requester_must_be_the_creator() {
+    let p = &load("default")["requester"];
+    assert_eq!(
+        admit(p, "CREATE", AGENT_SA, &request(), None),
+        Verdict::Allowed
+    );
+    denied_with(
+        admit(p, "CREATE", OTHER_SA, &request(), None),
+        &format!("spec.requestedBy must be the creating user {OTHER_SA}"),
+    );
+    denied_with(
+        admit(p, "CREATE", "alice", &request(), None),
+        "creating user alice",
+    );
+}
+
+// ------------------------------------------------------------------ decisions
+
+#[test]
+fn authorizer_check_is_its_own_validation_and_compiles() {
+    for variant in ["default", "permissive"] {
+        let p = &load(variant)["decision"];
+        assert_eq!(p.authorizer, vec![AUTHORIZER_CHECK.to_owned()]);
+        Program::compile(AUTHORIZER_CHECK).expect("the authorizer expression parses");
+        for v in &p.validations {
+            assert!(!v.expression.contains("authorizer"));
+        }
+    }
+}
+
+#[test]
+fn policy_applies_only_when_the_decision_is_set_or_changed() {
+    let p = &load("default")["decision"];
+    let pending = request();
+    // Creating a request without a decision, or touching labels, is not a decision.
+    assert_eq!(
+        admit(p, "CREATE", AGENT_SA, &pending, None),
+        Verdict::NotMatched
+    );
+    let mut relabeled = pending.clone();
+    relabeled["metadata"]["labels"]["extra"] = json!("x");
+    assert_eq!(
+        admit(p, "UPDATE", AGENT_SA, &relabeled, Some(&pending)),
+        Verdict::NotMatched
+    );
+    let approved = decided(pending.clone(), "Approve", "alice");
+    let mut approved_relabeled = approved.clone();
+    approved_relabeled["metadata"]["labels"]["extra"] = json!("x");
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            CONTROLLER,
+            &approved_relabeled,
+            Some(&approved)
+        ),
+        Verdict::NotMatched
+    );
+    // Setting it, changing it, or creating with one all match.
+    assert_eq!(
+        admit(p, "UPDATE", "alice", &approved, Some(&pending)),
+        Verdict::Allowed
+    );
+    let changed = decided(pending.clone(), "Deny", "bob");
+    assert_eq!(
+        admit(p, "UPDATE", "bob", &changed, Some(&approved)),
+        Verdict::Allowed
+    );
+    denied_with(
+        admit(p, "UPDATE", "alice", &changed, Some(&approved)),
+        "decidedBy",
+    );
+    denied_with(
+        admit(
+            p,
+            "CREATE",
+            AGENT_SA,
+            &decided(pending, "Approve", AGENT_SA),
+            None,
+        ),
+        "cannot decide",
+    );
+}
+
+#[test]
+fn decided_by_must_be_the_caller() {
+    let p = &load("default")["decision"];
+    let pending = request();
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            "alice",
+            &decided(pending.clone(), "Deny", "alice"),
+            Some(&pending)
+        ),
+        Verdict::Allowed
+    );
+    denied_with(
+        admit(
+            p,
+            "UPDATE",
+            "alice",
+            &decided(pending.clone(), "Approve", "bob"),
+            Some(&pending),
+        ),
+        "spec.decision.decidedBy must be your username alice",
+    );
+    denied_with(
+        admit(
+            p,
+            "UPDATE",
+            "alice",
+            &decided(pending.clone(), "Approve", ""),
+            Some(&pending),
+        ),
+        "decidedBy",
+    );
+}
+
+#[test]
+fn requester_and_service_accounts_cannot_decide_by_default() {
+    let p = &load("default")["decision"];
+    let pending = request();
+    denied_with(
+        admit(
+            p,
+            "UPDATE",
+            AGENT_SA,
+            &decided(pending.clone(), "Approve", AGENT_SA),
+            Some(&pending),
+        ),
+        "the identity that requested a tool call cannot decide it",
+    );
+    denied_with(
+        admit(
+            p,
+            "UPDATE",
+            OTHER_SA,
+            &decided(pending.clone(), "Approve", OTHER_SA),
+            Some(&pending),
+        ),
+        "ServiceAccounts cannot decide",
+    );
+    // A person who requested the call cannot decide it either.
+    let mut own = pending.clone();
+    own["spec"]["requestedBy"] = json!("alice");
+    denied_with(
+        admit(
+            p,
+            "UPDATE",
+            "alice",
+            &decided(own.clone(), "Approve", "alice"),
+            Some(&own),
+        ),
+        "cannot decide",
+    );
+}
+
+#[test]
+fn requester_and_service_accounts_may_decide_when_configured() {
+    let p = &load("permissive")["decision"];
+    let pending = request();
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            AGENT_SA,
+            &decided(pending.clone(), "Approve", AGENT_SA),
+            Some(&pending)
+        ),
+        Verdict::Allowed
+    );
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            OTHER_SA,
+            &decided(pending.clone(), "Deny", OTHER_SA),
+            Some(&pending)
+        ),
+        Verdict::Allowed
+    );
+    // decidedBy still has to be the caller.
+    denied_with(
+        admit(
+            p,
+            "UPDATE",
+            AGENT_SA,
+            &decided(pending.clone(), "Approve", "alice"),
+            Some(&pending),
+        ),
+        "decidedBy",
+    );
+}
+
+// ------------------------------------------------------------------ status subresource
+
+fn approved_with_status() -> Value {
+    with_status(
+        decided(request(), "Approve", "alice"),
+        json!({
+            "phase": "Approved",
+            "decidedAt": "2026-11-22T00:30:00Z",
+            "conditions": [{"type": "Decided", "status": "True", "reason": "Approved",
+                            "message": "approved by alice",
+                            "lastTransitionTime": "2026-11-22T00:30:00Z"}],
+            "message": "approved by alice"
+        }),
+    )
+}
+
+fn consumed(mut object: Value) -> Value {
+    object["status"]["consumedAt"] = json!("2026-11-22T00:31:00Z");
+    object["status"]["consumedBy"] = json!("helper-7d9f-abcde");
+    object["status"]["phase"] = json!("Executed");
+    object
+}
+
+#[test]
+fn requester_may_record_consumption() {
+    let p = &load("default")["status"];
+    let old = approved_with_status();
+    assert_eq!(
+        admit(p, "UPDATE", AGENT_SA, &consumed(old.clone()), Some(&old)),
+        Verdict::Allowed
+    );
+    // Before the controller wrote any status.
+    let bare = decided(request(), "Approve", "alice");
+    let first = with_status(
+        bare.clone(),
+        json!({"consumedAt": "2026-11-22T00:31:00Z", "consumedBy": "pod", "phase": "Executed"}),
+    );
+    assert_eq!(
+        admit(p, "UPDATE", AGENT_SA, &first, Some(&bare)),
+        Verdict::Allowed
+    );
+    // What the gate writes when the controller has not recorded the decision yet.
+    let gate = with_status(
+        bare.clone(),
+        json!({"phase": "Executed", "consumedAt": "2026-11-22T00:31:00Z", "consumedBy": "pod",
+               "decidedAt": "2026-11-22T00:31:00Z",
+               "message": "Approved call forwarded by pod"}),
+    );
+    assert_eq!(
+        admit(p, "UPDATE", AGENT_SA, &gate, Some(&bare)),
+        Verdict::Allowed
+    );
+    let mut with_message = consumed(old.clone());
+    with_message["status"]["message"] = json!("Approved call forwarded by pod");
+    assert_eq!(
+        admit(p, "UPDATE", AGENT_SA, &with_message, Some(&old)),
+        Verdict::Allowed
+    );
+    // consumedAt alone, phase left to the controller.
+    let mut only_time = old.clone();
+    only_time["status"]["consumedAt"] = json!("2026-11-22T00:31:00Z");
+    assert_eq!(
+        admit(p, "UPDATE", AGENT_SA, &only_time, Some(&old)),
+        Verdict::Allowed
+    );
+}
+
+#[test]
+fn requester_may_not_write_controller_fields() {
+    let p = &load("default")["status"];
+    let old = approved_with_status();
+
+    let mut phase = old.clone();
+    phase["status"]["phase"] = json!("Denied");
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &phase, Some(&old)),
+        "status.phase may only be set to Executed",
+    );
+
+    let mut executed_unconsumed = old.clone();
+    executed_unconsumed["status"]["phase"] = json!("Executed");
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &executed_unconsumed, Some(&old)),
+        "together with status.consumedAt",
+    );
+
+    let mut removed = old.clone();
+    removed["status"].as_object_mut().unwrap().remove("phase");
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &removed, Some(&old)),
+        "status.phase",
+    );
+
+    let mut set_pending = decided(request(), "Approve", "alice");
+    let bare = set_pending.clone();
+    set_pending["status"] = json!({"phase": "Approved"});
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &set_pending, Some(&bare)),
+        "status.phase",
+    );
+
+    let mut conditions = consumed(old.clone());
+    conditions["status"]["conditions"][0]["status"] = json!("False");
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &conditions, Some(&old)),
+        "status.conditions",
+    );
+
+    let mut decided_at = consumed(old.clone());
+    decided_at["status"]
+        .as_object_mut()
+        .unwrap()
+        .remove("decidedAt");
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &decided_at, Some(&old)),
+        "status.decidedAt",
+    );
+
+    let mut moved = consumed(old.clone());
+    moved["status"]["decidedAt"] = json!("2026-11-22T00:00:01Z");
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &moved, Some(&old)),
+        "status.decidedAt",
+    );
+
+    let bare = decided(request(), "Approve", "alice");
+    let added = with_status(
+        bare.clone(),
+        json!({"conditions": [{"type": "Decided", "status": "True", "reason": "Approved",
+                               "message": "m", "lastTransitionTime": "2026-11-22T00:30:00Z"}]}),
+    );
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &added, Some(&bare)),
+        "status.conditions",
+    );
+}
+
+#[test]
+fn only_the_requester_may_consume() {
+    let p = &load("default")["status"];
+    let old = approved_with_status();
+    denied_with(
+        admit(p, "UPDATE", OTHER_SA, &consumed(old.clone()), Some(&old)),
+        "only the agent that requested the tool call",
+    );
+    denied_with(
+        admit(p, "UPDATE", "alice", &consumed(old.clone()), Some(&old)),
+        "only the agent",
+    );
+}
+
+#[test]
+fn status_owners_are_exempt() {
+    let old = approved_with_status();
+    let mut rewritten = old.clone();
+    rewritten["status"] = json!({"phase": "Expired", "message": "expired before a decision"});
+    let default = &load("default")["status"];
+    assert_eq!(
+        admit(default, "UPDATE", CONTROLLER, &rewritten, Some(&old)),
+        Verdict::NotMatched
+    );
+    denied_with(
+        admit(default, "UPDATE", "ops-admin", &rewritten, Some(&old)),
+        "only the agent",
+    );
+    let permissive = &load("permissive")["status"];
+    assert_eq!(
+        admit(permissive, "UPDATE", "ops-admin", &rewritten, Some(&old)),
+        Verdict::NotMatched
+    );
+    assert_eq!(
+        admit(permissive, "UPDATE", CONTROLLER, &rewritten, Some(&old)),
+        Verdict::NotMatched
+    );
+}
+
+/// Every status field of the CRD is either one the requester may write or one a status-policy
+/// expression constrains: a new field must be classified, or this fails.
+#[test]
+fn status_policy_covers_every_status_field() {
+    let crd = serde_json::to_value(ApprovalRequest::crd()).unwrap();
+    let fields: BTreeSet<String> = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        ["properties"]["status"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    let writable = ["consumedAt", "consumedBy", "message"];
+    let policy = &load("default")["status"];
+    let constrained: BTreeSet<String> = fields
+        .iter()
+        .filter(|f| {
+            let needle = format!("object.status.{f}");
+            policy
+                .validations
+                .iter()
+                .any(|v| v.expression.contains(&needle))
+        })
+        .cloned()
+        .collect();
+    for field in &fields {
+        assert!(
+            writable.contains(&field.as_str()) || constrained.contains(field),
+            "status field {field} is neither writable by agents nor constrained by the status policy"
+        );
+    }
+    assert_eq!(
+        constrained,
+        ["conditions", "consumedAt", "decidedAt", "phase"]
+            .map(String::from)
+            .into()
+    );
+}

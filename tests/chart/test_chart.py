@@ -1,0 +1,494 @@
+"""Tests of charts/hitl-operator with the real Helm engine (helm-python-sdk embeds Helm's Go SDK).
+
+Run with `make chart-test`. `HITL_BLESS=1` (`make chart-bless`) rewrites the rendered copies in
+tests/chart/rendered/: tests/admission_policy.rs evaluates their CEL with kube-cel and
+tests/e2e/plugin.sh applies them to a cluster.
+"""
+
+import os
+import pathlib
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "hitl-operator"
+RENDERED = pathlib.Path(__file__).resolve().parent / "rendered"
+RELEASE = "hitl"
+NAMESPACE = "hitl-system"
+FULLNAME = "hitl-hitl-operator"
+CONTROLLER_USER = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}"
+KUBE_VERSION = "1.33.0"
+
+# Value sets whose renderings are checked in (see RENDERED_COPIES).
+POLICY_VARIANTS = {
+    "default": {},
+    "permissive": {
+        "admissionPolicy": {
+            "allowRequesterToDecide": True,
+            "allowServiceAccountsToDecide": True,
+            "extraStatusWriters": ["ops-admin"],
+        }
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def chart():
+    return helm_python.Chart.load(CHART)
+
+
+def render_docs(chart, values=None, namespace=NAMESPACE):
+    """Render with Helm and return the template path -> text map and the parsed objects."""
+    out = chart.render(values or {}, name=RELEASE, namespace=namespace, is_install=True)
+    docs = []
+    for path, text in out.items():
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return out, docs
+
+
+def objects(chart, values=None):
+    return render_docs(chart, values)[1]
+
+
+def find(docs, kind, name=None):
+    hits = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert hits, f"no {kind} {name or ''} rendered"
+    return hits
+
+
+def one(docs, kind, name=None):
+    hits = find(docs, kind, name)
+    assert len(hits) == 1, f"{len(hits)} {kind} objects named {name}"
+    return hits[0]
+
+
+def kinds(docs):
+    return sorted(d["kind"] for d in docs)
+
+
+def controller(docs):
+    return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def args_map(container):
+    """`--flag=value` args as a dict; bare `--flag` maps to True."""
+    out = {}
+    for arg in container["args"][1:]:
+        key, _, value = arg.partition("=")
+        out[key] = value if value else True
+    return out
+
+
+def rules_of(role):
+    return [
+        (tuple(r.get("apiGroups", [])), tuple(r["resources"]), tuple(r["verbs"])) for r in role["rules"]
+    ]
+
+
+def allows(role, group, resource, verb):
+    return any(
+        group in r.get("apiGroups", []) and resource in r["resources"] and verb in r["verbs"]
+        for r in role["rules"]
+    )
+
+
+# ---------------------------------------------------------------- metadata, CRDs, lint
+
+
+def test_chart_metadata_matches_crate(chart):
+    cargo = (ROOT / "Cargo.toml").read_text()
+    crate_version = next(
+        line.split('"')[1] for line in cargo.splitlines() if line.startswith("version = ")
+    )
+    meta = chart.metadata
+    assert meta["version"] == crate_version
+    assert meta["appVersion"] == crate_version
+
+
+def test_chart_ships_every_crd(chart):
+    names = sorted(yaml.safe_load(text)["metadata"]["name"] for text in crd_texts(chart))
+    assert names == [
+        "agents.kagent.dev",
+        "approvalrequests.kagent.dev",
+        "modelconfigs.kagent.dev",
+        "remotemcpservers.kagent.dev",
+    ]
+
+
+def crd_texts(chart):
+    files = sorted((CHART / "crds").glob("*.yaml"))
+    assert files, "charts/hitl-operator/crds is empty"
+    loaded = chart.crds
+    assert len(loaded) == len(files), "Helm did not load every CRD file"
+    return [f.read_text() for f in files]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"watchNamespace": "agents", "metrics": {"serviceMonitor": {"enabled": True}}},
+        {"admissionPolicy": {"enabled": False}, "replicaCount": 1, "leaderElection": {"enabled": False}},
+    ],
+    ids=["default", "namespaced", "minimal"],
+)
+def test_lint_strict_is_clean(values):
+    result = helm_python.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}")
+    assert result["errors"] == []
+    # Severity 1 is INFO (e.g. "icon is recommended"); warnings and errors are 2 and above.
+    assert [m for m in result["messages"] if m["severity"] >= 2] == []
+
+
+# ---------------------------------------------------------------- defaults
+
+
+def test_default_objects(chart):
+    docs = objects(chart)
+    assert kinds(docs) == sorted(
+        [
+            "ClusterRole",  # controller
+            "ClusterRole",  # hitl-approver
+            "ClusterRole",  # hitl-viewer
+            "ClusterRoleBinding",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",  # leader election
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+        ]
+    )
+    for d in docs:
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                             "ValidatingAdmissionPolicyBinding"):
+            assert d["metadata"]["namespace"] == NAMESPACE, d["kind"]
+
+
+def test_default_deployment(chart):
+    docs = objects(chart)
+    dep = one(docs, "Deployment", FULLNAME)
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == FULLNAME
+    c = controller(docs)
+    assert c["image"] == "ghcr.io/hitl-operator/hitl-operator:0.1.0"
+    assert c["args"][0] == "controller"
+    assert args_map(c) == {
+        "--metrics-addr": "0.0.0.0:8080",
+        "--log-format": "json",
+        "--default-approval-mode": "Gate",
+        "--agent-image": "cr.kagent.dev/kagent-dev/kagent/app:0.7.4",
+        "--gate-image": "ghcr.io/hitl-operator/hitl-operator:0.1.0",
+        "--leader-election": "true",
+        "--lease-name": FULLNAME,
+        "--lease-namespace": NAMESPACE,
+    }
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_restricted_security_context(chart):
+    docs = objects(chart)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    sc = controller(docs)["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_pod_disruption_budget(chart):
+    docs = objects(chart)
+    pdb = one(docs, "PodDisruptionBudget", FULLNAME)
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    docs = objects(chart, {"podDisruptionBudget": {"enabled": False}})
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_metrics_service_selects_controller(chart):
+    docs = objects(chart)
+    svc = one(docs, "Service", f"{FULLNAME}-metrics")
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+
+
+def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
+    docs = objects(chart)
+    role = one(docs, "ClusterRole", f"{FULLNAME}-controller")
+    binding = one(docs, "ClusterRoleBinding", f"{FULLNAME}-controller")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": f"{FULLNAME}-controller"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+    assert sorted(rules_of(role)) == sorted([
+        (("kagent.dev",), ("agents", "remotemcpservers", "modelconfigs"), ("get", "list", "watch", "patch")),
+        (("kagent.dev",), ("approvalrequests",), ("get", "list", "watch", "patch", "create", "delete")),
+        (("kagent.dev",), ("agents/status", "remotemcpservers/status", "modelconfigs/status",
+                           "approvalrequests/status"), ("patch",)),
+        (("kagent.dev",), ("agents/finalizers",), ("update",)),
+        (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch", "delete")),
+        (("",), ("services", "serviceaccounts", "secrets"), ("get", "list", "watch", "create", "patch", "delete")),
+        (("rbac.authorization.k8s.io",), ("roles", "rolebindings"),
+         ("get", "list", "watch", "create", "patch", "delete")),
+        (("",), ("configmaps",), ("get", "list", "watch")),
+        (("", "events.k8s.io"), ("events",), ("create", "patch")),
+    ])
+    for r in role["rules"]:
+        assert "*" not in r["verbs"] and "*" not in r["resources"] and "*" not in r.get("apiGroups", [])
+    # What the controller grants agents (DESIGN §5) it must hold itself.
+    for verb in ("create", "get", "list", "watch"):
+        assert allows(role, "kagent.dev", "approvalrequests", verb)
+    assert allows(role, "kagent.dev", "approvalrequests/status", "patch")
+    lease = one(docs, "Role", f"{FULLNAME}-leader-election")
+    assert lease["metadata"]["namespace"] == NAMESPACE
+    assert rules_of(lease) == [(("coordination.k8s.io",), ("leases",), ("get", "create", "update", "patch"))]
+
+
+def test_user_roles(chart):
+    docs = objects(chart)
+    approver = one(docs, "ClusterRole", "hitl-approver")
+    assert sorted(rules_of(approver)) == sorted([
+        (("kagent.dev",), ("approvalrequests",), ("get", "list", "watch", "patch")),
+        (("kagent.dev",), ("agents",), ("approve",)),
+    ])
+    assert "rbac.authorization.k8s.io/aggregate-to-admin" not in approver["metadata"]["labels"]
+    viewer = one(docs, "ClusterRole", "hitl-viewer")
+    for verb in ("create", "patch", "update", "delete", "approve"):
+        assert not any(verb in r["verbs"] for r in viewer["rules"])
+    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+
+
+def test_admission_policies_default(chart):
+    docs = objects(chart)
+    policies = {p["metadata"]["name"]: p for p in find(docs, "ValidatingAdmissionPolicy")}
+    assert sorted(policies) == [f"{FULLNAME}-approval-{n}" for n in ("decision", "requester", "status")]
+    for p in policies.values():
+        assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert p["spec"]["failurePolicy"] == "Fail"
+    bindings = find(docs, "ValidatingAdmissionPolicyBinding")
+    assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(policies)
+    for b in bindings:
+        assert b["spec"]["validationActions"] == ["Deny"]
+        assert "matchResources" not in b["spec"]
+    decision = policies[f"{FULLNAME}-approval-decision"]["spec"]
+    assert decision["matchConstraints"]["resourceRules"][0]["resources"] == ["approvalrequests"]
+    exprs = [v["expression"] for v in decision["validations"]]
+    assert exprs[0] == (
+        "authorizer.group('kagent.dev').resource('agents').namespace(object.metadata.namespace)"
+        ".name(object.spec.agentRef.name).check('approve').allowed()"
+    )
+    assert "object.spec.decision.decidedBy == request.userInfo.username" in exprs
+    assert "object.spec.requestedBy != request.userInfo.username" in exprs
+    assert "!request.userInfo.username.startsWith('system:serviceaccount:')" in exprs
+    status = policies[f"{FULLNAME}-approval-status"]["spec"]
+    assert status["matchConstraints"]["resourceRules"][0]["resources"] == ["approvalrequests/status"]
+    assert status["matchConditions"][0]["expression"] == f'!(request.userInfo.username in ["{CONTROLLER_USER}"])'
+
+
+# ---------------------------------------------------------------- non-default values
+
+
+def test_watch_namespace_uses_role_and_scoped_policies(chart):
+    docs = objects(chart, {"watchNamespace": "agents"})
+    assert not [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert not [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-controller")]
+    role = one(docs, "Role", f"{FULLNAME}-controller")
+    assert role["metadata"]["namespace"] == "agents"
+    assert allows(role, "kagent.dev", "approvalrequests", "delete")
+    binding = one(docs, "RoleBinding", f"{FULLNAME}-controller")
+    assert binding["metadata"]["namespace"] == "agents"
+    assert binding["roleRef"]["kind"] == "Role"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+    assert args_map(controller(docs))["--namespace"] == "agents"
+    for b in find(docs, "ValidatingAdmissionPolicyBinding"):
+        assert b["spec"]["matchResources"] == {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "agents"}}
+        }
+
+
+def test_service_monitor(chart):
+    docs = objects(chart, {"metrics": {"serviceMonitor": {"enabled": True, "interval": "15s",
+                                                          "labels": {"release": "prom"}}}})
+    sm = one(docs, "ServiceMonitor", FULLNAME)
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s",
+                                        "scrapeTimeout": "10s"}]
+    svc = one(docs, "Service")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_custom_images_and_mode(chart):
+    docs = objects(chart, {
+        "image": {"repository": "registry.example/hitl", "tag": "1.2.3"},
+        "agentImage": {"repository": "registry.example/kagent-app", "tag": "9.9.9"},
+        "defaultApprovalMode": "Both",
+        "logFormat": "text",
+        "leaderElection": {"leaseName": "my-lease"},
+    })
+    c = controller(docs)
+    assert c["image"] == "registry.example/hitl:1.2.3"
+    a = args_map(c)
+    assert a["--agent-image"] == "registry.example/kagent-app:9.9.9"
+    # The gate image follows the controller image unless set.
+    assert a["--gate-image"] == "registry.example/hitl:1.2.3"
+    assert a["--default-approval-mode"] == "Both"
+    assert a["--log-format"] == "text"
+    assert a["--lease-name"] == "my-lease"
+    docs = objects(chart, {"gateImage": {"repository": "registry.example/gate", "tag": "7"}})
+    assert args_map(controller(docs))["--gate-image"] == "registry.example/gate:7"
+
+
+def test_single_replica_without_leader_election(chart):
+    docs = objects(chart, {"replicaCount": 1, "leaderElection": {"enabled": False}})
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    a = args_map(controller(docs))
+    assert a["--leader-election"] == "false"
+    assert "--lease-name" not in a and "--lease-namespace" not in a
+    assert not [d for d in docs if d["kind"] in ("Role", "PodDisruptionBudget")]
+
+
+def test_replicas_without_leader_election_fail(chart):
+    with pytest.raises(helm_python.HelmRenderError, match="leaderElection.enabled=true"):
+        objects(chart, {"replicaCount": 2, "leaderElection": {"enabled": False}})
+
+
+def test_policy_options(chart):
+    docs = objects(chart, POLICY_VARIANTS["permissive"])
+    decision = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-decision")
+    exprs = [v["expression"] for v in decision["spec"]["validations"]]
+    assert "object.spec.requestedBy != request.userInfo.username" not in exprs
+    assert not any("system:serviceaccount:" in e for e in exprs)
+    assert len(exprs) == 2
+    status = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-status")
+    assert status["spec"]["matchConditions"][0]["expression"] == (
+        f'!(request.userInfo.username in ["{CONTROLLER_USER}","ops-admin"])'
+    )
+
+
+def test_policy_disabled(chart):
+    docs = objects(chart, {"admissionPolicy": {"enabled": False}})
+    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    out, _ = render_docs(chart, {"admissionPolicy": {"enabled": False}})
+    assert "WARNING: admissionPolicy.enabled=false" in out["hitl-operator/templates/NOTES.txt"]
+
+
+def test_user_roles_options(chart):
+    docs = objects(chart, {"rbac": {"approverRoleName": "team-approver", "aggregateApproverToAdmin": True}})
+    approver = one(docs, "ClusterRole", "team-approver")
+    assert approver["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    decision = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-decision")
+    assert "team-approver" in decision["spec"]["validations"][0]["messageExpression"]
+    docs = objects(chart, {"rbac": {"userRoles": False}})
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"] == [f"{FULLNAME}-controller"]
+
+
+def test_existing_service_account(chart):
+    docs = objects(chart, {"serviceAccount": {"create": False, "name": "ops-sa"}})
+    assert not [d for d in docs if d["kind"] == "ServiceAccount"]
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
+    status = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-status")
+    assert f"system:serviceaccount:{NAMESPACE}:ops-sa" in status["spec"]["matchConditions"][0]["expression"]
+
+
+def test_notes_name_next_commands(chart):
+    out, _ = render_docs(chart)
+    notes = out["hitl-operator/templates/NOTES.txt"]
+    assert f"kubectl -n {NAMESPACE} rollout status deployment/{FULLNAME}" in notes
+    assert "--clusterrole=hitl-approver" in notes
+    assert "kubectl hitl approve" in notes
+
+
+# ---------------------------------------------------------------- values.schema.json
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"defaultApprovalMode": "Auto"}, "defaultApprovalMode"),
+        ({"replicaCount": -1}, "replicaCount"),
+        ({"replicaCount": "2"}, "replicaCount"),
+        ({"watchNamespace": "Not_A_Namespace"}, "watchNamespace"),
+        ({"logFormat": "xml"}, "logFormat"),
+        ({"image": {"repository": ""}}, "repository"),
+        ({"agentImage": {"repository": "x", "tag": ""}}, "tag"),
+        ({"metrics": {"port": 70000}}, "port"),
+        ({"metrics": {"serviceMonitor": {"enabled": "yes"}}}, "enabled"),
+        ({"admissionPolicy": {"allowRequesterToDecide": "true"}}, "allowRequesterToDecide"),
+        ({"admissionPolicy": {"extraStatusWriters": ['a"b']}}, "extraStatusWriters"),
+        ({"unknownKey": 1}, "unknownKey"),
+        ({"rbac": {"approverRoleName": "Bad Name"}}, "approverRoleName"),
+    ],
+)
+def test_schema_rejects_bad_values(chart, values, message):
+    with pytest.raises(helm_python.HelmValuesError, match=message):
+        chart.validate_schema(values)
+
+
+def test_schema_accepts_defaults_and_examples(chart):
+    chart.validate_schema({})
+    for values in POLICY_VARIANTS.values():
+        chart.validate_schema(values)
+    chart.validate_schema({"watchNamespace": "agents", "defaultApprovalMode": "Runtime",
+                           "image": {"tag": "sha256:" + "a" * 64}})
+
+
+# ---------------------------------------------------------------- offline Kubernetes schemas
+
+
+@pytest.mark.parametrize("values", [{}, {"watchNamespace": "agents"}], ids=["default", "namespaced"])
+def test_manifests_match_kubernetes_schemas(chart, values):
+    for doc in objects(chart, values):
+        if doc["kind"] == "ServiceMonitor":
+            continue  # a prometheus-operator CRD, not in the Kubernetes schemas
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_crds_match_kubernetes_schemas(chart):
+    for text in crd_texts(chart):
+        kubernetes_validate.validate(yaml.safe_load(text), KUBE_VERSION, strict=True)
+
+
+# ---------------------------------------------------------------- rendered policy copies
+
+
+# (template, value set): checked-in renderings used by tests/admission_policy.rs (CEL) and by
+# tests/e2e/plugin.sh (applied to a real cluster without Helm).
+RENDERED_COPIES = [
+    ("admission-policy", "default"),
+    ("admission-policy", "permissive"),
+    ("user-roles", "default"),
+]
+
+
+@pytest.mark.parametrize("template, variant", RENDERED_COPIES)
+def test_rendered_copy_is_current(chart, template, variant):
+    out, _ = render_docs(chart, POLICY_VARIANTS[variant])
+    text = out[f"hitl-operator/templates/{template}.yaml"].lstrip("\n")
+    path = RENDERED / f"{template}.{variant}.yaml"
+    if os.environ.get("HITL_BLESS") == "1":
+        RENDERED.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: run make chart-bless"
+    assert path.read_text() == text, f"{path} is stale: run make chart-bless"

@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# End-to-end test of `kubectl hitl` and the chart's admission policy on a real cluster.
+#
+# Uses the cluster of $KUBECONFIG (or ~/.kube/config) as a cluster-admin who may impersonate and
+# is not a ServiceAccount (the admission policy lets only people decide).
+# Installs the chart's CRDs, the hitl-approver/hitl-viewer roles and (on Kubernetes 1.30+) the
+# admission policies from the checked-in renderings in tests/chart/rendered/, then creates
+# ApprovalRequests as an agent ServiceAccount and decides them with the plugin and with
+# `kubectl patch`. No controller is needed. Prints "SKIP: no cluster reachable" and exits 0
+# when there is no cluster.
+#
+# Environment: KUBECTL_HITL (plugin binary, default target/debug/kubectl-hitl, built if missing),
+# HITL_E2E_KEEP=1 keeps the test namespace and cluster-scoped objects.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
+  echo "SKIP: no cluster reachable"
+  exit 0
+fi
+
+PLUGIN=${KUBECTL_HITL:-target/debug/kubectl-hitl}
+if [[ ! -x $PLUGIN ]]; then
+  cargo build --quiet --bin kubectl-hitl
+fi
+
+NS=hitl-e2e-$(date +%s)
+AGENT_SA=system:serviceaccount:$NS:helper
+ADMIN=$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')
+FAILURES=0
+POLICY=0
+
+cleanup() {
+  if [[ ${HITL_E2E_KEEP:-0} == 1 ]]; then
+    echo "kept namespace $NS"
+    return
+  fi
+  kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+  kubectl delete -f tests/chart/rendered/user-roles.default.yaml --ignore-not-found >/dev/null 2>&1 || true
+  if [[ $POLICY == 1 ]]; then
+    kubectl delete -f tests/chart/rendered/admission-policy.default.yaml --ignore-not-found >/dev/null 2>&1 || true
+  fi
+}
+trap cleanup EXIT
+
+pass() { echo "ok   - $*"; }
+fail() { echo "FAIL - $*"; FAILURES=$((FAILURES + 1)); }
+
+# expect_ok DESCRIPTION COMMAND...: the command succeeds.
+expect_ok() {
+  local what=$1; shift
+  local out
+  if out=$("$@" 2>&1); then pass "$what"; else fail "$what: $out"; fi
+}
+
+# expect_fail DESCRIPTION PATTERN COMMAND...: the command fails and prints PATTERN (grep -E).
+expect_fail() {
+  local what=$1 pattern=$2; shift 2
+  local out
+  if out=$("$@" 2>&1); then
+    fail "$what: succeeded, expected a failure: $out"
+  elif grep -qE -- "$pattern" <<<"$out"; then
+    pass "$what"
+  else
+    fail "$what: failed without /$pattern/: $out"
+  fi
+}
+
+# jpath NAME JSONPATH: a field of an ApprovalRequest.
+jpath() { kubectl -n "$NS" get approvalrequest "$1" -o jsonpath="$2"; }
+
+expect_eq() {
+  local what=$1 want=$2 got=$3
+  if [[ $got == "$want" ]]; then pass "$what"; else fail "$what: want '$want', got '$got'"; fi
+}
+
+timestamp() { # timestamp OFFSET_SECONDS -> RFC 3339 UTC
+  local t=$(( $(date +%s) + $1 ))
+  date -u -d "@$t" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || date -u -r "$t" +%Y-%m-%dT%H:%M:%SZ
+}
+
+# new_request NAME AGENT EXPIRES_IN_SECONDS: created by the agent's ServiceAccount, as the gate does.
+new_request() {
+  kubectl -n "$NS" create --as="$AGENT_SA" -f - >/dev/null <<EOF
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata:
+  name: $1
+  labels: {kagent.dev/agent: $2, kagent.dev/tool: delete_file}
+spec:
+  agentRef: {name: $2}
+  toolServer: {kind: RemoteMCPServer, name: filesystem-server, namespace: $NS}
+  toolName: delete_file
+  argumentsPreview: {path: /data/report.csv}
+  argumentsSha256: $(printf '%064d' 0)
+  argumentsBytes: 29
+  requestedBy: $AGENT_SA
+  message: "Run 'delete_file' with arguments {\"path\":\"/data/report.csv\"}?"
+  expiresAt: $(timestamp "$3")
+EOF
+}
+
+decision_patch() { # decision_patch TYPE DECIDED_BY
+  printf '{"spec":{"decision":{"type":"%s","reason":"e2e","decidedBy":"%s"}}}' "$1" "$2"
+}
+
+echo "== setup (namespace $NS, admin $ADMIN)"
+kubectl apply --server-side -f charts/hitl-operator/crds/ >/dev/null
+kubectl wait --for condition=established --timeout=60s crd/approvalrequests.kagent.dev >/dev/null
+kubectl apply -f tests/chart/rendered/user-roles.default.yaml >/dev/null
+if kubectl api-resources --api-group=admissionregistration.k8s.io -o name | grep -qx 'validatingadmissionpolicies.admissionregistration.k8s.io'; then
+  kubectl apply -f tests/chart/rendered/admission-policy.default.yaml >/dev/null
+  POLICY=1
+else
+  echo "note: no ValidatingAdmissionPolicy API (Kubernetes < 1.30): admission checks are skipped"
+fi
+if [[ $POLICY == 1 && $ADMIN == system:serviceaccount:* ]]; then
+  echo "error: the kubeconfig user $ADMIN is a ServiceAccount; the admission policy lets only people decide"
+  exit 1
+fi
+kubectl create namespace "$NS" >/dev/null
+kubectl -n "$NS" create serviceaccount helper >/dev/null
+# What the controller grants an agent (DESIGN §5).
+kubectl -n "$NS" create role hitl-agent --verb=create,get,list,watch --resource=approvalrequests.kagent.dev >/dev/null
+kubectl -n "$NS" create role hitl-agent-status --verb=patch --resource=approvalrequests.kagent.dev/status >/dev/null
+kubectl -n "$NS" create rolebinding hitl-agent --role=hitl-agent --serviceaccount="$NS:helper" >/dev/null
+kubectl -n "$NS" create rolebinding hitl-agent-status --role=hitl-agent-status --serviceaccount="$NS:helper" >/dev/null
+# alice may decide in this namespace; mallory may patch but lacks the verb approve.
+kubectl -n "$NS" create rolebinding alice-approves --clusterrole=hitl-approver --user=alice >/dev/null
+kubectl -n "$NS" create role patch-only --verb=get,patch --resource=approvalrequests.kagent.dev >/dev/null
+kubectl -n "$NS" create rolebinding mallory-patches --role=patch-only --user=mallory >/dev/null
+
+if [[ $POLICY == 1 ]]; then
+  # Policies take effect asynchronously: wait until a forged requestedBy is refused.
+  for _ in $(seq 1 30); do
+    if ! kubectl -n "$NS" create --as="$AGENT_SA" -f - >/dev/null 2>&1 <<EOF
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata: {name: policy-probe}
+spec:
+  agentRef: {name: helper}
+  toolServer: {kind: RemoteMCPServer, name: filesystem-server, namespace: $NS}
+  toolName: delete_file
+  argumentsSha256: $(printf '%064d' 0)
+  argumentsBytes: 2
+  requestedBy: someone-else
+  expiresAt: $(timestamp 3600)
+EOF
+    then break; fi
+    kubectl -n "$NS" delete approvalrequest policy-probe --ignore-not-found >/dev/null
+    sleep 1
+  done
+fi
+
+echo "== plugin: approve, deny, list, get"
+new_request r1 helper 3600
+new_request r2 helper 3600
+expect_ok "plugin approves r1" "$PLUGIN" -n "$NS" approve r1 --reason "looks right"
+expect_eq "r1 approved" "Approve" "$(jpath r1 '{.spec.decision.type}')"
+expect_eq "r1 decidedBy is the caller" "$ADMIN" "$(jpath r1 '{.spec.decision.decidedBy}')"
+expect_eq "r1 reason" "looks right" "$(jpath r1 '{.spec.decision.reason}')"
+expect_fail "plugin refuses to re-decide r1" "already approved by $ADMIN" "$PLUGIN" -n "$NS" deny r1 --reason no
+expect_fail "kubectl patch cannot change r1's decision" "write-once|cannot be changed" \
+  kubectl -n "$NS" patch approvalrequest r1 --type merge -p "$(decision_patch Deny "$ADMIN")"
+expect_fail "kubectl patch cannot remove r1's decision" "write-once|cannot be changed" \
+  kubectl -n "$NS" patch approvalrequest r1 --type merge -p '{"spec":{"decision":null}}'
+expect_ok "plugin denies r2" "$PLUGIN" -n "$NS" deny r2 --reason "wrong file"
+expect_eq "r2 denied" "Deny" "$(jpath r2 '{.spec.decision.type}')"
+expect_fail "plugin reports a missing request" "not found in namespace $NS" "$PLUGIN" -n "$NS" approve nope
+expect_ok "plugin lists" bash -c "'$PLUGIN' -n '$NS' list | grep -E '^r1 +helper +delete_file .* Approved '"
+expect_ok "plugin gets as json" bash -c "'$PLUGIN' -n '$NS' get r2 -o json | grep -q '\"decidedBy\": \"$ADMIN\"'"
+expect_ok "plugin describes" bash -c "'$PLUGIN' -n '$NS' get r2 | grep -q '^Decision: *Deny by $ADMIN (wrong file)'"
+
+echo "== plugin: batch approve and expiry"
+new_request r5 helper 3600
+new_request r6 helper 3600
+new_request r7 other 3600
+expect_ok "plugin approves every pending request of agent helper" "$PLUGIN" -n "$NS" approve --all --agent helper
+expect_eq "r5 approved" "Approve" "$(jpath r5 '{.spec.decision.type}')"
+expect_eq "r6 approved" "Approve" "$(jpath r6 '{.spec.decision.type}')"
+expect_eq "r7 (other agent) untouched" "" "$(jpath r7 '{.spec.decision.type}')"
+expect_ok "list --pending shows r7 only" bash -c "[[ \$('$PLUGIN' -n '$NS' list --pending | tail -n +2 | awk '{print \$1}') == r7 ]]"
+new_request r8 helper -60
+expect_fail "plugin refuses an expired request" "expired at" "$PLUGIN" -n "$NS" approve r8
+
+echo "== kubectl patch"
+new_request r3 helper 3600
+expect_ok "alice (hitl-approver) approves r3 with kubectl patch" \
+  kubectl -n "$NS" --as=alice patch approvalrequest r3 --type merge -p "$(decision_patch Approve alice)"
+expect_eq "r3 decidedBy alice" "alice" "$(jpath r3 '{.spec.decision.decidedBy}')"
+new_request r4 helper 3600
+expect_fail "a user without patch cannot decide" "forbidden" \
+  kubectl -n "$NS" --as=eve patch approvalrequest r4 --type merge -p "$(decision_patch Approve eve)"
+
+if [[ $POLICY == 1 ]]; then
+  echo "== admission policy"
+  expect_fail "decidedBy must be the caller" "decidedBy must be your username alice" \
+    kubectl -n "$NS" --as=alice patch approvalrequest r4 --type merge -p "$(decision_patch Approve bob)"
+  expect_fail "patch without the verb approve is refused" "needs the RBAC verb approve" \
+    kubectl -n "$NS" --as=mallory patch approvalrequest r4 --type merge -p "$(decision_patch Approve mallory)"
+  expect_eq "r4 still undecided" "" "$(jpath r4 '{.spec.decision.type}')"
+  expect_fail "requestedBy must be the creator" "must be the creating user $ADMIN" \
+    kubectl -n "$NS" create -f - <<EOF
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata: {name: forged}
+spec:
+  agentRef: {name: helper}
+  toolServer: {kind: RemoteMCPServer, name: filesystem-server, namespace: $NS}
+  toolName: delete_file
+  argumentsSha256: $(printf '%064d' 0)
+  argumentsBytes: 2
+  requestedBy: $AGENT_SA
+  expiresAt: $(timestamp 3600)
+EOF
+  expect_fail "the agent may not write controller status fields" "conditions are the controller's" \
+    kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
+      -p "{\"status\":{\"conditions\":[{\"type\":\"Decided\",\"status\":\"True\",\"reason\":\"Forged\",\"message\":\"x\",\"lastTransitionTime\":\"$(timestamp 0)\"}]}}"
+  expect_fail "the agent may not set another phase" "may only be set to Executed" \
+    kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
+      -p '{"status":{"phase":"Approved"}}'
+  # What the gate writes when it forwards the approved call.
+  expect_ok "the agent records consumption of r3" \
+    kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
+      -p "{\"status\":{\"consumedAt\":\"$(timestamp 0)\",\"consumedBy\":\"e2e\",\"phase\":\"Executed\",\"decidedAt\":\"$(timestamp 0)\",\"message\":\"Approved call forwarded by e2e\"}}"
+  expect_eq "r3 executed" "Executed" "$(jpath r3 '{.status.phase}')"
+  expect_fail "consumption is write-once" "write-once" \
+    kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
+      -p "{\"status\":{\"consumedAt\":\"$(timestamp 5)\"}}"
+fi
+
+echo
+if [[ $FAILURES -gt 0 ]]; then
+  echo "FAILED: $FAILURES check(s)"
+  exit 1
+fi
+echo "PASS: kubectl hitl e2e"

@@ -1,0 +1,177 @@
+//! kagent compatibility: every case of `../shared/compat/kagent/` renders, in Runtime mode, to
+//! the config.json kagent renders (keys whose value is null, "", [] or {} dropped on both
+//! sides), and in Gate mode differs only as DESIGN.md §3 allows.
+
+use std::path::{Path, PathBuf};
+
+use hitl_operator::api::ApprovalMode;
+use hitl_operator::cli::render::render_documents;
+use hitl_operator::manifest::parse_documents;
+use hitl_operator::render::RenderOptions;
+use serde_json::Value;
+
+fn compat_dir() -> PathBuf {
+    std::env::var_os("KAGENT_COMPAT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/compat/kagent"))
+}
+
+fn cases() -> Vec<PathBuf> {
+    let dir = compat_dir();
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (set KAGENT_COMPAT_DIR)", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    cases.sort();
+    assert!(
+        cases.len() >= 10,
+        "expected kagent's cases in {}",
+        dir.display()
+    );
+    cases
+}
+
+fn without_empty(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), without_empty(v)))
+                .filter(|(_, v)| !is_empty(v))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_empty).collect()),
+        other => other.clone(),
+    }
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+/// Numbers compared by value, so kagent's `30` equals our `30` whatever the JSON spelling.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same(v, w))
+        }
+        _ => a == b,
+    }
+}
+
+fn secret_key(objects: &[Value], key: &str) -> Option<Value> {
+    let secret = objects.iter().find(|o| o["kind"] == "Secret")?;
+    let encoded: Vec<u8> =
+        serde_json::from_value::<k8s_openapi::ByteString>(secret["data"][key].clone())
+            .ok()?
+            .0;
+    serde_json::from_slice(&encoded).ok()
+}
+
+fn render(case: &Path, mode: ApprovalMode) -> (Value, Option<Value>) {
+    let text = std::fs::read_to_string(case).unwrap();
+    let documents = parse_documents(&case.display().to_string(), &text).unwrap();
+    let options = RenderOptions {
+        default_approval_mode: mode,
+        ..RenderOptions::default()
+    };
+    let report = render_documents(documents, "default", &options);
+    assert!(
+        report.problems.is_empty(),
+        "{}: {:#?}",
+        case.display(),
+        report.problems
+    );
+    (
+        secret_key(&report.objects, "config.json").expect("config.json rendered"),
+        secret_key(&report.objects, "gate.json"),
+    )
+}
+
+#[test]
+fn runtime_mode_config_equals_kagents() {
+    for case in cases() {
+        let expected: Value = serde_json::from_str(
+            &std::fs::read_to_string(case.with_extension("config.json")).unwrap(),
+        )
+        .unwrap();
+        let (config, gate) = render(&case, ApprovalMode::Runtime);
+        assert!(
+            gate.is_none(),
+            "{}: Runtime mode has no gate",
+            case.display()
+        );
+        assert!(
+            same(&without_empty(&config), &without_empty(&expected)),
+            "{}:\n ours:   {}\n kagent: {}",
+            case.display(),
+            without_empty(&config),
+            without_empty(&expected)
+        );
+    }
+}
+
+#[test]
+fn gate_mode_differs_only_where_design_allows() {
+    for case in cases() {
+        let (runtime, _) = render(&case, ApprovalMode::Runtime);
+        let (gated, gate) = render(&case, ApprovalMode::Gate);
+        let gate = gate.expect("gate.json in Gate mode");
+        let servers = gate["servers"].as_array().unwrap();
+        let mut expected = runtime.clone();
+        for list in ["http_tools", "sse_tools"] {
+            let Some(entries) = expected[list].as_array_mut() else {
+                continue;
+            };
+            for entry in entries {
+                let server = servers
+                    .iter()
+                    .find(|s| s["params"]["url"] == entry["params"]["url"])
+                    .expect("every runtime server has a gate entry");
+                // The upstream identity and credentials move to gate.json...
+                assert_eq!(server["params"]["headers"], entry["params"]["headers"]);
+                assert_eq!(server["tools"], entry["tools"]);
+                let runtime_approval = entry
+                    .get("require_approval")
+                    .cloned()
+                    .unwrap_or(Value::Array(vec![]));
+                assert_eq!(server["require_approval"], runtime_approval);
+                // ...and the runtime talks to the gate, without credentials or approvals.
+                entry["params"]["url"] = Value::String(format!(
+                    "http://127.0.0.1:8099/servers/{}/{}/mcp",
+                    server["namespace"].as_str().unwrap(),
+                    server["name"].as_str().unwrap()
+                ));
+                entry["params"]["headers"] = Value::Object(Default::default());
+                entry.as_object_mut().unwrap().remove("require_approval");
+                if !runtime_approval.as_array().unwrap().is_empty() {
+                    // A gated server's timeouts are raised to outlast waitTimeout.
+                    let wait = gate["approval"]["wait_timeout_seconds"].as_f64().unwrap();
+                    let params = &mut entry["params"];
+                    let timeout = params["timeout"].as_f64().unwrap_or(0.0);
+                    params["timeout"] = serde_json::json!(timeout.max(wait + 10.0));
+                    if let Some(read) = params["sse_read_timeout"].as_f64() {
+                        params["sse_read_timeout"] = serde_json::json!(read.max(wait + 10.0));
+                    }
+                }
+            }
+        }
+        assert!(
+            same(&without_empty(&gated), &without_empty(&expected)),
+            "{}:\n gate:     {}\n expected: {}",
+            case.display(),
+            without_empty(&gated),
+            without_empty(&expected)
+        );
+    }
+}

@@ -1,0 +1,693 @@
+//! `kubectl hitl` against a scripted mock apiserver (tower-test): every test asserts the exact
+//! requests (method, path and query, content type, body) and that no others are sent.
+
+use clap::Parser;
+use futures::StreamExt;
+use hitl_operator::cli::hitl::{Cli, execute, watch};
+use http::{Request, Response};
+use jiff::Timestamp;
+use kube::Client;
+use kube::client::Body;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tower_test::mock;
+
+const NS: &str = "team-a";
+const ARS: &str = "/apis/kagent.dev/v1alpha2/namespaces/team-a/approvalrequests";
+const SSR: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews?";
+const NOW: &str = "2026-11-22T00:10:00Z";
+
+/// One expected request and the response to it.
+struct Step {
+    method: &'static str,
+    uri: String,
+    body: Option<Value>,
+    status: u16,
+    response: Value,
+}
+
+fn step(
+    method: &'static str,
+    uri: impl Into<String>,
+    body: Option<Value>,
+    status: u16,
+    response: Value,
+) -> Step {
+    Step {
+        method,
+        uri: uri.into(),
+        body,
+        status,
+        response,
+    }
+}
+
+fn ssr_step(user: &str) -> Step {
+    step(
+        "POST",
+        SSR,
+        Some(
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview", "metadata": {}}),
+        ),
+        201,
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview", "metadata": {},
+               "status": {"userInfo": {"username": user, "groups": ["system:authenticated"]}}}),
+    )
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+fn request(name: &str, agent: &str, rv: &str) -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2",
+        "kind": "ApprovalRequest",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv,
+                     "creationTimestamp": "2026-11-22T00:00:00Z"},
+        "spec": {
+            "agentRef": {"name": agent},
+            "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": NS},
+            "toolName": "delete_file",
+            "argumentsPreview": {"path": "/data/report.csv"},
+            "argumentsSha256": "a".repeat(64),
+            "argumentsBytes": 29,
+            "requestedBy": "system:serviceaccount:team-a:helper",
+            "message": "Run 'delete_file'?",
+            "expiresAt": "2026-11-22T01:00:00Z"
+        }
+    })
+}
+
+fn decided(mut r: Value, kind: &str, by: &str) -> Value {
+    r["spec"]["decision"] = json!({"type": kind, "reason": "checked", "decidedBy": by});
+    r
+}
+
+fn expired(mut r: Value) -> Value {
+    r["spec"]["expiresAt"] = json!("2026-11-22T00:05:00Z");
+    r
+}
+
+fn list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequestList",
+           "metadata": {"resourceVersion": "100"}, "items": items})
+}
+
+fn patch_step(name: &str, body: Value, status: u16, response: Value) -> Step {
+    step(
+        "PATCH",
+        format!("{ARS}/{name}?&fieldManager=kubectl-hitl"),
+        Some(body),
+        status,
+        response,
+    )
+}
+
+fn decision_body(rv: &str, kind: &str, reason: Option<&str>) -> Value {
+    let mut d = json!({"type": kind, "decidedBy": "alice"});
+    if let Some(r) = reason {
+        d["reason"] = json!(r);
+    }
+    json!({"metadata": {"resourceVersion": rv}, "spec": {"decision": d}})
+}
+
+/// A client whose apiserver answers `script` in order, and the task checking it.
+fn mock_client(script: Vec<Step>) -> (Client, tokio::task::JoinHandle<()>) {
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(async move {
+        for (i, s) in script.into_iter().enumerate() {
+            let (req, send) = handle
+                .next_request()
+                .await
+                .unwrap_or_else(|| panic!("request {i} never came"));
+            assert_eq!(req.method().as_str(), s.method, "request {i}");
+            assert_eq!(req.uri().to_string(), s.uri, "request {i}");
+            if s.method == "PATCH" {
+                assert_eq!(
+                    req.headers()["content-type"],
+                    "application/merge-patch+json"
+                );
+            }
+            let body = req.into_body().collect_bytes().await.unwrap();
+            match s.body {
+                Some(expected) => {
+                    let got: Value = serde_json::from_slice(&body).unwrap();
+                    assert_eq!(got, expected, "body of request {i}");
+                }
+                None => assert!(body.is_empty(), "request {i} has a body"),
+            }
+            let bytes = serde_json::to_vec(&s.response).unwrap();
+            send.send_response(
+                Response::builder()
+                    .status(s.status)
+                    .body(Body::from(bytes))
+                    .unwrap(),
+            );
+        }
+        assert!(
+            handle.next_request().await.is_none(),
+            "an unexpected extra request was sent"
+        );
+    });
+    (Client::new(service, "default"), server)
+}
+
+/// Run `args` (after `kubectl-hitl`) against `script`; returns (success, stdout, stderr).
+async fn run(args: &[&str], script: Vec<Step>) -> (bool, String, String) {
+    let cli =
+        Cli::try_parse_from(std::iter::once("kubectl-hitl").chain(args.iter().copied())).unwrap();
+    let (client, server) = mock_client(script);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let clock = || NOW.parse::<Timestamp>().unwrap();
+    let ok = execute(&cli.command, client, NS, &clock, &mut out, &mut err)
+        .await
+        .unwrap();
+    server.await.unwrap();
+    (
+        ok,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+// ------------------------------------------------------------------ list / get
+
+#[tokio::test]
+async fn list_prints_a_table_of_the_namespace() {
+    let items = vec![
+        request("r1", "helper", "1"),
+        decided(request("r2", "helper", "2"), "Deny", "bob"),
+    ];
+    let (ok, out, err) = run(
+        &["list"],
+        vec![step("GET", format!("{ARS}?"), None, 200, list(items))],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "NAME   AGENT    TOOL          ARGS                          PHASE     AGE   EXPIRES\n\
+         r1     helper   delete_file   {\"path\":\"/data/report.csv\"}   Pending   10m   in 50m\n\
+         r2     helper   delete_file   {\"path\":\"/data/report.csv\"}   Denied    10m   in 50m\n"
+    );
+}
+
+#[tokio::test]
+async fn list_all_namespaces_pending_as_json() {
+    let items = vec![
+        request("r1", "helper", "1"),
+        expired(request("r2", "helper", "2")),
+    ];
+    let (ok, out, _) = run(
+        &["list", "-A", "--pending", "-o", "json"],
+        vec![step(
+            "GET",
+            "/apis/kagent.dev/v1alpha2/approvalrequests?",
+            None,
+            200,
+            list(items),
+        )],
+    )
+    .await;
+    assert!(ok);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kind"], "List");
+    assert_eq!(v["items"].as_array().unwrap().len(), 1);
+    assert_eq!(v["items"][0]["metadata"]["name"], "r1");
+}
+
+#[tokio::test]
+async fn list_says_when_nothing_is_there() {
+    let (ok, out, err) = run(
+        &["list", "--pending"],
+        vec![step("GET", format!("{ARS}?"), None, 200, list(vec![]))],
+    )
+    .await;
+    assert!(ok);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        "No pending ApprovalRequests found in namespace team-a.\n"
+    );
+}
+
+#[tokio::test]
+async fn get_describes_and_reports_missing() {
+    let r = decided(request("r1", "helper", "1"), "Approve", "bob");
+    let (ok, out, _) = run(
+        &["get", "r1"],
+        vec![step("GET", format!("{ARS}/r1"), None, 200, r.clone())],
+    )
+    .await;
+    assert!(ok);
+    assert!(out.contains("Agent:        helper\n"), "{out}");
+    assert!(out.contains("Phase:        Approved\n"), "{out}");
+    assert!(
+        out.contains("Decision:     Approve by bob (checked)\n"),
+        "{out}"
+    );
+    assert!(out.contains("\"path\": \"/data/report.csv\""), "{out}");
+    let (ok, out, _) = run(
+        &["get", "r1", "-o", "yaml"],
+        vec![step("GET", format!("{ARS}/r1"), None, 200, r)],
+    )
+    .await;
+    assert!(ok);
+    assert!(out.contains("decidedBy: bob"), "{out}");
+    let (ok, _, err) = run(
+        &["get", "nope"],
+        vec![step(
+            "GET",
+            format!("{ARS}/nope"),
+            None,
+            404,
+            status(404, "NotFound", "not found"),
+        )],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        "error: approvalrequest/nope not found in namespace team-a\n"
+    );
+}
+
+// ------------------------------------------------------------------ decisions
+
+#[tokio::test]
+async fn approve_reads_identity_then_patches_the_decision() {
+    let r = request("r1", "helper", "7");
+    let (ok, out, err) = run(
+        &["approve", "r1", "--reason", "looks right"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            patch_step(
+                "r1",
+                decision_body("7", "Approve", Some("looks right")),
+                200,
+                decided(r, "Approve", "alice"),
+            ),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "approvalrequest/r1 approved (decidedBy alice)\n");
+}
+
+#[tokio::test]
+async fn deny_writes_the_reason() {
+    let r = request("r1", "helper", "7");
+    let (ok, out, _) = run(
+        &["deny", "r1", "--reason", "wrong file"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            patch_step(
+                "r1",
+                decision_body("7", "Deny", Some("wrong file")),
+                200,
+                decided(r, "Deny", "alice"),
+            ),
+        ],
+    )
+    .await;
+    assert!(ok);
+    assert_eq!(out, "approvalrequest/r1 denied (decidedBy alice)\n");
+}
+
+#[test]
+fn deny_requires_a_reason() {
+    assert!(Cli::try_parse_from(["kubectl-hitl", "deny", "r1"]).is_err());
+    assert!(Cli::try_parse_from(["kubectl-hitl", "deny", "r1", "--reason", ""]).is_err());
+    assert!(Cli::try_parse_from(["kubectl-hitl", "approve"]).is_err());
+    assert!(Cli::try_parse_from(["kubectl-hitl", "approve", "--all"]).is_err());
+    assert!(
+        Cli::try_parse_from(["kubectl-hitl", "approve", "r1", "--all", "--agent", "a"]).is_err()
+    );
+}
+
+#[tokio::test]
+async fn approve_all_decides_every_pending_request_of_the_agent() {
+    let items = vec![
+        request("r1", "helper", "1"),
+        request("r2", "other", "2"),
+        decided(request("r3", "helper", "3"), "Deny", "bob"),
+        expired(request("r4", "helper", "4")),
+        request("r5", "helper", "5"),
+    ];
+    let (ok, out, err) = run(
+        &["approve", "--all", "--agent", "helper"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}?"), None, 200, list(items.clone())),
+            patch_step(
+                "r1",
+                decision_body("1", "Approve", None),
+                200,
+                decided(items[0].clone(), "Approve", "alice"),
+            ),
+            patch_step(
+                "r5",
+                decision_body("5", "Approve", None),
+                200,
+                decided(items[4].clone(), "Approve", "alice"),
+            ),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "approvalrequest/r1 approved (decidedBy alice)\napprovalrequest/r5 approved (decidedBy alice)\n"
+    );
+    let (ok, out, _) = run(
+        &["approve", "--all", "--agent", "nobody"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}?"), None, 200, list(items)),
+        ],
+    )
+    .await;
+    assert!(ok);
+    assert_eq!(
+        out,
+        "No pending ApprovalRequests of agent nobody in namespace team-a.\n"
+    );
+}
+
+#[tokio::test]
+async fn not_found_is_reported_and_the_rest_still_decided() {
+    let r = request("r2", "helper", "3");
+    let (ok, out, err) = run(
+        &["approve", "missing", "r2"],
+        vec![
+            ssr_step("alice"),
+            step(
+                "GET",
+                format!("{ARS}/missing"),
+                None,
+                404,
+                status(404, "NotFound", "not found"),
+            ),
+            step("GET", format!("{ARS}/r2"), None, 200, r.clone()),
+            patch_step(
+                "r2",
+                decision_body("3", "Approve", None),
+                200,
+                decided(r, "Approve", "alice"),
+            ),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(out, "approvalrequest/r2 approved (decidedBy alice)\n");
+    assert_eq!(
+        err,
+        "error: approvalrequest/missing not found in namespace team-a\n"
+    );
+}
+
+#[tokio::test]
+async fn already_decided_names_who_decided_and_writes_nothing() {
+    let r = decided(request("r1", "helper", "7"), "Deny", "bob");
+    let (ok, out, err) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        "error: approvalrequest/r1 was already denied by bob: checked (decisions cannot be changed)\n"
+    );
+}
+
+#[tokio::test]
+async fn expired_requests_are_not_patched() {
+    let (ok, _, err) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("alice"),
+            step(
+                "GET",
+                format!("{ARS}/r1"),
+                None,
+                200,
+                expired(request("r1", "helper", "7")),
+            ),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        "error: approvalrequest/r1 expired at 2026-11-22T00:05:00Z without a decision; the tool call \
+         will not run (the agent can ask again)\n"
+    );
+}
+
+#[tokio::test]
+async fn forbidden_names_the_rbac_needed() {
+    let message = "approvalrequests.kagent.dev \"r1\" is forbidden: ValidatingAdmissionPolicy \
+                   'hitl-hitl-operator-approval-decision' denied request: alice may not decide";
+    let r = request("r1", "helper", "7");
+    let (ok, _, err) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r),
+            patch_step(
+                "r1",
+                decision_body("7", "Approve", None),
+                403,
+                status(403, "Forbidden", message),
+            ),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        format!(
+            "error: alice may not decide approvalrequest/r1 in namespace team-a: {message}\n\
+             Deciding needs patch on approvalrequests.kagent.dev and the verb approve on \
+             agents.kagent.dev/helper in namespace team-a, for example:\n  \
+             kubectl -n team-a create rolebinding hitl-approver-alice --clusterrole=hitl-approver --user=alice\n\
+             (or a clusterrolebinding with --clusterrole=hitl-approver for every namespace)\n"
+        )
+    );
+}
+
+#[tokio::test]
+async fn forbidden_to_read_is_reported() {
+    let (ok, _, err) = run(
+        &["deny", "r1", "--reason", "no"],
+        vec![
+            ssr_step("carol"),
+            step(
+                "GET",
+                format!("{ARS}/r1"),
+                None,
+                403,
+                status(403, "Forbidden", "cannot get"),
+            ),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        err.starts_with(
+            "error: carol may not decide approvalrequest/r1 in namespace team-a: cannot get\n"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("--clusterrole=hitl-approver --user=carol"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_concurrent_decision_wins_and_is_reported() {
+    let r = request("r1", "helper", "7");
+    let (ok, _, err) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            patch_step(
+                "r1",
+                decision_body("7", "Approve", None),
+                409,
+                status(409, "Conflict", "modified"),
+            ),
+            step(
+                "GET",
+                format!("{ARS}/r1"),
+                None,
+                200,
+                decided(r, "Approve", "bob"),
+            ),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        "error: approvalrequest/r1 was already approved by bob: checked (decisions cannot be changed)\n"
+    );
+}
+
+#[tokio::test]
+async fn a_status_change_in_between_is_retried() {
+    let r = request("r1", "helper", "7");
+    let mut touched = request("r1", "helper", "8");
+    touched["status"] = json!({"phase": "Pending"});
+    let (ok, out, _) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r),
+            patch_step(
+                "r1",
+                decision_body("7", "Approve", None),
+                409,
+                status(409, "Conflict", "modified"),
+            ),
+            step("GET", format!("{ARS}/r1"), None, 200, touched.clone()),
+            patch_step(
+                "r1",
+                decision_body("8", "Approve", None),
+                200,
+                decided(touched, "Approve", "alice"),
+            ),
+        ],
+    )
+    .await;
+    assert!(ok);
+    assert_eq!(out, "approvalrequest/r1 approved (decidedBy alice)\n");
+}
+
+#[tokio::test]
+async fn invalid_writes_show_the_apiserver_message() {
+    let r = request("r1", "helper", "7");
+    let (ok, _, err) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r),
+            patch_step(
+                "r1",
+                decision_body("7", "Approve", None),
+                422,
+                status(422, "Invalid", "spec.decision is write-once"),
+            ),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        "error: approvalrequest/r1 was not decided: spec.decision is write-once\n"
+    );
+}
+
+#[tokio::test]
+async fn unknown_identity_stops_before_any_write() {
+    let cli = Cli::try_parse_from(["kubectl-hitl", "approve", "r1"]).unwrap();
+    let (client, server) = mock_client(vec![step(
+        "POST",
+        SSR,
+        Some(
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview", "metadata": {}}),
+        ),
+        404,
+        status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
+    )]);
+    let clock = || NOW.parse::<Timestamp>().unwrap();
+    let e = execute(
+        &cli.command,
+        client,
+        NS,
+        &clock,
+        &mut Vec::new(),
+        &mut Vec::new(),
+    )
+    .await
+    .unwrap_err();
+    server.await.unwrap();
+    assert!(
+        e.to_string()
+            .contains("selfsubjectreviews (Kubernetes 1.28+ needed)"),
+        "{e}"
+    );
+}
+
+// ------------------------------------------------------------------ watch
+
+#[tokio::test]
+async fn watch_lists_then_streams_changes() {
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(async move {
+        let (req, send) = handle.next_request().await.unwrap();
+        assert_eq!(req.method(), "GET");
+        assert_eq!(req.uri().to_string(), format!("{ARS}?&limit=500"));
+        let body = serde_json::to_vec(&list(vec![request("r1", "helper", "1")])).unwrap();
+        send.send_response(Response::builder().body(Body::from(body)).unwrap());
+        let (req, send) = handle.next_request().await.unwrap();
+        assert_eq!(
+            req.uri().to_string(),
+            format!(
+                "{ARS}?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=100"
+            )
+        );
+        let mut lines = Vec::new();
+        for event in [
+            json!({"type": "ADDED", "object": request("r2", "helper", "101")}),
+            json!({"type": "MODIFIED", "object": decided(request("r1", "helper", "102"), "Approve", "bob")}),
+            json!({"type": "DELETED", "object": request("r2", "helper", "103")}),
+        ] {
+            lines.extend(serde_json::to_vec(&event).unwrap());
+            lines.push(b'\n');
+        }
+        send.send_response(Response::builder().body(Body::from(lines)).unwrap());
+    });
+    let client = Client::new(service, "default");
+    let api = kube::Api::namespaced(client, NS);
+    // Init, InitApply r1, InitDone, then the three changes.
+    let events = watcher(api, watcher::Config::default()).take(6);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let clock = || NOW.parse::<Timestamp>().unwrap();
+    watch::print_events(events, &clock, false, false, &mut out, &mut err)
+        .await
+        .unwrap();
+    server.await.unwrap();
+    let out = String::from_utf8(out).unwrap();
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let summary: Vec<(&str, &str)> = lines.iter().map(|l| (l[0], l[4])).collect();
+    assert_eq!(
+        summary,
+        [
+            ("NAME", "PHASE"),
+            ("r1", "Pending"),
+            ("r2", "Pending"),
+            ("r1", "Approved"),
+            ("r2", "Deleted")
+        ]
+    );
+    assert!(err.is_empty());
+}

@@ -1,0 +1,123 @@
+//! The `render` and `crds` commands as a user runs them.
+
+use std::process::Command;
+
+fn hitl(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_hitl-operator"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn render_prints_every_object_of_the_examples() {
+    let (code, stdout, stderr) = hitl(&["render", "-f", "examples/", "-o", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let list: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let kinds: Vec<(String, String)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_owned(),
+                o["metadata"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for agent in ["file-agent", "db-agent", "k8s-agent", "payments-agent"] {
+        for kind in ["Secret", "ServiceAccount", "Deployment", "Service"] {
+            assert!(
+                kinds.contains(&(kind.to_owned(), agent.to_owned())),
+                "{kind} {agent} missing from {kinds:?}"
+            );
+        }
+        assert!(kinds.contains(&("Role".to_owned(), format!("{agent}-approval-gate"))));
+    }
+}
+
+#[test]
+fn render_yaml_is_multi_document() {
+    let (code, stdout, _) = hitl(&[
+        "render",
+        "-f",
+        "examples/filesystem-agent.yaml",
+        "-f",
+        "examples/model-openai.yaml",
+    ]);
+    assert_eq!(code, 0);
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&stdout).unwrap();
+    assert_eq!(documents.len(), 6);
+}
+
+#[test]
+fn invalid_examples_fail_with_one_apiserver_style_line_each() {
+    let (code, stdout, stderr) = hitl(&["render", "-f", "examples/invalid/"]);
+    assert_eq!(code, 1);
+    assert!(
+        stdout.is_empty(),
+        "nothing is printed when anything is invalid"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "error: examples/invalid/duplicate-tool-name.yaml: The Agent \"b\" is invalid: spec.declarative.tools[0].mcpServer.toolNames[1]: Duplicate value: \"read_file\"",
+            "error: examples/invalid/require-approval-not-in-tool-names.yaml: The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer: Invalid value: each requireApproval entry must also appear in toolNames",
+            "error: examples/invalid/missing-tool-server.yaml: Agent default/c: spec.declarative.tools[0].mcpServer: RemoteMCPServer default/no-such-server not found",
+        ]
+    );
+}
+
+#[test]
+fn approval_mode_flag_sets_the_default() {
+    let (code, stdout, _) = hitl(&[
+        "render",
+        "-f",
+        "examples/model-openai.yaml",
+        "-f",
+        "examples/filesystem-agent.yaml",
+        "--approval-mode",
+        "Runtime",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        !stdout.contains("approval-gate"),
+        "Runtime mode renders no gate"
+    );
+}
+
+#[test]
+fn missing_files_are_reported() {
+    let (code, _, stderr) = hitl(&["render", "-f", "examples/nope.yaml"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with("error: examples/nope.yaml: "),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn crds_command_prints_all_four_crds() {
+    let (code, stdout, _) = hitl(&["crds"]);
+    assert_eq!(code, 0);
+    for name in [
+        "agents",
+        "approvalrequests",
+        "modelconfigs",
+        "remotemcpservers",
+    ] {
+        assert!(
+            stdout.contains(&format!("name: {name}.kagent.dev")),
+            "{name}"
+        );
+    }
+}

@@ -1,0 +1,241 @@
+//! What the renderer refuses, and how it says so: object, field and reason on one line.
+
+use hitl_operator::cli::render::{RenderReport, render_documents};
+use hitl_operator::manifest::parse_documents;
+use hitl_operator::render::RenderOptions;
+
+const MODEL: &str = r#"
+apiVersion: kagent.dev/v1alpha2
+kind: ModelConfig
+metadata: {name: default-model-config, namespace: ns}
+spec: {provider: OpenAI, model: gpt-4o, apiKeySecret: key, apiKeySecretKey: k}
+"#;
+
+const SERVER: &str = r#"
+apiVersion: kagent.dev/v1alpha2
+kind: RemoteMCPServer
+metadata: {name: fs, namespace: ns}
+spec: {url: "http://fs:3000/mcp"}
+"#;
+
+fn render(yaml: &str) -> RenderReport {
+    let documents = parse_documents("t.yaml", yaml).unwrap();
+    render_documents(documents, "ns", &RenderOptions::default())
+}
+
+fn agent(declarative: &str) -> String {
+    format!(
+        "apiVersion: kagent.dev/v1alpha2\nkind: Agent\nmetadata: {{name: a, namespace: ns}}\nspec:\n  type: Declarative\n  declarative:\n{}",
+        declarative
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    )
+}
+
+fn problems(yaml: &str) -> Vec<String> {
+    let report = render(yaml);
+    assert!(
+        report.objects.is_empty(),
+        "nothing is rendered when anything fails"
+    );
+    report.problems
+}
+
+#[test]
+fn byo_agents_are_refused_clearly() {
+    let yaml = "apiVersion: kagent.dev/v1alpha2\nkind: Agent\nmetadata: {name: a, namespace: ns}\nspec: {type: BYO, byo: {}}\n";
+    assert_eq!(
+        problems(yaml),
+        [
+            "t.yaml: Agent ns/a: spec.type: Unsupported value: \"BYO\": hitl-operator runs Declarative agents only"
+        ]
+    );
+}
+
+#[test]
+fn a_missing_model_config_is_named() {
+    assert_eq!(
+        problems(&agent("systemMessage: hi\nmodelConfig: gpt")),
+        ["t.yaml: Agent ns/a: spec.declarative.modelConfig: ModelConfig ns/gpt not found"]
+    );
+}
+
+#[test]
+fn a_missing_secret_key_in_server_headers_is_named() {
+    let yaml = format!(
+        "{MODEL}---\n{}---\n{}",
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: RemoteMCPServer
+metadata: {name: fs, namespace: ns}
+spec:
+  url: "http://fs:3000/mcp"
+  headersFrom: [{name: Authorization, valueFrom: {type: Secret, name: tok, key: token}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: tok, namespace: ns}
+stringData: {other: x}
+"#,
+        agent("tools: [{type: McpServer, mcpServer: {name: fs, toolNames: [t]}}]")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: RemoteMCPServer ns/fs: spec.headersFrom[0]: Secret ns/tok key \"token\" not found"
+        ]
+    );
+}
+
+#[test]
+fn system_message_from_a_config_map() {
+    let yaml = format!(
+        "{MODEL}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: prompts, namespace: ns}}\ndata: {{main: Be careful.}}\n---\n{}",
+        agent("systemMessageFrom: {type: ConfigMap, name: prompts, key: main}")
+    );
+    let report = render(&yaml);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let missing_key = yaml.replace("key: main", "key: other");
+    assert_eq!(
+        problems(&missing_key),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.systemMessageFrom: ConfigMap ns/prompts key \"other\" not found"
+        ]
+    );
+}
+
+#[test]
+fn the_same_server_twice_is_refused() {
+    let yaml = format!(
+        "{MODEL}---\n{SERVER}---\n{}",
+        agent(
+            "tools:\n- {type: McpServer, mcpServer: {name: fs, toolNames: [a]}}\n- {type: McpServer, mcpServer: {name: fs, toolNames: [b], requireApproval: [b]}}"
+        )
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.tools[1].mcpServer.name: Duplicate value: \"fs\": RemoteMCPServer ns/fs is already listed; put all of its tools in one entry"
+        ]
+    );
+}
+
+#[test]
+fn api_group_must_match_the_kind() {
+    let yaml = format!(
+        "{MODEL}---\n{SERVER}---\n{}",
+        agent("tools: [{type: McpServer, mcpServer: {name: fs, apiGroup: apps, toolNames: [a]}}]")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.tools[0].mcpServer.apiGroup: Unsupported value: \"apps\": kind RemoteMCPServer belongs to API group \"kagent.dev\""
+        ]
+    );
+}
+
+#[test]
+fn wait_timeout_cannot_exceed_timeout() {
+    let yaml = format!(
+        "{MODEL}---\n{}",
+        agent("approval: {timeout: 1m, waitTimeout: 2m}")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.waitTimeout: Invalid value: \"2m\": must not exceed timeout (\"1m\")"
+        ]
+    );
+}
+
+#[test]
+fn a_service_without_an_mcp_port_is_refused() {
+    let yaml = format!(
+        "{MODEL}---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc, namespace: ns}}\nspec: {{ports: [{{name: a, port: 1}}, {{name: b, port: 2}}]}}\n---\n{}",
+        agent("tools: [{type: McpServer, mcpServer: {kind: Service, name: svc, toolNames: [t]}}]")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: Service ns/svc: spec.ports: Required value: no MCP port: set annotation kagent.dev/mcp-service-port, expose a single port, or mark one with appProtocol: mcp"
+        ]
+    );
+}
+
+#[test]
+fn a_custom_service_account_is_bound_not_created() {
+    let yaml = format!(
+        "{MODEL}---\n{SERVER}---\n{}",
+        agent(
+            "deployment: {serviceAccountName: custom}\ntools: [{type: McpServer, mcpServer: {name: fs, toolNames: [rm], requireApproval: [rm]}}]"
+        )
+    );
+    let report = render(&yaml);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert!(!report.objects.iter().any(|o| o["kind"] == "ServiceAccount"));
+    let binding = report
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "RoleBinding")
+        .unwrap();
+    assert_eq!(binding["subjects"][0]["name"], "custom");
+    let deployment = report
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        "custom"
+    );
+}
+
+#[test]
+fn kagent_kinds_we_do_not_serve_are_refused() {
+    let yaml = "apiVersion: kagent.dev/v1alpha1\nkind: MCPServer\nmetadata: {name: m, namespace: ns}\nspec: {}\n";
+    assert_eq!(
+        problems(yaml),
+        [
+            "t.yaml: MCPServer ns/m: apiVersion \"kagent.dev/v1alpha1\" kind \"MCPServer\" is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig and ApprovalRequest in kagent.dev/v1alpha2)"
+        ]
+    );
+}
+
+#[test]
+fn only_the_gate_sees_credentials_and_a_token() {
+    let yaml = format!(
+        "{MODEL}---\n{SERVER}---\n{}",
+        agent(
+            "tools: [{type: McpServer, mcpServer: {name: fs, toolNames: [rm], requireApproval: [rm]}}]"
+        )
+    );
+    let report = render(&yaml);
+    let deployment = report
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    let agent_mounts = pod["containers"][0]["volumeMounts"].to_string();
+    assert!(!agent_mounts.contains("gate-config") && !agent_mounts.contains("gate-token"));
+    let gate = &pod["initContainers"][0];
+    assert_eq!(gate["restartPolicy"], "Always");
+    assert_eq!(gate["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(gate["securityContext"]["runAsNonRoot"], true);
+    let gate_mounts = gate["volumeMounts"].to_string();
+    assert!(
+        gate_mounts.contains("gate-config")
+            && gate_mounts.contains("/var/run/secrets/kubernetes.io/serviceaccount")
+    );
+    let config_volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "config")
+        .unwrap();
+    assert!(!config_volume.to_string().contains("gate.json"));
+    let env = pod["containers"][0]["env"].to_string();
+    assert!(env.contains("OPENAI_API_KEY") && env.contains("secretKeyRef"));
+}

@@ -1,0 +1,138 @@
+//! Golden files: what `render` produces for the examples, byte for byte. Review changes with
+//! `cargo insta review` (or `INSTA_UPDATE=always cargo test --test render_golden`).
+
+use std::path::Path;
+
+use hitl_operator::api::ApprovalMode;
+use hitl_operator::cli::render::{RenderReport, render_documents};
+use hitl_operator::manifest::{Document, parse_documents};
+use hitl_operator::render::RenderOptions;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+fn documents(files: &[&str]) -> Vec<Document> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    files
+        .iter()
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            parse_documents(file, &text).unwrap()
+        })
+        .collect()
+}
+
+fn decode(data: &Value) -> Vec<u8> {
+    serde_json::from_value::<k8s_openapi::ByteString>(data.clone())
+        .unwrap()
+        .0
+}
+
+/// The rendered objects with the Secret's JSON files decoded in front, and the Secret's
+/// (base64) values replaced by their SHA-256 so the snapshot stays readable.
+fn golden(report: &RenderReport) -> String {
+    assert!(report.problems.is_empty(), "{:#?}", report.problems);
+    let mut out = String::new();
+    let mut objects = report.objects.clone();
+    for object in &mut objects {
+        if object["kind"] != "Secret" {
+            continue;
+        }
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        let data = object["data"].as_object_mut().unwrap();
+        for (key, value) in data.iter_mut() {
+            let bytes = decode(value);
+            let parsed: Value = serde_json::from_slice(&bytes).unwrap();
+            out.push_str(&format!(
+                "# {key} of Secret {name}\n{}\n",
+                serde_json::to_string_pretty(&parsed).unwrap()
+            ));
+            *value = json!(format!("sha256:{}", hex::encode(Sha256::digest(&bytes))));
+        }
+    }
+    for warning in &report.warnings {
+        out.push_str(&format!("# warning: {warning}\n"));
+    }
+    out + &hitl_operator::cli::render::format_objects(
+        &objects,
+        hitl_operator::cli::render::Output::Yaml,
+    )
+}
+
+fn render(files: &[&str], mode: ApprovalMode) -> String {
+    let options = RenderOptions {
+        default_approval_mode: mode,
+        ..RenderOptions::default()
+    };
+    golden(&render_documents(documents(files), "default", &options))
+}
+
+#[test]
+fn filesystem_agent_gates_delete_and_write() {
+    insta::assert_snapshot!(render(
+        &[
+            "examples/model-openai.yaml",
+            "examples/filesystem-agent.yaml"
+        ],
+        ApprovalMode::Gate
+    ));
+}
+
+#[test]
+fn filesystem_agent_in_runtime_mode_has_no_gate() {
+    insta::assert_snapshot!(render(
+        &[
+            "examples/model-openai.yaml",
+            "examples/filesystem-agent.yaml"
+        ],
+        ApprovalMode::Runtime
+    ));
+}
+
+#[test]
+fn same_tool_on_two_servers_is_gated_on_one_only() {
+    insta::assert_snapshot!(render(
+        &[
+            "examples/model-openai.yaml",
+            "examples/two-databases-agent.yaml"
+        ],
+        ApprovalMode::Gate
+    ));
+}
+
+#[test]
+fn service_backed_tool_server() {
+    insta::assert_snapshot!(render(
+        &[
+            "examples/model-openai.yaml",
+            "examples/service-tool-server.yaml"
+        ],
+        ApprovalMode::Gate
+    ));
+}
+
+#[test]
+fn sse_server_with_secret_headers_anthropic_and_both_mode() {
+    insta::assert_snapshot!(render(
+        &["examples/sse-payments-agent.yaml"],
+        ApprovalMode::Gate
+    ));
+}
+
+#[test]
+fn rendering_is_byte_identical_across_runs() {
+    let files = [
+        "examples/model-openai.yaml",
+        "examples/filesystem-agent.yaml",
+        "examples/two-databases-agent.yaml",
+        "examples/service-tool-server.yaml",
+        "examples/sse-payments-agent.yaml",
+    ];
+    let options = RenderOptions::default();
+    let first = render_documents(documents(&files), "default", &options);
+    let second = render_documents(documents(&files), "default", &options);
+    let format = hitl_operator::cli::render::Output::Json;
+    assert_eq!(
+        hitl_operator::cli::render::format_objects(&first.objects, format),
+        hitl_operator::cli::render::format_objects(&second.objects, format)
+    );
+}

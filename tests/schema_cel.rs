@@ -1,0 +1,668 @@
+//! Admission as the apiserver does it, offline: structural schema + CEL rules of our CRDs,
+//! on create and on update (transition rules with oldSelf), with apiserver wording.
+
+use hitl_operator::validate::Schemas;
+use serde_json::{Value, json};
+
+fn errors(object: &Value, old: Option<&Value>) -> Vec<String> {
+    match Schemas::shared().validate(object, old) {
+        Ok(()) => Vec::new(),
+        Err(invalid) => invalid.lines(),
+    }
+}
+
+fn assert_valid(object: &Value) {
+    assert_eq!(errors(object, None), Vec::<String>::new());
+}
+
+fn assert_rejected(object: &Value, old: Option<&Value>, expected: &str) {
+    let found = errors(object, old);
+    assert!(
+        found.iter().any(|line| line == expected),
+        "expected {expected:?} among {found:#?}"
+    );
+}
+
+fn agent(name: &str, declarative: Value) -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2",
+        "kind": "Agent",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"type": "Declarative", "declarative": declarative}
+    })
+}
+
+fn agent_with_server(server: Value) -> Value {
+    agent(
+        "a",
+        json!({"systemMessage": "hi", "tools": [{"type": "McpServer", "mcpServer": server}]}),
+    )
+}
+
+// ---- Agent ----
+
+#[test]
+fn seed_example_without_kind_or_group_is_valid() {
+    assert_valid(&agent_with_server(json!({
+        "name": "filesystem-server",
+        "toolNames": ["read_file", "write_file", "delete_file"],
+        "requireApproval": ["delete_file", "write_file"]
+    })));
+}
+
+#[test]
+fn require_approval_outside_tool_names_is_rejected_with_kagents_message() {
+    assert_rejected(
+        &agent_with_server(
+            json!({"name": "fs", "toolNames": ["read_file"], "requireApproval": ["delete_file"]}),
+        ),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer: Invalid value: each requireApproval entry must also appear in toolNames",
+    );
+}
+
+#[test]
+fn require_approval_without_tool_names_is_rejected() {
+    assert_rejected(
+        &agent_with_server(json!({"name": "fs", "requireApproval": ["delete_file"]})),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer: Invalid value: each requireApproval entry must also appear in toolNames",
+    );
+}
+
+#[test]
+fn duplicate_tool_names_are_rejected_as_a_set() {
+    assert_rejected(
+        &agent_with_server(
+            json!({"name": "fs", "toolNames": ["write_file", "read_file", "read_file"]}),
+        ),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer.toolNames[2]: Duplicate value: \"read_file\"",
+    );
+}
+
+#[test]
+fn duplicate_require_approval_entries_are_rejected() {
+    assert_rejected(
+        &agent_with_server(
+            json!({"name": "fs", "toolNames": ["rm"], "requireApproval": ["rm", "rm"]}),
+        ),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer.requireApproval[1]: Duplicate value: \"rm\"",
+    );
+}
+
+#[test]
+fn more_than_fifty_tool_names_are_rejected() {
+    let names: Vec<String> = (0..51).map(|i| format!("tool_{i}")).collect();
+    assert_rejected(
+        &agent_with_server(json!({"name": "fs", "toolNames": names})),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer.toolNames: Too many: 51: must have at most 50 items",
+    );
+}
+
+#[test]
+fn more_than_twenty_tool_servers_are_rejected() {
+    let tools: Vec<Value> = (0..21)
+        .map(|i| json!({"type": "McpServer", "mcpServer": {"name": format!("s{i}"), "toolNames": ["t"]}}))
+        .collect();
+    assert_rejected(
+        &agent("a", json!({"systemMessage": "hi", "tools": tools})),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools: Too many: 21: must have at most 20 items",
+    );
+}
+
+#[test]
+fn overlong_tool_names_are_rejected() {
+    let long = "x".repeat(129);
+    assert_rejected(
+        &agent_with_server(json!({"name": "fs", "toolNames": [long]})),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer.toolNames[0]: Too long: may not be more than 128 bytes",
+    );
+}
+
+#[test]
+fn unknown_fields_are_rejected_not_dropped() {
+    assert_rejected(
+        &agent(
+            "a",
+            json!({"systemMessage": "hi", "memory": [{"name": "m"}]}),
+        ),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.memory: Invalid value: unknown field \"spec.declarative.memory\"",
+    );
+}
+
+#[test]
+fn declarative_type_requires_the_declarative_block() {
+    let object = json!({
+        "apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
+        "metadata": {"name": "a"}, "spec": {"type": "Declarative"}
+    });
+    assert_rejected(
+        &object,
+        None,
+        "The Agent \"a\" is invalid: spec: Invalid value: spec.declarative is required when type is Declarative",
+    );
+}
+
+#[test]
+fn byo_agents_pass_admission_for_kagent_compatibility() {
+    assert_valid(&json!({
+        "apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
+        "metadata": {"name": "byo"}, "spec": {"type": "BYO", "byo": {"deployment": {"image": "x"}}}
+    }));
+}
+
+#[test]
+fn system_message_and_system_message_from_are_exclusive() {
+    assert_rejected(
+        &agent(
+            "a",
+            json!({"systemMessage": "hi", "systemMessageFrom": {"type": "ConfigMap", "name": "c", "key": "k"}}),
+        ),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative: Invalid value: systemMessage and systemMessageFrom are mutually exclusive",
+    );
+}
+
+#[test]
+fn unknown_approval_mode_is_unsupported() {
+    assert_rejected(
+        &agent(
+            "a",
+            json!({"systemMessage": "hi", "approval": {"mode": "Sometimes"}}),
+        ),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.approval.mode: Unsupported value: \"Sometimes\": supported values: \"Gate\", \"Runtime\", \"Both\"",
+    );
+}
+
+#[test]
+fn malformed_durations_are_rejected() {
+    let found = errors(
+        &agent(
+            "a",
+            json!({"systemMessage": "hi", "approval": {"timeout": "1 hour"}}),
+        ),
+        None,
+    );
+    assert!(
+        found.iter().any(|l| l.starts_with("The Agent \"a\" is invalid: spec.declarative.approval.timeout: Invalid value: \"1 hour\": spec.declarative.approval.timeout in body should match")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn go_durations_are_accepted() {
+    assert_valid(&agent(
+        "a",
+        json!({"systemMessage": "hi", "approval": {"mode": "Both", "timeout": "1h30m", "waitTimeout": "45s", "ttlAfterFinished": "168h"}}),
+    ));
+}
+
+#[test]
+fn only_mcp_server_tools_are_supported() {
+    assert_rejected(
+        &agent(
+            "a",
+            json!({"systemMessage": "hi", "tools": [{"type": "Agent"}]}),
+        ),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].type: Unsupported value: \"Agent\": supported values: \"McpServer\"",
+    );
+}
+
+#[test]
+fn unsupported_tool_server_kinds_are_rejected() {
+    assert_rejected(
+        &agent_with_server(json!({"name": "fs", "kind": "MCPServer", "toolNames": ["t"]})),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer.kind: Unsupported value: \"MCPServer\": supported values: \"RemoteMCPServer\", \"Service\"",
+    );
+}
+
+#[test]
+fn a_header_needs_exactly_one_of_value_and_value_from() {
+    let object = agent(
+        "a",
+        json!({"systemMessage": "hi", "tools": [{"type": "McpServer", "mcpServer": {"name": "s", "toolNames": ["t"]},
+            "headersFrom": [{"name": "X", "value": "v", "valueFrom": {"type": "Secret", "name": "s", "key": "k"}}]}]}),
+    );
+    assert_rejected(
+        &object,
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].headersFrom[0]: Invalid value: exactly one of value and valueFrom must be set",
+    );
+}
+
+#[test]
+fn names_must_be_dns_subdomains() {
+    let found = errors(&agent("Bad_Name", json!({"systemMessage": "hi"})), None);
+    assert!(
+        found[0].starts_with("The Agent \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn wrong_json_types_are_rejected() {
+    assert_rejected(
+        &agent(
+            "a",
+            json!({"systemMessage": "hi", "deployment": {"replicas": "two"}}),
+        ),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.deployment.replicas: Invalid value: \"string\": spec.declarative.deployment.replicas in body must be of type integer: \"string\"",
+    );
+}
+
+#[test]
+fn kubernetes_types_inside_the_agent_are_checked_too() {
+    let object = agent(
+        "a",
+        json!({"systemMessage": "hi", "deployment": {"resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+            "tolerations": [{"key": "k", "operator": "Exists"}], "env": [{"value": "no name"}]}}),
+    );
+    assert_rejected(
+        &object,
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.deployment.env[0].name: Required value",
+    );
+}
+
+// ---- ModelConfig ----
+
+fn model_config(spec: Value) -> Value {
+    json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ModelConfig", "metadata": {"name": "m"}, "spec": spec})
+}
+
+#[test]
+fn openai_model_config_is_valid() {
+    assert_valid(&model_config(json!({
+        "provider": "OpenAI", "model": "gpt-4o", "apiKeySecret": "s", "apiKeySecretKey": "k",
+        "openAI": {"temperature": "0.7", "maxTokens": 1024, "topP": "0.95", "reasoningEffort": "low"},
+        "defaultHeaders": {"User-Agent": "kagent/1.0"}
+    })));
+}
+
+#[test]
+fn provider_block_must_match_the_provider() {
+    assert_rejected(
+        &model_config(json!({"provider": "Anthropic", "model": "claude", "openAI": {}})),
+        None,
+        "The ModelConfig \"m\" is invalid: spec: Invalid value: openAI may only be set when provider is OpenAI",
+    );
+}
+
+#[test]
+fn providers_needing_a_block_require_it() {
+    assert_rejected(
+        &model_config(json!({"provider": "AzureOpenAI", "model": "gpt"})),
+        None,
+        "The ModelConfig \"m\" is invalid: spec: Invalid value: azureOpenAI is required when provider is AzureOpenAI",
+    );
+}
+
+#[test]
+fn api_key_secret_and_key_go_together() {
+    assert_rejected(
+        &model_config(json!({"provider": "OpenAI", "model": "gpt-4o", "apiKeySecret": "s"})),
+        None,
+        "The ModelConfig \"m\" is invalid: spec: Invalid value: apiKeySecret and apiKeySecretKey must be set together",
+    );
+}
+
+#[test]
+fn decimal_parameters_must_be_numbers() {
+    let found = errors(
+        &model_config(
+            json!({"provider": "OpenAI", "model": "g", "openAI": {"temperature": "hot"}}),
+        ),
+        None,
+    );
+    assert!(
+        found
+            .iter()
+            .any(|l| l.contains("spec.openAI.temperature: Invalid value: \"hot\"")),
+        "{found:#?}"
+    );
+}
+
+// ---- RemoteMCPServer ----
+
+fn remote(spec: Value) -> Value {
+    json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "RemoteMCPServer", "metadata": {"name": "r"}, "spec": spec})
+}
+
+#[test]
+fn remote_server_is_valid() {
+    assert_valid(&remote(
+        json!({"url": "https://tools.example/mcp", "protocol": "SSE", "timeout": "30s", "sseReadTimeout": "5m0s"}),
+    ));
+}
+
+#[test]
+fn remote_server_url_must_be_http() {
+    assert_rejected(
+        &remote(json!({"url": "ftp://tools/mcp"})),
+        None,
+        "The RemoteMCPServer \"r\" is invalid: spec.url: Invalid value: \"ftp://tools/mcp\": spec.url in body should match '^https?://'",
+    );
+}
+
+#[test]
+fn remote_server_protocol_is_an_enum() {
+    assert_rejected(
+        &remote(json!({"url": "http://t/mcp", "protocol": "WEBSOCKET"})),
+        None,
+        "The RemoteMCPServer \"r\" is invalid: spec.protocol: Unsupported value: \"WEBSOCKET\": supported values: \"STREAMABLE_HTTP\", \"SSE\"",
+    );
+}
+
+// ---- ApprovalRequest ----
+
+const SHA: &str = "0b52e1b2c7c7b7d5f5d0a3c2e0b1a4f6c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4";
+
+fn request() -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2",
+        "kind": "ApprovalRequest",
+        "metadata": {"name": "r1", "namespace": "default"},
+        "spec": {
+            "agentRef": {"name": "file-agent"},
+            "toolServer": {"kind": "RemoteMCPServer", "name": "filesystem-server", "namespace": "default"},
+            "toolName": "delete_file",
+            "argumentsPreview": {"path": "/data/report.csv"},
+            "argumentsSha256": SHA,
+            "argumentsBytes": 29,
+            "requestedBy": "system:serviceaccount:default:file-agent",
+            "message": "Run 'delete_file'?",
+            "context": {"sessionId": "s1", "callId": "7"},
+            "expiresAt": "2026-11-22T01:00:00Z"
+        },
+        "status": {"phase": "Pending"}
+    })
+}
+
+fn with(mut object: Value, pointer: &str, value: Value) -> Value {
+    let (parent, key) = pointer.rsplit_once('/').unwrap();
+    object.pointer_mut(parent).unwrap()[key] = value;
+    object
+}
+
+fn without(mut object: Value, pointer: &str) -> Value {
+    let (parent, key) = pointer.rsplit_once('/').unwrap();
+    object
+        .pointer_mut(parent)
+        .unwrap()
+        .as_object_mut()
+        .unwrap()
+        .remove(key);
+    object
+}
+
+fn decided(kind: &str) -> Value {
+    with(
+        request(),
+        "/spec/decision",
+        json!({"type": kind, "reason": "ok", "decidedBy": "alice"}),
+    )
+}
+
+#[test]
+fn approval_request_is_valid_on_create() {
+    assert_valid(&request());
+}
+
+#[test]
+fn arguments_hash_must_be_sha256_hex() {
+    let found = errors(
+        &with(request(), "/spec/argumentsSha256", json!("abc")),
+        None,
+    );
+    assert!(
+        found.iter().any(|l| l.contains("spec.argumentsSha256: Invalid value: \"abc\": spec.argumentsSha256 in body should be at least 64 chars long")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn expires_at_must_be_a_timestamp() {
+    let found = errors(&with(request(), "/spec/expiresAt", json!("tomorrow")), None);
+    assert!(
+        found
+            .iter()
+            .any(|l| l.contains("spec.expiresAt: Invalid value: \"tomorrow\"")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn approved_phase_requires_an_approve_decision() {
+    assert_rejected(
+        &with(request(), "/status/phase", json!("Approved")),
+        None,
+        "The ApprovalRequest \"r1\" is invalid: Invalid value: phase Approved or Executed requires spec.decision.type Approve",
+    );
+    assert_rejected(
+        &with(decided("Deny"), "/status/phase", json!("Executed")),
+        None,
+        "The ApprovalRequest \"r1\" is invalid: Invalid value: phase Approved or Executed requires spec.decision.type Approve",
+    );
+}
+
+#[test]
+fn executed_with_an_approve_decision_is_valid() {
+    let object = with(
+        decided("Approve"),
+        "/status",
+        json!({"phase": "Executed", "consumedAt": "2026-11-22T00:10:00Z", "consumedBy": "pod-1"}),
+    );
+    assert_valid(&object);
+}
+
+#[test]
+fn consumption_requires_an_approve_decision() {
+    assert_rejected(
+        &with(
+            request(),
+            "/status/consumedAt",
+            json!("2026-11-22T00:10:00Z"),
+        ),
+        None,
+        "The ApprovalRequest \"r1\" is invalid: Invalid value: status.consumedAt may only be set on an approved request",
+    );
+}
+
+#[test]
+fn writing_the_first_decision_is_allowed() {
+    assert_eq!(
+        errors(&decided("Approve"), Some(&request())),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_decision_cannot_be_changed() {
+    assert_rejected(
+        &decided("Deny"),
+        Some(&decided("Approve")),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec.decision is write-once: it cannot be changed or removed once set",
+    );
+}
+
+#[test]
+fn a_decision_reason_cannot_be_edited_afterwards() {
+    let edited = with(
+        decided("Approve"),
+        "/spec/decision/reason",
+        json!("changed my mind"),
+    );
+    assert_rejected(
+        &edited,
+        Some(&decided("Approve")),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec.decision is write-once: it cannot be changed or removed once set",
+    );
+}
+
+#[test]
+fn a_decision_cannot_be_removed() {
+    assert_rejected(
+        &request(),
+        Some(&decided("Deny")),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec.decision is write-once: it cannot be changed or removed once set",
+    );
+}
+
+#[test]
+fn the_tool_cannot_be_swapped_after_creation() {
+    assert_rejected(
+        &with(request(), "/spec/toolName", json!("read_file")),
+        Some(&request()),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision",
+    );
+}
+
+#[test]
+fn the_arguments_hash_cannot_be_swapped_after_creation() {
+    let other = SHA.replace('0', "1");
+    assert_rejected(
+        &with(request(), "/spec/argumentsSha256", json!(other)),
+        Some(&request()),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision",
+    );
+}
+
+#[test]
+fn the_preview_cannot_be_edited_after_creation() {
+    assert_rejected(
+        &with(
+            request(),
+            "/spec/argumentsPreview",
+            json!({"path": "/data/harmless.txt"}),
+        ),
+        Some(&request()),
+        "The ApprovalRequest \"r1\" is invalid: spec.argumentsPreview: Invalid value: spec is immutable except spec.decision",
+    );
+}
+
+#[test]
+fn optional_spec_fields_cannot_be_removed_after_creation() {
+    assert_rejected(
+        &without(request(), "/spec/message"),
+        Some(&request()),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision",
+    );
+}
+
+#[test]
+fn consumed_at_is_write_once() {
+    let consumed = with(
+        decided("Approve"),
+        "/status",
+        json!({"phase": "Executed", "consumedAt": "2026-11-22T00:10:00Z"}),
+    );
+    assert_eq!(
+        errors(
+            &consumed,
+            Some(&with(
+                decided("Approve"),
+                "/status/phase",
+                json!("Approved")
+            ))
+        ),
+        Vec::<String>::new()
+    );
+    assert_rejected(
+        &with(
+            consumed.clone(),
+            "/status/consumedAt",
+            json!("2026-11-22T00:20:00Z"),
+        ),
+        Some(&consumed),
+        "The ApprovalRequest \"r1\" is invalid: status: Invalid value: status.consumedAt is write-once",
+    );
+    assert_rejected(
+        &with(decided("Approve"), "/status", json!({"phase": "Executed"})),
+        Some(&consumed),
+        "The ApprovalRequest \"r1\" is invalid: status: Invalid value: status.consumedAt is write-once",
+    );
+}
+
+#[test]
+fn a_late_decision_revives_nothing() {
+    let expired = with(request(), "/status/phase", json!("Expired"));
+    let revived = with(decided("Approve"), "/status/phase", json!("Approved"));
+    assert_rejected(
+        &revived,
+        Some(&expired),
+        "The ApprovalRequest \"r1\" is invalid: status: Invalid value: a finished request's phase cannot change",
+    );
+}
+
+#[test]
+fn a_denied_request_cannot_be_executed() {
+    let denied = with(decided("Deny"), "/status/phase", json!("Denied"));
+    let found = errors(
+        &with(decided("Deny"), "/status/phase", json!("Executed")),
+        Some(&denied),
+    );
+    assert!(found.len() >= 2, "{found:#?}");
+}
+
+// ---- CEL cost budget ----
+
+/// Every rule of every CRD compiles and, with the schema node it sits on, passes kube-cel's
+/// static cost estimate and bounds check (the apiserver refuses a CRD whose rules may exceed the budget).
+#[test]
+fn every_rule_fits_the_cel_cost_budget() {
+    use kube::core::cel::{compile_schema, estimate_rule_cost};
+    fn visit(node: &Value, path: &str, count: &mut usize, problems: &mut Vec<String>) {
+        if let Some(rules) = node
+            .get("x-kubernetes-validations")
+            .and_then(Value::as_array)
+        {
+            let compiled = compile_schema(node);
+            assert!(
+                !compiled.has_errors(),
+                "{path}: {:?}",
+                compiled.compilation_errors()
+            );
+            for rule in rules {
+                let text = rule["rule"].as_str().unwrap();
+                *count += 1;
+                for warning in estimate_rule_cost(text, &compiled) {
+                    problems.push(format!("{path}: {text}: {}", warning.message));
+                }
+            }
+        }
+        if let Some(props) = node.get("properties").and_then(Value::as_object) {
+            for (name, child) in props {
+                visit(child, &format!("{path}.{name}"), count, problems);
+            }
+        }
+        if let Some(items) = node.get("items") {
+            visit(items, &format!("{path}[]"), count, problems);
+        }
+    }
+    let mut count = 0;
+    let mut problems = Vec::new();
+    for crd in hitl_operator::api::crds() {
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        visit(
+            &schema["openAPIV3Schema"],
+            &crd.spec.names.kind,
+            &mut count,
+            &mut problems,
+        );
+    }
+    assert!(
+        count >= 25,
+        "expected every rule to be visited, saw {count}"
+    );
+    assert!(problems.is_empty(), "{problems:#?}");
+}
