@@ -109,20 +109,24 @@ struct RefIndexInner {
     by_agent: HashMap<ObjectRef<Agent>, Vec<RefKey>>,
 }
 
+impl RefIndexInner {
+    fn forget(&mut self, agent: &ObjectRef<Agent>) {
+        for key in self.by_agent.remove(agent).unwrap_or_default() {
+            if let Some(agents) = self.by_ref.get_mut(&key) {
+                agents.remove(agent);
+                if agents.is_empty() {
+                    self.by_ref.remove(&key);
+                }
+            }
+        }
+    }
+}
+
 impl RefIndex {
     /// Records that `agent` now references exactly `refs`.
     pub fn set(&self, agent: ObjectRef<Agent>, refs: Vec<RefKey>) {
         let mut inner = self.inner.lock().expect("ref index lock");
-        if let Some(old) = inner.by_agent.remove(&agent) {
-            for key in old {
-                if let Some(agents) = inner.by_ref.get_mut(&key) {
-                    agents.remove(&agent);
-                    if agents.is_empty() {
-                        inner.by_ref.remove(&key);
-                    }
-                }
-            }
-        }
+        inner.forget(&agent);
         for key in &refs {
             inner
                 .by_ref
@@ -133,19 +137,28 @@ impl RefIndex {
         inner.by_agent.insert(agent, refs);
     }
 
-    /// The Agents that referenced `kind namespace/name`.
+    /// The Agents that referenced `kind namespace/name` and still exist in `agents`; entries of
+    /// Agents that are gone are dropped.
     pub fn agents_for(
         &self,
         kind: &'static str,
         namespace: &str,
         name: &str,
+        agents: &Store<Agent>,
     ) -> Vec<ObjectRef<Agent>> {
-        let inner = self.inner.lock().expect("ref index lock");
-        inner
+        let mut inner = self.inner.lock().expect("ref index lock");
+        let referring: Vec<ObjectRef<Agent>> = inner
             .by_ref
             .get(&(kind, namespace.to_string(), name.to_string()))
             .map(|agents| agents.iter().cloned().collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let (live, gone): (Vec<_>, Vec<_>) = referring
+            .into_iter()
+            .partition(|agent| agents.get(agent).is_some());
+        for agent in &gone {
+            inner.forget(agent);
+        }
+        live
     }
 }
 
@@ -246,4 +259,51 @@ pub async fn fetch_value_source(
 pub fn retry_after_error(kind: &str, error: &Error) -> Action {
     tracing::warn!(kind, reason = error.reason(), %error, "reconcile failed");
     Action::requeue(Duration::from_secs(15))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::{reflector, watcher};
+
+    fn agent(name: &str) -> Agent {
+        let spec = crate::api::AgentSpec {
+            agent_type: Default::default(),
+            description: None,
+            declarative: None,
+            byo: None,
+        };
+        let mut agent = Agent::new(name, spec);
+        agent.metadata.namespace = Some("ns".into());
+        agent
+    }
+
+    #[test]
+    fn ref_index_maps_references_to_live_agents_and_forgets_the_rest() {
+        let (store, mut writer) = reflector::store::<Agent>();
+        writer.apply_watcher_event(&watcher::Event::Apply(agent("a")));
+        let index = RefIndex::default();
+        let secret = |name: &str| ("Secret", "ns".to_string(), name.to_string());
+        let (a, b) = (
+            ObjectRef::from_obj(&agent("a")),
+            ObjectRef::from_obj(&agent("b")),
+        );
+        index.set(a.clone(), vec![secret("s1"), secret("s2")]);
+        index.set(b.clone(), vec![secret("s1")]);
+        assert_eq!(
+            index.agents_for("Secret", "ns", "s2", &store),
+            vec![a.clone()]
+        );
+        // b is not in the store (deleted): it is not returned, and forgotten.
+        assert_eq!(
+            index.agents_for("Secret", "ns", "s1", &store),
+            vec![a.clone()]
+        );
+        assert!(!index.inner.lock().unwrap().by_agent.contains_key(&b));
+        // A new reconcile replaces a's references.
+        index.set(a.clone(), vec![secret("s3")]);
+        assert!(index.agents_for("Secret", "ns", "s1", &store).is_empty());
+        assert_eq!(index.agents_for("Secret", "ns", "s3", &store), vec![a]);
+        assert!(index.agents_for("ConfigMap", "ns", "s3", &store).is_empty());
+    }
 }

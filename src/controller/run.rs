@@ -396,6 +396,7 @@ async fn run_controllers(
                 kind,
                 &object.namespace().unwrap_or_default(),
                 &object.name_any(),
+                &ctx.stores.agents,
             )
         }
     }
@@ -416,6 +417,7 @@ async fn run_controllers(
                         "RemoteMCPServer",
                         &server.namespace().unwrap_or_default(),
                         &server.name_any(),
+                        &ctx_rmcp.stores.agents,
                     )
                 },
             )
@@ -427,6 +429,7 @@ async fn run_controllers(
                         "ModelConfig",
                         &model_config.namespace().unwrap_or_default(),
                         &model_config.name_any(),
+                        &ctx_mc.stores.agents,
                     )
                 },
             )
