@@ -443,3 +443,55 @@ async fn failed_apply_reports_reconcile_failed() {
         "ReconcileFailed".into()
     )));
 }
+
+#[tokio::test]
+async fn api_key_rotation_rolls_the_pods() {
+    let server = server(&["delete_file", "read_file"]);
+    let agent = agent();
+    let objects = rendered(&agent, &server);
+    let cache = applied_cache(&objects, &agent);
+    // The ModelConfig controller recorded a new key hash since the objects were applied.
+    let mut rotated = model_config();
+    rotated.status.as_mut().unwrap().secret_hash = Some("11ee".into());
+    let script = vec![
+        expect(Method::GET, MC, json_of(&rotated)),
+        expect(Method::GET, RMCP, json_of(&server)),
+        expect(
+            Method::PATCH,
+            &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ];
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.unwrap();
+    let old_hash = objects
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap()["kagent.dev/config-hash"]
+        .clone();
+    let new_hash =
+        &requests[2].body["spec"]["template"]["metadata"]["annotations"]["kagent.dev/config-hash"];
+    assert_ne!(new_hash.as_str().unwrap(), old_hash);
+    assert_eq!(&requests[3].body["status"]["configHash"], new_hash);
+}
