@@ -638,3 +638,111 @@ mod tests {
         assert!(body.contains("hitl_approvals_pending 4"), "{body}");
     }
 }
+
+#[cfg(test)]
+mod wiring_tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::extract::Request;
+    use clap::Parser;
+    use std::sync::Mutex;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    /// A stand-in API server: empty lists, and watches that stay open without events.
+    async fn fake_apiserver(seen: Arc<Mutex<Vec<String>>>) -> SocketAddr {
+        let app = Router::new().fallback(move |request: Request| {
+            let seen = seen.clone();
+            async move {
+                let metadata_only = request
+                    .headers()
+                    .get("accept")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.contains("as=PartialObjectMetadata"));
+                let uri = request.uri().to_string();
+                let watch = uri.contains("watch=true");
+                seen.lock().unwrap().push(format!(
+                    "{}{}",
+                    if metadata_only { "metadata " } else { "" },
+                    uri.split("&resourceVersion").next().unwrap_or_default()
+                ));
+                if watch {
+                    return Body::from_stream(futures::stream::pending::<
+                        Result<bytes::Bytes, std::io::Error>,
+                    >())
+                    .into_response();
+                }
+                let kind = if metadata_only {
+                    "PartialObjectMetadataList"
+                } else {
+                    "List"
+                };
+                axum::Json(serde_json::json!({
+                    "apiVersion": "v1", "kind": kind,
+                    "metadata": {"resourceVersion": "1"}, "items": [],
+                }))
+                .into_response()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    #[tokio::test]
+    async fn starts_every_watch_becomes_ready_and_stops_gracefully() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let addr = fake_apiserver(seen.clone()).await;
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
+            .unwrap()
+            .args;
+        let health = Arc::new(Health::default());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let running = tokio::spawn({
+            let health = health.clone();
+            async move { run_controllers(client, &args, Arc::default(), health, stop_rx).await }
+        });
+        // Poll for readiness (bounded, so a regression fails instead of hanging).
+        for _ in 0..3000 {
+            if health.ready.load(Ordering::Relaxed) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(health.ready.load(Ordering::Relaxed), "caches never synced");
+        stop_tx.send_replace(true);
+        running.await.expect("controllers stop on the stop signal");
+
+        let seen = seen.lock().unwrap().clone();
+        let listed = |path: &str| seen.iter().any(|s| s.starts_with(path));
+        for path in [
+            "/apis/kagent.dev/v1alpha2/namespaces/demo/agents?",
+            "/apis/kagent.dev/v1alpha2/namespaces/demo/approvalrequests?",
+            "/apis/kagent.dev/v1alpha2/namespaces/demo/remotemcpservers?",
+            "/apis/kagent.dev/v1alpha2/namespaces/demo/modelconfigs?",
+            "/apis/apps/v1/namespaces/demo/deployments?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
+            "/api/v1/namespaces/demo/secrets?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/demo/rolebindings?&labelSelector=",
+            "metadata /api/v1/namespaces/demo/secrets?",
+            "metadata /api/v1/namespaces/demo/configmaps?",
+            "metadata /api/v1/namespaces/demo/services?",
+        ] {
+            assert!(listed(path), "{path} not requested; saw {seen:#?}");
+        }
+        // Full Secrets are only ever listed with the managed-by selector.
+        assert!(
+            seen.iter()
+                .filter(|s| s.starts_with("/api/v1/namespaces/demo/secrets?"))
+                .all(|s| s.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator")),
+            "{seen:#?}"
+        );
+    }
+}
