@@ -191,6 +191,19 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         return Ok(());
     }
 
+    lead(client, &args, metrics, health, stop_tx, stop_rx).await
+}
+
+/// Waits for the Lease, runs the controllers while holding it, and releases it once `stop`
+/// turns true. Losing the Lease stops the controllers and returns an error.
+async fn lead(
+    client: Client,
+    args: &ControllerArgs,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    stop_tx: Arc<watch::Sender<bool>>,
+    stop_rx: watch::Receiver<bool>,
+) -> Result<()> {
     let lease_namespace = args
         .lease_namespace
         .clone()
@@ -225,7 +238,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
                 }
             })
         };
-        run_controllers(client, &args, metrics, health, stop_rx).await;
+        run_controllers(client, args, metrics, health, stop_rx).await;
         watcher_task.abort();
         lost = lost_flag.load(Ordering::Relaxed);
     }
@@ -653,24 +666,74 @@ mod wiring_tests {
         args: ControllerArgs,
     }
 
-    /// A stand-in API server: empty lists, and watches that stay open without events.
-    async fn fake_apiserver(seen: Arc<Mutex<Vec<String>>>) -> SocketAddr {
+    /// What the stand-in API server saw, and the one Lease it holds.
+    #[derive(Default)]
+    struct Fake {
+        seen: Mutex<Vec<String>>,
+        lease: Mutex<Option<serde_json::Value>>,
+    }
+
+    /// The Lease endpoint: get (404 until created), create, and patches merged into its spec.
+    fn lease(fake: &Fake, method: &http::Method, body: &[u8]) -> axum::response::Response {
+        let mut lease = fake.lease.lock().unwrap();
+        if *method == http::Method::POST {
+            *lease = Some(serde_json::from_slice(body).unwrap());
+        } else if *method == http::Method::PATCH {
+            let patch: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let stored = lease.as_mut().expect("lease created before it is patched");
+            let spec = stored
+                .as_object_mut()
+                .unwrap()
+                .entry("spec")
+                .or_insert_with(|| serde_json::json!({}));
+            for (key, value) in patch["spec"].as_object().cloned().unwrap_or_default() {
+                if value.is_null() {
+                    spec.as_object_mut().unwrap().remove(&key);
+                } else {
+                    spec[key] = value;
+                }
+            }
+        }
+        match lease.clone() {
+            Some(mut stored) => {
+                stored["metadata"]["resourceVersion"] = "1".into();
+                axum::Json(stored).into_response()
+            }
+            None => (
+                StatusCode::NOT_FOUND,
+                axum::Json(serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "NotFound", "code": 404, "message": "not found",
+                })),
+            )
+                .into_response(),
+        }
+    }
+
+    /// A stand-in API server: a Lease, empty lists, and watches that stay open without events.
+    async fn fake_apiserver(fake: Arc<Fake>) -> SocketAddr {
         let app = Router::new().fallback(move |request: Request| {
-            let seen = seen.clone();
+            let fake = fake.clone();
             async move {
                 let metadata_only = request
                     .headers()
                     .get("accept")
                     .and_then(|v| v.to_str().ok())
                     .is_some_and(|v| v.contains("as=PartialObjectMetadata"));
+                let method = request.method().clone();
                 let uri = request.uri().to_string();
-                let watch = uri.contains("watch=true");
-                seen.lock().unwrap().push(format!(
+                fake.seen.lock().unwrap().push(format!(
                     "{}{}",
                     if metadata_only { "metadata " } else { "" },
                     uri.split("&resourceVersion").next().unwrap_or_default()
                 ));
-                if watch {
+                if uri.starts_with("/apis/coordination.k8s.io/") {
+                    let body = axum::body::to_bytes(request.into_body(), usize::MAX)
+                        .await
+                        .unwrap();
+                    return lease(&fake, &method, &body);
+                }
+                if uri.contains("watch=true") {
                     return Body::from_stream(futures::stream::pending::<
                         Result<bytes::Bytes, std::io::Error>,
                     >())
@@ -694,13 +757,72 @@ mod wiring_tests {
         addr
     }
 
+    fn client_for(addr: SocketAddr) -> Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
+    }
+
+    /// Polls `condition` (bounded, so a regression fails instead of hanging).
+    async fn eventually(what: &str, condition: impl Fn() -> bool) {
+        for _ in 0..3000 {
+            if condition() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{what} never happened");
+    }
+
+    #[tokio::test]
+    async fn leader_reconciles_while_holding_the_lease_and_releases_it_on_stop() {
+        let fake = Arc::new(Fake::default());
+        let client = client_for(fake_apiserver(fake.clone()).await);
+        let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
+            .unwrap()
+            .args;
+        let health = Arc::new(Health::default());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        let running = tokio::spawn({
+            let (health, stop_tx) = (health.clone(), stop_tx.clone());
+            async move { lead(client, &args, Arc::default(), health, stop_tx, stop_rx).await }
+        });
+        let holder = || {
+            fake.lease
+                .lock()
+                .unwrap()
+                .as_ref()
+                .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+        };
+        let listed_agents = || {
+            fake.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|s| s.starts_with("/apis/kagent.dev/v1alpha2/namespaces/demo/agents?"))
+        };
+        eventually("taking the Lease in the lease namespace", || {
+            holder().is_some()
+        })
+        .await;
+        eventually("starting the controllers", listed_agents).await;
+        eventually("readiness", || health.ready.load(Ordering::Relaxed)).await;
+        assert!(fake.seen.lock().unwrap().iter().any(|s| {
+            s.starts_with("/apis/coordination.k8s.io/v1/namespaces/demo/leases/hitl-operator")
+        }),);
+
+        stop_tx.send_replace(true);
+        running
+            .await
+            .unwrap()
+            .expect("a requested stop is not an error");
+        assert_eq!(holder(), None, "the Lease is released on shutdown");
+    }
+
     #[tokio::test]
     async fn starts_every_watch_becomes_ready_and_stops_gracefully() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let addr = fake_apiserver(seen.clone()).await;
-        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-        let client = Client::try_from(config).unwrap();
+        let fake = Arc::new(Fake::default());
+        let client = client_for(fake_apiserver(fake.clone()).await);
         let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
             .unwrap()
             .args;
@@ -710,18 +832,11 @@ mod wiring_tests {
             let health = health.clone();
             async move { run_controllers(client, &args, Arc::default(), health, stop_rx).await }
         });
-        // Poll for readiness (bounded, so a regression fails instead of hanging).
-        for _ in 0..3000 {
-            if health.ready.load(Ordering::Relaxed) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert!(health.ready.load(Ordering::Relaxed), "caches never synced");
+        eventually("readiness", || health.ready.load(Ordering::Relaxed)).await;
         stop_tx.send_replace(true);
         running.await.expect("controllers stop on the stop signal");
 
-        let seen = seen.lock().unwrap().clone();
+        let seen = fake.seen.lock().unwrap().clone();
         let listed = |path: &str| seen.iter().any(|s| s.starts_with(path));
         for path in [
             "/apis/kagent.dev/v1alpha2/namespaces/demo/agents?",
