@@ -6,25 +6,22 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use super::approval_request::pending_for;
 use super::{Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::{Agent, ModelConfig, RemoteMCPServer};
 use crate::kube::conditions::find;
-use crate::kube::{apply, apply_status, is_applied, new_condition, set_condition};
+use crate::kube::{Applicable, apply, apply_status, is_applied, new_condition, set_condition};
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
 use crate::render::{AgentObjects, render_agent};
 use crate::{Error, Result};
@@ -232,25 +229,7 @@ async fn apply_objects(ctx: &Context, agent: &Agent, objects: &AgentObjects) -> 
     Ok(())
 }
 
-trait Owned:
-    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-    + Serialize
-    + DeserializeOwned
-    + Clone
-    + std::fmt::Debug
-{
-}
-
-impl<K> Owned for K where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug
-{
-}
-
-async fn apply_changed<K: Owned>(ctx: &Context, desired: &K, store: &Store<K>) -> Result<()> {
+async fn apply_changed<K: Applicable>(ctx: &Context, desired: &K, store: &Store<K>) -> Result<()> {
     let key = ObjectRef::new(&desired.name_any()).within(&desired.namespace().unwrap_or_default());
     if !is_applied(desired, store.get(&key).as_deref()) {
         apply(&ctx.client, desired).await?;
@@ -258,7 +237,7 @@ async fn apply_changed<K: Owned>(ctx: &Context, desired: &K, store: &Store<K>) -
     Ok(())
 }
 
-async fn apply_or_prune<K: Owned>(
+async fn apply_or_prune<K: Applicable>(
     ctx: &Context,
     agent: &Agent,
     desired: Option<&K>,
@@ -396,18 +375,18 @@ fn tools_available(
 
 /// Publishes an Event when the Accepted condition changes.
 async fn announce(ctx: &Context, agent: &Agent, accepted: &Condition) {
-    let event = Event {
-        type_: if accepted.status == "True" {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        },
-        reason: accepted.reason.clone(),
-        note: Some(accepted.message.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
+    let type_ = if accepted.status == "True" {
+        EventType::Normal
+    } else {
+        EventType::Warning
     };
-    if let Err(error) = ctx.recorder.publish(&event, &agent.object_ref(&())).await {
-        tracing::warn!(%error, "publishing an Event failed");
-    }
+    let targets = [agent.object_ref(&())];
+    ctx.publish(
+        type_,
+        &accepted.reason,
+        accepted.message.clone(),
+        "Reconcile",
+        &targets,
+    )
+    .await;
 }

@@ -11,14 +11,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Patch};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::{Context, measured};
 use crate::Result;
-use crate::api::agent::ToolServerKind;
 use crate::api::approval_request::{ApprovalRequestStatus, DecisionType};
 use crate::api::common::parse_duration_seconds;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, Phase};
@@ -372,43 +371,17 @@ async fn announce(
     };
     let tool = &request.spec.tool_name;
     let server = &request.spec.tool_server;
-    let kind = match server.kind {
-        ToolServerKind::RemoteMCPServer => "RemoteMCPServer",
-        ToolServerKind::Service => "Service",
-    };
     let note = format!(
-        "ApprovalRequest {}: {tool} on {kind} {}/{}: {}",
+        "ApprovalRequest {}: {tool} on {} {}/{}: {}",
         request.name_any(),
+        server.kind.as_str(),
         server.namespace,
         server.name,
         evaluation.message
     );
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(truncate(note, 1000)),
-        action: "Decide".into(),
-        secondary: None,
-    };
     let mut targets = vec![request.object_ref(&())];
     targets.extend(agent.map(|a| a.object_ref(&())));
-    for target in targets {
-        // Events are best effort: a failure to publish must not block the phase.
-        if let Err(error) = ctx.recorder.publish(&event, &target).await {
-            tracing::warn!(%error, "publishing an Event failed");
-        }
-    }
-}
-
-fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
+    ctx.publish(type_, reason, note, "Decide", &targets).await;
 }
 
 /// Sets `hitl_approvals_pending` from the cache, counting `request` in its new phase.
@@ -452,6 +425,7 @@ pub fn pending_for<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::agent::ToolServerKind;
     use crate::api::approval_request::{AgentRef, ApprovalRequestSpec, Decision, ToolServerRef};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 

@@ -15,13 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::api::common::{ValueSource, ValueSourceType};
@@ -213,6 +213,42 @@ impl Context {
             refs: RefIndex::default(),
             http: reqwest::Client::new(),
             discovery_failures: Mutex::default(),
+        }
+    }
+}
+
+/// Largest Event note the API accepts, in bytes.
+const MAX_EVENT_NOTE: usize = 1024;
+
+impl Context {
+    /// Publishes an Event on each of `targets`. Events are best effort: a failure is logged
+    /// and never fails the reconcile.
+    pub async fn publish(
+        &self,
+        type_: EventType,
+        reason: &str,
+        mut note: String,
+        action: &str,
+        targets: &[ObjectReference],
+    ) {
+        if note.len() > MAX_EVENT_NOTE {
+            let mut end = MAX_EVENT_NOTE;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+        }
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: action.to_string(),
+            secondary: None,
+        };
+        for target in targets {
+            if let Err(error) = self.recorder.publish(&event, target).await {
+                tracing::warn!(%error, reason, "publishing an Event failed");
+            }
         }
     }
 }

@@ -18,15 +18,27 @@ pub fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-/// Server-side applies a namespaced object (its namespace and name are taken from the object).
-pub async fn apply<K>(client: &Client, object: &K) -> Result<K>
-where
+/// A namespaced object the controller applies.
+pub trait Applicable:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + std::fmt::Debug
+{
+}
+
+impl<K> Applicable for K where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Serialize
         + DeserializeOwned
         + Clone
-        + std::fmt::Debug,
+        + std::fmt::Debug
 {
+}
+
+/// Server-side applies a namespaced object (its namespace and name are taken from the object).
+pub async fn apply<K: Applicable>(client: &Client, object: &K) -> Result<K> {
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<K> = Api::namespaced(client.clone(), &namespace);
     Ok(api

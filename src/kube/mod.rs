@@ -4,5 +4,5 @@
 pub mod apply;
 pub mod conditions;
 
-pub use apply::{FIELD_MANAGER, apply, apply_params, apply_status, is_applied};
+pub use apply::{Applicable, FIELD_MANAGER, apply, apply_params, apply_status, is_applied};
 pub use conditions::{new_condition, set_condition};
