@@ -19,7 +19,7 @@ use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, reflector::reflector, watcher};
+use kube::runtime::{WatchStreamExt, predicates, reflector::reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 use serde::de::DeserializeOwned;
@@ -294,6 +294,35 @@ where
     (reader, stream)
 }
 
+/// A cached watch of `K` that triggers only on spec changes (new generation), so the
+/// reconciler's own status writes do not trigger it again.
+fn spec_changes<K>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(api::<K>(client, namespace), watcher::Config::default()),
+    )
+    .default_backoff()
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default());
+    (reader, stream)
+}
+
 /// Trigger stream of metadata changes of `K` (nothing cached).
 fn metadata<K>(
     client: &Client,
@@ -495,12 +524,8 @@ async fn run_controllers(
     };
 
     let model_config_controller = {
-        let controller = Controller::new(
-            api::<ModelConfig>(&client, namespace),
-            watcher::Config::default(),
-        );
-        let model_configs = controller.store();
-        controller
+        let (model_configs, changes) = spec_changes::<ModelConfig>(&client, namespace);
+        Controller::for_stream(changes, model_configs.clone())
             .watches_stream(
                 metadata::<Secret>(&client, namespace),
                 move |secret: PartialObjectMeta<Secret>| {
@@ -520,12 +545,9 @@ async fn run_controllers(
     };
 
     let server_controller = {
-        let controller = Controller::new(
-            api::<RemoteMCPServer>(&client, namespace),
-            watcher::Config::default(),
-        );
-        let (for_secrets, for_config_maps) = (controller.store(), controller.store());
-        controller
+        let (servers, changes) = spec_changes::<RemoteMCPServer>(&client, namespace);
+        let (for_secrets, for_config_maps) = (servers.clone(), servers.clone());
+        Controller::for_stream(changes, servers)
             .watches_stream(
                 metadata::<Secret>(&client, namespace),
                 move |secret: PartialObjectMeta<Secret>| {
