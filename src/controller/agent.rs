@@ -39,7 +39,13 @@ const RESYNC: Duration = Duration::from_secs(3600);
 
 /// Reconciles one Agent.
 pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action> {
-    measured(&ctx, CONTROLLER, reconcile_inner(&agent, &ctx)).await
+    measured(
+        &ctx,
+        CONTROLLER,
+        agent.as_ref(),
+        reconcile_inner(&agent, &ctx),
+    )
+    .await
 }
 
 async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {

@@ -216,7 +216,13 @@ fn outcome(phase: Phase) -> Option<&'static str> {
 
 /// Reconciles one ApprovalRequest.
 pub async fn reconcile(request: Arc<ApprovalRequest>, ctx: Arc<Context>) -> Result<Action> {
-    measured(&ctx, CONTROLLER, reconcile_inner(&request, &ctx)).await
+    measured(
+        &ctx,
+        CONTROLLER,
+        request.as_ref(),
+        reconcile_inner(&request, &ctx),
+    )
+    .await
 }
 
 async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Action> {

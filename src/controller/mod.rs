@@ -14,6 +14,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -254,13 +256,21 @@ impl Context {
 }
 
 /// Runs one reconcile of `controller`, recording its count, duration and error reason.
+/// Logs inside it carry the controller and the object.
 pub async fn measured(
     ctx: &Context,
     controller: &'static str,
+    object: &impl kube::Resource,
     reconcile: impl Future<Output = Result<Action>>,
 ) -> Result<Action> {
+    let span = tracing::info_span!(
+        "reconcile",
+        controller,
+        namespace = object.meta().namespace.as_deref().unwrap_or_default(),
+        name = object.meta().name.as_deref().unwrap_or_default(),
+    );
     let started = Instant::now();
-    let result = reconcile.await;
+    let result = reconcile.instrument(span).await;
     ctx.metrics
         .reconciled(controller, started.elapsed(), result.as_ref().err());
     result
@@ -292,8 +302,16 @@ pub async fn fetch_value_source(
 }
 
 /// Requeue policy after a failed reconcile: retry soon, logging why.
-pub fn retry_after_error(kind: &str, error: &Error) -> Action {
-    tracing::warn!(kind, reason = error.reason(), %error, "reconcile failed");
+pub fn retry_after_error(kind: &str, object: &impl kube::Resource, error: &Error) -> Action {
+    let meta = object.meta();
+    tracing::warn!(
+        kind,
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        name = meta.name.as_deref().unwrap_or_default(),
+        reason = error.reason(),
+        %error,
+        "reconcile failed, retrying in 15s"
+    );
     Action::requeue(Duration::from_secs(15))
 }
 

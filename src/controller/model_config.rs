@@ -24,7 +24,13 @@ pub const CONTROLLER: &str = "modelconfig";
 
 /// Reconciles one ModelConfig.
 pub async fn reconcile(model_config: Arc<ModelConfig>, ctx: Arc<Context>) -> Result<Action> {
-    measured(&ctx, CONTROLLER, reconcile_inner(&model_config, &ctx)).await
+    measured(
+        &ctx,
+        CONTROLLER,
+        model_config.as_ref(),
+        reconcile_inner(&model_config, &ctx),
+    )
+    .await
 }
 
 async fn reconcile_inner(model_config: &ModelConfig, ctx: &Context) -> Result<Action> {

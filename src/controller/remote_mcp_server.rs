@@ -28,7 +28,13 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Reconciles one RemoteMCPServer.
 pub async fn reconcile(server: Arc<RemoteMCPServer>, ctx: Arc<Context>) -> Result<Action> {
-    measured(&ctx, CONTROLLER, reconcile_inner(&server, &ctx)).await
+    measured(
+        &ctx,
+        CONTROLLER,
+        server.as_ref(),
+        reconcile_inner(&server, &ctx),
+    )
+    .await
 }
 
 async fn reconcile_inner(server: &RemoteMCPServer, ctx: &Context) -> Result<Action> {

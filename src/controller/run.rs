@@ -496,7 +496,7 @@ async fn run_controllers(
             .graceful_shutdown_on(shutdown())
             .run(
                 agent::reconcile,
-                |_, error, _| retry_after_error("Agent", error),
+                |object, error, _| retry_after_error("Agent", object.as_ref(), error),
                 ctx.clone(),
             )
     };
@@ -518,7 +518,7 @@ async fn run_controllers(
             .graceful_shutdown_on(shutdown())
             .run(
                 approval_request::reconcile,
-                |_, error, _| retry_after_error("ApprovalRequest", error),
+                |object, error, _| retry_after_error("ApprovalRequest", object.as_ref(), error),
                 ctx.clone(),
             )
     };
@@ -539,7 +539,7 @@ async fn run_controllers(
             .graceful_shutdown_on(shutdown())
             .run(
                 model_config::reconcile,
-                |_, error, _| retry_after_error("ModelConfig", error),
+                |object, error, _| retry_after_error("ModelConfig", object.as_ref(), error),
                 ctx.clone(),
             )
     };
@@ -573,7 +573,7 @@ async fn run_controllers(
             .graceful_shutdown_on(shutdown())
             .run(
                 remote_mcp_server::reconcile,
-                |_, error, _| retry_after_error("RemoteMCPServer", error),
+                |object, error, _| retry_after_error("RemoteMCPServer", object.as_ref(), error),
                 ctx.clone(),
             )
     };
