@@ -203,7 +203,7 @@ fn ttl_of(agent: Option<&Agent>) -> Duration {
         .map_or(DEFAULT_TTL, Duration::from_secs_f64)
 }
 
-/// Metric label and Event reason of a phase reached.
+/// Metric label of a phase reached (Executed was counted as approved already).
 fn outcome(phase: Phase) -> Option<&'static str> {
     match phase {
         Phase::Approved => Some("approved"),
@@ -277,9 +277,12 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
             s.message.clone(),
         )
     };
+    // The gate may set Executed itself; its Event goes out when the controller records it.
+    let newly_finished =
+        evaluation.phase.is_terminal() && find(&current.conditions, FINISHED).is_none();
     if owned(&status) != owned(&current) {
         apply_status(&api, request, &status).await?;
-        if current.phase != Some(evaluation.phase) {
+        if current.phase != Some(evaluation.phase) || newly_finished {
             announce(ctx, request, agent.as_deref(), &evaluation, current.phase).await;
         }
     }
@@ -355,7 +358,7 @@ async fn announce(
     previous: Option<Phase>,
 ) {
     let phase = evaluation.phase;
-    if let Some(outcome) = outcome(phase) {
+    if let Some(outcome) = outcome(phase).filter(|_| previous != Some(phase)) {
         let latency = evaluation
             .decided_at
             .zip(request.meta().creation_timestamp.as_ref())
@@ -364,8 +367,6 @@ async fn announce(
                 Duration::try_from(decided.duration_since(created.0)).ok()
             });
         ctx.metrics.decided(outcome, latency);
-    } else if phase == Phase::Executed && previous != Some(Phase::Approved) {
-        ctx.metrics.decided("approved", None);
     }
     let (reason, type_) = match phase {
         Phase::Pending => ("ApprovalRequested", EventType::Normal),

@@ -310,3 +310,43 @@ async fn consumed_approval_becomes_executed() {
     assert!(body["status"].get("consumedAt").is_none());
     assert_eq!(requests[1].body["reason"], "Executed");
 }
+
+#[tokio::test]
+async fn executed_set_by_the_gate_is_recorded_once() {
+    let executed = "status: {phase: Executed, decidedAt: \"2027-01-15T08:01:40Z\", consumedAt: \"2027-01-15T08:01:50Z\", consumedBy: pod-1, message: ran}";
+    let request = request(
+        "decision: {type: Approve, decidedBy: alice}",
+        executed,
+        true,
+    );
+    let mut script = vec![status_patch(&request)];
+    script.extend(events(2));
+    let cache = || Cache {
+        agents: vec![agent("delete_file", "24h")],
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(request.clone()), cache().context(client, at(200)))
+    })
+    .await;
+    result.unwrap();
+    let body = &requests[0].body;
+    assert_eq!(phase(body), "Executed");
+    assert_eq!(
+        conditions(body),
+        vec![("Finished".into(), "True".into(), "Executed".into())]
+    );
+    assert_eq!(requests[1].body["reason"], "Executed");
+
+    // Recorded: the next reconcile writes nothing.
+    let mut recorded = request.clone();
+    recorded.status = Some(serde_json::from_value(body["status"].clone()).unwrap());
+    recorded.status.as_mut().unwrap().consumed_at =
+        request.status.as_ref().unwrap().consumed_at.clone();
+    let (result, requests) = run_script(Vec::new(), |client| {
+        reconcile(Arc::new(recorded.clone()), cache().context(client, at(300)))
+    })
+    .await;
+    result.unwrap();
+    assert!(requests.is_empty());
+}
