@@ -75,8 +75,8 @@ for object in secret/$AGENT serviceaccount/$AGENT deployment/$AGENT service/$AGE
   [ "$owner" = "Agent/$AGENT" ] || fail "$object owner is '$owner'"
   echo "ok: $object"
 done
-has_value modelconfig/default-model-config '{.status.conditions[?(@.type=="Accepted")].status}' True ||
-  fail "ModelConfig not Accepted"
+wait_for "ModelConfig Accepted" 30 \
+  has_value modelconfig/default-model-config '{.status.conditions[?(@.type=="Accepted")].status}' True
 [ -n "$(jsonpath modelconfig/default-model-config '{.status.secretHash}')" ] || fail "no secretHash"
 
 step "admission rejects requireApproval entries missing from toolNames"
@@ -114,7 +114,7 @@ decide() { # NAME Approve|Deny
 }
 create_request approve-me 600
 create_request deny-me 600
-create_request let-me-expire 15
+create_request let-me-expire 30
 wait_for "approve-me Pending" 30 phase_is approve-me Pending
 wait_for "pendingApprovals=3" 30 has_value "agent/$AGENT" '{.status.pendingApprovals}' 3
 has_value approvalrequest/approve-me '{.metadata.ownerReferences[0].name}' "$AGENT" || fail "not adopted"
