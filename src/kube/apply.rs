@@ -103,12 +103,21 @@ pub fn is_applied<K: Serialize>(desired: &K, observed: Option<&K>) -> bool {
 
 /// Whether `observed` contains `desired`: objects by key (a missing key equals a zero value,
 /// which Go's `omitempty` drops), lists element by element with equal length, scalars by
-/// equality.
+/// equality, and resource quantities (values under `limits`/`requests`) by amount, since the
+/// apiserver stores them canonicalised (`0.5` becomes `500m`).
 fn contains(observed: &Value, desired: &Value) -> bool {
+    contains_at(observed, desired, false)
+}
+
+fn contains_at(observed: &Value, desired: &Value, quantities: bool) -> bool {
     match (observed, desired) {
         (Value::Object(observed), Value::Object(desired)) => {
             desired.iter().all(|(key, value)| match observed.get(key) {
-                Some(present) => contains(present, value),
+                Some(present) => contains_at(
+                    present,
+                    value,
+                    quantities || matches!(key.as_str(), "limits" | "requests"),
+                ),
                 None => is_empty(value),
             })
         }
@@ -117,8 +126,46 @@ fn contains(observed: &Value, desired: &Value) -> bool {
                 && observed.iter().zip(desired).all(|(o, d)| contains(o, d))
         }
         (Value::Null, desired) => is_empty(desired),
+        (Value::String(o), Value::String(d)) if quantities && o != d => {
+            match (quantity(o), quantity(d)) {
+                (Some(o), Some(d)) => (o - d).abs() <= f64::EPSILON * o.abs().max(d.abs()),
+                _ => false,
+            }
+        }
         (observed, desired) => observed == desired,
     }
+}
+
+/// The amount of a Kubernetes quantity such as `500m`, `1.5Gi`, `2e3` or `1k`.
+fn quantity(text: &str) -> Option<f64> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let factor = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        exponent => {
+            let exponent: i32 = exponent.strip_prefix(['e', 'E'])?.parse().ok()?;
+            10f64.powi(exponent)
+        }
+    };
+    Some(number * factor)
 }
 
 fn is_empty(value: &Value) -> bool {
@@ -228,6 +275,28 @@ mod tests {
         assert!(contains(&defaulted, &one));
         assert!(!contains(&two, &one));
         assert!(contains(&Value::Null, &serde_json::json!([])));
+    }
+
+    #[test]
+    fn quantities_compare_by_amount() {
+        let resources = |cpu: &str, memory: &str| serde_json::json!({"resources": {"limits": {"cpu": cpu, "memory": memory}}});
+        assert!(contains(
+            &resources("500m", "1Gi"),
+            &resources("0.5", "1024Mi")
+        ));
+        assert!(contains(
+            &resources("2k", "1Gi"),
+            &resources("2e3", "1073741824")
+        ));
+        assert!(!contains(
+            &resources("500m", "1Gi"),
+            &resources("0.6", "1Gi")
+        ));
+        // Only quantities: other strings still compare as written.
+        assert!(!contains(
+            &serde_json::json!({"env": {"value": "500m"}}),
+            &serde_json::json!({"env": {"value": "0.5"}})
+        ));
     }
 
     #[test]
