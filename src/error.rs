@@ -38,6 +38,18 @@ pub enum Error {
         /// Parser message.
         message: String,
     },
+    /// The ApprovalRequest a gated call waited on was deleted.
+    #[error("ApprovalRequest {name} was deleted while the call waited")]
+    RequestDeleted {
+        /// Name of the request.
+        name: String,
+    },
+    /// Creating a call's ApprovalRequest kept colliding with finished requests of other gates.
+    #[error("could not create an ApprovalRequest {name}-<n>: too many concurrent generations")]
+    CreateRace {
+        /// Name of the call's requests without the generation.
+        name: String,
+    },
     /// Listing an MCP server's tools failed.
     #[error("{server}: listing tools: {message}")]
     ToolDiscovery {
@@ -49,10 +61,10 @@ pub enum Error {
     /// Leader election on the Lease failed.
     #[error("leader election: {0}")]
     LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
-    /// The metrics/health server failed.
-    #[error("serving {addr}: {source}")]
-    Serve {
-        /// Listen address.
+    /// A listener could not be bound.
+    #[error("listen on {addr}: {source}")]
+    Bind {
+        /// The address.
         addr: String,
         /// Cause.
         source: std::io::Error,
@@ -77,9 +89,11 @@ impl Error {
             Self::Json(_) => "SerializationError",
             Self::Yaml { .. } => "InvalidYaml",
             Self::Io { .. } => "IoError",
+            Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
+            Self::CreateRace { .. } => "ApprovalRequestCreateRace",
+            Self::Bind { .. } => "BindError",
             Self::ToolDiscovery { .. } => "ToolDiscoveryFailed",
             Self::LeaderElection(_) => "LeaderElectionFailed",
-            Self::Serve { .. } => "ServeFailed",
         }
     }
 }

@@ -21,6 +21,8 @@ enum Command {
     Render(cli::render::RenderArgs),
     /// Print every CustomResourceDefinition as YAML (or write them with --output-dir).
     Crds(cli::crds::CrdsArgs),
+    /// Run the approval gate sidecar: an MCP proxy that holds gated tool calls for approval.
+    Gate(cli::gate::GateArgs),
     /// Run the controller against the cluster of the current kubeconfig (or in-cluster).
     Controller(hitl_operator::controller::ControllerArgs),
 }
@@ -28,16 +30,6 @@ enum Command {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Render(args) => ExitCode::from(cli::render::run(&args)),
-        Command::Controller(args) => {
-            let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
-            match runtime.block_on(hitl_operator::controller::run(args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
         Command::Crds(cli::crds::CrdsArgs {
             output_dir: Some(dir),
         }) => match cli::crds::write_crds(&dir) {
@@ -58,5 +50,52 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Controller(args) => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(hitl_operator::controller::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(reason = e.reason(), error = %e, "controller failed");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Gate(args) => {
+            // kube uses rustls with ring; no crate may pick another provider first.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            init_tracing();
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(cli::gate::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(reason = e.reason(), error = %e, "gate failed");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
+}
+
+/// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
 }

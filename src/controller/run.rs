@@ -132,7 +132,9 @@ pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
     // A second initialisation (tests) keeps the first subscriber.
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
@@ -161,7 +163,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
 
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
-        .map_err(|source| Error::Serve {
+        .map_err(|source| Error::Bind {
             addr: args.metrics_addr.to_string(),
             source,
         })?;

@@ -1,3 +1,14 @@
 //! The approval gate sidecar: an MCP proxy that holds gated tool calls until a human decides.
 
+pub mod approval;
 pub mod config;
+pub mod decision;
+pub mod hash;
+pub mod jsonrpc;
+pub mod legacy;
+pub mod metrics;
+pub mod outcome;
+pub mod proxy;
+pub mod redact;
+pub mod server;
+pub mod sse;

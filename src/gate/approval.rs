@@ -1,0 +1,476 @@
+//! ApprovalRequests as the gate uses them: find or create the request of a gated call, watch
+//! it until it is decided, and consume an approval exactly once.
+//!
+//! Naming: a call's requests are named `<agent>-<tool>-<h>-<generation>`, where `<h>` is the
+//! first 16 hex digits of the SHA-256 of (agent, server kind/namespace/name, tool,
+//! argumentsSha256). Generation 0 is the first request for that call; a finished request
+//! (Executed, Denied, Expired, Cancelled) never blocks a new one: the gate lists the call's
+//! requests by label, reuses a live one (Pending or Approved, not expired, not consumed) and
+//! otherwise creates the next generation. Two gates creating the same name at once both end up
+//! on the one the apiserver accepted (`AlreadyExists` is answered by reading it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::core::ObjectMeta;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use super::config::AgentIdentity;
+use super::decision::{CallKey, Clock, Refusal, Verdict, decide, is_live};
+use super::hash::ArgsDigest;
+use super::redact;
+use crate::api::approval_request::{
+    AgentRef, ApprovalRequest, ApprovalRequestSpec, CallContext, LABEL_AGENT, LABEL_ARGS_HASH,
+    LABEL_TOOL, ToolServerRef,
+};
+use crate::{Error, Result};
+
+/// Longest `spec.message`.
+const MAX_MESSAGE_CHARS: usize = 4096;
+/// How many generations a call may race through before the gate gives up.
+const MAX_CREATE_ATTEMPTS: u64 = 8;
+/// How many 409 Conflicts on consumption the gate re-reads before giving up.
+const MAX_CONFLICTS: u32 = 5;
+
+/// A gated call, as the approval flow needs it.
+#[derive(Clone, Debug)]
+pub struct GatedCall<'a> {
+    /// What the request must be about.
+    pub key: CallKey,
+    /// Hash and size of the full arguments.
+    pub digest: ArgsDigest,
+    /// Full arguments (only their redacted preview is written).
+    pub arguments: &'a serde_json::Value,
+    /// Where the call came from.
+    pub context: CallContext,
+}
+
+/// How the approval of a call ended.
+#[derive(Clone, Debug)]
+pub enum Resolution {
+    /// This gate consumed the approval: forward the call, once.
+    Approved {
+        /// Request name.
+        name: String,
+    },
+    /// The call must not run.
+    Refused {
+        /// Request name.
+        name: String,
+        /// Why.
+        refusal: Refusal,
+    },
+    /// Still undecided when the gate stopped waiting.
+    Pending {
+        /// Request name.
+        name: String,
+        /// The latest finished request for the same call, if any (e.g. an earlier denial).
+        previous: Option<Box<ApprovalRequest>>,
+    },
+}
+
+/// The gate's client for ApprovalRequests in the agent's namespace.
+#[derive(Clone)]
+pub struct Approvals {
+    api: Api<ApprovalRequest>,
+    agent: AgentIdentity,
+    timeout: SignedDuration,
+    wait: Duration,
+    progress_every: Duration,
+    pod: String,
+    clock: Arc<dyn Clock>,
+}
+
+/// Settings of [`Approvals`].
+#[derive(Clone, Debug)]
+pub struct ApprovalSettings {
+    /// Time a request can be decided (`expiresAt = now + timeout`).
+    pub timeout: Duration,
+    /// Time a call is held open waiting.
+    pub wait: Duration,
+    /// Interval between progress notifications while waiting.
+    pub progress_every: Duration,
+    /// This gate's name in `status.consumedBy`.
+    pub pod: String,
+}
+
+impl Approvals {
+    /// A client writing requests for `agent` through `client`.
+    pub fn new(
+        client: kube::Client,
+        agent: AgentIdentity,
+        settings: ApprovalSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, &agent.namespace),
+            timeout: SignedDuration::try_from(settings.timeout).unwrap_or(SignedDuration::MAX),
+            wait: settings.wait,
+            progress_every: settings.progress_every,
+            pod: settings.pod,
+            agent,
+            clock,
+        }
+    }
+
+    /// The agent's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.agent.namespace
+    }
+
+    /// Runs the whole approval of `call`: find or create its request, wait for a decision up
+    /// to the wait timeout (calling `progress` now and then), and consume an approval.
+    /// Any error means the call must not run.
+    pub async fn resolve(
+        &self,
+        call: &GatedCall<'_>,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Resolution> {
+        let (mut req, previous) = self.find_or_create(call).await?;
+        let name = req.metadata.name.clone().unwrap_or_default();
+        let wait_until = Instant::now() + self.wait;
+        let mut conflicts = 0;
+        loop {
+            let now = self.clock.now();
+            match decide(&req, &call.key, now) {
+                Verdict::Refuse(refusal) => return Ok(Resolution::Refused { name, refusal }),
+                Verdict::Forward => match self.consume(&req).await {
+                    Ok(()) => return Ok(Resolution::Approved { name }),
+                    Err(Error::Kube(kube::Error::Api(s)))
+                        if s.is_conflict() && conflicts < MAX_CONFLICTS =>
+                    {
+                        conflicts += 1;
+                        tracing::info!(request = %name, "request changed while consuming; re-reading");
+                        req = self.api.get(&name).await?;
+                    }
+                    Err(e) => return Err(e),
+                },
+                Verdict::Wait if Instant::now() >= wait_until => {
+                    return Ok(Resolution::Pending {
+                        name,
+                        previous: previous.map(Box::new),
+                    });
+                }
+                Verdict::Wait => {
+                    let expires_in = req.spec.expires_at.0.duration_since(now).unsigned_abs();
+                    let deadline = wait_until.min(Instant::now() + expires_in);
+                    req = match self.next_change(&req, deadline, progress).await? {
+                        Some(next) => next,
+                        // The wait or the request's lifetime ended: read it once more, decide.
+                        None => self.api.get(&name).await?,
+                    };
+                }
+            }
+        }
+    }
+
+    /// The live request of `call`, created if needed, and the latest finished one before it.
+    pub async fn find_or_create(
+        &self,
+        call: &GatedCall<'_>,
+    ) -> Result<(ApprovalRequest, Option<ApprovalRequest>)> {
+        let selector = format!(
+            "{LABEL_AGENT}={},{LABEL_TOOL}={},{LABEL_ARGS_HASH}={}",
+            label_value(&call.key.agent),
+            label_value(&call.key.tool),
+            call.digest.short()
+        );
+        let base = base_name(&call.key);
+        let now = self.clock.now();
+        let mine: Vec<ApprovalRequest> = self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .into_iter()
+            .filter(|r| call.key.matches(r))
+            .filter(|r| generation(r, &base).is_some())
+            .collect();
+        if let Some(live) = mine.iter().find(|r| is_live(r, &call.key, now)) {
+            return Ok((live.clone(), None));
+        }
+        let previous = mine.into_iter().max_by_key(|r| generation(r, &base));
+        let mut next = previous
+            .as_ref()
+            .and_then(|r| generation(r, &base))
+            .map_or(0, |g| g + 1);
+        for _ in 0..MAX_CREATE_ATTEMPTS {
+            let req = self.build(call, &format!("{base}-{next}"))?;
+            match self.api.create(&PostParams::default(), &req).await {
+                Ok(created) => {
+                    tracing::info!(request = %created.metadata.name.as_deref().unwrap_or_default(),
+                        tool = %call.key.tool, args_sha256 = %call.digest.sha256, "created ApprovalRequest");
+                    return Ok((created, previous));
+                }
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                    let existing = self.api.get(&format!("{base}-{next}")).await?;
+                    if call.key.matches(&existing)
+                        && is_live(&existing, &call.key, self.clock.now())
+                    {
+                        return Ok((existing, previous));
+                    }
+                    next += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Error::CreateRace { name: base })
+    }
+
+    /// The ApprovalRequest object for `call`.
+    fn build(&self, call: &GatedCall<'_>, name: &str) -> Result<ApprovalRequest> {
+        let key = &call.key;
+        let preview = redact::preview(call.arguments);
+        let expires_at = self
+            .clock
+            .now()
+            .checked_add(self.timeout)
+            .unwrap_or(Timestamp::MAX);
+        let message = message(key, &preview);
+        let owner_references = (!self.agent.uid.is_empty()).then(|| {
+            vec![OwnerReference {
+                api_version: format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
+                kind: "Agent".into(),
+                name: self.agent.name.clone(),
+                uid: self.agent.uid.clone(),
+                ..Default::default()
+            }]
+        });
+        let mut req = ApprovalRequest::new(
+            name,
+            ApprovalRequestSpec {
+                agent_ref: AgentRef {
+                    name: key.agent.clone(),
+                },
+                tool_server: ToolServerRef {
+                    kind: key.server_kind,
+                    name: key.server_name.clone(),
+                    namespace: key.server_namespace.clone(),
+                },
+                tool_name: key.tool.clone(),
+                arguments_preview: Some(preview),
+                arguments_sha256: call.digest.sha256.clone(),
+                arguments_bytes: i64::try_from(call.digest.bytes).unwrap_or(i64::MAX),
+                requested_by: format!(
+                    "system:serviceaccount:{}:{}",
+                    self.agent.namespace, self.agent.service_account
+                ),
+                message: Some(message),
+                context: Some(call.context.clone()),
+                expires_at: Time(expires_at),
+                decision: None,
+            },
+        );
+        req.metadata = ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(self.agent.namespace.clone()),
+            labels: Some(
+                [
+                    (LABEL_AGENT.to_string(), label_value(&key.agent)),
+                    (LABEL_TOOL.to_string(), label_value(&key.tool)),
+                    (LABEL_ARGS_HASH.to_string(), call.digest.short().to_string()),
+                ]
+                .into(),
+            ),
+            owner_references,
+            ..Default::default()
+        };
+        Ok(req)
+    }
+
+    /// Waits for the next version of `req` until `deadline`, calling `progress` on the way.
+    /// `None` when the deadline passed first.
+    async fn next_change(
+        &self,
+        req: &ApprovalRequest,
+        deadline: Instant,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Option<ApprovalRequest>> {
+        let name = req.metadata.name.clone().unwrap_or_default();
+        let rv = req.metadata.resource_version.clone().unwrap_or_default();
+        // An upper bound only: the deadline below ends the wait.
+        let secs = self.wait.as_secs().clamp(1, 290) as u32;
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(secs);
+        let mut events = self.api.watch(&params, &rv).await?.boxed();
+        let waiting = format!(
+            "Waiting for approval: ApprovalRequest {name} in namespace {}",
+            self.agent.namespace
+        );
+        progress(&waiting);
+        let mut tick =
+            tokio::time::interval_at(Instant::now() + self.progress_every, self.progress_every);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return Ok(None),
+                _ = tick.tick() => progress(&waiting),
+                event = events.try_next() => match event? {
+                    Some(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => return Ok(Some(obj)),
+                    Some(WatchEvent::Deleted(_)) => return Err(Error::RequestDeleted { name }),
+                    Some(WatchEvent::Bookmark(_)) => {}
+                    // 410 Gone (history compacted) or any other watch error: read afresh.
+                    Some(WatchEvent::Error(status)) => {
+                        tracing::info!(request = %name, code = status.code, "watch error; re-reading");
+                        pause(deadline).await;
+                        return match self.api.get_opt(&name).await? {
+                            Some(obj) => Ok(Some(obj)),
+                            None => Err(Error::RequestDeleted { name }),
+                        };
+                    }
+                    // The server closed the watch (its timeout): read afresh, watch again.
+                    None => {
+                        pause(deadline).await;
+                        match self.api.get_opt(&name).await? {
+                            None => return Err(Error::RequestDeleted { name }),
+                            Some(obj) if obj.metadata.resource_version != req.metadata.resource_version => {
+                                return Ok(Some(obj));
+                            }
+                            Some(_) if Instant::now() >= deadline => return Ok(None),
+                            Some(_) => events = self.api.watch(&params, &rv).await?.boxed(),
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// Marks an approved request consumed by this gate: a merge patch of the status
+    /// subresource guarded by the request's resourceVersion. A 409 Conflict means another
+    /// gate (or a change) won; the caller re-reads.
+    async fn consume(&self, req: &ApprovalRequest) -> Result<()> {
+        let name = req.metadata.name.clone().unwrap_or_default();
+        let now = Time(self.clock.now());
+        let mut status = json!({
+            "phase": "Executed",
+            "consumedAt": now,
+            "consumedBy": self.pod,
+            "message": format!("Approved call forwarded by {}", self.pod),
+        });
+        if req
+            .status
+            .as_ref()
+            .and_then(|s| s.decided_at.as_ref())
+            .is_none()
+        {
+            status["decidedAt"] = json!(now);
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": req.metadata.resource_version},
+            "status": status,
+        });
+        self.api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        tracing::info!(request = %name, consumed_by = %self.pod, "approval consumed");
+        Ok(())
+    }
+}
+
+/// A short pause before re-reading after a watch ended, so a misbehaving apiserver is not
+/// hammered; never past `deadline`.
+async fn pause(deadline: Instant) {
+    tokio::time::sleep_until(deadline.min(Instant::now() + Duration::from_millis(200))).await;
+}
+
+/// `<agent>-<tool>-<h>`: the name of a call's requests without the generation.
+pub fn base_name(key: &CallKey) -> String {
+    let mut h = Sha256::new();
+    for part in [
+        key.agent.as_str(),
+        key.server_kind.as_str(),
+        key.server_namespace.as_str(),
+        key.server_name.as_str(),
+        key.tool.as_str(),
+        key.sha256.as_str(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let h = hex::encode(h.finalize());
+    format!(
+        "{}-{}-{}",
+        dns_part(&key.agent, 40),
+        dns_part(&key.tool, 40),
+        &h[..16]
+    )
+}
+
+/// The generation of `req` if its name is `<base>-<n>`.
+fn generation(req: &ApprovalRequest, base: &str) -> Option<u64> {
+    req.metadata
+        .name
+        .as_deref()?
+        .strip_prefix(base)?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+}
+
+/// Lowercase DNS-label characters of `s`, at most `max` long, never empty.
+fn dns_part(s: &str, max: usize) -> String {
+    let mapped: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trimmed: String = mapped.trim_matches('-').chars().take(max).collect();
+    let trimmed = trimmed.trim_end_matches('-');
+    if trimmed.is_empty() {
+        "x".into()
+    } else {
+        trimmed.into()
+    }
+}
+
+/// `s` made a valid label value (at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both ends).
+pub fn label_value(s: &str) -> String {
+    let mapped: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect();
+    mapped
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
+/// The question shown to approvers, built from the redacted preview only.
+fn message(key: &CallKey, preview: &serde_json::Map<String, serde_json::Value>) -> String {
+    let args = serde_json::to_string(preview).unwrap_or_default();
+    let head = format!(
+        "Run '{}' on {} {}/{} with arguments ",
+        key.tool,
+        key.server_kind.as_str(),
+        key.server_namespace,
+        key.server_name
+    );
+    let room = MAX_MESSAGE_CHARS.saturating_sub(head.chars().count() + 2);
+    let args = if args.chars().count() > room {
+        let cut: String = args.chars().take(room.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        args
+    };
+    format!("{head}{args}?")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,679 @@
+//! Mock-apiserver tests: the exact requests the gate sends, and fail-closed behaviour on
+//! apiserver errors.
+
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response};
+use kube::client::Body;
+use serde_json::{Value, json};
+use tower_test::mock;
+
+use super::*;
+use crate::api::agent::ToolServerKind;
+use crate::gate::decision::Refusal;
+use crate::gate::hash::digest;
+
+type Handle = mock::Handle<Request<Body>, Response<Body>>;
+
+const NS: &str = "team";
+const BASE_PATH: &str = "/apis/kagent.dev/v1alpha2/namespaces/team/approvalrequests";
+
+/// A clock the test moves by hand.
+struct Manual(Mutex<Timestamp>);
+impl Clock for Manual {
+    fn now(&self) -> Timestamp {
+        *self.0.lock().unwrap()
+    }
+}
+
+fn now() -> Timestamp {
+    "2026-11-22T00:00:00Z".parse().unwrap()
+}
+
+fn approvals(at: Timestamp) -> (Approvals, Handle) {
+    let (a, handle, _) = approvals_with_clock(at);
+    (a, handle)
+}
+
+fn approvals_with_clock(at: Timestamp) -> (Approvals, Handle, Arc<Manual>) {
+    let clock = Arc::new(Manual(Mutex::new(at)));
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(svc, NS);
+    let agent = AgentIdentity {
+        namespace: NS.into(),
+        name: "agent-a".into(),
+        uid: "uid-1".into(),
+        service_account: "agent-a-sa".into(),
+    };
+    let settings = ApprovalSettings {
+        timeout: Duration::from_secs(3600),
+        wait: Duration::from_secs(30),
+        progress_every: Duration::from_secs(3600),
+        pod: "gate-pod-0".into(),
+    };
+    (
+        Approvals::new(client, agent, settings, clock.clone()),
+        handle,
+        clock,
+    )
+}
+
+fn args() -> Value {
+    json!({"path": "/data/report.csv", "password": "canary-pw-123", "note": "sk-canary0123456789"})
+}
+
+fn call(arguments: &Value) -> GatedCall<'_> {
+    let digest = digest(arguments).unwrap();
+    GatedCall {
+        key: CallKey {
+            agent: "agent-a".into(),
+            server_kind: ToolServerKind::RemoteMCPServer,
+            server_namespace: "tools".into(),
+            server_name: "fs".into(),
+            tool: "delete_file".into(),
+            sha256: digest.sha256.clone(),
+        },
+        digest,
+        arguments,
+        context: CallContext {
+            session_id: Some("sess-1".into()),
+            task_id: None,
+            call_id: Some("7".into()),
+        },
+    }
+}
+
+/// What the apiserver stored after creation, with a resourceVersion.
+fn stored(created: &Value, rv: &str) -> Value {
+    let mut obj = created.clone();
+    obj["metadata"]["resourceVersion"] = json!(rv);
+    obj["metadata"]["uid"] = json!("req-uid");
+    obj
+}
+
+fn with_decision(obj: &Value, rv: &str, decision: Value) -> Value {
+    let mut obj = obj.clone();
+    obj["metadata"]["resourceVersion"] = json!(rv);
+    obj["spec"]["decision"] = decision;
+    obj
+}
+
+fn list_of(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequestList", "metadata": {"resourceVersion": "1"}, "items": items})
+}
+
+fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": format!("mock {reason}"), "reason": reason, "code": code})
+}
+
+fn respond(send: mock::SendResponse<Response<Body>>, code: u16, body: &Value) {
+    send.send_response(
+        Response::builder()
+            .status(code)
+            .body(Body::from(serde_json::to_vec(body).unwrap()))
+            .unwrap(),
+    );
+}
+
+fn watch_body(events: &[(&str, Value)]) -> Body {
+    let mut out = Vec::new();
+    for (kind, obj) in events {
+        out.extend(serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap());
+        out.push(b'\n');
+    }
+    Body::from(out)
+}
+
+/// Takes the next request: (method, path?query, JSON body or Null).
+async fn next(handle: &mut Handle) -> (String, String, Value, mock::SendResponse<Response<Body>>) {
+    let (req, send) = handle.next_request().await.expect("a request");
+    let method = req.method().to_string();
+    let uri = req.uri().to_string();
+    let bytes = req.into_body().collect_bytes().await.unwrap();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    (method, uri, body, send)
+}
+
+fn expected_name(c: &GatedCall<'_>, generation: u64) -> String {
+    format!("{}-{generation}", base_name(&c.key))
+}
+
+fn list_uri(c: &GatedCall<'_>) -> String {
+    format!(
+        "{BASE_PATH}?&labelSelector=kagent.dev%2Fagent%3Dagent-a%2Ckagent.dev%2Ftool%3Ddelete_file%2Ckagent.dev%2Fargs-hash%3D{}",
+        c.digest.short()
+    )
+}
+
+fn watch_uri(name: &str, rv: &str) -> String {
+    format!(
+        "{BASE_PATH}?&watch=true&timeoutSeconds=30&fieldSelector=metadata.name%3D{name}&allowWatchBookmarks=true&resourceVersion={rv}"
+    )
+}
+
+async fn resolve(a: &Approvals, c: &GatedCall<'_>) -> Result<Resolution> {
+    let progress = Mutex::new(Vec::<String>::new());
+    a.resolve(c, &|m: &str| progress.lock().unwrap().push(m.to_string()))
+        .await
+}
+
+/// Expects list (empty) + create; answers them; returns the stored object.
+async fn expect_list_and_create(handle: &mut Handle, c: &GatedCall<'_>) -> Value {
+    let (m, uri, _, send) = next(handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", list_uri(c)));
+    respond(send, 200, &list_of(vec![]));
+    let (m, uri, body, send) = next(handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        ("POST", &format!("{BASE_PATH}?")[..])
+    );
+    let obj = stored(&body, "10");
+    respond(send, 201, &obj);
+    obj
+}
+
+#[tokio::test]
+async fn create_watch_consume_exact_requests() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = {
+        let a = a.clone();
+        let arguments = arguments.clone();
+        tokio::spawn(async move { resolve(&a, &call(&arguments)).await })
+    };
+
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", list_uri(&c)));
+    respond(send, 200, &list_of(vec![]));
+
+    let (m, uri, body, send) = next(&mut handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        ("POST", &format!("{BASE_PATH}?")[..])
+    );
+    let expected = json!({
+        "apiVersion": "kagent.dev/v1alpha2",
+        "kind": "ApprovalRequest",
+        "metadata": {
+            "labels": {
+                "kagent.dev/agent": "agent-a",
+                "kagent.dev/args-hash": c.digest.short(),
+                "kagent.dev/tool": "delete_file",
+            },
+            "name": name,
+            "namespace": "team",
+            "ownerReferences": [{"apiVersion": "kagent.dev/v1alpha2", "kind": "Agent", "name": "agent-a", "uid": "uid-1"}],
+        },
+        "spec": {
+            "agentRef": {"name": "agent-a"},
+            "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "tools"},
+            "toolName": "delete_file",
+            "argumentsPreview": {"path": "/data/report.csv", "password": "[REDACTED]", "note": "[REDACTED]"},
+            "argumentsSha256": c.digest.sha256,
+            "argumentsBytes": c.digest.bytes,
+            "requestedBy": "system:serviceaccount:team:agent-a-sa",
+            "message": "Run 'delete_file' on RemoteMCPServer tools/fs with arguments {\"path\":\"/data/report.csv\",\"password\":\"[REDACTED]\",\"note\":\"[REDACTED]\"}?",
+            "context": {"sessionId": "sess-1", "callId": "7"},
+            "expiresAt": "2026-11-22T01:00:00Z",
+        },
+    });
+    assert_eq!(body, expected);
+    let text = body.to_string();
+    assert!(!text.contains("canary-pw-123") && !text.contains("sk-canary"));
+    let obj = stored(&body, "10");
+    respond(send, 201, &obj);
+
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
+    let approved = with_decision(
+        &obj,
+        "11",
+        json!({"type": "Approve", "decidedBy": "alice", "reason": "ok"}),
+    );
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved)]))
+            .unwrap(),
+    );
+
+    let (m, uri, body, send) = next(&mut handle).await;
+    assert_eq!(
+        (m.as_str(), uri),
+        ("PATCH", format!("{BASE_PATH}/{name}/status?"))
+    );
+    assert_eq!(
+        body,
+        json!({
+            "metadata": {"resourceVersion": "11"},
+            "status": {
+                "phase": "Executed",
+                "consumedAt": "2026-11-22T00:00:00Z",
+                "consumedBy": "gate-pod-0",
+                "decidedAt": "2026-11-22T00:00:00Z",
+                "message": "Approved call forwarded by gate-pod-0",
+            },
+        })
+    );
+    respond(send, 200, &obj);
+    assert!(matches!(task.await.unwrap(), Ok(Resolution::Approved { name: n }) if n == name));
+}
+
+#[tokio::test]
+async fn deny_is_refused_without_consuming() {
+    let arguments = args();
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    let denied = with_decision(
+        &obj,
+        "11",
+        json!({"type": "Deny", "decidedBy": "bob", "reason": "no"}),
+    );
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", denied)]))
+            .unwrap(),
+    );
+    let res = task.await.unwrap().unwrap();
+    assert!(
+        matches!(res, Resolution::Refused { refusal: Refusal::Denied { ref decided_by, ref reason }, .. }
+        if decided_by == "bob" && reason.as_deref() == Some("no"))
+    );
+    // No further request (no consumption) before the client was dropped.
+    assert!(handle.next_request().await.is_none());
+}
+
+#[tokio::test]
+async fn apiserver_errors_fail_closed() {
+    for (code, reason) in [(500, "InternalError"), (403, "Forbidden")] {
+        let arguments = args();
+        let (a, mut handle) = approvals(now());
+        let task = tokio::spawn({
+            let arguments = arguments.clone();
+            async move { resolve(&a, &call(&arguments)).await }
+        });
+        let (_, _, _, send) = next(&mut handle).await;
+        respond(send, code, &status(code, reason));
+        let err = task.await.unwrap().unwrap_err();
+        assert!(
+            matches!(&err, Error::Kube(kube::Error::Api(s)) if s.code == code),
+            "{err}"
+        );
+    }
+    // Forbidden on create.
+    let arguments = args();
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![]));
+    let (m, _, _, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    respond(send, 403, &status(403, "Forbidden"));
+    assert!(task.await.unwrap().is_err());
+}
+
+#[tokio::test]
+async fn consume_500_fails_closed() {
+    let arguments = args();
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved)]))
+            .unwrap(),
+    );
+    let (m, _, _, send) = next(&mut handle).await;
+    assert_eq!(m, "PATCH");
+    respond(send, 500, &status(500, "InternalError"));
+    assert!(task.await.unwrap().is_err());
+}
+
+#[tokio::test]
+async fn conflict_on_consume_rereads_and_does_not_forward() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &c).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved.clone())]))
+            .unwrap(),
+    );
+    let (m, _, _, send) = next(&mut handle).await;
+    assert_eq!(m, "PATCH");
+    respond(send, 409, &status(409, "Conflict"));
+    // Re-read: another gate consumed it.
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
+    let mut consumed = approved;
+    consumed["metadata"]["resourceVersion"] = json!("12");
+    consumed["status"] = json!({"phase": "Executed", "consumedAt": "2026-11-22T00:00:00Z", "consumedBy": "gate-pod-1"});
+    respond(send, 200, &consumed);
+    let res = task.await.unwrap().unwrap();
+    assert!(
+        matches!(res, Resolution::Refused { refusal: Refusal::Consumed { by: Some(ref b) }, .. } if b == "gate-pod-1")
+    );
+}
+
+#[tokio::test]
+async fn malformed_decision_fails_closed() {
+    let arguments = args();
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    let bad = with_decision(&obj, "11", json!({"type": "Maybe", "decidedBy": "alice"}));
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", bad)]))
+            .unwrap(),
+    );
+    assert!(task.await.unwrap().is_err());
+}
+
+#[tokio::test]
+async fn deleted_request_fails_closed() {
+    let arguments = args();
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("DELETED", obj)]))
+            .unwrap(),
+    );
+    assert!(matches!(
+        task.await.unwrap(),
+        Err(Error::RequestDeleted { .. })
+    ));
+}
+
+#[tokio::test]
+async fn approval_seen_after_expiry_is_not_consumed() {
+    let arguments = args();
+    let (a, mut handle, clock) = approvals_with_clock(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
+    assert_eq!(obj["spec"]["expiresAt"], json!("2026-11-22T01:00:00Z"));
+    let (_, _, _, send) = next(&mut handle).await;
+    // The approval arrives, but the gate sees it at expiresAt: it revives nothing.
+    *clock.0.lock().unwrap() = "2026-11-22T01:00:00Z".parse().unwrap();
+    let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved)]))
+            .unwrap(),
+    );
+    let res = task.await.unwrap().unwrap();
+    assert!(
+        matches!(
+            res,
+            Resolution::Refused {
+                refusal: Refusal::Expired { .. },
+                ..
+            }
+        ),
+        "{res:?}"
+    );
+    assert!(handle.next_request().await.is_none(), "nothing consumed");
+}
+
+#[tokio::test]
+async fn an_expired_approved_request_is_replaced_not_used() {
+    let arguments = args();
+    let c = call(&arguments);
+    let (old_gate, _old) = approvals(now());
+    let old = serde_json::to_value(old_gate.build(&c, &expected_name(&c, 0)).unwrap()).unwrap();
+    let old = with_decision(&old, "5", json!({"type": "Approve", "decidedBy": "alice"}));
+    let (a, mut handle) = approvals("2026-11-22T01:00:00Z".parse().unwrap());
+    let task = tokio::spawn({
+        let a = a.clone();
+        let arguments = arguments.clone();
+        async move { a.find_or_create(&call(&arguments)).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![old]));
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    assert_eq!(body["metadata"]["name"], json!(expected_name(&c, 1)));
+    assert_eq!(body["spec"]["expiresAt"], json!("2026-11-22T02:00:00Z"));
+    respond(send, 201, &stored(&body, "10"));
+    let (req, _) = task.await.unwrap().unwrap();
+    assert_eq!(req.metadata.name, Some(expected_name(&c, 1)));
+}
+
+#[tokio::test]
+async fn already_exists_reads_and_shares_the_live_request() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let a = a.clone();
+        let arguments = arguments.clone();
+        async move { a.find_or_create(&call(&arguments)).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![]));
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    respond(send, 409, &status(409, "AlreadyExists"));
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
+    respond(send, 200, &stored(&body, "9"));
+    let (req, previous) = task.await.unwrap().unwrap();
+    assert_eq!(req.metadata.name.as_deref(), Some(name.as_str()));
+    assert_eq!(req.metadata.resource_version.as_deref(), Some("9"));
+    assert!(previous.is_none());
+}
+
+#[tokio::test]
+async fn finished_requests_do_not_block_a_new_generation() {
+    let arguments = args();
+    let c = call(&arguments);
+    let (a, mut handle) = approvals(now());
+    let gen0 = serde_json::to_value(a.build(&c, &expected_name(&c, 0)).unwrap()).unwrap();
+    let executed = {
+        let mut o = with_decision(&gen0, "3", json!({"type": "Approve", "decidedBy": "alice"}));
+        o["status"] =
+            json!({"phase": "Executed", "consumedAt": "2026-11-21T23:00:00Z", "consumedBy": "p"});
+        o
+    };
+    let gen1 = serde_json::to_value(a.build(&c, &expected_name(&c, 1)).unwrap()).unwrap();
+    let denied = with_decision(
+        &gen1,
+        "4",
+        json!({"type": "Deny", "decidedBy": "bob", "reason": "no"}),
+    );
+    // A request for other arguments with the same label prefix is ignored.
+    let mut foreign = with_decision(&gen0, "5", json!({"type": "Approve", "decidedBy": "x"}));
+    foreign["metadata"]["name"] = json!("agent-a-delete-file-ffffffffffffffff-0");
+    foreign["spec"]["argumentsSha256"] = json!("f".repeat(64));
+    let task = tokio::spawn({
+        let a = a.clone();
+        let arguments = arguments.clone();
+        async move { a.find_or_create(&call(&arguments)).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![executed, denied, foreign]));
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    assert_eq!(body["metadata"]["name"], json!(expected_name(&c, 2)));
+    respond(send, 201, &stored(&body, "10"));
+    let (req, previous) = task.await.unwrap().unwrap();
+    assert_eq!(req.metadata.name, Some(expected_name(&c, 2)));
+    assert_eq!(previous.unwrap().metadata.name, Some(expected_name(&c, 1)));
+}
+
+#[tokio::test]
+async fn a_live_request_is_reused_without_creating() {
+    let arguments = args();
+    let c = call(&arguments);
+    let (a, mut handle) = approvals(now());
+    let pending = stored(
+        &serde_json::to_value(a.build(&c, &expected_name(&c, 0)).unwrap()).unwrap(),
+        "7",
+    );
+    let task = tokio::spawn({
+        let a = a.clone();
+        let arguments = arguments.clone();
+        async move { a.find_or_create(&call(&arguments)).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![pending]));
+    let (req, _) = task.await.unwrap().unwrap();
+    assert_eq!(req.metadata.resource_version.as_deref(), Some("7"));
+    assert!(futures::poll!(Box::pin(handle.next_request())).is_pending());
+}
+
+#[test]
+fn names_are_deterministic_and_valid() {
+    let arguments = args();
+    let c = call(&arguments);
+    let a = base_name(&c.key);
+    assert_eq!(a, base_name(&call(&args()).key));
+    assert!(a.starts_with("agent-a-delete-file-"), "{a}");
+    let mut other = c.key.clone();
+    other.server_name = "fs2".into();
+    assert_ne!(a, base_name(&other));
+    assert_eq!(label_value("Weird/Tool Name!"), "Weird_Tool_Name");
+    assert_eq!(label_value(&"x".repeat(80)).len(), 63);
+    assert_eq!(dns_part("--Get.Sum--", 40), "get-sum");
+}
+
+#[tokio::test]
+async fn endless_conflicts_fail_closed() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &c).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved.clone())]))
+            .unwrap(),
+    );
+    for _ in 0..=MAX_CONFLICTS {
+        let (m, _, _, send) = next(&mut handle).await;
+        assert_eq!(m, "PATCH");
+        respond(send, 409, &status(409, "Conflict"));
+        if let Some((req, send)) = handle.next_request().await {
+            assert_eq!(req.uri().to_string(), format!("{BASE_PATH}/{name}"));
+            respond(send, 200, &approved);
+        }
+    }
+    let err = task.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, Error::Kube(kube::Error::Api(s)) if s.code == 409),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_closed_watch_is_reread_and_reopened() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &c).await;
+    // The apiserver ends the watch without events.
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
+    send.send_response(Response::builder().body(watch_body(&[])).unwrap());
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
+    respond(send, 200, &obj);
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
+    let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("MODIFIED", approved)]))
+            .unwrap(),
+    );
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "PATCH");
+    assert_eq!(body["metadata"]["resourceVersion"], json!("11"));
+    respond(send, 200, &obj);
+    assert!(matches!(
+        task.await.unwrap(),
+        Ok(Resolution::Approved { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_watch_error_event_rereads_the_request() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { resolve(&a, &call(&arguments)).await }
+    });
+    let obj = expect_list_and_create(&mut handle, &c).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    send.send_response(
+        Response::builder()
+            .body(watch_body(&[("ERROR", status(410, "Expired"))]))
+            .unwrap(),
+    );
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
+    let denied = with_decision(&obj, "12", json!({"type": "Deny", "decidedBy": "bob"}));
+    respond(send, 200, &denied);
+    let res = task.await.unwrap().unwrap();
+    assert!(matches!(
+        res,
+        Resolution::Refused {
+            refusal: Refusal::Denied { .. },
+            ..
+        }
+    ));
+}

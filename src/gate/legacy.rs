@@ -1,0 +1,330 @@
+//! The legacy HTTP+SSE transport (servers with `protocol: SSE`). The client opens the event
+//! stream with GET on the server's route; the gate opens the upstream stream and rewrites its
+//! `endpoint` event to `<route>/messages?session=<id>`. The client's POSTs there are relayed to
+//! the upstream endpoint (same origin as the upstream URL only). Because answers travel on the
+//! event stream, the gate writes its own answers (refusals, progress) into that stream and
+//! filters `tools/list` results on it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, Response, StatusCode, header};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use super::jsonrpc::{self, Incoming};
+use super::metrics::Outcome;
+use super::outcome;
+use super::proxy::{GatedResult, Upstream, gated, relay};
+use super::sse;
+
+/// One client's event stream.
+struct Session {
+    /// Where the upstream wants this session's messages.
+    post_url: reqwest::Url,
+    /// Writes gate-made events into the client's stream.
+    inject: mpsc::UnboundedSender<Bytes>,
+    /// Ids of `tools/list` requests whose results must be filtered (JSON-encoded).
+    list_ids: Mutex<HashSet<String>>,
+}
+
+/// The SSE sessions of one upstream.
+pub struct LegacyRoute {
+    /// The upstream.
+    pub up: Arc<Upstream>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    counter: AtomicU64,
+}
+
+impl LegacyRoute {
+    /// Routes for the SSE upstream `up`.
+    pub fn new(up: Arc<Upstream>) -> Self {
+        Self {
+            up,
+            sessions: Mutex::default(),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    fn new_session_id(&self) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let seed = format!(
+            "{n}:{:?}:{}",
+            std::time::SystemTime::now(),
+            std::process::id()
+        );
+        hex::encode(&Sha256::digest(seed.as_bytes())[..16])
+    }
+
+    fn session(&self, id: &str) -> Option<Arc<Session>> {
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .get(id)
+            .cloned()
+    }
+}
+
+/// Removes a session when its stream ends.
+struct SessionGuard {
+    route: Arc<LegacyRoute>,
+    id: String,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.route
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .remove(&self.id);
+    }
+}
+
+/// GET on the route: open the upstream event stream and relay it.
+pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> Response<Body> {
+    let up = &route.up;
+    let resp = match up
+        .send(Method::GET, up.url.clone(), &headers, Bytes::new())
+        .await
+    {
+        Ok(r) if r.status().is_success() => r,
+        Ok(r) => return relay(r),
+        Err(e) => {
+            tracing::warn!(server = %up.label, error = %e, "upstream SSE stream failed");
+            return Response::builder()
+                .status(StatusCode::BAD_GATEWAY)
+                .body(Body::from(format!(
+                    "approval gate: upstream {} unreachable",
+                    up.label
+                )))
+                .expect("static response parts are valid");
+        }
+    };
+    let id = route.new_session_id();
+    let (inject, injected) = mpsc::unbounded_channel::<Bytes>();
+    let guard = SessionGuard {
+        route: route.clone(),
+        id: id.clone(),
+    };
+    let endpoint = format!("{}/messages?session={id}", up.server.route);
+    let upstream_events = events(resp.bytes_stream()).map(move |ev| {
+        // Keep the guard alive as long as the stream.
+        let _ = &guard;
+        rewrite_event(&route, &id, &endpoint, &inject, ev)
+    });
+    let injected = futures::stream::unfold(injected, |mut rx| async move {
+        rx.recv().await.map(|b| (Some(Ok(b)), rx))
+    });
+    // The client's stream ends when the upstream's does (`None` marks that end).
+    let upstream_events = upstream_events
+        .map(Some)
+        .chain(futures::stream::once(async { None }));
+    let merged = futures::stream::select(upstream_events, injected)
+        .take_while(|item| std::future::ready(item.is_some()))
+        .filter_map(std::future::ready);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(merged))
+        .expect("static response parts are valid")
+}
+
+/// The upstream stream cut into whole events.
+fn events(
+    stream: impl futures::Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+) -> impl futures::Stream<Item = reqwest::Result<Bytes>> + Send {
+    futures::stream::unfold(
+        (stream.boxed(), Some(sse::Splitter::default())),
+        |(mut stream, mut splitter)| async move {
+            let split = splitter.as_mut()?;
+            let items: Vec<reqwest::Result<Bytes>> = match stream.next().await {
+                Some(Ok(chunk)) => split.push(&chunk).into_iter().map(Ok).collect(),
+                Some(Err(e)) => return Some((futures::stream::iter(vec![Err(e)]), (stream, None))),
+                None => splitter.take()?.finish().into_iter().map(Ok).collect(),
+            };
+            Some((futures::stream::iter(items), (stream, splitter)))
+        },
+    )
+    .flatten()
+}
+
+/// Rewrites the `endpoint` event (registering the session) and filters `tools/list` results.
+fn rewrite_event(
+    route: &Arc<LegacyRoute>,
+    id: &str,
+    endpoint: &str,
+    inject: &mpsc::UnboundedSender<Bytes>,
+    ev: reqwest::Result<Bytes>,
+) -> Result<Bytes, std::io::Error> {
+    let ev = ev.map_err(std::io::Error::other)?;
+    let Some(data) = sse::data(&ev) else {
+        return Ok(ev);
+    };
+    if sse::event_type(&ev) == b"endpoint" {
+        let target = std::str::from_utf8(&data)
+            .ok()
+            .and_then(|d| route.up.url.join(d.trim()).ok())
+            .filter(|u| u.origin() == route.up.url.origin());
+        let Some(post_url) = target else {
+            tracing::warn!(server = %route.up.label, "upstream endpoint is not on the upstream's origin; closing");
+            return Err(std::io::Error::other("upstream endpoint rejected"));
+        };
+        route.sessions.lock().expect("sessions lock").insert(
+            id.to_string(),
+            Arc::new(Session {
+                post_url,
+                inject: inject.clone(),
+                list_ids: Mutex::default(),
+            }),
+        );
+        return Ok(sse::with_data(&ev, endpoint.as_bytes()));
+    }
+    let Some(session) = route.session(id) else {
+        return Ok(ev);
+    };
+    let Some(resp_id) = jsonrpc::response_id(&data) else {
+        return Ok(ev);
+    };
+    let key = resp_id.to_string();
+    if !session.list_ids.lock().expect("list ids lock").remove(&key) {
+        return Ok(ev);
+    }
+    let filtered = jsonrpc::filter_tools_list(&data, &resp_id, |t| route.up.server.allows(t));
+    Ok(filtered.map_or(ev.clone(), |d| sse::with_data(&ev, &d)))
+}
+
+/// Query of the gate's message endpoint.
+#[derive(Deserialize)]
+pub struct MessageQuery {
+    session: String,
+}
+
+/// POST of a client message for an SSE session.
+pub async fn message(
+    State(route): State<Arc<LegacyRoute>>,
+    Query(q): Query<MessageQuery>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    let Some(session) = route.session(&q.session) else {
+        return Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .body(Body::from("unknown session"))
+            .expect("static response parts are valid");
+    };
+    let up = route.up.clone();
+    let incoming = match jsonrpc::classify(&body) {
+        Ok(i) => i,
+        Err(rejected) => {
+            return Response::builder()
+                .status(StatusCode::BAD_REQUEST)
+                .body(Body::from(rejected.to_string()))
+                .expect("static response parts are valid");
+        }
+    };
+    let call = match incoming {
+        Incoming::Other => return forward(&up, &session, &headers, body).await,
+        Incoming::ToolsList { id } => {
+            session
+                .list_ids
+                .lock()
+                .expect("list ids lock")
+                .insert(id.to_string());
+            return forward(&up, &session, &headers, body).await;
+        }
+        Incoming::ToolsCall(call) => call,
+    };
+    let metrics = up.shared.metrics.clone();
+    if !up.server.allows(&call.name) {
+        metrics.call(Outcome::refused);
+        let _ = session.inject.send(sse::message(&jsonrpc::tool_error(
+            &call.id,
+            &outcome::unknown_tool(&call.name),
+            None,
+        )));
+        return accepted();
+    }
+    if !up.server.requires_approval(&call.name) {
+        let resp = forward(&up, &session, &headers, body).await;
+        metrics.call(if resp.status().is_success() {
+            Outcome::forwarded
+        } else {
+            Outcome::error
+        });
+        return resp;
+    }
+    // Gated: accept now, answer on the stream.
+    tokio::spawn(async move {
+        let token = call.progress_token.clone();
+        let count = AtomicU64::new(0);
+        let inject = session.inject.clone();
+        let progress = move |msg: &str| {
+            if let Some(token) = &token {
+                let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+                let _ = inject.send(sse::message(&jsonrpc::progress(token, n, msg)));
+            }
+        };
+        let result = tokio::select! {
+            r = gated(&up, session.post_url.clone(), &headers, body, &call, &progress) => r,
+            _ = session.inject.closed() => return,
+        };
+        match result {
+            GatedResult::Forwarded(resp, _) if resp.status().is_success() => {}
+            GatedResult::Forwarded(resp, request) => {
+                let text = outcome::upstream_failed_after_approval(
+                    &call.name,
+                    &request,
+                    &format!("HTTP {}", resp.status()),
+                );
+                let _ = session
+                    .inject
+                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
+            }
+            GatedResult::Refused(text) => {
+                let _ = session
+                    .inject
+                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
+            }
+        }
+    });
+    accepted()
+}
+
+fn accepted() -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .body(Body::from("Accepted"))
+        .expect("static response parts are valid")
+}
+
+async fn forward(
+    up: &Upstream,
+    session: &Session,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    match up
+        .send(Method::POST, session.post_url.clone(), headers, body)
+        .await
+    {
+        Ok(resp) => relay(resp),
+        Err(e) => {
+            tracing::warn!(server = %up.label, error = %e, "upstream message failed");
+            Response::builder()
+                .status(StatusCode::BAD_GATEWAY)
+                .body(Body::from(format!(
+                    "approval gate: upstream {} unreachable",
+                    up.label
+                )))
+                .expect("static response parts are valid")
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The gate's Prometheus metrics.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// How a `tools/call` ended at the gate.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Outcome {
+    /// Needed no approval and was forwarded.
+    forwarded,
+    /// Approved, consumed and forwarded.
+    approved,
+    /// Denied by a person.
+    denied,
+    /// Not approved before expiresAt.
+    expired,
+    /// Still waiting when the gate's wait ended; the caller was told how to approve.
+    pending,
+    /// Refused without asking: tool not listed, approval already used, or request cancelled.
+    refused,
+    /// An error (apiserver, upstream, malformed request or decision); not forwarded.
+    error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    outcome: Outcome,
+}
+
+/// Every metric of the gate, registered in one registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    approval_wait: Histogram,
+    upstream_latency: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("hitl_gate");
+        let calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "tool_calls",
+            "tools/call requests by outcome",
+            calls.clone(),
+        );
+        let approval_wait = Histogram::new(exponential_buckets(0.05, 2.0, 16));
+        registry.register(
+            "approval_wait_seconds",
+            "Time a gated call waited for a decision",
+            approval_wait.clone(),
+        );
+        let upstream_latency = Histogram::new(exponential_buckets(0.0001, 2.0, 20));
+        registry.register(
+            "upstream_latency_seconds",
+            "Time until the upstream MCP server answered (response headers)",
+            upstream_latency.clone(),
+        );
+        Self {
+            registry,
+            calls,
+            approval_wait,
+            upstream_latency,
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts a `tools/call` outcome.
+    pub fn call(&self, outcome: Outcome) {
+        self.calls.get_or_create(&CallLabels { outcome }).inc();
+    }
+
+    /// Records how long a gated call waited for its decision.
+    pub fn approval_wait(&self, d: Duration) {
+        self.approval_wait.observe(d.as_secs_f64());
+    }
+
+    /// Records an upstream round trip.
+    pub fn upstream(&self, d: Duration) {
+        self.upstream_latency.observe(d.as_secs_f64());
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_outcomes_and_histograms() {
+        let m = Metrics::default();
+        m.call(Outcome::denied);
+        m.call(Outcome::denied);
+        m.call(Outcome::forwarded);
+        m.approval_wait(Duration::from_millis(300));
+        m.upstream(Duration::from_micros(250));
+        let text = m.encode();
+        assert!(
+            text.contains(r#"hitl_gate_tool_calls_total{outcome="denied"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"hitl_gate_tool_calls_total{outcome="forwarded"} 1"#));
+        assert!(text.contains("hitl_gate_approval_wait_seconds_count 1"));
+        assert!(text.contains("hitl_gate_upstream_latency_seconds_count 1"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

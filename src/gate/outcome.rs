@@ -1,0 +1,183 @@
+//! The texts a caller (the LLM) gets when a call is not forwarded, one per outcome, and the
+//! metric outcome of each resolution.
+
+use super::approval::Resolution;
+use super::decision::Refusal;
+use super::metrics::Outcome;
+use crate::api::approval_request::DecisionType;
+
+/// Prefix of every refusal: the caller must not think the tool ran.
+const NOT_EXECUTED: &str = "NOT executed";
+
+/// Text for a tool that is not in the server's `toolNames`.
+pub fn unknown_tool(tool: &str) -> String {
+    format!("{NOT_EXECUTED}: tool '{tool}' is not available on this server.")
+}
+
+/// Text for an error of the gate, the apiserver or the upstream.
+pub fn error(tool: &str, why: &str) -> String {
+    format!(
+        "{NOT_EXECUTED}: the approval gate could not run tool '{tool}': {why}. The call was not forwarded."
+    )
+}
+
+/// Text for an approved call whose upstream failed after the approval was consumed.
+pub fn upstream_failed_after_approval(tool: &str, request: &str, why: &str) -> String {
+    format!(
+        "{NOT_EXECUTED}: tool '{tool}' was approved (ApprovalRequest {request}) but the upstream server failed: {why}. The approval is used up; retry the call to ask for a new one."
+    )
+}
+
+/// The text and metric outcome of a resolution that does not forward (`None` for Approved).
+pub fn refusal_text(
+    tool: &str,
+    namespace: &str,
+    resolution: &Resolution,
+) -> Option<(String, Outcome)> {
+    match resolution {
+        Resolution::Approved { .. } => None,
+        Resolution::Pending { name, previous } => {
+            let before = previous
+                .as_deref()
+                .and_then(|p| Some((p.metadata.name.as_deref()?, p.spec.decision.as_ref()?)))
+                .filter(|(_, d)| d.decision_type == DecisionType::Deny)
+                .map(|(n, d)| {
+                    format!(
+                        " An earlier identical call (ApprovalRequest {n}) was denied by {}{}.",
+                        d.decided_by,
+                        d.reason
+                            .as_deref()
+                            .map(|r| format!(": {r}"))
+                            .unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            Some((
+                format!(
+                    "{NOT_EXECUTED} yet: tool '{tool}' needs a human approval. Pending: ApprovalRequest {name} in namespace {namespace}. \
+                     To approve: kubectl hitl approve {name} -n {namespace} \
+                     (or: kubectl patch approvalrequest {name} -n {namespace} --type merge -p '{{\"spec\":{{\"decision\":{{\"type\":\"Approve\",\"decidedBy\":\"<your username>\"}}}}}}'). \
+                     Then retry the same call with the same arguments: it will run once.{before}"
+                ),
+                Outcome::pending,
+            ))
+        }
+        Resolution::Refused { name, refusal } => Some(match refusal {
+            Refusal::Denied { reason, decided_by } => (
+                format!(
+                    "{NOT_EXECUTED}: tool '{tool}' was denied by {decided_by} (ApprovalRequest {name}). Reason: {}",
+                    reason.as_deref().unwrap_or("none given")
+                ),
+                Outcome::denied,
+            ),
+            Refusal::Expired { expires_at } => (
+                format!(
+                    "{NOT_EXECUTED}: the approval request for tool '{tool}' (ApprovalRequest {name}) expired at {expires_at} without an approval. Retry the call to ask again."
+                ),
+                Outcome::expired,
+            ),
+            Refusal::Consumed { by } => (
+                format!(
+                    "{NOT_EXECUTED}: the approval of ApprovalRequest {name} was already used by another identical call{}. Retry the call to ask for a new approval.",
+                    by.as_deref()
+                        .map(|b| format!(" (by {b})"))
+                        .unwrap_or_default()
+                ),
+                Outcome::refused,
+            ),
+            Refusal::Cancelled { message } => (
+                format!(
+                    "{NOT_EXECUTED}: ApprovalRequest {name} for tool '{tool}' was cancelled{}.",
+                    message
+                        .as_deref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                ),
+                Outcome::refused,
+            ),
+            Refusal::Malformed(why) => (
+                error(
+                    tool,
+                    &format!("ApprovalRequest {name} cannot be trusted: {why}"),
+                ),
+                Outcome::error,
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn text(r: Resolution) -> (String, Outcome) {
+        refusal_text("delete_file", "team", &r).unwrap()
+    }
+
+    #[test]
+    fn every_outcome_has_a_distinct_not_executed_text() {
+        let name = || "a-delete-file-0123456789abcdef-0".to_string();
+        let cases = [
+            text(Resolution::Pending {
+                name: name(),
+                previous: None,
+            }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Denied {
+                    reason: Some("too risky".into()),
+                    decided_by: "alice".into(),
+                },
+            }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Expired {
+                    expires_at: "2026-11-22T01:00:00Z".parse().unwrap(),
+                },
+            }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Consumed {
+                    by: Some("pod-1".into()),
+                },
+            }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Cancelled { message: None },
+            }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Malformed("bad".into()),
+            }),
+        ];
+        let outcomes: Vec<Outcome> = cases.iter().map(|c| c.1).collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::pending,
+                Outcome::denied,
+                Outcome::expired,
+                Outcome::refused,
+                Outcome::refused,
+                Outcome::error
+            ]
+        );
+        let texts: HashSet<&str> = cases.iter().map(|c| c.0.as_str()).collect();
+        assert_eq!(texts.len(), cases.len());
+        assert!(cases.iter().all(|c| c.0.starts_with(NOT_EXECUTED)));
+        assert!(
+            cases[0]
+                .0
+                .contains("kubectl hitl approve a-delete-file-0123456789abcdef-0 -n team")
+        );
+        assert!(cases[0].0.contains(
+            "kubectl patch approvalrequest a-delete-file-0123456789abcdef-0 -n team --type merge"
+        ));
+        assert!(cases[1].0.contains("denied by alice") && cases[1].0.contains("too risky"));
+        assert!(cases[2].0.contains("expired at 2026-11-22T01:00:00Z"));
+        assert!(refusal_text("t", "n", &Resolution::Approved { name: name() }).is_none());
+        assert!(error("t", "boom").starts_with(NOT_EXECUTED));
+        assert!(unknown_tool("t").starts_with(NOT_EXECUTED));
+    }
+}

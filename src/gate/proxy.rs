@@ -1,0 +1,530 @@
+//! The MCP proxy: one route per tool server, relaying bytes to the upstream and stepping in
+//! only for `tools/list` (filtered) and `tools/call` (checked, maybe held for approval).
+//! Streamable HTTP is handled here; the legacy HTTP+SSE transport is in [`super::legacy`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, header};
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::approval::{Approvals, GatedCall, Resolution};
+use super::config::GateServer;
+use super::decision::CallKey;
+use super::hash;
+use super::jsonrpc::{self, Incoming, Rejected, ToolCall};
+use super::metrics::{Metrics, Outcome};
+use super::outcome;
+use super::sse;
+use crate::api::approval_request::CallContext;
+
+/// Header carrying the MCP session id.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Header carrying the negotiated MCP protocol revision.
+const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+
+/// What every route shares: the upstream HTTP client (one pool), approvals and metrics.
+#[derive(Clone)]
+pub struct Shared {
+    /// Pooled upstream client.
+    pub http: reqwest::Client,
+    /// ApprovalRequests of the agent.
+    pub approvals: Approvals,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// One tool server behind the gate.
+pub struct Upstream {
+    /// Policy and identity of the server.
+    pub server: GateServer,
+    /// The upstream URL.
+    pub url: reqwest::Url,
+    /// Headers from `params.headers`, added to every upstream request.
+    pub headers: HeaderMap,
+    /// `namespace/name`, for logs.
+    pub label: String,
+    /// The agent's name.
+    pub agent: String,
+    /// Shared state.
+    pub shared: Shared,
+}
+
+/// Headers never relayed in either direction (hop-by-hop, or recomputed).
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "host"
+            | "content-length"
+            | "accept-encoding"
+    )
+}
+
+impl Upstream {
+    /// Builds the upstream of `server`. Errors name the bad URL or header.
+    pub fn new(server: GateServer, agent: &str, shared: Shared) -> Result<Self, String> {
+        let url = reqwest::Url::parse(&server.params.url)
+            .map_err(|e| format!("{}: params.url {:?}: {e}", server.route, server.params.url))?;
+        let mut headers = HeaderMap::new();
+        for (k, v) in &server.params.headers {
+            let name = HeaderName::try_from(k.as_str())
+                .map_err(|e| format!("{}: header {k:?}: {e}", server.route))?;
+            let value = HeaderValue::try_from(v.as_str())
+                .map_err(|e| format!("{}: header {k:?}: {e}", server.route))?;
+            headers.insert(name, value);
+        }
+        Ok(Self {
+            label: format!("{}/{}", server.namespace, server.name),
+            agent: agent.to_string(),
+            server,
+            url,
+            headers,
+            shared,
+        })
+    }
+
+    /// Sends a request upstream: the client's headers minus hop-by-hop ones and minus any the
+    /// gate configures, then the configured ones.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: reqwest::Url,
+        client_headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        let mut headers = HeaderMap::with_capacity(client_headers.len() + self.headers.len());
+        for (k, v) in client_headers {
+            if !hop_by_hop(k) && !self.headers.contains_key(k) {
+                headers.append(k.clone(), v.clone());
+            }
+        }
+        headers.extend(self.headers.clone());
+        let started = Instant::now();
+        let resp = self
+            .shared
+            .http
+            .request(method, url)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await;
+        self.shared.metrics.upstream(started.elapsed());
+        resp
+    }
+}
+
+/// Streamable HTTP handler: every method on the server's route.
+pub async fn streamable(
+    State(up): State<Arc<Upstream>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    if method != Method::POST {
+        // Only POST carries messages; other methods are relayed without a body, and methods
+        // MCP does not use are refused so no message can slip past the checks.
+        if !matches!(
+            method,
+            Method::GET | Method::DELETE | Method::HEAD | Method::OPTIONS
+        ) {
+            return Response::builder()
+                .status(StatusCode::METHOD_NOT_ALLOWED)
+                .header(header::ALLOW, "GET, POST, DELETE")
+                .body(Body::empty())
+                .expect("static response parts are valid");
+        }
+        let is_get = method == Method::GET;
+        return match up
+            .send(method, up.url.clone(), &headers, Bytes::new())
+            .await
+        {
+            // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
+            Ok(resp) if is_get && is_event_stream(resp.headers()) => {
+                let (builder, body) = relay_parts(resp);
+                let up = up.clone();
+                let stream = filter_sse(body, move |data| {
+                    jsonrpc::filter_any_tools_list(data, |t| up.server.allows(t))
+                });
+                builder
+                    .body(Body::from_stream(stream))
+                    .expect("upstream response parts are valid")
+            }
+            Ok(resp) => relay(resp),
+            Err(e) => bad_gateway(&up, &e),
+        };
+    }
+    match jsonrpc::classify(&body) {
+        Err(rejected) => rejected_response(&rejected),
+        Ok(Incoming::Other) => match up.send(method, up.url.clone(), &headers, body).await {
+            Ok(resp) => relay(resp),
+            Err(e) => bad_gateway(&up, &e),
+        },
+        Ok(Incoming::ToolsList { id }) => {
+            match up.send(method, up.url.clone(), &headers, body).await {
+                Ok(resp) => relay_tools_list(resp, id, up.clone()).await,
+                Err(e) => bad_gateway(&up, &e),
+            }
+        }
+        Ok(Incoming::ToolsCall(call)) => tools_call(up, headers, body, call).await,
+    }
+}
+
+fn protocol(headers: &HeaderMap) -> Option<&str> {
+    headers.get(PROTOCOL_HEADER).and_then(|v| v.to_str().ok())
+}
+
+/// A JSON-RPC response as an HTTP 200 `application/json` answer.
+fn json_response(body: Vec<u8>) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .expect("static response parts are valid")
+}
+
+fn rejected_response(rejected: &Rejected) -> Response<Body> {
+    let mut resp = json_response(jsonrpc::error_response(
+        &Value::Null,
+        rejected.code(),
+        &rejected.to_string(),
+    ));
+    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    resp
+}
+
+fn bad_gateway(up: &Upstream, e: &reqwest::Error) -> Response<Body> {
+    tracing::warn!(server = %up.label, error = %e, "upstream request failed");
+    let mut resp = json_response(jsonrpc::error_response(
+        &Value::Null,
+        -32603,
+        &format!("approval gate: upstream {} unreachable", up.label),
+    ));
+    *resp.status_mut() = StatusCode::BAD_GATEWAY;
+    resp
+}
+
+/// Relays an upstream response unchanged (status, headers, streamed body).
+pub fn relay(resp: reqwest::Response) -> Response<Body> {
+    let mut out = Response::builder().status(resp.status());
+    if let Some(h) = out.headers_mut() {
+        for (k, v) in resp.headers() {
+            if !hop_by_hop(k) || k == header::CONTENT_LENGTH {
+                h.append(k.clone(), v.clone());
+            }
+        }
+    }
+    out.body(Body::from_stream(resp.bytes_stream()))
+        .expect("upstream response parts are valid")
+}
+
+fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// The status and headers of an upstream response for a body the gate may change (so without
+/// `Content-Length`), and its body stream.
+fn relay_parts(
+    resp: reqwest::Response,
+) -> (
+    axum::http::response::Builder,
+    impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+) {
+    let mut builder = Response::builder().status(resp.status());
+    if let Some(h) = builder.headers_mut() {
+        for (k, v) in resp.headers() {
+            if !hop_by_hop(k) {
+                h.append(k.clone(), v.clone());
+            }
+        }
+    }
+    (builder, resp.bytes_stream())
+}
+
+/// Relays a `tools/list` response with the tools the server may not offer removed, whether
+/// the upstream answered with JSON or an SSE stream.
+async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>) -> Response<Body> {
+    let sse = is_event_stream(resp.headers());
+    let (builder, body) = relay_parts(resp);
+    if sse {
+        let stream = filter_sse(body, move |data| {
+            jsonrpc::filter_tools_list(data, &id, |t| up.server.allows(t))
+        });
+        return builder
+            .body(Body::from_stream(stream))
+            .expect("upstream response parts are valid");
+    }
+    let mut bytes = Vec::new();
+    let mut body = std::pin::pin!(body);
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(c) => bytes.extend_from_slice(&c),
+            Err(e) => return bad_gateway(&up, &e),
+        }
+    }
+    let out = jsonrpc::filter_tools_list(&bytes, &id, |t| up.server.allows(t)).unwrap_or(bytes);
+    builder
+        .body(Body::from(out))
+        .expect("upstream response parts are valid")
+}
+
+/// Rewrites each SSE event whose data `rewrite` changes; other bytes pass unchanged.
+pub fn filter_sse<S, E>(
+    upstream: S,
+    rewrite: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static,
+) -> impl Stream<Item = Result<Bytes, E>> + Send
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: Send + 'static,
+{
+    let rewrite = Arc::new(rewrite);
+    let state = (upstream.boxed(), Some(sse::Splitter::default()));
+    futures::stream::unfold(state, move |(mut upstream, mut splitter)| {
+        let rewrite = rewrite.clone();
+        async move {
+            let split = splitter.as_mut()?;
+            let events = match upstream.next().await {
+                Some(Ok(chunk)) => split.push(&chunk),
+                Some(Err(e)) => {
+                    return Some((futures::stream::iter(vec![Err(e)]), (upstream, None)));
+                }
+                None => splitter.take()?.finish().into_iter().collect(),
+            };
+            let items: Vec<Result<Bytes, E>> = events
+                .into_iter()
+                .map(|ev| {
+                    Ok(sse::data(&ev)
+                        .and_then(|d| rewrite(&d))
+                        .map_or(ev.clone(), |d| sse::with_data(&ev, &d)))
+                })
+                .collect();
+            Some((futures::stream::iter(items), (upstream, splitter)))
+        }
+    })
+    .flatten()
+}
+
+/// A `tools/call`: refused if the tool is not offered, forwarded if it needs no approval,
+/// otherwise held until its ApprovalRequest resolves.
+async fn tools_call(
+    up: Arc<Upstream>,
+    headers: HeaderMap,
+    body: Bytes,
+    call: ToolCall,
+) -> Response<Body> {
+    let metrics = up.shared.metrics.clone();
+    let proto = protocol(&headers).map(str::to_owned);
+    if !up.server.allows(&call.name) {
+        tracing::info!(server = %up.label, tool = %call.name, "refused: tool not offered");
+        metrics.call(Outcome::refused);
+        return json_response(jsonrpc::tool_error(
+            &call.id,
+            &outcome::unknown_tool(&call.name),
+            proto.as_deref(),
+        ));
+    }
+    if !up.server.requires_approval(&call.name) {
+        return match up.send(Method::POST, up.url.clone(), &headers, body).await {
+            Ok(resp) => {
+                metrics.call(Outcome::forwarded);
+                relay(resp)
+            }
+            Err(e) => {
+                tracing::warn!(server = %up.label, tool = %call.name, error = %e, "upstream failed");
+                metrics.call(Outcome::error);
+                let text =
+                    outcome::error(&call.name, &format!("upstream {} unreachable", up.label));
+                json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
+            }
+        };
+    }
+    let streaming = call.progress_token.is_some()
+        && headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/event-stream"));
+    if !streaming {
+        return match gated(&up, up.url.clone(), &headers, body, &call, &|_| {}).await {
+            GatedResult::Forwarded(resp, _) => relay(resp),
+            GatedResult::Refused(text) => {
+                json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
+            }
+        };
+    }
+    // Progress wanted: answer with an SSE stream carrying progress notifications, then the
+    // result. If the client goes away before a decision, the wait stops and nothing runs.
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    tokio::spawn(async move {
+        let token = call.progress_token.clone().unwrap_or(Value::Null);
+        let count = std::sync::atomic::AtomicU64::new(0);
+        let ptx = tx.clone();
+        let progress = move |msg: &str| {
+            let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let _ = ptx.send(sse::message(&jsonrpc::progress(&token, n, msg)));
+        };
+        let result = tokio::select! {
+            r = gated(&up, up.url.clone(), &headers, body, &call, &progress) => r,
+            _ = tx.closed() => {
+                tracing::info!(server = %up.label, tool = %call.name, "client went away while waiting; not forwarded");
+                return;
+            }
+        };
+        match result {
+            GatedResult::Forwarded(resp, request) if !resp.status().is_success() => {
+                let why = format!("HTTP {}", resp.status());
+                let text = outcome::upstream_failed_after_approval(&call.name, &request, &why);
+                let _ = tx.send(sse::message(&jsonrpc::tool_error(
+                    &call.id,
+                    &text,
+                    proto.as_deref(),
+                )));
+            }
+            GatedResult::Forwarded(resp, _) if is_event_stream(resp.headers()) => {
+                let mut stream = resp.bytes_stream();
+                while let Some(Ok(chunk)) = stream.next().await {
+                    if tx.send(chunk).is_err() {
+                        break;
+                    }
+                }
+            }
+            GatedResult::Forwarded(resp, _) => match resp.bytes().await {
+                Ok(b) => {
+                    let _ = tx.send(sse::message(&b));
+                }
+                Err(e) => {
+                    let text = outcome::error(
+                        &call.name,
+                        &format!("reading the upstream answer failed: {e}"),
+                    );
+                    let _ = tx.send(sse::message(&jsonrpc::tool_error(
+                        &call.id,
+                        &text,
+                        proto.as_deref(),
+                    )));
+                }
+            },
+            GatedResult::Refused(text) => {
+                let _ = tx.send(sse::message(&jsonrpc::tool_error(
+                    &call.id,
+                    &text,
+                    proto.as_deref(),
+                )));
+            }
+        }
+    });
+    let stream = futures::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|o| o.map(Ok::<_, std::io::Error>))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("static response parts are valid")
+}
+
+/// The end of a gated call.
+pub enum GatedResult {
+    /// Approved and forwarded: the upstream's answer, and the request that approved it.
+    Forwarded(reqwest::Response, String),
+    /// Not forwarded: the text for the caller.
+    Refused(String),
+}
+
+/// Runs the approval of a gated call and forwards it if (and only if) this gate consumed an
+/// approval for exactly these arguments.
+pub async fn gated(
+    up: &Upstream,
+    url: reqwest::Url,
+    headers: &HeaderMap,
+    body: Bytes,
+    call: &ToolCall,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> GatedResult {
+    let metrics = &up.shared.metrics;
+    let digest = match hash::digest(&call.arguments) {
+        Ok(d) => d,
+        Err(e) => {
+            metrics.call(Outcome::error);
+            return GatedResult::Refused(outcome::error(
+                &call.name,
+                &format!("arguments cannot be canonicalized: {e}"),
+            ));
+        }
+    };
+    let gated_call = GatedCall {
+        key: CallKey {
+            agent: up.agent.clone(),
+            server_kind: up.server.kind,
+            server_namespace: up.server.namespace.clone(),
+            server_name: up.server.name.clone(),
+            tool: call.name.clone(),
+            sha256: digest.sha256.clone(),
+        },
+        digest,
+        arguments: &call.arguments,
+        context: CallContext {
+            session_id: headers
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(|s| s.chars().take(256).collect()),
+            task_id: None,
+            call_id: Some(match &call.id {
+                Value::String(s) => s.chars().take(256).collect(),
+                other => other.to_string().chars().take(256).collect(),
+            }),
+        },
+    };
+    let approvals = &up.shared.approvals;
+    let started = Instant::now();
+    let resolution = approvals.resolve(&gated_call, progress).await;
+    metrics.approval_wait(started.elapsed());
+    let name = match resolution {
+        Ok(Resolution::Approved { name }) => name,
+        Ok(other) => {
+            let (text, kind) = outcome::refusal_text(&call.name, approvals.namespace(), &other)
+                .expect("only Approved has no refusal text");
+            tracing::info!(server = %up.label, tool = %call.name, outcome = ?kind, args_sha256 = %gated_call.key.sha256, "gated call not forwarded");
+            metrics.call(kind);
+            return GatedResult::Refused(text);
+        }
+        Err(e) => {
+            tracing::warn!(server = %up.label, tool = %call.name, reason = e.reason(), error = %e, "approval failed; not forwarded");
+            metrics.call(Outcome::error);
+            return GatedResult::Refused(outcome::error(
+                &call.name,
+                &format!("{} ({})", e, e.reason()),
+            ));
+        }
+    };
+    match up.send(Method::POST, url, headers, body).await {
+        Ok(resp) => {
+            tracing::info!(server = %up.label, tool = %call.name, request = %name, "approved call forwarded");
+            metrics.call(Outcome::approved);
+            GatedResult::Forwarded(resp, name)
+        }
+        Err(e) => {
+            tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "upstream failed after approval");
+            metrics.call(Outcome::error);
+            GatedResult::Refused(outcome::upstream_failed_after_approval(
+                &call.name,
+                &name,
+                &e.to_string(),
+            ))
+        }
+    }
+}

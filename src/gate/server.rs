@@ -1,0 +1,226 @@
+//! Wiring: the MCP router (one route per tool server), the `/healthz` + `/metrics` router, and
+//! `hitl-operator gate --config FILE`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{any, get, post};
+use axum::serve::ListenerExt;
+
+use super::approval::{ApprovalSettings, Approvals};
+use super::config::GateConfig;
+use super::decision::{Clock, SystemClock};
+use super::legacy::{self, LegacyRoute};
+use super::metrics::Metrics;
+use super::proxy::{self, Shared, Upstream};
+use crate::api::remote_mcp_server::McpProtocol;
+use crate::{Error, Result};
+
+/// Idle time after which pooled upstream connections are closed.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// Time open connections get to finish after SIGTERM.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Default interval between progress notifications of a waiting call.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+fn invalid(field: &str, message: impl Into<String>) -> Error {
+    Error::InvalidSpec {
+        object: "gate.json".into(),
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+fn seconds(field: &str, s: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|e| invalid(field, format!("{s}: {e}")))
+}
+
+/// The pooled upstream HTTP client: one for all servers, TCP_NODELAY, no proxies.
+pub fn http_client() -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_idle_timeout(POOL_IDLE)
+        .pool_max_idle_per_host(256)
+        .connect_timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .map_err(|e| invalid("params", format!("cannot build the HTTP client: {e}")))
+}
+
+/// The gate's MCP router and its metrics, from its configuration and a Kubernetes client.
+pub fn build(
+    config: &GateConfig,
+    client: kube::Client,
+    clock: Arc<dyn Clock>,
+    pod: String,
+    progress_every: Duration,
+) -> Result<(Router, Arc<Metrics>)> {
+    let metrics = Arc::new(Metrics::default());
+    let settings = ApprovalSettings {
+        timeout: seconds("approval.timeout_seconds", config.approval.timeout_seconds)?,
+        wait: seconds(
+            "approval.wait_timeout_seconds",
+            config.approval.wait_timeout_seconds,
+        )?,
+        progress_every,
+        pod,
+    };
+    let shared = Shared {
+        http: http_client()?,
+        approvals: Approvals::new(client, config.agent.clone(), settings, clock),
+        metrics: metrics.clone(),
+    };
+    let mut router = Router::new();
+    let mut seen = HashSet::new();
+    for (i, server) in config.servers.iter().enumerate() {
+        if !server.route.starts_with('/') || !seen.insert(server.route.clone()) {
+            return Err(invalid(
+                &format!("servers[{i}].route"),
+                format!("{:?} must be a unique absolute path", server.route),
+            ));
+        }
+        let up = Arc::new(
+            Upstream::new(server.clone(), &config.agent.name, shared.clone())
+                .map_err(|m| invalid(&format!("servers[{i}].params"), m))?,
+        );
+        router = match server.protocol {
+            McpProtocol::StreamableHttp => {
+                router.route(&server.route, any(proxy::streamable).with_state(up))
+            }
+            McpProtocol::Sse => {
+                let route = Arc::new(LegacyRoute::new(up));
+                router
+                    .route(&server.route, get(legacy::open).with_state(route.clone()))
+                    .route(
+                        &format!("{}/messages", server.route),
+                        post(legacy::message).with_state(route),
+                    )
+            }
+        };
+    }
+    Ok((router, metrics))
+}
+
+/// `/healthz` and `/metrics`.
+pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.encode(),
+                    )
+                }
+            }),
+        )
+}
+
+/// Reads and parses `gate.json`.
+pub fn load_config(path: &str) -> Result<GateConfig> {
+    let text = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.into(),
+        source,
+    })?;
+    Ok(serde_json::from_slice(&text)?)
+}
+
+/// This gate's name in `status.consumedBy`: `$POD_NAME`, else the hostname.
+pub fn pod_name() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "approval-gate".into())
+}
+
+/// Sets TCP_NODELAY on an accepted connection.
+pub fn nodelay(stream: &mut tokio::net::TcpStream) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set");
+    }
+}
+
+async fn bind(addr: &str) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: addr.into(),
+            source,
+        })
+}
+
+/// Runs the gate until SIGTERM or Ctrl-C: MCP on `listen`, health and metrics on
+/// `metrics_listen`, the in-cluster (or kubeconfig) Kubernetes client.
+pub async fn run(config: GateConfig) -> Result<()> {
+    let client = kube::Client::try_default().await?;
+    let (router, metrics) = build(
+        &config,
+        client,
+        Arc::new(SystemClock),
+        pod_name(),
+        PROGRESS_EVERY,
+    )?;
+    let mcp = bind(&config.listen).await?;
+    let health = bind(&config.metrics_listen).await?;
+    tracing::info!(listen = %config.listen, metrics = %config.metrics_listen,
+        servers = config.servers.len(), agent = %config.agent.name, "approval gate started");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mcp_server =
+        axum::serve(mcp.tap_io(nodelay), router).with_graceful_shutdown(stopped(stop_rx.clone()));
+    let health_server = axum::serve(health, metrics_router(metrics))
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    });
+    // Open event streams may never end by themselves: give requests a grace period, then go.
+    let grace = async {
+        stopped(stop_rx).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        (a, b) = async { tokio::join!(mcp_server, health_server) } => a.and(b).map_err(|source| Error::Bind {
+            addr: config.listen.clone(),
+            source,
+        }),
+        _ = grace => {
+            tracing::info!("connections still open after the grace period; exiting");
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

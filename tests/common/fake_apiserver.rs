@@ -1,0 +1,345 @@
+//! An in-process fake kube-apiserver for `approvalrequests`: list (label selector), create
+//! (AlreadyExists), get, watch (field selector metadata.name, from a resourceVersion), and
+//! merge-patch of `/status` with resourceVersion preconditions and write-once consumedAt.
+//! It records every request body and can be told to fail every request.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+#[derive(Default)]
+struct Store {
+    objects: BTreeMap<String, Value>,
+    rv: u64,
+    requests: Vec<(String, String, String)>,
+    fail: Option<u16>,
+    watches: BTreeMap<String, usize>,
+}
+
+/// The fake apiserver's shared state.
+#[derive(Clone)]
+pub struct FakeApi {
+    store: Arc<Mutex<Store>>,
+    events: broadcast::Sender<(String, Value)>,
+    /// Base URL, `http://127.0.0.1:port`.
+    pub url: String,
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code});
+    (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
+}
+
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+impl FakeApi {
+    /// Starts the fake on 127.0.0.1 with an ephemeral port.
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (events, _) = broadcast::channel(256);
+        let api = Self {
+            store: Arc::default(),
+            events,
+            url,
+        };
+        let base = "/apis/kagent.dev/v1alpha2/namespaces/{ns}/approvalrequests";
+        let app = Router::new()
+            .route(base, get(collection).post(create))
+            .route(&format!("{base}/{{name}}"), get(one).patch(patch_main))
+            .route(
+                &format!("{base}/{{name}}/status"),
+                axum::routing::patch(patch_status),
+            )
+            .with_state(api.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        api
+    }
+
+    /// A kube client talking to this fake.
+    pub fn client(&self) -> kube::Client {
+        let config = kube::Config::new(self.url.parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// Every request as (method, uri, body).
+    pub fn requests(&self) -> Vec<(String, String, String)> {
+        self.store.lock().unwrap().requests.clone()
+    }
+
+    /// Stored objects.
+    pub fn objects(&self) -> Vec<Value> {
+        self.store
+            .lock()
+            .unwrap()
+            .objects
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Makes every request fail with `code` (None: work again).
+    pub fn fail_with(&self, code: Option<u16>) {
+        self.store.lock().unwrap().fail = code;
+    }
+
+    /// How many watches were opened on `name`.
+    pub fn watches(&self, name: &str) -> usize {
+        self.store
+            .lock()
+            .unwrap()
+            .watches
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Writes a decision, as `kubectl hitl approve|deny` would (write-once).
+    pub fn decide(&self, name: &str, kind: &str, by: &str, reason: &str) {
+        let mut s = self.store.lock().unwrap();
+        s.rv += 1;
+        let rv = s.rv;
+        let obj = s.objects.get_mut(name).expect("request exists");
+        assert!(
+            obj["spec"].get("decision").is_none(),
+            "decision is write-once"
+        );
+        obj["spec"]["decision"] = json!({"type": kind, "decidedBy": by, "reason": reason});
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let _ = self.events.send(("MODIFIED".into(), obj.clone()));
+    }
+
+    fn record(&self, method: &Method, uri: &Uri, body: &[u8]) -> Option<Response> {
+        let mut s = self.store.lock().unwrap();
+        s.requests.push((
+            method.to_string(),
+            uri.to_string(),
+            String::from_utf8_lossy(body).into(),
+        ));
+        s.fail.map(|code| {
+            status(
+                code,
+                if code == 403 {
+                    "Forbidden"
+                } else {
+                    "InternalError"
+                },
+                "injected failure",
+            )
+        })
+    }
+}
+
+async fn collection(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    if let Some(r) = api.record(&method, &uri, b"") {
+        return r;
+    }
+    if q.get("watch").map(String::as_str) == Some("true") {
+        return watch(api, q);
+    }
+    let selector: Vec<(String, String)> = q
+        .get("labelSelector")
+        .map(|s| {
+            s.split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let s = api.store.lock().unwrap();
+    let items: Vec<Value> = s
+        .objects
+        .values()
+        .filter(|o| {
+            selector
+                .iter()
+                .all(|(k, v)| o["metadata"]["labels"][k] == json!(v))
+        })
+        .cloned()
+        .collect();
+    axum::Json(
+        json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequestList",
+        "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+    )
+    .into_response()
+}
+
+fn watch(api: FakeApi, q: BTreeMap<String, String>) -> Response {
+    let name = q
+        .get("fieldSelector")
+        .and_then(|f| f.strip_prefix("metadata.name="))
+        .unwrap_or_default()
+        .to_string();
+    let from: u64 = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut rx = api.events.subscribe();
+    let current = {
+        let mut s = api.store.lock().unwrap();
+        *s.watches.entry(name.clone()).or_default() += 1;
+        s.objects.get(&name).cloned()
+    };
+    let line = |kind: &str, obj: &Value| {
+        let mut l = serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap();
+        l.push(b'\n');
+        Ok::<_, std::io::Error>(Bytes::from(l))
+    };
+    let rv_of = |o: &Value| {
+        o["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (tx, mut out) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut last = from;
+        if let Some(obj) = current.filter(|o| rv_of(o) > from) {
+            last = rv_of(&obj);
+            if tx.send(line("MODIFIED", &obj)).is_err() {
+                return;
+            }
+        }
+        while let Ok((kind, obj)) = rx.recv().await {
+            if obj["metadata"]["name"] == json!(name) && (kind == "DELETED" || rv_of(&obj) > last) {
+                last = rv_of(&obj);
+                if tx.send(line(&kind, &obj)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let stream = futures::stream::poll_fn(move |cx| out.poll_recv(cx));
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+async fn create(State(api): State<FakeApi>, method: Method, uri: Uri, body: Bytes) -> Response {
+    if let Some(r) = api.record(&method, &uri, &body) {
+        return r;
+    }
+    let mut obj: Value = serde_json::from_slice(&body).unwrap();
+    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    let mut s = api.store.lock().unwrap();
+    if s.objects.contains_key(&name) {
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("approvalrequests \"{name}\" already exists"),
+        );
+    }
+    s.rv += 1;
+    obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+    obj["metadata"]["uid"] = json!(format!("uid-{}", s.rv));
+    obj["metadata"]["creationTimestamp"] = json!("2026-11-22T00:00:00Z");
+    s.objects.insert(name, obj.clone());
+    let _ = api.events.send(("ADDED".into(), obj.clone()));
+    (StatusCode::CREATED, axum::Json(obj)).into_response()
+}
+
+async fn one(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    Path((_, name)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = api.record(&method, &uri, b"") {
+        return r;
+    }
+    match api.store.lock().unwrap().objects.get(&name) {
+        Some(o) => axum::Json(o.clone()).into_response(),
+        None => status(404, "NotFound", "not found"),
+    }
+}
+
+async fn patch_main(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    Path((_, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = api.record(&method, &uri, &body) {
+        return r;
+    }
+    let patch: Value = serde_json::from_slice(&body).unwrap();
+    let mut s = api.store.lock().unwrap();
+    s.rv += 1;
+    let rv = s.rv;
+    let Some(obj) = s.objects.get_mut(&name) else {
+        return status(404, "NotFound", "not found");
+    };
+    merge(obj, &json!({"spec": patch["spec"]}));
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    let obj = obj.clone();
+    let _ = api.events.send(("MODIFIED".into(), obj.clone()));
+    axum::Json(obj).into_response()
+}
+
+async fn patch_status(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    Path((_, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = api.record(&method, &uri, &body) {
+        return r;
+    }
+    let patch: Value = serde_json::from_slice(&body).unwrap();
+    let mut s = api.store.lock().unwrap();
+    let next_rv = s.rv + 1;
+    let Some(obj) = s.objects.get_mut(&name) else {
+        return status(404, "NotFound", "not found");
+    };
+    if let Some(want) = patch["metadata"]["resourceVersion"].as_str()
+        && obj["metadata"]["resourceVersion"] != json!(want)
+    {
+        return status(
+            409,
+            "Conflict",
+            "the object has been modified; please apply your changes to the latest version and try again",
+        );
+    }
+    if obj["status"].get("consumedAt").is_some() && patch["status"].get("consumedAt").is_some() {
+        return status(422, "Invalid", "status.consumedAt is write-once");
+    }
+    if obj.get("status").is_none() {
+        obj["status"] = json!({});
+    }
+    merge(&mut obj["status"], &patch["status"]);
+    obj["metadata"]["resourceVersion"] = json!(next_rv.to_string());
+    let obj = obj.clone();
+    s.rv = next_rv;
+    let _ = api.events.send(("MODIFIED".into(), obj.clone()));
+    axum::Json(obj).into_response()
+}

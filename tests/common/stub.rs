@@ -1,0 +1,80 @@
+//! A minimal in-process MCP server (Streamable HTTP, JSON responses): `initialize`, `ping`,
+//! `tools/list` (tools `echo` and `hidden`) and `tools/call` (echoes its arguments); its GET
+//! stream replays one `tools/list` response, as a resumed stream would; session `expired`
+//! gets 404. Used by the benchmark
+//! as a fast upstream and by tests of JSON (non-SSE) responses.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// Starts the stub on 127.0.0.1 and returns its `/mcp` URL.
+pub async fn start() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = Router::new().route("/mcp", post(handle).get(replay));
+    tokio::spawn(async move {
+        axum::serve(
+            listener.tap_io(|s| {
+                let _ = s.set_nodelay(true);
+            }),
+            app,
+        )
+        .await
+        .unwrap()
+    });
+    url
+}
+
+use axum::serve::ListenerExt;
+
+const TOOLS: &str = r#"{"tools":[{"name":"echo","inputSchema":{"type":"object"}},{"name":"hidden","inputSchema":{"type":"object"}}]}"#;
+
+async fn replay() -> Response {
+    let event = format!(
+        "id: 1\nevent: message\ndata: {{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{TOOLS}}}\n\n"
+    );
+    ([("content-type", "text/event-stream")], event).into_response()
+}
+
+async fn handle(headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    if headers
+        .get("mcp-session-id")
+        .is_some_and(|v| v == "expired")
+    {
+        return (StatusCode::NOT_FOUND, "session not found").into_response();
+    }
+    let id = msg["id"].clone();
+    let result = match msg["method"].as_str() {
+        Some("initialize") => json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "stub", "version": "1.0.0"}
+        }),
+        Some("ping") => json!({}),
+        Some("tools/list") => serde_json::from_str(TOOLS).unwrap(),
+        Some("tools/call") => {
+            json!({"content": [{"type": "text", "text": msg["params"]["arguments"].to_string()}]})
+        }
+        _ => return StatusCode::ACCEPTED.into_response(),
+    };
+    let session = headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("stub-session")
+        .to_string();
+    (
+        [
+            ("content-type", "application/json"),
+            ("mcp-session-id", session.as_str()),
+        ],
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result})).unwrap(),
+    )
+        .into_response()
+}

@@ -1,0 +1,296 @@
+//! Gate tests against an in-process Rust MCP stub that answers with plain JSON (the
+//! everything server answers with SSE): JSON `tools/list` filtering, refusal of unlisted
+//! tools, rejection of ambiguous messages, and session/header passthrough.
+
+mod common;
+
+use common::*;
+use hitl_operator::api::remote_mcp_server::McpProtocol;
+use serde_json::{Value, json};
+
+async fn post(url: &str, body: &str) -> reqwest::Response {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", "client-session")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn json_responses_are_filtered_and_relayed() {
+    init();
+    let upstream = stub::start().await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "stub",
+            McpProtocol::StreamableHttp,
+            &upstream,
+            &["echo"],
+            &[],
+        )],
+        3600.0,
+        1.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let url = gate.route("stub");
+
+    let resp = post(&url, r#"{"jsonrpc":"2.0","id":"l","method":"tools/list"}"#).await;
+    assert_eq!(resp.headers()["mcp-session-id"], "client-session");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(
+        v["result"]["tools"],
+        json!([{"name": "echo", "inputSchema": {"type": "object"}}])
+    );
+
+    let resp = post(&url, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":9007199254740993}}}"#).await;
+    let text = resp.text().await.unwrap();
+    assert_eq!(
+        text,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"{\"n\":9007199254740993}"}]}}"#
+    );
+
+    let v: Value = post(
+        &url,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"hidden"}}"#,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(v["result"]["isError"], true);
+
+    // A (resumed) GET stream replaying a tools/list response is filtered too.
+    let replay = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        replay.starts_with("id: 1\nevent: message\ndata: "),
+        "{replay}"
+    );
+    assert!(
+        replay.contains(r#""name":"echo""#) && !replay.contains("hidden"),
+        "{replay}"
+    );
+
+    // Ambiguous or batched tool messages are rejected, never forwarded.
+    let resp = post(&url, r#"{"jsonrpc":"2.0","id":4,"method":"ping","method":"tools/call","params":{"name":"hidden"}}"#).await;
+    assert_eq!(resp.status(), 400);
+    let resp = post(
+        &url,
+        r#"[{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"hidden"}}]"#,
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    // Only POST carries messages; a PUT with a tool call is refused, not relayed.
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .put(&url)
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"hidden"}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
+    assert!(api.requests().is_empty());
+}
+
+#[tokio::test]
+async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
+    init();
+    let upstream = stub::start().await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "stub",
+            McpProtocol::StreamableHttp,
+            &upstream,
+            &["echo"],
+            &["echo"],
+        )],
+        3600.0,
+        30.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"m": 1}, "_meta": {"progressToken": "p1"}}});
+    let pending = tokio::spawn(
+        reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post(gate.route("stub"))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", "expired")
+            .body(call.to_string())
+            .send(),
+    );
+    let api2 = api.clone();
+    let name = eventually("a request", move || {
+        api2.objects()
+            .first()
+            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
+    })
+    .await;
+    api.decide(&name, "Approve", "alice", "ok");
+    let resp = pending.await.unwrap().unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let body = resp.text().await.unwrap();
+    // Progress first, then the result: an error naming the spent approval.
+    let progress = body.find("notifications/progress").expect("progress");
+    let result = body.find(r#""isError":true"#).expect("an error result");
+    assert!(progress < result, "{body}");
+    assert!(
+        body.contains(&format!(
+            "was approved (ApprovalRequest {name}) but the upstream server failed: HTTP 404"
+        )),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_caller_that_leaves_before_the_decision_runs_nothing() {
+    init();
+    let stub_url = stub::start().await;
+    let counter = Counter::start(stub_url.trim_end_matches("/mcp").to_string()).await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "stub",
+            McpProtocol::StreamableHttp,
+            &format!("{}/mcp", counter.url),
+            &["echo"],
+            &["echo"],
+        )],
+        3600.0,
+        30.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"m":"bye"},"_meta":{"progressToken":1}}}"#;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let send = || {
+        http.post(gate.route("stub"))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    // The caller reads the first progress notification, then hangs up.
+    let mut resp = send().await.unwrap();
+    let first = resp.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("notifications/progress"));
+    drop(resp);
+    let name = api.objects()[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let api2 = api.clone();
+    let watched = name.clone();
+    // Once the gate has noticed and stopped waiting, approve.
+    eventually("the gate to stop waiting", || {
+        logs()
+            .contains("client went away while waiting; not forwarded")
+            .then_some(())
+    })
+    .await;
+    api.decide(&name, "Approve", "alice", "ok");
+    assert_eq!(counter.count("echo"), 0, "nobody was waiting: nothing ran");
+    assert!(api2.objects()[0]["status"].get("consumedAt").is_none());
+    assert_eq!(api2.watches(&watched), 1);
+    // The caller retries: the approval is still unused and runs the call once.
+    let text = send().await.unwrap().text().await.unwrap();
+    assert!(text.contains(r#"{\"m\":\"bye\"}"#), "{text}");
+    assert_eq!(counter.count("echo"), 1);
+}
+
+/// A legacy SSE upstream that sends one `endpoint` event (`endpoint` as given) and closes.
+async fn sse_upstream(endpoint: &'static str) -> String {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/sse",
+        get(move || async move {
+            (
+                [("content-type", "text/event-stream")],
+                format!("event: endpoint\ndata: {endpoint}\n\n"),
+            )
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+async fn read_legacy_stream(gate: &Gate, name: &str) -> Result<String, reqwest::Error> {
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(gate.route(name))
+        .header("accept", "text/event-stream")
+        .send()
+        .await?;
+    // A guard against hanging, not a timing assertion.
+    tokio::time::timeout(std::time::Duration::from_secs(30), resp.text())
+        .await
+        .expect("the stream ends with the upstream's")
+}
+
+#[tokio::test]
+async fn legacy_endpoints_are_rewritten_and_confined_to_the_upstream_origin() {
+    init();
+    let api = FakeApi::start().await;
+    let same = sse_upstream("/message?sessionId=abc").await;
+    let foreign = sse_upstream("http://127.0.0.1:1/message?sessionId=abc").await;
+    let cfg = config(
+        vec![
+            server("legacy-ok", McpProtocol::Sse, &same, &["echo"], &[]),
+            server("legacy-foreign", McpProtocol::Sse, &foreign, &["echo"], &[]),
+        ],
+        3600.0,
+        1.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let text = read_legacy_stream(&gate, "legacy-ok").await.unwrap();
+    assert!(
+        text.starts_with("event: endpoint\ndata: /servers/tools/legacy-ok/mcp/messages?session="),
+        "{text}"
+    );
+    assert!(!text.contains("sessionId=abc"), "{text}");
+    // An endpoint on another origin is never handed out: the stream is cut.
+    let cut = read_legacy_stream(&gate, "legacy-foreign").await;
+    assert!(
+        cut.as_ref().map_or(true, |t| !t.contains("endpoint")),
+        "{cut:?}"
+    );
+    // Messages for unknown sessions are refused.
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(format!("{}/messages?session=nope", gate.route("legacy-ok")))
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+}

@@ -1,0 +1,53 @@
+// Drives the gate with the official MCP TypeScript SDK client.
+// Usage: node client.mjs <url> <streamable|sse> '<json array of operations>' ['<json options>']
+// Options: {"sampling": true} declares the sampling capability and answers
+// sampling/createMessage requests from the server with "sampled: <prompt>".
+// Operations: {"op":"list"} | {"op":"call","name":"echo","args":{...},"progress":true}
+//             | {"op":"terminate"} (DELETE of the Streamable HTTP session)
+// Prints one JSON line per operation: {"op","tools"} | {"op","result","progress"} | {"op","error"}.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
+import { CreateMessageRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+
+const [url, kind, opsJson, optsJson] = process.argv.slice(2);
+const ops = JSON.parse(opsJson);
+const opts = JSON.parse(optsJson ?? "{}");
+const transport =
+  kind === "sse" ? new SSEClientTransport(new URL(url)) : new StreamableHTTPClientTransport(new URL(url));
+const client = new Client(
+  { name: "hitl-gate-test", version: "1.0.0" },
+  opts.sampling ? { capabilities: { sampling: {} } } : undefined,
+);
+if (opts.sampling) {
+  client.setRequestHandler(CreateMessageRequestSchema, async (request) => ({
+    model: "test-model",
+    role: "assistant",
+    content: { type: "text", text: `sampled: ${request.params.messages[0].content.text}` },
+  }));
+}
+await client.connect(transport);
+for (const op of ops) {
+  try {
+    if (op.op === "list") {
+      const res = await client.listTools();
+      console.log(JSON.stringify({ op: "list", tools: res.tools.map((t) => t.name) }));
+    } else if (op.op === "call") {
+      const progress = [];
+      const options = { timeout: 120000 };
+      if (op.progress) {
+        options.onprogress = (p) => progress.push(p);
+      }
+      const result = await client.callTool({ name: op.name, arguments: op.args ?? {} }, undefined, options);
+      console.log(JSON.stringify({ op: "call", result, progress }));
+    } else if (op.op === "terminate") {
+      const session = transport.sessionId;
+      await transport.terminateSession();
+      console.log(JSON.stringify({ op: "terminate", session, after: transport.sessionId ?? null }));
+    }
+  } catch (e) {
+    console.log(JSON.stringify({ op: op.op, error: String(e && e.message ? e.message : e) }));
+  }
+}
+await client.close();
+process.exit(0);
