@@ -49,6 +49,11 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
+    // Being deleted: the garbage collector removes the owned objects; re-applying them would
+    // hold up a foreground deletion.
+    if agent.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     ctx.stores.ready().await;
     let namespace = agent.namespace().unwrap_or_default();
     let refs = fetch_refs(agent, ctx).await?;

@@ -226,6 +226,9 @@ pub async fn reconcile(request: Arc<ApprovalRequest>, ctx: Arc<Context>) -> Resu
 }
 
 async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Action> {
+    if request.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     ctx.stores.ready().await;
     let namespace = request.namespace().unwrap_or_default();
     let name = request.name_any();

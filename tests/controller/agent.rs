@@ -495,3 +495,17 @@ async fn api_key_rotation_rolls_the_pods() {
     assert_ne!(new_hash.as_str().unwrap(), old_hash);
     assert_eq!(&requests[3].body["status"]["configHash"], new_hash);
 }
+
+#[tokio::test]
+async fn agent_being_deleted_is_left_to_the_garbage_collector() {
+    let mut agent = agent();
+    agent.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)));
+    let cache = Cache::default();
+    let (result, requests) = run_script(Vec::new(), |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(1)))
+    })
+    .await;
+    result.unwrap();
+    assert!(requests.is_empty());
+}
