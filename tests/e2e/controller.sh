@@ -146,9 +146,11 @@ changed() {
   [ -n "$now" ] && [ "$now" != "$before" ]
 }
 wait_for "config-hash annotation to change" 30 changed
-has_value "agent/$AGENT" '{.status.configHash}' \
-  "$(jsonpath deployment/$AGENT '{.spec.template.metadata.annotations.kagent\.dev/config-hash}')" ||
-  fail "status.configHash differs from the pod template"
+hash_in_status() {
+  has_value "agent/$AGENT" '{.status.configHash}' \
+    "$(jsonpath deployment/$AGENT '{.spec.template.metadata.annotations.kagent\.dev/config-hash}')"
+}
+wait_for "status.configHash to match the pod template" 30 hash_in_status
 echo "config-hash $before -> $(jsonpath deployment/$AGENT '{.spec.template.metadata.annotations.kagent\.dev/config-hash}')"
 
 step "drift is put back"
