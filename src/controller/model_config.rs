@@ -118,3 +118,31 @@ pub fn using_secret(
         .map(|mc| ObjectRef::from_obj(mc.as_ref()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::{reflector, watcher};
+
+    #[test]
+    fn secrets_map_to_the_model_configs_using_them() {
+        let (store, mut writer) = reflector::store::<ModelConfig>();
+        for (namespace, name, secret) in
+            [("a", "m1", "key"), ("a", "m2", "other"), ("b", "m3", "key")]
+        {
+            let model_config: ModelConfig = serde_json::from_value(serde_json::json!({
+                "apiVersion": "kagent.dev/v1alpha2", "kind": "ModelConfig",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"provider": "OpenAI", "model": "gpt-4o", "apiKeySecret": secret, "apiKeySecretKey": "k"},
+            }))
+            .unwrap();
+            writer.apply_watcher_event(&watcher::Event::Apply(model_config));
+        }
+        let names: Vec<String> = using_secret(&store, "a", "key")
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, vec!["m1"]);
+        assert!(using_secret(&store, "c", "key").is_empty());
+    }
+}

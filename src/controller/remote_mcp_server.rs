@@ -169,8 +169,8 @@ pub fn using_source(
 
 #[cfg(test)]
 mod tests {
-    use super::failure_backoff;
-    use std::time::Duration;
+    use super::*;
+    use kube::runtime::{reflector, watcher};
 
     #[test]
     fn backoff_doubles_up_to_the_relist_interval() {
@@ -178,5 +178,30 @@ mod tests {
         assert_eq!(failure_backoff(2), Duration::from_secs(20));
         assert_eq!(failure_backoff(4), Duration::from_secs(80));
         assert_eq!(failure_backoff(20), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn header_sources_map_to_the_servers_reading_them() {
+        let (store, mut writer) = reflector::store::<RemoteMCPServer>();
+        for (name, kind, source) in [("s1", "Secret", "token"), ("s2", "ConfigMap", "token")] {
+            let server: RemoteMCPServer = serde_json::from_value(serde_json::json!({
+                "apiVersion": "kagent.dev/v1alpha2", "kind": "RemoteMCPServer",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"url": "http://x/mcp", "headersFrom": [
+                    {"name": "Authorization", "valueFrom": {"type": kind, "name": source, "key": "k"}}
+                ]},
+            }))
+            .unwrap();
+            writer.apply_watcher_event(&watcher::Event::Apply(server));
+        }
+        let names = |kind, namespace| -> Vec<String> {
+            using_source(&store, kind, namespace, "token")
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        assert_eq!(names(ValueSourceType::Secret, "ns"), vec!["s1"]);
+        assert_eq!(names(ValueSourceType::ConfigMap, "ns"), vec!["s2"]);
+        assert!(names(ValueSourceType::Secret, "other").is_empty());
     }
 }
