@@ -50,6 +50,17 @@ pub enum Error {
         /// Name of the call's requests without the generation.
         name: String,
     },
+    /// Listing an MCP server's tools failed.
+    #[error("{server}: listing tools: {message}")]
+    ToolDiscovery {
+        /// `RemoteMCPServer namespace/name`.
+        server: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Leader election on the Lease failed.
+    #[error("leader election: {0}")]
+    LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
     /// A listener could not be bound.
     #[error("listen on {addr}: {source}")]
     Bind {
@@ -81,6 +92,8 @@ impl Error {
             Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
             Self::CreateRace { .. } => "ApprovalRequestCreateRace",
             Self::Bind { .. } => "BindError",
+            Self::ToolDiscovery { .. } => "ToolDiscoveryFailed",
+            Self::LeaderElection(_) => "LeaderElectionFailed",
         }
     }
 }

@@ -2,8 +2,10 @@
 
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod error;
 pub mod gate;
+pub mod kube;
 pub mod manifest;
 pub mod render;
 pub mod validate;

@@ -23,6 +23,8 @@ enum Command {
     Crds(cli::crds::CrdsArgs),
     /// Run the approval gate sidecar: an MCP proxy that holds gated tool calls for approval.
     Gate(cli::gate::GateArgs),
+    /// Run the controller against the cluster of the current kubeconfig (or in-cluster).
+    Controller(hitl_operator::controller::ControllerArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +46,22 @@ fn main() -> ExitCode {
                 Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("error: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Controller(args) => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(hitl_operator::controller::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(reason = e.reason(), error = %e, "controller failed");
                     ExitCode::FAILURE
                 }
             }

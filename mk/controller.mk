@@ -1,0 +1,14 @@
+# Controller targets, included by the top-level Makefile (`-include mk/*.mk`).
+.PHONY: run e2e-controller bench-controller
+
+## Run the controller against the cluster in KUBECONFIG (extra flags: make run RUN_ARGS="--namespace demo").
+run:
+	$(CARGO) run -- controller $(RUN_ARGS)
+
+## Only the controller's end-to-end suite (prints SKIP without a cluster).
+e2e-controller:
+	bash tests/e2e/controller.sh
+
+## Reconcile CPU time, writes per reconcile and RSS per cached Agent.
+bench-controller:
+	$(CARGO) bench --bench controller

@@ -1,0 +1,403 @@
+//! Agent reconciler: fetch the referenced objects, render (validate + build, pure), apply each
+//! rendered object that differs from the cached one, and write the status when it changed.
+//! A reconcile with nothing to change makes no API writes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use super::approval_request::pending_for;
+use super::{Context, RefKey, measured};
+use crate::api::agent::{AgentStatus, ToolServerKind};
+use crate::api::{Agent, ModelConfig, RemoteMCPServer};
+use crate::kube::conditions::find;
+use crate::kube::{Applicable, apply, apply_status, is_applied, new_condition, set_condition};
+use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
+use crate::render::{AgentObjects, render_agent};
+use crate::{Error, Result};
+
+/// Name of this controller in metrics.
+pub const CONTROLLER: &str = "agent";
+/// Condition: whether the Agent's objects are rendered and applied.
+pub const ACCEPTED: &str = "Accepted";
+/// Condition: whether the Deployment has all replicas available.
+pub const READY: &str = "Ready";
+/// Condition: whether every tool in toolNames is offered by its RemoteMCPServer.
+pub const TOOLS_AVAILABLE: &str = "ToolsAvailable";
+/// Periodic resync, in case a watch event was missed.
+const RESYNC: Duration = Duration::from_secs(3600);
+
+/// Reconciles one Agent.
+pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action> {
+    measured(
+        &ctx,
+        CONTROLLER,
+        agent.as_ref(),
+        reconcile_inner(&agent, &ctx),
+    )
+    .await
+}
+
+async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
+    // Being deleted: the garbage collector removes the owned objects; re-applying them would
+    // hold up a foreground deletion.
+    if agent.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    ctx.stores.ready().await;
+    let namespace = agent.namespace().unwrap_or_default();
+    let refs = fetch_refs(agent, ctx).await?;
+    let now = ctx.clock.now();
+    let generation = agent.meta().generation;
+    let current = agent.status.clone().unwrap_or_default();
+    let mut status = AgentStatus {
+        observed_generation: generation,
+        conditions: current.conditions.clone(),
+        config_hash: current.config_hash.clone(),
+        pending_approvals: Some(
+            i32::try_from(pending_for(
+                ctx.stores.approvals.state().iter().map(AsRef::as_ref),
+                &namespace,
+                &agent.name_any(),
+            ))
+            .unwrap_or(i32::MAX),
+        ),
+    };
+
+    let mut failure = None;
+    let accepted = match render_agent(agent, &refs, &ctx.render) {
+        Ok(rendered) => match apply_objects(ctx, agent, &rendered.objects).await {
+            Ok(()) => {
+                status.config_hash = Some(rendered.config_hash.clone());
+                set_condition(
+                    &mut status.conditions,
+                    tools_available(agent, &refs, generation, now),
+                );
+                let message = if rendered.warnings.is_empty() {
+                    "rendered and applied".to_string()
+                } else {
+                    format!(
+                        "rendered and applied; warnings: {}",
+                        rendered.warnings.join("; ")
+                    )
+                };
+                new_condition(ACCEPTED, true, "Reconciled", message, generation, now)
+            }
+            Err(error) => {
+                let condition = new_condition(
+                    ACCEPTED,
+                    false,
+                    "ReconcileFailed",
+                    error.to_string(),
+                    generation,
+                    now,
+                );
+                failure = Some(error);
+                condition
+            }
+        },
+        Err(error @ (Error::InvalidSpec { .. } | Error::RefNotFound { .. })) => new_condition(
+            ACCEPTED,
+            false,
+            error.reason(),
+            error.to_string(),
+            generation,
+            now,
+        ),
+        Err(error) => return Err(error),
+    };
+    let accepted_changed = find(&current.conditions, ACCEPTED).is_none_or(|old| {
+        (&old.status, &old.reason, &old.message)
+            != (&accepted.status, &accepted.reason, &accepted.message)
+    });
+    set_condition(&mut status.conditions, accepted.clone());
+    let deployment = owned_by(&ctx.stores.deployments, agent);
+    set_condition(
+        &mut status.conditions,
+        ready_condition(deployment.as_deref(), generation, now),
+    );
+
+    if status != current {
+        let api: Api<Agent> = Api::namespaced(ctx.client.clone(), &namespace);
+        apply_status(&api, agent, &status).await?;
+    }
+    if accepted_changed {
+        announce(ctx, agent, &accepted).await;
+    }
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(Action::requeue(RESYNC)),
+    }
+}
+
+/// Fetches every object the Agent references (iterating: a RemoteMCPServer's own references
+/// are known only once it is fetched). Missing objects are left out; the renderer names them.
+/// Records the references so that changes to them requeue this Agent.
+async fn fetch_refs(agent: &Agent, ctx: &Context) -> Result<RefStore> {
+    let mut store = RefStore::default();
+    let mut fetched = BTreeSet::new();
+    loop {
+        let missing: Vec<ObjectKey> = missing_refs(agent, &store)
+            .into_iter()
+            .filter(|key| !fetched.contains(key))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        for key in missing {
+            fetch_into(ctx, &key, &mut store).await?;
+            fetched.insert(key);
+        }
+    }
+    let keys: Vec<RefKey> = agent_references(agent, &store)
+        .into_iter()
+        .map(|key| (key.kind.as_str(), key.namespace, key.name))
+        .collect();
+    ctx.refs.set(ObjectRef::from_obj(agent), keys);
+    Ok(store)
+}
+
+async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Result<()> {
+    let client = ctx.client.clone();
+    let (namespace, name) = (key.namespace.as_str(), key.name.as_str());
+    match key.kind {
+        RefKind::ModelConfig => {
+            if let Some(o) = Api::<ModelConfig>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
+                store.insert_model_config(o);
+            }
+        }
+        RefKind::RemoteMCPServer => {
+            if let Some(o) = Api::<RemoteMCPServer>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
+                store.insert_remote_mcp_server(o);
+            }
+        }
+        RefKind::Service => {
+            if let Some(o) = Api::<Service>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
+                store.insert_service(o);
+            }
+        }
+        RefKind::Secret => {
+            if let Some(o) = Api::<Secret>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
+                store.insert_secret(o);
+            }
+        }
+        RefKind::ConfigMap => {
+            if let Some(o) = Api::<ConfigMap>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
+                store.insert_config_map(o);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies each rendered object that the cache does not already hold, in dependency order,
+/// and deletes optional objects (ServiceAccount, Role, RoleBinding) no longer rendered.
+async fn apply_objects(ctx: &Context, agent: &Agent, objects: &AgentObjects) -> Result<()> {
+    let stores = &ctx.stores;
+    apply_changed(ctx, &objects.secret, &stores.secrets).await?;
+    apply_or_prune(
+        ctx,
+        agent,
+        objects.service_account.as_ref(),
+        &stores.service_accounts,
+    )
+    .await?;
+    apply_or_prune(ctx, agent, objects.role.as_ref(), &stores.roles).await?;
+    apply_or_prune(
+        ctx,
+        agent,
+        objects.role_binding.as_ref(),
+        &stores.role_bindings,
+    )
+    .await?;
+    apply_changed(ctx, &objects.deployment, &stores.deployments).await?;
+    apply_changed(ctx, &objects.service, &stores.services).await?;
+    Ok(())
+}
+
+async fn apply_changed<K: Applicable>(ctx: &Context, desired: &K, store: &Store<K>) -> Result<()> {
+    let key = ObjectRef::new(&desired.name_any()).within(&desired.namespace().unwrap_or_default());
+    if !is_applied(desired, store.get(&key).as_deref()) {
+        apply(&ctx.client, desired).await?;
+    }
+    Ok(())
+}
+
+async fn apply_or_prune<K: Applicable>(
+    ctx: &Context,
+    agent: &Agent,
+    desired: Option<&K>,
+    store: &Store<K>,
+) -> Result<()> {
+    if let Some(desired) = desired {
+        return apply_changed(ctx, desired, store).await;
+    }
+    if let Some(stale) = owned_by(store, agent) {
+        let api: Api<K> =
+            Api::namespaced(ctx.client.clone(), &stale.namespace().unwrap_or_default());
+        api.delete(&stale.name_any(), &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}
+
+/// The cached object controlled by `agent`.
+fn owned_by<K: Resource<DynamicType = ()> + Clone>(
+    store: &Store<K>,
+    agent: &Agent,
+) -> Option<Arc<K>> {
+    let uid = agent.uid()?;
+    store.find(|object| {
+        object
+            .owner_references()
+            .iter()
+            .any(|owner| owner.uid == uid && owner.controller == Some(true))
+    })
+}
+
+/// `Ready` from the Deployment's status.
+pub fn ready_condition(
+    deployment: Option<&Deployment>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let not_ready = |message: String| {
+        new_condition(READY, false, "DeploymentNotReady", message, generation, now)
+    };
+    let Some(deployment) = deployment else {
+        return not_ready("the Deployment does not exist yet".into());
+    };
+    let wanted = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    let status = deployment.status.clone().unwrap_or_default();
+    if status.observed_generation < deployment.metadata.generation {
+        return not_ready(format!(
+            "Deployment {} rollout not observed yet",
+            deployment.name_any()
+        ));
+    }
+    let updated = status.updated_replicas.unwrap_or(0);
+    let available = status.available_replicas.unwrap_or(0);
+    let message = format!(
+        "Deployment {}: {available}/{wanted} replicas available, {updated} updated",
+        deployment.name_any()
+    );
+    if updated >= wanted && available >= wanted {
+        new_condition(READY, true, "DeploymentReady", message, generation, now)
+    } else {
+        not_ready(message)
+    }
+}
+
+/// `ToolsAvailable`: False naming the tools a RemoteMCPServer does not offer (per its last
+/// listing); True when every listed server offers every tool in toolNames.
+fn tools_available(
+    agent: &Agent,
+    refs: &RefStore,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let namespace = agent.namespace().unwrap_or_default();
+    let mut missing = Vec::new();
+    let mut unlisted = Vec::new();
+    let servers = agent
+        .spec
+        .declarative
+        .iter()
+        .flat_map(|d| &d.tools)
+        .filter_map(|t| t.mcp_server.as_ref())
+        .filter(|s| s.kind.unwrap_or_default() == ToolServerKind::RemoteMCPServer);
+    for server in servers {
+        let server_namespace = server.namespace.as_deref().unwrap_or(&namespace);
+        let id = format!("{server_namespace}/{}", server.name);
+        let listing = refs
+            .remote_mcp_server(server_namespace, &server.name)
+            .and_then(|s| s.status.as_ref())
+            .filter(|s| find(&s.conditions, "Accepted").is_some_and(|c| c.status == "True"));
+        let Some(listing) = listing else {
+            unlisted.push(id);
+            continue;
+        };
+        let absent: Vec<&str> = server
+            .tool_names
+            .iter()
+            .filter(|name| !listing.discovered_tools.iter().any(|t| &t.name == *name))
+            .map(String::as_str)
+            .collect();
+        if !absent.is_empty() {
+            missing.push(format!(
+                "RemoteMCPServer {id} does not offer {}",
+                absent.join(", ")
+            ));
+        }
+    }
+    if !missing.is_empty() {
+        return new_condition(
+            TOOLS_AVAILABLE,
+            false,
+            "ToolsMissing",
+            missing.join("; "),
+            generation,
+            now,
+        );
+    }
+    let message = if unlisted.is_empty() {
+        "every tool in toolNames is offered".to_string()
+    } else {
+        format!("tools of {} not listed yet", unlisted.join(", "))
+    };
+    new_condition(
+        TOOLS_AVAILABLE,
+        true,
+        "ToolsOffered",
+        message,
+        generation,
+        now,
+    )
+}
+
+/// Publishes an Event when the Accepted condition changes.
+async fn announce(ctx: &Context, agent: &Agent, accepted: &Condition) {
+    let type_ = if accepted.status == "True" {
+        EventType::Normal
+    } else {
+        EventType::Warning
+    };
+    let targets = [agent.object_ref(&())];
+    ctx.publish(
+        type_,
+        &accepted.reason,
+        accepted.message.clone(),
+        "Reconcile",
+        &targets,
+    )
+    .await;
+}

@@ -1,0 +1,594 @@
+//! ApprovalRequest reconciler: adopts requests (owner reference to their Agent), computes the
+//! phase from spec, status, policy and the injected clock, publishes Events on the request and
+//! its Agent, requeues at `expiresAt`, and deletes finished requests after `ttlAfterFinished`.
+//!
+//! The decision path itself does not go through here: the gate watches its own request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, DeleteParams, Patch};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::{Context, measured};
+use crate::Result;
+use crate::api::approval_request::{ApprovalRequestStatus, DecisionType};
+use crate::api::common::parse_duration_seconds;
+use crate::api::{Agent, ApprovalMode, ApprovalRequest, Phase};
+use crate::kube::conditions::find;
+use crate::kube::{apply_params, apply_status, new_condition, set_condition};
+
+/// Name of this controller in metrics.
+pub const CONTROLLER: &str = "approvalrequest";
+/// Condition set when a request reaches a terminal phase; its lastTransitionTime starts the TTL.
+pub const FINISHED: &str = "Finished";
+/// Reason of a request withdrawn because approval is no longer required or the Agent is gone.
+pub const POLICY_CHANGED: &str = "PolicyChanged";
+/// Kept when the Agent does not say (`ttlAfterFinished`).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Where a request stands, as computed by [`evaluate`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    /// The phase.
+    pub phase: Phase,
+    /// When the decision was made, when there is one.
+    pub decided_at: Option<Timestamp>,
+    /// Human-readable state.
+    pub message: String,
+}
+
+/// Whether the request's tool still needs approval at its server under its Agent's policy.
+/// `None` for the Agent means it is gone.
+pub fn still_required(
+    request: &ApprovalRequest,
+    agent: Option<&Agent>,
+    default_mode: ApprovalMode,
+) -> bool {
+    let Some(agent) = agent.filter(|a| a.meta().deletion_timestamp.is_none()) else {
+        return false;
+    };
+    let Some(declarative) = &agent.spec.declarative else {
+        return false;
+    };
+    let mode = declarative
+        .approval
+        .as_ref()
+        .and_then(|a| a.mode)
+        .unwrap_or(default_mode);
+    if !mode.uses_gate() {
+        return false;
+    }
+    let agent_namespace = agent.namespace().unwrap_or_default();
+    let target = &request.spec.tool_server;
+    declarative
+        .tools
+        .iter()
+        .filter_map(|t| t.mcp_server.as_ref())
+        .any(|server| {
+            server.kind.unwrap_or_default() == target.kind
+                && server.name == target.name
+                && server.namespace.as_deref().unwrap_or(&agent_namespace) == target.namespace
+                && server.require_approval.contains(&request.spec.tool_name)
+        })
+}
+
+/// When the decision was written: `status.decidedAt`, else the time of the managedFields entry
+/// that owns `spec.decision` (decisions are write-once), else `now` (first observation).
+fn decision_time(request: &ApprovalRequest, now: Timestamp) -> Timestamp {
+    if let Some(Time(at)) = request.status.as_ref().and_then(|s| s.decided_at.clone()) {
+        return at;
+    }
+    request
+        .meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| {
+            entry
+                .fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:spec"))
+                .and_then(|spec| spec.get("f:decision"))
+                .is_some()
+        })
+        .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
+        .min()
+        .unwrap_or(now)
+}
+
+/// Computes the phase of `request` at `now`. Terminal phases are sticky; a decision made at or
+/// after `expiresAt` leaves the request Expired; an approval consumed by the gate is Executed;
+/// an undecided or approved-but-unused request whose tool no longer needs approval (or whose
+/// Agent is gone) is Cancelled.
+pub fn evaluate(request: &ApprovalRequest, required: bool, now: Timestamp) -> Evaluation {
+    let status = request.status.clone().unwrap_or_default();
+    let expires_at = request.spec.expires_at.0;
+    let decision = request.spec.decision.as_ref();
+    let decided_at = decision.map(|_| decision_time(request, now));
+    let evaluation = |phase: Phase, message: String| Evaluation {
+        phase,
+        decided_at,
+        message,
+    };
+    if let Some(phase) = status.phase.filter(|p| p.is_terminal()) {
+        return Evaluation {
+            phase,
+            decided_at: status.decided_at.map(|t| t.0),
+            message: status.message.unwrap_or_else(|| phase.as_str().to_string()),
+        };
+    }
+    if status.consumed_at.is_some() {
+        let by = status.consumed_by.as_deref().unwrap_or("the gate");
+        return evaluation(
+            Phase::Executed,
+            format!("approved call forwarded once by {by}"),
+        );
+    }
+    match (decision, decided_at) {
+        (Some(decision), Some(at)) => {
+            if at >= expires_at {
+                return evaluation(
+                    Phase::Expired,
+                    format!(
+                        "decided at {at} after the request expired at {expires_at}; the call does not run"
+                    ),
+                );
+            }
+            let reason = decision
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            match decision.decision_type {
+                DecisionType::Deny => evaluation(
+                    Phase::Denied,
+                    format!("denied by {}{reason}", decision.decided_by),
+                ),
+                DecisionType::Approve if !required => evaluation(
+                    Phase::Cancelled,
+                    "approval is no longer required for this tool, or the agent is gone".into(),
+                ),
+                DecisionType::Approve => evaluation(
+                    Phase::Approved,
+                    format!("approved by {}{reason}", decision.decided_by),
+                ),
+            }
+        }
+        _ if now >= expires_at => evaluation(
+            Phase::Expired,
+            format!("no decision before {expires_at}; the call does not run"),
+        ),
+        _ if !required => evaluation(
+            Phase::Cancelled,
+            "approval is no longer required for this tool, or the agent is gone".into(),
+        ),
+        _ => evaluation(
+            Phase::Pending,
+            format!("waiting for a decision until {expires_at}"),
+        ),
+    }
+}
+
+/// The instant a finished request may be deleted: `ttl` after it finished. Approved requests
+/// that are never used count as finished at `expiresAt`.
+pub fn delete_at(
+    request: &ApprovalRequest,
+    phase: Phase,
+    finished_at: Option<Timestamp>,
+    ttl: Duration,
+) -> Option<Timestamp> {
+    let ttl = SignedDuration::try_from(ttl).unwrap_or(SignedDuration::MAX);
+    let start = match phase {
+        Phase::Pending => return None,
+        Phase::Approved => request.spec.expires_at.0,
+        _ => finished_at?,
+    };
+    start.checked_add(ttl).ok()
+}
+
+/// `ttlAfterFinished` of the Agent, or the default.
+fn ttl_of(agent: Option<&Agent>) -> Duration {
+    agent
+        .and_then(|a| a.spec.declarative.as_ref())
+        .and_then(|d| d.approval.as_ref())
+        .and_then(|a| a.ttl_after_finished.as_deref())
+        .and_then(parse_duration_seconds)
+        .map_or(DEFAULT_TTL, Duration::from_secs_f64)
+}
+
+/// Metric label of a phase reached (Executed was counted as approved already).
+fn outcome(phase: Phase) -> Option<&'static str> {
+    match phase {
+        Phase::Approved => Some("approved"),
+        Phase::Denied => Some("denied"),
+        Phase::Expired => Some("expired"),
+        Phase::Cancelled => Some("cancelled"),
+        Phase::Pending | Phase::Executed => None,
+    }
+}
+
+/// Reconciles one ApprovalRequest.
+pub async fn reconcile(request: Arc<ApprovalRequest>, ctx: Arc<Context>) -> Result<Action> {
+    measured(
+        &ctx,
+        CONTROLLER,
+        request.as_ref(),
+        reconcile_inner(&request, &ctx),
+    )
+    .await
+}
+
+async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Action> {
+    if request.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    ctx.stores.ready().await;
+    let namespace = request.namespace().unwrap_or_default();
+    let name = request.name_any();
+    let api: Api<ApprovalRequest> = Api::namespaced(ctx.client.clone(), &namespace);
+    let agent = ctx
+        .stores
+        .agents
+        .get(&ObjectRef::new(&request.spec.agent_ref.name).within(&namespace));
+    let now = ctx.clock.now();
+
+    if let Some(agent) = agent.as_deref() {
+        adopt(&api, request, agent).await?;
+    }
+
+    let required = still_required(request, agent.as_deref(), ctx.render.default_approval_mode);
+    let evaluation = evaluate(request, required, now);
+    let current = request.status.clone().unwrap_or_default();
+    let mut status = ApprovalRequestStatus {
+        phase: Some(evaluation.phase),
+        decided_at: evaluation.decided_at.map(Time),
+        consumed_at: None,
+        consumed_by: None,
+        conditions: current.conditions.clone(),
+        message: Some(evaluation.message.clone()),
+    };
+    if evaluation.phase.is_terminal() {
+        let reason = if evaluation.phase == Phase::Cancelled {
+            POLICY_CHANGED
+        } else {
+            evaluation.phase.as_str()
+        };
+        set_condition(
+            &mut status.conditions,
+            new_condition(
+                FINISHED,
+                true,
+                reason,
+                evaluation.message.clone(),
+                None,
+                now,
+            ),
+        );
+    }
+    let owned = |s: &ApprovalRequestStatus| {
+        (
+            s.phase,
+            s.decided_at.clone(),
+            s.conditions.clone(),
+            s.message.clone(),
+        )
+    };
+    // The gate may set Executed itself; its Event goes out when the controller records it.
+    let newly_finished =
+        evaluation.phase.is_terminal() && find(&current.conditions, FINISHED).is_none();
+    if owned(&status) != owned(&current) {
+        apply_status(&api, request, &status).await?;
+        if current.phase != Some(evaluation.phase) || newly_finished {
+            announce(ctx, request, agent.as_deref(), &evaluation, current.phase).await;
+        }
+    }
+
+    update_pending_gauge(ctx, request, evaluation.phase);
+
+    let finished_at = find(&status.conditions, FINISHED).map(|c| c.last_transition_time.0);
+    let next = match evaluation.phase {
+        Phase::Pending => Some(request.spec.expires_at.0),
+        phase => {
+            let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(agent.as_deref()))
+            else {
+                return Ok(Action::await_change());
+            };
+            if now >= delete_at {
+                tracing::info!(%namespace, %name, phase = phase.as_str(), "deleting finished ApprovalRequest");
+                let params = DeleteParams {
+                    preconditions: request.uid().map(|uid| kube::api::Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                api.delete(&name, &params).await?;
+                return Ok(Action::await_change());
+            }
+            Some(delete_at)
+        }
+    };
+    Ok(match next {
+        Some(at) => Action::requeue(until(now, at)),
+        None => Action::await_change(),
+    })
+}
+
+/// Time from `now` to `at` (at least a second, so the requeue lands after the instant).
+fn until(now: Timestamp, at: Timestamp) -> Duration {
+    let wait = at.duration_since(now);
+    Duration::try_from(wait).unwrap_or_default() + Duration::from_secs(1)
+}
+
+/// Adds an owner reference to the Agent (so the request goes with it) unless one is there.
+async fn adopt(api: &Api<ApprovalRequest>, request: &ApprovalRequest, agent: &Agent) -> Result<()> {
+    let Some(uid) = agent.uid() else {
+        return Ok(());
+    };
+    if request.owner_references().iter().any(|o| o.uid == uid) {
+        return Ok(());
+    }
+    let owner = OwnerReference {
+        api_version: Agent::api_version(&()).into_owned(),
+        kind: Agent::kind(&()).into_owned(),
+        name: agent.name_any(),
+        uid,
+        ..Default::default()
+    };
+    let patch = json!({
+        "apiVersion": ApprovalRequest::api_version(&()),
+        "kind": ApprovalRequest::kind(&()),
+        "metadata": {"name": request.name_any(), "ownerReferences": [owner]},
+    });
+    api.patch(&request.name_any(), &apply_params(), &Patch::Apply(patch))
+        .await?;
+    Ok(())
+}
+
+/// Publishes the phase change on the request and its Agent, and counts the outcome.
+async fn announce(
+    ctx: &Context,
+    request: &ApprovalRequest,
+    agent: Option<&Agent>,
+    evaluation: &Evaluation,
+    previous: Option<Phase>,
+) {
+    let phase = evaluation.phase;
+    if let Some(outcome) = outcome(phase).filter(|_| previous != Some(phase)) {
+        let latency = evaluation
+            .decided_at
+            .zip(request.meta().creation_timestamp.as_ref())
+            .filter(|_| matches!(phase, Phase::Approved | Phase::Denied))
+            .and_then(|(decided, created)| {
+                Duration::try_from(decided.duration_since(created.0)).ok()
+            });
+        ctx.metrics.decided(outcome, latency);
+    }
+    let (reason, type_) = match phase {
+        Phase::Pending => ("ApprovalRequested", EventType::Normal),
+        Phase::Approved => ("Approved", EventType::Normal),
+        Phase::Executed => ("Executed", EventType::Normal),
+        Phase::Denied => ("Denied", EventType::Warning),
+        Phase::Expired => ("Expired", EventType::Warning),
+        Phase::Cancelled => (POLICY_CHANGED, EventType::Warning),
+    };
+    let tool = &request.spec.tool_name;
+    let server = &request.spec.tool_server;
+    let note = format!(
+        "ApprovalRequest {}: {tool} on {} {}/{}: {}",
+        request.name_any(),
+        server.kind.as_str(),
+        server.namespace,
+        server.name,
+        evaluation.message
+    );
+    let mut targets = vec![request.object_ref(&())];
+    targets.extend(agent.map(|a| a.object_ref(&())));
+    ctx.publish(type_, reason, note, "Decide", &targets).await;
+}
+
+/// Sets `hitl_approvals_pending` from the cache, counting `request` in its new phase.
+fn update_pending_gauge(ctx: &Context, request: &ApprovalRequest, phase: Phase) {
+    let uid = request.uid();
+    let others = ctx
+        .stores
+        .approvals
+        .state()
+        .iter()
+        .filter(|r| r.uid() != uid)
+        .filter(|r| {
+            matches!(
+                r.status.as_ref().and_then(|s| s.phase),
+                None | Some(Phase::Pending)
+            )
+        })
+        .count();
+    ctx.metrics
+        .set_pending(others + usize::from(phase == Phase::Pending));
+}
+
+/// Number of `agent`'s requests in `requests` that wait for a decision.
+pub fn pending_for<'a>(
+    requests: impl IntoIterator<Item = &'a ApprovalRequest>,
+    namespace: &str,
+    agent: &str,
+) -> usize {
+    requests
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(namespace) && r.spec.agent_ref.name == agent)
+        .filter(|r| {
+            matches!(
+                r.status.as_ref().and_then(|s| s.phase),
+                None | Some(Phase::Pending)
+            )
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::agent::ToolServerKind;
+    use crate::api::approval_request::{AgentRef, ApprovalRequestSpec, Decision, ToolServerRef};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    fn request(
+        decision: Option<DecisionType>,
+        status: Option<ApprovalRequestStatus>,
+    ) -> ApprovalRequest {
+        let mut request = ApprovalRequest::new(
+            "r",
+            ApprovalRequestSpec {
+                agent_ref: AgentRef { name: "a".into() },
+                tool_server: ToolServerRef {
+                    kind: ToolServerKind::RemoteMCPServer,
+                    name: "fs".into(),
+                    namespace: "ns".into(),
+                },
+                tool_name: "delete_file".into(),
+                arguments_preview: None,
+                arguments_sha256: "0".repeat(64),
+                arguments_bytes: 2,
+                requested_by: "system:serviceaccount:ns:a".into(),
+                message: None,
+                context: None,
+                expires_at: Time(at(100)),
+                decision: decision.map(|decision_type| Decision {
+                    decision_type,
+                    reason: Some("ok".into()),
+                    decided_by: "alice".into(),
+                }),
+            },
+        );
+        request.status = status;
+        request
+    }
+
+    fn decided_at(seconds: i64) -> ApprovalRequestStatus {
+        ApprovalRequestStatus {
+            phase: Some(Phase::Pending),
+            decided_at: Some(Time(at(seconds))),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn undecided_is_pending_until_expiry_then_expired() {
+        let r = request(None, None);
+        assert_eq!(evaluate(&r, true, at(99)).phase, Phase::Pending);
+        assert_eq!(evaluate(&r, true, at(100)).phase, Phase::Expired);
+    }
+
+    #[test]
+    fn decision_before_expiry_counts() {
+        let approve = request(Some(DecisionType::Approve), Some(decided_at(50)));
+        let e = evaluate(&approve, true, at(500));
+        assert_eq!(e.phase, Phase::Approved);
+        assert_eq!(e.decided_at, Some(at(50)));
+        assert_eq!(e.message, "approved by alice: ok");
+        let deny = request(Some(DecisionType::Deny), Some(decided_at(50)));
+        assert_eq!(evaluate(&deny, true, at(60)).phase, Phase::Denied);
+    }
+
+    #[test]
+    fn decision_after_expiry_stays_expired() {
+        let late = request(Some(DecisionType::Approve), Some(decided_at(150)));
+        assert_eq!(evaluate(&late, true, at(160)).phase, Phase::Expired);
+        // First observed after expiry, with no recorded decision time.
+        let unseen = request(Some(DecisionType::Approve), None);
+        let e = evaluate(&unseen, true, at(101));
+        assert_eq!(e.phase, Phase::Expired);
+        assert_eq!(e.decided_at, Some(at(101)));
+        // Already expired: a decision arriving later revives nothing.
+        let expired = request(
+            Some(DecisionType::Approve),
+            Some(ApprovalRequestStatus {
+                phase: Some(Phase::Expired),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(evaluate(&expired, true, at(101)).phase, Phase::Expired);
+    }
+
+    #[test]
+    fn decision_time_comes_from_managed_fields_when_status_lacks_it() {
+        let mut r = request(Some(DecisionType::Approve), None);
+        r.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kubectl-patch".into()),
+            operation: Some("Update".into()),
+            time: Some(Time(at(40))),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:decision": {".": {}}}}))),
+            ..Default::default()
+        }]);
+        let e = evaluate(&r, true, at(150));
+        assert_eq!(e.phase, Phase::Approved);
+        assert_eq!(e.decided_at, Some(at(40)));
+    }
+
+    #[test]
+    fn terminal_phases_are_sticky() {
+        for phase in [
+            Phase::Denied,
+            Phase::Expired,
+            Phase::Executed,
+            Phase::Cancelled,
+        ] {
+            let r = request(
+                Some(DecisionType::Approve),
+                Some(ApprovalRequestStatus {
+                    phase: Some(phase),
+                    decided_at: Some(Time(at(10))),
+                    ..Default::default()
+                }),
+            );
+            assert_eq!(evaluate(&r, false, at(10_000)).phase, phase);
+        }
+    }
+
+    #[test]
+    fn consumed_approval_is_executed() {
+        let mut status = decided_at(10);
+        status.phase = Some(Phase::Approved);
+        status.consumed_at = Some(Time(at(20)));
+        status.consumed_by = Some("agent-pod".into());
+        let r = request(Some(DecisionType::Approve), Some(status));
+        let e = evaluate(&r, false, at(500));
+        assert_eq!(e.phase, Phase::Executed);
+        assert!(e.message.contains("agent-pod"));
+    }
+
+    #[test]
+    fn policy_change_cancels_undecided_and_unused_approvals_only() {
+        assert_eq!(
+            evaluate(&request(None, None), false, at(1)).phase,
+            Phase::Cancelled
+        );
+        let approved = request(Some(DecisionType::Approve), Some(decided_at(5)));
+        assert_eq!(evaluate(&approved, false, at(6)).phase, Phase::Cancelled);
+        let denied = request(Some(DecisionType::Deny), Some(decided_at(5)));
+        assert_eq!(evaluate(&denied, false, at(6)).phase, Phase::Denied);
+    }
+
+    #[test]
+    fn deletion_waits_for_the_ttl() {
+        let r = request(None, None);
+        let ttl = Duration::from_secs(60);
+        assert_eq!(delete_at(&r, Phase::Pending, None, ttl), None);
+        assert_eq!(
+            delete_at(&r, Phase::Denied, Some(at(10)), ttl),
+            Some(at(70))
+        );
+        assert_eq!(delete_at(&r, Phase::Approved, None, ttl), Some(at(160)));
+    }
+}

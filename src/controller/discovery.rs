@@ -1,0 +1,286 @@
+//! Lists an MCP server's tools: Streamable HTTP through the rmcp client, legacy HTTP+SSE by
+//! hand (rmcp has no SSE client transport).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use futures::StreamExt;
+use http::{HeaderName, HeaderValue};
+use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+use crate::api::remote_mcp_server::{DiscoveredTool, McpProtocol};
+
+/// Protocol version offered on the legacy SSE transport.
+const SSE_PROTOCOL_VERSION: &str = "2024-11-05";
+
+/// Lists every tool of the server at `url` (following pagination), within `timeout`.
+pub async fn list_tools(
+    http: &reqwest::Client,
+    url: &str,
+    protocol: McpProtocol,
+    headers: &BTreeMap<String, String>,
+    timeout: Duration,
+) -> Result<Vec<DiscoveredTool>, String> {
+    let listing = async {
+        match protocol {
+            McpProtocol::StreamableHttp => list_streamable_http(http, url, headers).await,
+            McpProtocol::Sse => list_sse(http, url, headers).await,
+        }
+    };
+    let mut tools = tokio::time::timeout(timeout, listing)
+        .await
+        .map_err(|_| format!("no answer within {}s", timeout.as_secs_f64()))??;
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    tools.dedup_by(|a, b| a.name == b.name);
+    Ok(tools)
+}
+
+async fn list_streamable_http(
+    http: &reqwest::Client,
+    url: &str,
+    headers: &BTreeMap<String, String>,
+) -> Result<Vec<DiscoveredTool>, String> {
+    let mut custom = HashMap::new();
+    for (name, value) in headers {
+        let name =
+            HeaderName::try_from(name.as_str()).map_err(|e| format!("header {name}: {e}"))?;
+        let value =
+            HeaderValue::try_from(value.as_str()).map_err(|e| format!("header {name}: {e}"))?;
+        custom.insert(name, value);
+    }
+    let transport = StreamableHttpClientTransport::with_client(
+        http.clone(),
+        StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom),
+    );
+    let client = ().serve(transport).await.map_err(|e| e.to_string())?;
+    let listed = client.list_all_tools().await.map_err(|e| e.to_string());
+    // Closing the session is best effort: the tools are already known.
+    let _ = client.cancel().await;
+    Ok(listed?
+        .into_iter()
+        .map(|tool| DiscoveredTool {
+            name: tool.name.to_string(),
+            description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// One server-sent event.
+#[derive(Debug, Default, PartialEq)]
+struct SseEvent {
+    event: String,
+    data: String,
+}
+
+/// Splits a byte stream into server-sent events.
+#[derive(Default)]
+struct SseParser {
+    buffer: String,
+    current: SseEvent,
+}
+
+impl SseParser {
+    /// Feeds bytes; returns the events they complete.
+    fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        self.buffer.push_str(&String::from_utf8_lossy(bytes));
+        let mut events = Vec::new();
+        while let Some(end) = self.buffer.find('\n') {
+            let line: String = self.buffer.drain(..=end).collect();
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                let event = std::mem::take(&mut self.current);
+                if !event.data.is_empty() || !event.event.is_empty() {
+                    events.push(event);
+                }
+            } else if let Some(value) = line.strip_prefix("event:") {
+                self.current.event = value.trim_start().to_string();
+            } else if let Some(value) = line.strip_prefix("data:") {
+                if !self.current.data.is_empty() {
+                    self.current.data.push('\n');
+                }
+                self.current
+                    .data
+                    .push_str(value.strip_prefix(' ').unwrap_or(value));
+            }
+        }
+        events
+    }
+}
+
+/// The server-to-client half of a legacy SSE session.
+struct SseStream<S> {
+    body: S,
+    parser: SseParser,
+    pending: std::collections::VecDeque<SseEvent>,
+}
+
+impl<S> SseStream<S>
+where
+    S: futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+{
+    async fn next_event(&mut self) -> Result<SseEvent, String> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Ok(event);
+            }
+            let chunk = self
+                .body
+                .next()
+                .await
+                .ok_or("the SSE stream ended")?
+                .map_err(|e| e.to_string())?;
+            self.pending.extend(self.parser.feed(&chunk));
+        }
+    }
+
+    /// Waits for the JSON-RPC response with `id` and returns its result.
+    async fn result(&mut self, id: u64) -> Result<Value, String> {
+        loop {
+            let event = self.next_event().await?;
+            if !(event.event.is_empty() || event.event == "message") {
+                continue;
+            }
+            let message: Value = serde_json::from_str(&event.data)
+                .map_err(|e| format!("invalid JSON-RPC message: {e}"))?;
+            if message.get("id").and_then(Value::as_u64) != Some(id) {
+                continue;
+            }
+            if let Some(error) = message.get("error") {
+                return Err(format!("JSON-RPC error: {error}"));
+            }
+            return message
+                .get("result")
+                .cloned()
+                .ok_or_else(|| "JSON-RPC response without result".to_string());
+        }
+    }
+}
+
+fn with_headers(
+    mut request: reqwest::RequestBuilder,
+    headers: &BTreeMap<String, String>,
+) -> reqwest::RequestBuilder {
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    request
+}
+
+async fn post(
+    http: &reqwest::Client,
+    endpoint: &reqwest::Url,
+    headers: &BTreeMap<String, String>,
+    message: Value,
+) -> Result<(), String> {
+    with_headers(http.post(endpoint.clone()).json(&message), headers)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+async fn list_sse(
+    http: &reqwest::Client,
+    url: &str,
+    headers: &BTreeMap<String, String>,
+) -> Result<Vec<DiscoveredTool>, String> {
+    let response = with_headers(http.get(url).header("accept", "text/event-stream"), headers)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| e.to_string())?;
+    let base = response.url().clone();
+    let mut stream = SseStream {
+        body: response.bytes_stream(),
+        parser: SseParser::default(),
+        pending: Default::default(),
+    };
+    let endpoint = loop {
+        let event = stream.next_event().await?;
+        if event.event == "endpoint" {
+            break base
+                .join(event.data.trim())
+                .map_err(|e| format!("endpoint {}: {e}", event.data))?;
+        }
+    };
+
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": SSE_PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "hitl-operator", "version": env!("CARGO_PKG_VERSION")},
+        },
+    });
+    post(http, &endpoint, headers, initialize).await?;
+    stream.result(0).await?;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post(http, &endpoint, headers, initialized).await?;
+
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for id in 1u64.. {
+        let params = match &cursor {
+            Some(cursor) => json!({"cursor": cursor}),
+            None => json!({}),
+        };
+        let list = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params});
+        post(http, &endpoint, headers, list).await?;
+        let result = stream.result(id).await?;
+        for tool in result
+            .get("tools")
+            .and_then(Value::as_array)
+            .ok_or("tools/list result without tools")?
+        {
+            tools.push(DiscoveredTool {
+                name: tool
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or("tool without a name")?
+                    .to_string(),
+                description: tool
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            });
+        }
+        cursor = result
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    Ok(tools)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_events_split_across_chunks() {
+        let mut parser = SseParser::default();
+        assert!(parser.feed(b"event: endpoint\r\ndata: /mes").is_empty());
+        let events = parser.feed(b"sage?s=1\r\n\r\ndata: {\"a\":\ndata: 1}\n\n");
+        assert_eq!(
+            events,
+            vec![
+                SseEvent {
+                    event: "endpoint".into(),
+                    data: "/message?s=1".into()
+                },
+                SseEvent {
+                    event: String::new(),
+                    data: "{\"a\":\n1}".into()
+                },
+            ]
+        );
+    }
+}

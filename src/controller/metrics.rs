@@ -1,0 +1,178 @@
+//! Prometheus metrics of the controller, served on `/metrics`.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels naming a controller.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// `agent`, `remotemcpserver`, `modelconfig` or `approvalrequest`.
+    pub controller: &'static str,
+}
+
+/// Labels of a failed reconcile.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// Which controller failed.
+    pub controller: &'static str,
+    /// [`crate::Error::reason`] of the failure.
+    pub reason: &'static str,
+}
+
+/// Labels of a finished approval.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `approved`, `denied`, `expired` or `cancelled`.
+    pub outcome: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric the controller exports.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: HistogramFamily<ControllerLabels>,
+    approvals_pending: Gauge,
+    decisions: Family<OutcomeLabels, Counter>,
+    decision_latency: Histogram,
+}
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("hitl");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        let reconcile_duration: HistogramFamily<ControllerLabels> =
+            Family::new_with_constructor(reconcile_histogram);
+        let approvals_pending = Gauge::default();
+        let decisions = Family::<OutcomeLabels, Counter>::default();
+        // 1 s .. ~9 h
+        let decision_latency = Histogram::new(exponential_buckets(1.0, 2.0, 16));
+        registry.register("reconcile", "Reconciles by controller", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles by controller and error reason",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of reconciles by controller",
+            reconcile_duration.clone(),
+        );
+        registry.register(
+            "approvals_pending",
+            "ApprovalRequests waiting for a decision",
+            approvals_pending.clone(),
+        );
+        registry.register(
+            "decisions",
+            "Finished ApprovalRequests by outcome",
+            decisions.clone(),
+        );
+        registry.register(
+            "decision_latency_seconds",
+            "Time from an ApprovalRequest's creation to its decision",
+            decision_latency.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            approvals_pending,
+            decisions,
+            decision_latency,
+        }
+    }
+}
+
+impl Metrics {
+    /// Records one reconcile of `controller` that took `elapsed` and failed with `error`, if any.
+    pub fn reconciled(
+        &self,
+        controller: &'static str,
+        elapsed: Duration,
+        error: Option<&crate::Error>,
+    ) {
+        let labels = ControllerLabels { controller };
+        self.reconciles.get_or_create(&labels).inc();
+        self.reconcile_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if let Some(error) = error {
+            self.reconcile_errors
+                .get_or_create(&ErrorLabels {
+                    controller,
+                    reason: error.reason(),
+                })
+                .inc();
+        }
+    }
+
+    /// Sets the number of pending ApprovalRequests.
+    pub fn set_pending(&self, pending: usize) {
+        self.approvals_pending
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a finished request, and the latency of a human decision when there was one.
+    pub fn decided(&self, outcome: &'static str, latency: Option<Duration>) {
+        self.decisions
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        if let Some(latency) = latency {
+            self.decision_latency.observe(latency.as_secs_f64());
+        }
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_the_documented_names() {
+        let metrics = Metrics::default();
+        metrics.reconciled(
+            "agent",
+            Duration::from_millis(3),
+            Some(&crate::Error::ToolDiscovery {
+                server: "s".into(),
+                message: "m".into(),
+            }),
+        );
+        metrics.set_pending(2);
+        metrics.decided("approved", Some(Duration::from_secs(5)));
+        let text = metrics.encode();
+        for line in [
+            "hitl_reconcile_total{controller=\"agent\"} 1",
+            "hitl_reconcile_errors_total{controller=\"agent\",reason=\"ToolDiscoveryFailed\"} 1",
+            "hitl_reconcile_duration_seconds_count{controller=\"agent\"} 1",
+            "hitl_approvals_pending 2",
+            "hitl_decisions_total{outcome=\"approved\"} 1",
+            "hitl_decision_latency_seconds_count 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+}

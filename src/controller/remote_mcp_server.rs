@@ -1,0 +1,207 @@
+//! RemoteMCPServer reconciler: lists the server's tools over MCP and records them in
+//! `status.discoveredTools` with an `Accepted` condition. Re-lists every five minutes, and
+//! sooner with backoff after a failure.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use super::{Context, discovery, fetch_value_source, measured};
+use crate::api::RemoteMCPServer;
+use crate::api::common::{ValueSourceType, parse_duration_seconds};
+use crate::api::remote_mcp_server::RemoteMCPServerStatus;
+use crate::kube::{apply_status, new_condition, set_condition};
+use crate::render::refs::RefStore;
+use crate::{Error, Result};
+
+/// Name of this controller in metrics.
+pub const CONTROLLER: &str = "remotemcpserver";
+/// How often the tools of a healthy server are listed again.
+pub const RELIST_INTERVAL: Duration = Duration::from_secs(300);
+/// Timeout of one listing when the server sets none.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reconciles one RemoteMCPServer.
+pub async fn reconcile(server: Arc<RemoteMCPServer>, ctx: Arc<Context>) -> Result<Action> {
+    measured(
+        &ctx,
+        CONTROLLER,
+        server.as_ref(),
+        reconcile_inner(&server, &ctx),
+    )
+    .await
+}
+
+async fn reconcile_inner(server: &RemoteMCPServer, ctx: &Context) -> Result<Action> {
+    let namespace = server.namespace().unwrap_or_default();
+    let id = format!("{namespace}/{}", server.name_any());
+    let outcome = match resolve_headers(server, ctx, &namespace).await {
+        Ok(headers) => {
+            let timeout = server
+                .spec
+                .timeout
+                .as_deref()
+                .and_then(parse_duration_seconds)
+                .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
+            discovery::list_tools(
+                &ctx.http,
+                &server.spec.url,
+                server.spec.protocol.unwrap_or_default(),
+                &headers,
+                timeout,
+            )
+            .await
+            .map_err(|message| Error::ToolDiscovery {
+                server: format!("RemoteMCPServer {id}"),
+                message,
+            })
+        }
+        Err(error) => Err(error),
+    };
+
+    let current = server.status.clone().unwrap_or_default();
+    let generation = server.meta().generation;
+    let now = ctx.clock.now();
+    let mut status = RemoteMCPServerStatus {
+        observed_generation: generation,
+        conditions: current.conditions.clone(),
+        // After a failure the last listing stays: agents keep their view of the server.
+        discovered_tools: current.discovered_tools.clone(),
+    };
+    let action = match &outcome {
+        Ok(tools) => {
+            status.discovered_tools = tools.clone();
+            let message = format!("{} tools discovered", tools.len());
+            set_condition(
+                &mut status.conditions,
+                new_condition("Accepted", true, "Reconciled", message, generation, now),
+            );
+            ctx.discovery_failures
+                .lock()
+                .expect("failure map lock")
+                .remove(&id);
+            Action::requeue(RELIST_INTERVAL)
+        }
+        Err(error) => {
+            set_condition(
+                &mut status.conditions,
+                new_condition(
+                    "Accepted",
+                    false,
+                    error.reason(),
+                    error.to_string(),
+                    generation,
+                    now,
+                ),
+            );
+            let mut failures = ctx.discovery_failures.lock().expect("failure map lock");
+            let count = failures.entry(id).or_default();
+            *count = count.saturating_add(1);
+            Action::requeue(failure_backoff(*count))
+        }
+    };
+    if status != current {
+        let api: Api<RemoteMCPServer> = Api::namespaced(ctx.client.clone(), &namespace);
+        apply_status(&api, server, &status).await?;
+    }
+    Ok(action)
+}
+
+/// Delay before retrying after `failures` consecutive failures: 10 s doubling up to 5 min.
+pub fn failure_backoff(failures: u32) -> Duration {
+    let seconds = 10u64.saturating_mul(1 << failures.saturating_sub(1).min(5));
+    Duration::from_secs(seconds).min(RELIST_INTERVAL)
+}
+
+/// The HTTP headers of `headersFrom`, reading Secret and ConfigMap keys.
+async fn resolve_headers(
+    server: &RemoteMCPServer,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<BTreeMap<String, String>> {
+    let object = format!("RemoteMCPServer {namespace}/{}", server.name_any());
+    let mut refs = RefStore::default();
+    let mut headers = BTreeMap::new();
+    for (index, header) in server.spec.headers_from.iter().enumerate() {
+        let value = match (&header.value, &header.value_from) {
+            (Some(value), _) => value.clone(),
+            (None, Some(source)) => {
+                fetch_value_source(&ctx.client, source, namespace, &mut refs).await?;
+                refs.value(source, namespace).map_err(|missing| {
+                    missing.into_error(&object, &format!("spec.headersFrom[{index}]"))
+                })?
+            }
+            // The schema requires one of the two.
+            (None, None) => continue,
+        };
+        headers.insert(header.name.clone(), value);
+    }
+    Ok(headers)
+}
+
+/// The RemoteMCPServers in `store` whose headers read `kind namespace/name`.
+pub fn using_source(
+    store: &Store<RemoteMCPServer>,
+    kind: ValueSourceType,
+    namespace: &str,
+    name: &str,
+) -> Vec<ObjectRef<RemoteMCPServer>> {
+    store
+        .state()
+        .iter()
+        .filter(|server| {
+            server.namespace().as_deref() == Some(namespace)
+                && server.spec.headers_from.iter().any(|header| {
+                    header
+                        .value_from
+                        .as_ref()
+                        .is_some_and(|source| source.source_type == kind && source.name == name)
+                })
+        })
+        .map(|server| ObjectRef::from_obj(server.as_ref()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::{reflector, watcher};
+
+    #[test]
+    fn backoff_doubles_up_to_the_relist_interval() {
+        assert_eq!(failure_backoff(1), Duration::from_secs(10));
+        assert_eq!(failure_backoff(2), Duration::from_secs(20));
+        assert_eq!(failure_backoff(4), Duration::from_secs(80));
+        assert_eq!(failure_backoff(20), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn header_sources_map_to_the_servers_reading_them() {
+        let (store, mut writer) = reflector::store::<RemoteMCPServer>();
+        for (name, kind, source) in [("s1", "Secret", "token"), ("s2", "ConfigMap", "token")] {
+            let server: RemoteMCPServer = serde_json::from_value(serde_json::json!({
+                "apiVersion": "kagent.dev/v1alpha2", "kind": "RemoteMCPServer",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"url": "http://x/mcp", "headersFrom": [
+                    {"name": "Authorization", "valueFrom": {"type": kind, "name": source, "key": "k"}}
+                ]},
+            }))
+            .unwrap();
+            writer.apply_watcher_event(&watcher::Event::Apply(server));
+        }
+        let names = |kind, namespace| -> Vec<String> {
+            using_source(&store, kind, namespace, "token")
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        assert_eq!(names(ValueSourceType::Secret, "ns"), vec!["s1"]);
+        assert_eq!(names(ValueSourceType::ConfigMap, "ns"), vec!["s2"]);
+        assert!(names(ValueSourceType::Secret, "other").is_empty());
+    }
+}

@@ -1,0 +1,887 @@
+//! Start-up of `hitl-operator controller`: flags, logging, the health and metrics server,
+//! leader election on a Lease, the watches, and graceful shutdown.
+
+use std::fmt::Debug;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, predicates, reflector::reflector, watcher};
+use kube::{Client, Resource, ResourceExt};
+use kube_lease_manager::LeaseManagerBuilder;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use super::{
+    Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request, model_config,
+    remote_mcp_server, retry_after_error,
+};
+use crate::api::common::ValueSourceType;
+use crate::api::{Agent, ApprovalMode, ApprovalRequest, ModelConfig, RemoteMCPServer};
+use crate::render::{DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions};
+use crate::{Error, Result};
+
+/// Flags of `hitl-operator controller` (each with an environment fallback).
+#[derive(clap::Args, Clone, Debug)]
+pub struct ControllerArgs {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Approval mode of Agents that set none.
+    #[arg(
+        long,
+        env = "DEFAULT_APPROVAL_MODE",
+        value_enum,
+        ignore_case = true,
+        default_value = "Gate"
+    )]
+    pub default_approval_mode: ApprovalMode,
+    /// Agent runtime image.
+    #[arg(long, env = "AGENT_IMAGE", default_value = DEFAULT_AGENT_IMAGE)]
+    pub agent_image: String,
+    /// Approval gate sidecar image.
+    #[arg(long, env = "GATE_IMAGE", default_value = DEFAULT_GATE_IMAGE)]
+    pub gate_image: String,
+    /// Address of `/healthz`, `/readyz` and `/metrics`.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Log format.
+    #[arg(
+        long,
+        env = "LOG_FORMAT",
+        value_enum,
+        ignore_case = true,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// Run only while holding the Lease, so several replicas are safe.
+    #[arg(long, env = "LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "LEASE_NAME", default_value = "hitl-operator")]
+    pub lease_name: String,
+    /// Namespace of the Lease (default: --namespace, else the kubeconfig's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+}
+
+/// Log output format.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// Health of the process, served on `/healthz` and `/readyz`.
+#[derive(Default)]
+pub struct Health {
+    ready: AtomicBool,
+}
+
+#[derive(Clone)]
+struct ServerState {
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+/// The `/healthz`, `/readyz` and `/metrics` routes.
+pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(state): State<ServerState>| async move {
+                if state.health.ready.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|State(state): State<ServerState>| async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    state.metrics.encode(),
+                )
+                    .into_response()
+            }),
+        )
+        .with_state(ServerState { metrics, health })
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    // A second initialisation (tests) keeps the first subscriber.
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Resolves when SIGTERM or Ctrl-C arrives.
+async fn termination() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Runs the controller until SIGTERM; with leader election, only while holding the Lease.
+pub async fn run(args: ControllerArgs) -> Result<()> {
+    // kube uses rustls with ring, reqwest/rmcp may pull aws-lc-rs: pick one before any client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    init_logging(args.log_format);
+    let client = Client::try_default().await?;
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(Health::default());
+
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: args.metrics_addr.to_string(),
+            source,
+        })?;
+    tracing::info!(addr = %args.metrics_addr, "serving /healthz, /readyz and /metrics");
+    let server = axum::serve(listener, router(metrics.clone(), health.clone()));
+    tokio::spawn(async move {
+        if let Err(error) = server.await {
+            tracing::error!(%error, "metrics server stopped");
+        }
+    });
+
+    // `stop` turns true on SIGTERM or when leadership is lost.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            termination().await;
+            tracing::info!("termination requested, shutting down");
+            stop_tx.send_replace(true);
+        });
+    }
+
+    if !args.leader_election {
+        health.ready.store(true, Ordering::Relaxed);
+        run_controllers(client, &args, metrics, health, stop_rx).await;
+        return Ok(());
+    }
+
+    lead(client, &args, metrics, health, stop_tx, stop_rx).await
+}
+
+/// Waits for the Lease, runs the controllers while holding it, and releases it once `stop`
+/// turns true. Losing the Lease stops the controllers and returns an error.
+async fn lead(
+    client: Client,
+    args: &ControllerArgs,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    stop_tx: Arc<watch::Sender<bool>>,
+    stop_rx: watch::Receiver<bool>,
+) -> Result<()> {
+    let lease_namespace = args
+        .lease_namespace
+        .clone()
+        .or_else(|| args.namespace.clone())
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let mut builder =
+        LeaseManagerBuilder::new(client.clone(), &args.lease_name).with_namespace(&lease_namespace);
+    if let Ok(identity) = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")) {
+        builder = builder.with_identity(identity);
+    }
+    let (mut leader, lease_task) = builder.build().await?.watch().await;
+    // A standby replica is healthy and ready; it just does not reconcile.
+    health.ready.store(true, Ordering::Relaxed);
+    tracing::info!(lease = %args.lease_name, namespace = %lease_namespace, "waiting for leadership");
+    let mut waiting_stop = stop_rx.clone();
+    let became_leader = tokio::select! {
+        result = leader.wait_for(|leading| *leading) => result.is_ok(),
+        _ = waiting_stop.wait_for(|stop| *stop) => false,
+    };
+    let mut lost = false;
+    if became_leader {
+        tracing::info!("acquired the Lease, starting controllers");
+        let lost_flag = Arc::new(AtomicBool::new(false));
+        let watcher_task = {
+            let (stop_tx, lost_flag, mut leader) =
+                (stop_tx.clone(), lost_flag.clone(), leader.clone());
+            tokio::spawn(async move {
+                if leader.wait_for(|leading| !*leading).await.is_ok() {
+                    tracing::error!("lost the Lease, stopping controllers");
+                    lost_flag.store(true, Ordering::Relaxed);
+                    stop_tx.send_replace(true);
+                }
+            })
+        };
+        run_controllers(client, args, metrics, health, stop_rx).await;
+        watcher_task.abort();
+        lost = lost_flag.load(Ordering::Relaxed);
+    }
+    // Closing the channel makes the lease task release the Lease and return.
+    drop(leader);
+    match lease_task.await {
+        Ok(result) => {
+            result?;
+        }
+        Err(error) => tracing::warn!(%error, "lease task failed"),
+    }
+    if lost {
+        // Exit non-zero so the pod restarts as a standby with fresh caches.
+        return Err(Error::LeaderElection(
+            kube_lease_manager::LeaseManagerError::InconsistentState("lost the Lease".into()),
+        ));
+    }
+    Ok(())
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A cached watch of the objects the controller renders (selected by label).
+fn owned<K>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().labels(MANAGED_SELECTOR);
+    let stream = reflector(writer, watcher(api::<K>(client, namespace), config))
+        .default_backoff()
+        .touched_objects();
+    (reader, stream)
+}
+
+/// A cached watch of `K` that triggers only on spec changes (new generation), so the
+/// reconciler's own status writes do not trigger it again.
+fn spec_changes<K>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(api::<K>(client, namespace), watcher::Config::default()),
+    )
+    .default_backoff()
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default());
+    (reader, stream)
+}
+
+/// Trigger stream of metadata changes of `K` (nothing cached).
+fn metadata<K>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<PartialObjectMeta<K>> = match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+}
+
+/// Drains a controller's result stream, logging at debug level (failures are logged and
+/// counted by the reconcilers).
+async fn drain<K: Resource, E: std::fmt::Display>(
+    results: impl Stream<Item = Result<(ObjectRef<K>, Action), E>>,
+) where
+    K::DynamicType: Debug + Eq + std::hash::Hash,
+{
+    results
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile");
+            }
+        })
+        .await;
+}
+
+/// Builds the four controllers and runs them until `stop` turns true.
+async fn run_controllers(
+    client: Client,
+    args: &ControllerArgs,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    stop: watch::Receiver<bool>,
+) {
+    let namespace = args.namespace.as_deref();
+    let shutdown = move || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        }
+    };
+
+    // Agents and ApprovalRequests are each watched once and shared by two controllers.
+    let (agents, agent_writer) = reflector::store_shared::<Agent>(256);
+    let agents_for_agents = agent_writer.subscribe().expect("shared store");
+    let agents_for_requests = agent_writer.subscribe().expect("shared store");
+    let agent_root = watcher(api::<Agent>(&client, namespace), watcher::Config::default())
+        .default_backoff()
+        .reflect_shared(agent_writer)
+        .for_each(|_| async {});
+    let (approvals, approval_writer) = reflector::store_shared::<ApprovalRequest>(256);
+    let requests_for_requests = approval_writer.subscribe().expect("shared store");
+    let requests_for_agents = approval_writer.subscribe().expect("shared store");
+    let approval_root = watcher(
+        api::<ApprovalRequest>(&client, namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect_shared(approval_writer)
+    .for_each(|_| async {});
+
+    let (deployments, deployment_events) = owned::<Deployment>(&client, namespace);
+    let (services, service_events) = owned::<Service>(&client, namespace);
+    let (secrets, secret_events) = owned::<Secret>(&client, namespace);
+    let (service_accounts, service_account_events) = owned::<ServiceAccount>(&client, namespace);
+    let (roles, role_events) = owned::<Role>(&client, namespace);
+    let (role_bindings, role_binding_events) = owned::<RoleBinding>(&client, namespace);
+    let stores = Stores {
+        agents: agents.clone(),
+        approvals: approvals.clone(),
+        deployments,
+        services,
+        secrets,
+        service_accounts,
+        roles,
+        role_bindings,
+    };
+    let render = RenderOptions {
+        default_approval_mode: args.default_approval_mode,
+        agent_image: args.agent_image.clone(),
+        gate_image: args.gate_image.clone(),
+    };
+    let instance = std::env::var("POD_NAME").ok();
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        Arc::new(SystemClock),
+        metrics,
+        render,
+        stores.clone(),
+        instance,
+    ));
+
+    fn by_ref<K: Resource>(
+        ctx: &Arc<Context>,
+        kind: &'static str,
+    ) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<Agent>> + Send + Sync + 'static {
+        let ctx = ctx.clone();
+        move |object| {
+            ctx.refs.agents_for(
+                kind,
+                &object.namespace().unwrap_or_default(),
+                &object.name_any(),
+                &ctx.stores.agents,
+            )
+        }
+    }
+    let agent_controller = {
+        let (ctx_rmcp, ctx_mc) = (ctx.clone(), ctx.clone());
+        Controller::for_shared_stream(agents_for_agents, agents.clone())
+            .owns_stream(secret_events)
+            .owns_stream(service_account_events)
+            .owns_stream(role_events)
+            .owns_stream(role_binding_events)
+            .owns_stream(deployment_events)
+            .owns_stream(service_events)
+            .watches(
+                api::<RemoteMCPServer>(&client, namespace),
+                watcher::Config::default(),
+                move |server| {
+                    ctx_rmcp.refs.agents_for(
+                        "RemoteMCPServer",
+                        &server.namespace().unwrap_or_default(),
+                        &server.name_any(),
+                        &ctx_rmcp.stores.agents,
+                    )
+                },
+            )
+            .watches(
+                api::<ModelConfig>(&client, namespace),
+                watcher::Config::default(),
+                move |model_config| {
+                    ctx_mc.refs.agents_for(
+                        "ModelConfig",
+                        &model_config.namespace().unwrap_or_default(),
+                        &model_config.name_any(),
+                        &ctx_mc.stores.agents,
+                    )
+                },
+            )
+            .watches_stream(
+                metadata::<Service>(&client, namespace),
+                by_ref::<Service>(&ctx, "Service"),
+            )
+            .watches_stream(
+                metadata::<Secret>(&client, namespace),
+                by_ref::<Secret>(&ctx, "Secret"),
+            )
+            .watches_stream(
+                metadata::<ConfigMap>(&client, namespace),
+                by_ref::<ConfigMap>(&ctx, "ConfigMap"),
+            )
+            .watches_shared_stream(requests_for_agents, |request: Arc<ApprovalRequest>| {
+                Some(
+                    ObjectRef::new(&request.spec.agent_ref.name)
+                        .within(&request.namespace().unwrap_or_default()),
+                )
+            })
+            .graceful_shutdown_on(shutdown())
+            .run(
+                agent::reconcile,
+                |object, error, _| retry_after_error("Agent", object.as_ref(), error),
+                ctx.clone(),
+            )
+    };
+
+    let request_controller = {
+        let approvals = approvals.clone();
+        Controller::for_shared_stream(requests_for_requests, approvals.clone())
+            .watches_shared_stream(agents_for_requests, move |agent: Arc<Agent>| {
+                let namespace = agent.namespace();
+                approvals
+                    .state()
+                    .iter()
+                    .filter(|r| {
+                        r.namespace() == namespace && r.spec.agent_ref.name == agent.name_any()
+                    })
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .graceful_shutdown_on(shutdown())
+            .run(
+                approval_request::reconcile,
+                |object, error, _| retry_after_error("ApprovalRequest", object.as_ref(), error),
+                ctx.clone(),
+            )
+    };
+
+    let model_config_controller = {
+        let (model_configs, changes) = spec_changes::<ModelConfig>(&client, namespace);
+        Controller::for_stream(changes, model_configs.clone())
+            .watches_stream(
+                metadata::<Secret>(&client, namespace),
+                move |secret: PartialObjectMeta<Secret>| {
+                    model_config::using_secret(
+                        &model_configs,
+                        &secret.namespace().unwrap_or_default(),
+                        &secret.name_any(),
+                    )
+                },
+            )
+            .graceful_shutdown_on(shutdown())
+            .run(
+                model_config::reconcile,
+                |object, error, _| retry_after_error("ModelConfig", object.as_ref(), error),
+                ctx.clone(),
+            )
+    };
+
+    let server_controller = {
+        let (servers, changes) = spec_changes::<RemoteMCPServer>(&client, namespace);
+        let (for_secrets, for_config_maps) = (servers.clone(), servers.clone());
+        Controller::for_stream(changes, servers)
+            .watches_stream(
+                metadata::<Secret>(&client, namespace),
+                move |secret: PartialObjectMeta<Secret>| {
+                    remote_mcp_server::using_source(
+                        &for_secrets,
+                        ValueSourceType::Secret,
+                        &secret.namespace().unwrap_or_default(),
+                        &secret.name_any(),
+                    )
+                },
+            )
+            .watches_stream(
+                metadata::<ConfigMap>(&client, namespace),
+                move |config_map: PartialObjectMeta<ConfigMap>| {
+                    remote_mcp_server::using_source(
+                        &for_config_maps,
+                        ValueSourceType::ConfigMap,
+                        &config_map.namespace().unwrap_or_default(),
+                        &config_map.name_any(),
+                    )
+                },
+            )
+            .graceful_shutdown_on(shutdown())
+            .run(
+                remote_mcp_server::reconcile,
+                |object, error, _| retry_after_error("RemoteMCPServer", object.as_ref(), error),
+                ctx.clone(),
+            )
+    };
+
+    {
+        let stores = stores.clone();
+        let health = health.clone();
+        tokio::spawn(async move {
+            health.ready.store(false, Ordering::Relaxed);
+            stores.ready().await;
+            health.ready.store(true, Ordering::Relaxed);
+            tracing::info!("caches synced");
+        });
+    }
+
+    let controllers = futures::future::join4(
+        drain(agent_controller),
+        drain(request_controller),
+        drain(model_config_controller),
+        drain(server_controller),
+    );
+    tokio::select! {
+        _ = controllers => tracing::info!("controllers stopped"),
+        _ = futures::future::join(agent_root, approval_root).fuse() => {
+            tracing::error!("a watch stream ended unexpectedly");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use clap::Parser;
+    use tower::ServiceExt;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    #[test]
+    fn flags_have_the_documented_defaults_and_spellings() {
+        let args = Cli::try_parse_from(["controller"]).unwrap().args;
+        assert_eq!(args.default_approval_mode, ApprovalMode::Gate);
+        assert_eq!(args.metrics_addr.to_string(), "0.0.0.0:8080");
+        assert!(args.leader_election);
+        assert_eq!(args.lease_name, "hitl-operator");
+        assert!(args.gate_image.ends_with(env!("CARGO_PKG_VERSION")));
+        let args = Cli::try_parse_from([
+            "controller",
+            "--default-approval-mode",
+            "Both",
+            "--leader-election=false",
+            "--log-format",
+            "json",
+            "--namespace",
+            "demo",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(args.default_approval_mode, ApprovalMode::Both);
+        assert!(!args.leader_election);
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert_eq!(args.namespace.as_deref(), Some("demo"));
+    }
+
+    async fn get(router: &Router, path: &str) -> (StatusCode, String) {
+        let response = router
+            .clone()
+            .oneshot(http::Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn serves_health_readiness_and_metrics() {
+        let metrics = Arc::new(Metrics::default());
+        let health = Arc::new(Health::default());
+        let router = router(metrics.clone(), health.clone());
+        assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(&router, "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        health.ready.store(true, Ordering::Relaxed);
+        assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
+        metrics.set_pending(4);
+        let (status, body) = get(&router, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("hitl_approvals_pending 4"), "{body}");
+    }
+}
+
+#[cfg(test)]
+mod wiring_tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::extract::Request;
+    use clap::Parser;
+    use std::sync::Mutex;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    /// What the stand-in API server saw, and the one Lease it holds.
+    #[derive(Default)]
+    struct Fake {
+        seen: Mutex<Vec<String>>,
+        lease: Mutex<Option<serde_json::Value>>,
+    }
+
+    /// The Lease endpoint: get (404 until created), create, and patches merged into its spec.
+    fn lease(fake: &Fake, method: &http::Method, body: &[u8]) -> axum::response::Response {
+        let mut lease = fake.lease.lock().unwrap();
+        if *method == http::Method::POST {
+            *lease = Some(serde_json::from_slice(body).unwrap());
+        } else if *method == http::Method::PATCH {
+            let patch: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let stored = lease.as_mut().expect("lease created before it is patched");
+            let spec = stored
+                .as_object_mut()
+                .unwrap()
+                .entry("spec")
+                .or_insert_with(|| serde_json::json!({}));
+            for (key, value) in patch["spec"].as_object().cloned().unwrap_or_default() {
+                if value.is_null() {
+                    spec.as_object_mut().unwrap().remove(&key);
+                } else {
+                    spec[key] = value;
+                }
+            }
+        }
+        match lease.clone() {
+            Some(mut stored) => {
+                stored["metadata"]["resourceVersion"] = "1".into();
+                axum::Json(stored).into_response()
+            }
+            None => (
+                StatusCode::NOT_FOUND,
+                axum::Json(serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "NotFound", "code": 404, "message": "not found",
+                })),
+            )
+                .into_response(),
+        }
+    }
+
+    /// A stand-in API server: a Lease, empty lists, and watches that stay open without events.
+    async fn fake_apiserver(fake: Arc<Fake>) -> SocketAddr {
+        let app = Router::new().fallback(move |request: Request| {
+            let fake = fake.clone();
+            async move {
+                let metadata_only = request
+                    .headers()
+                    .get("accept")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.contains("as=PartialObjectMetadata"));
+                let method = request.method().clone();
+                let uri = request.uri().to_string();
+                fake.seen.lock().unwrap().push(format!(
+                    "{}{}",
+                    if metadata_only { "metadata " } else { "" },
+                    uri.split("&resourceVersion").next().unwrap_or_default()
+                ));
+                if uri.starts_with("/apis/coordination.k8s.io/") {
+                    let body = axum::body::to_bytes(request.into_body(), usize::MAX)
+                        .await
+                        .unwrap();
+                    return lease(&fake, &method, &body);
+                }
+                if uri.contains("watch=true") {
+                    return Body::from_stream(futures::stream::pending::<
+                        Result<bytes::Bytes, std::io::Error>,
+                    >())
+                    .into_response();
+                }
+                let kind = if metadata_only {
+                    "PartialObjectMetadataList"
+                } else {
+                    "List"
+                };
+                axum::Json(serde_json::json!({
+                    "apiVersion": "v1", "kind": kind,
+                    "metadata": {"resourceVersion": "1"}, "items": [],
+                }))
+                .into_response()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    fn client_for(addr: SocketAddr) -> Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
+    }
+
+    /// Polls `condition` (bounded, so a regression fails instead of hanging).
+    async fn eventually(what: &str, condition: impl Fn() -> bool) {
+        for _ in 0..3000 {
+            if condition() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{what} never happened");
+    }
+
+    #[tokio::test]
+    async fn leader_reconciles_while_holding_the_lease_and_releases_it_on_stop() {
+        let fake = Arc::new(Fake::default());
+        let client = client_for(fake_apiserver(fake.clone()).await);
+        let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
+            .unwrap()
+            .args;
+        let health = Arc::new(Health::default());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        let running = tokio::spawn({
+            let (health, stop_tx) = (health.clone(), stop_tx.clone());
+            async move { lead(client, &args, Arc::default(), health, stop_tx, stop_rx).await }
+        });
+        let holder = || {
+            fake.lease
+                .lock()
+                .unwrap()
+                .as_ref()
+                .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+        };
+        let listed_agents = || {
+            fake.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|s| s.starts_with("/apis/kagent.dev/v1alpha2/namespaces/demo/agents?"))
+        };
+        eventually("taking the Lease in the lease namespace", || {
+            holder().is_some()
+        })
+        .await;
+        eventually("starting the controllers", listed_agents).await;
+        eventually("readiness", || health.ready.load(Ordering::Relaxed)).await;
+        assert!(fake.seen.lock().unwrap().iter().any(|s| {
+            s.starts_with("/apis/coordination.k8s.io/v1/namespaces/demo/leases/hitl-operator")
+        }),);
+
+        stop_tx.send_replace(true);
+        running
+            .await
+            .unwrap()
+            .expect("a requested stop is not an error");
+        assert_eq!(holder(), None, "the Lease is released on shutdown");
+    }
+
+    #[tokio::test]
+    async fn starts_every_watch_becomes_ready_and_stops_gracefully() {
+        let fake = Arc::new(Fake::default());
+        let client = client_for(fake_apiserver(fake.clone()).await);
+        let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
+            .unwrap()
+            .args;
+        let health = Arc::new(Health::default());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let running = tokio::spawn({
+            let health = health.clone();
+            async move { run_controllers(client, &args, Arc::default(), health, stop_rx).await }
+        });
+        eventually("readiness", || health.ready.load(Ordering::Relaxed)).await;
+        stop_tx.send_replace(true);
+        running.await.expect("controllers stop on the stop signal");
+
+        let seen = fake.seen.lock().unwrap().clone();
+        let listed = |path: &str| seen.iter().any(|s| s.starts_with(path));
+        for path in [
+            "/apis/kagent.dev/v1alpha2/namespaces/demo/agents?",
+            "/apis/kagent.dev/v1alpha2/namespaces/demo/approvalrequests?",
+            "/apis/kagent.dev/v1alpha2/namespaces/demo/remotemcpservers?",
+            "/apis/kagent.dev/v1alpha2/namespaces/demo/modelconfigs?",
+            "/apis/apps/v1/namespaces/demo/deployments?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
+            "/api/v1/namespaces/demo/secrets?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/demo/rolebindings?&labelSelector=",
+            "metadata /api/v1/namespaces/demo/secrets?",
+            "metadata /api/v1/namespaces/demo/configmaps?",
+            "metadata /api/v1/namespaces/demo/services?",
+        ] {
+            assert!(listed(path), "{path} not requested; saw {seen:#?}");
+        }
+        // Full Secrets are only ever listed with the managed-by selector.
+        assert!(
+            seen.iter()
+                .filter(|s| s.starts_with("/api/v1/namespaces/demo/secrets?"))
+                .all(|s| s.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator")),
+            "{seen:#?}"
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! Kubernetes helpers shared by the reconcilers: server-side apply with one field manager, and
+//! status conditions.
+
+pub mod apply;
+pub mod conditions;
+
+pub use apply::{Applicable, FIELD_MANAGER, apply, apply_params, apply_status, is_applied};
+pub use conditions::{new_condition, set_condition};

@@ -1,0 +1,511 @@
+//! Agent reconciler against the mock API server.
+
+use std::sync::Arc;
+
+use hitl_operator::api::{Agent, ApprovalRequest, ModelConfig, RemoteMCPServer};
+use hitl_operator::controller::agent::reconcile;
+use hitl_operator::render::refs::RefStore;
+use hitl_operator::render::{RenderOptions, render_agent};
+use http::Method;
+use k8s_openapi::api::apps::v1::Deployment;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+const MC: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/modelconfigs/default-model-config";
+const RMCP: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/remotemcpservers/fs";
+const APPLY: &str = "?&force=true&fieldManager=hitl-operator";
+
+fn agent() -> Agent {
+    yaml(
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: Agent
+metadata: {name: a, namespace: ns, uid: agent-uid, generation: 3}
+spec:
+  type: Declarative
+  declarative:
+    systemMessage: You manage files.
+    tools:
+      - type: McpServer
+        mcpServer:
+          name: fs
+          toolNames: [read_file, delete_file]
+          requireApproval: [delete_file]
+"#,
+    )
+}
+
+fn model_config() -> ModelConfig {
+    yaml(
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: ModelConfig
+metadata: {name: default-model-config, namespace: ns}
+spec: {provider: OpenAI, model: gpt-4o, apiKeySecret: openai, apiKeySecretKey: key}
+status: {secretHash: "00ff"}
+"#,
+    )
+}
+
+fn server(discovered: &[&str]) -> RemoteMCPServer {
+    let mut server: RemoteMCPServer = yaml(
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: RemoteMCPServer
+metadata: {name: fs, namespace: ns}
+spec: {url: "http://fs.ns:8080/mcp"}
+"#,
+    );
+    if !discovered.is_empty() {
+        server.status = Some(yaml(&format!(
+            r#"
+conditions:
+  - {{type: Accepted, status: "True", reason: Reconciled, message: "", lastTransitionTime: "2027-01-15T08:00:00Z"}}
+discoveredTools: [{}]
+"#,
+            discovered
+                .iter()
+                .map(|t| format!("{{name: {t}}}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    server
+}
+
+fn rendered(agent: &Agent, server: &RemoteMCPServer) -> hitl_operator::render::AgentObjects {
+    let mut refs = RefStore::default();
+    refs.insert_model_config(model_config());
+    refs.insert_remote_mcp_server(server.clone());
+    render_agent(agent, &refs, &RenderOptions::default())
+        .expect("fixture renders")
+        .objects
+}
+
+fn json_of<T: serde::Serialize>(object: &T) -> Value {
+    serde_json::to_value(object).unwrap()
+}
+
+fn ref_reads(server: &RemoteMCPServer) -> Vec<Exchange> {
+    vec![
+        expect(Method::GET, MC, json_of(&model_config())),
+        expect(Method::GET, RMCP, json_of(server)),
+    ]
+}
+
+fn ready_deployment(objects: &hitl_operator::render::AgentObjects) -> Deployment {
+    let mut deployment = objects.deployment.clone();
+    deployment.metadata.generation = Some(1);
+    deployment.metadata.resource_version = Some("7".into());
+    deployment.status = Some(yaml(
+        "{observedGeneration: 1, replicas: 1, updatedReplicas: 1, availableReplicas: 1, readyReplicas: 1}",
+    ));
+    deployment
+}
+
+/// A cache holding exactly what the renderer produces (as the apiserver would return it).
+fn applied_cache(objects: &hitl_operator::render::AgentObjects, agent: &Agent) -> Cache {
+    Cache {
+        agents: vec![agent.clone()],
+        secrets: vec![objects.secret.clone()],
+        service_accounts: objects.service_account.iter().cloned().collect(),
+        roles: objects.role.iter().cloned().collect(),
+        role_bindings: objects.role_binding.iter().cloned().collect(),
+        deployments: vec![ready_deployment(objects)],
+        services: vec![objects.service.clone()],
+        ..Cache::default()
+    }
+}
+
+#[tokio::test]
+async fn first_reconcile_applies_every_object_then_status() {
+    let agent = agent();
+    let server = server(&[]);
+    let objects = rendered(&agent, &server);
+    let pending: ApprovalRequest = yaml(
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata: {name: r1, namespace: ns}
+spec:
+  agentRef: {name: a}
+  toolServer: {kind: RemoteMCPServer, name: fs, namespace: ns}
+  toolName: delete_file
+  argumentsSha256: "0000000000000000000000000000000000000000000000000000000000000000"
+  argumentsBytes: 2
+  requestedBy: system:serviceaccount:ns:a
+  expiresAt: "2027-01-15T09:00:00Z"
+"#,
+    );
+    let mut script = ref_reads(&server);
+    script.extend([
+        expect(Method::PATCH, &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"), json_of(&objects.secret)),
+        expect(Method::PATCH, &format!("/api/v1/namespaces/ns/serviceaccounts/a{APPLY}"), json!({})),
+        expect(
+            Method::PATCH,
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/a-approval-gate{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings/a-approval-gate{APPLY}"),
+            json!({}),
+        ),
+        expect(Method::PATCH, &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"), json!({})),
+        expect(Method::PATCH, &format!("/api/v1/namespaces/ns/services/a{APPLY}"), json!({})),
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events?", event_created()),
+    ]);
+    let cache = Cache {
+        agents: vec![agent.clone()],
+        approvals: vec![pending],
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.expect("reconcile succeeds");
+
+    // Each object is applied exactly as rendered.
+    assert_eq!(requests[2].body, json_of(&objects.secret));
+    assert_eq!(
+        requests[3].body,
+        json_of(objects.service_account.as_ref().unwrap())
+    );
+    assert_eq!(requests[4].body, json_of(objects.role.as_ref().unwrap()));
+    assert_eq!(
+        requests[5].body,
+        json_of(objects.role_binding.as_ref().unwrap())
+    );
+    assert_eq!(requests[6].body, json_of(&objects.deployment));
+    assert_eq!(requests[7].body, json_of(&objects.service));
+
+    let status = &requests[8].body;
+    assert_eq!(status["apiVersion"], "kagent.dev/v1alpha2");
+    assert_eq!(status["kind"], "Agent");
+    assert_eq!(status["metadata"], json!({"name": "a"}));
+    assert_eq!(
+        conditions(status),
+        vec![
+            (
+                "ToolsAvailable".into(),
+                "True".into(),
+                "ToolsOffered".into()
+            ),
+            ("Accepted".into(), "True".into(), "Reconciled".into()),
+            ("Ready".into(), "False".into(), "DeploymentNotReady".into()),
+        ]
+    );
+    assert_eq!(status["status"]["observedGeneration"], 3);
+    assert_eq!(status["status"]["pendingApprovals"], 1);
+    let hash = status["status"]["configHash"].as_str().unwrap();
+    assert_eq!(
+        objects
+            .deployment
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()["kagent.dev/config-hash"],
+        hash
+    );
+    let event = &requests[9].body;
+    assert_eq!(event["reason"], "Reconciled");
+    assert_eq!(event["regarding"]["name"], "a");
+}
+
+#[tokio::test]
+async fn reconcile_with_everything_in_place_writes_nothing() {
+    let server = server(&["delete_file", "read_file"]);
+    let mut agent = agent();
+    let objects = rendered(&agent, &server);
+
+    // 1: the objects are cached as applied; only the status is written.
+    let mut script = ref_reads(&server);
+    script.push(expect(
+        Method::PATCH,
+        &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+        json_of(&agent),
+    ));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
+    let cache = applied_cache(&objects, &agent);
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.unwrap();
+    let status = &requests[2].body;
+    assert!(conditions(status).contains(&(
+        "Ready".into(),
+        "True".into(),
+        "DeploymentReady".into()
+    )));
+    assert_eq!(status["status"]["pendingApprovals"], 0);
+
+    // 2: the Agent now carries that status: a reconcile only reads its references.
+    agent.status = Some(serde_json::from_value(status["status"].clone()).unwrap());
+    let cache = applied_cache(&objects, &agent);
+    let (result, requests) = run_script(ref_reads(&server), |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(600)))
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(requests.iter().filter(|r| r.is_write()).count(), 0);
+}
+
+#[tokio::test]
+async fn drifted_deployment_is_put_back_alone() {
+    let server = server(&["delete_file", "read_file"]);
+    let agent = agent();
+    let objects = rendered(&agent, &server);
+    let mut cache = applied_cache(&objects, &agent);
+    let mut drifted = cache.deployments[0].clone();
+    drifted.spec.as_mut().unwrap().replicas = Some(5);
+    cache.deployments = vec![drifted];
+    let mut script = ref_reads(&server);
+    script.push(expect(
+        Method::PATCH,
+        &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"),
+        json!({}),
+    ));
+    script.push(expect(
+        Method::PATCH,
+        &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+        json_of(&agent),
+    ));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(requests[2].body["spec"]["replicas"], 1);
+}
+
+#[tokio::test]
+async fn missing_reference_applies_nothing_and_names_it() {
+    let agent = agent();
+    let script = vec![
+        expect(Method::GET, MC, json_of(&model_config())),
+        not_found(RMCP),
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ];
+    let cache = Cache {
+        agents: vec![agent.clone()],
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.expect("a missing reference is reported in the status, not as an error");
+    let status = &requests[2].body;
+    assert!(conditions(status).contains(&(
+        "Accepted".into(),
+        "False".into(),
+        "RefNotFound".into()
+    )));
+    let message = condition_message(status, "Accepted");
+    assert!(message.contains("RemoteMCPServer ns/fs"), "{message}");
+    assert!(status["status"].get("configHash").is_none());
+    assert_eq!(requests[3].body["type"], "Warning");
+    assert_eq!(requests[3].body["reason"], "RefNotFound");
+}
+
+#[tokio::test]
+async fn byo_agent_is_refused() {
+    let agent: Agent = yaml(
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: Agent
+metadata: {name: a, namespace: ns, uid: agent-uid, generation: 1}
+spec: {type: BYO, byo: {deployment: {image: x}}}
+"#,
+    );
+    let script = vec![
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ];
+    let cache = Cache::default();
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.unwrap();
+    let status = &requests[0].body;
+    assert!(conditions(status).contains(&(
+        "Accepted".into(),
+        "False".into(),
+        "InvalidSpec".into()
+    )));
+    assert!(condition_message(status, "Accepted").contains("BYO"));
+}
+
+#[tokio::test]
+async fn tools_the_server_does_not_offer_are_named() {
+    let server = server(&["read_file"]);
+    let agent = agent();
+    let objects = rendered(&agent, &server);
+    let mut script = ref_reads(&server);
+    script.push(expect(
+        Method::PATCH,
+        &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+        json_of(&agent),
+    ));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
+    let cache = applied_cache(&objects, &agent);
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.unwrap();
+    let status = &requests[2].body;
+    assert!(conditions(status).contains(&(
+        "ToolsAvailable".into(),
+        "False".into(),
+        "ToolsMissing".into()
+    )));
+    assert_eq!(
+        condition_message(status, "ToolsAvailable"),
+        "RemoteMCPServer ns/fs does not offer delete_file"
+    );
+}
+
+#[tokio::test]
+async fn failed_apply_reports_reconcile_failed() {
+    let server = server(&[]);
+    let agent = agent();
+    let mut script = ref_reads(&server);
+    script.push(failure(
+        Method::PATCH,
+        &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"),
+        http::StatusCode::FORBIDDEN,
+    ));
+    script.push(expect(
+        Method::PATCH,
+        &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+        json_of(&agent),
+    ));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
+    let cache = Cache {
+        agents: vec![agent.clone()],
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    assert_eq!(result.unwrap_err().reason(), "KubeError");
+    assert!(conditions(&requests[3].body).contains(&(
+        "Accepted".into(),
+        "False".into(),
+        "ReconcileFailed".into()
+    )));
+}
+
+#[tokio::test]
+async fn api_key_rotation_rolls_the_pods() {
+    let server = server(&["delete_file", "read_file"]);
+    let agent = agent();
+    let objects = rendered(&agent, &server);
+    let cache = applied_cache(&objects, &agent);
+    // The ModelConfig controller recorded a new key hash since the objects were applied.
+    let mut rotated = model_config();
+    rotated.status.as_mut().unwrap().secret_hash = Some("11ee".into());
+    let script = vec![
+        expect(Method::GET, MC, json_of(&rotated)),
+        expect(Method::GET, RMCP, json_of(&server)),
+        expect(
+            Method::PATCH,
+            &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ];
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.unwrap();
+    let old_hash = objects
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap()["kagent.dev/config-hash"]
+        .clone();
+    let new_hash =
+        &requests[2].body["spec"]["template"]["metadata"]["annotations"]["kagent.dev/config-hash"];
+    assert_ne!(new_hash.as_str().unwrap(), old_hash);
+    assert_eq!(&requests[3].body["status"]["configHash"], new_hash);
+}
+
+#[tokio::test]
+async fn agent_being_deleted_is_left_to_the_garbage_collector() {
+    let mut agent = agent();
+    agent.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)));
+    let cache = Cache::default();
+    let (result, requests) = run_script(Vec::new(), |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(1)))
+    })
+    .await;
+    result.unwrap();
+    assert!(requests.is_empty());
+}

@@ -1,0 +1,223 @@
+//! A scripted mock API server (tower-test) and fixtures shared by the reconciler tests.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use hitl_operator::api::{Agent, ApprovalRequest};
+use hitl_operator::controller::{Clock, Context, Metrics, Stores};
+use hitl_operator::render::RenderOptions;
+use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::client::Body;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+/// One request the reconciler is expected to make, and the answer it gets.
+pub struct Exchange {
+    method: Method,
+    path: String,
+    status: StatusCode,
+    response: Value,
+}
+
+/// Expects `method path` (path with query) and answers 200 with `response`.
+pub fn expect(method: Method, path: &str, response: Value) -> Exchange {
+    Exchange {
+        method,
+        path: path.to_string(),
+        status: StatusCode::OK,
+        response,
+    }
+}
+
+/// Expects `GET path` and answers 404.
+pub fn not_found(path: &str) -> Exchange {
+    failure(Method::GET, path, StatusCode::NOT_FOUND)
+}
+
+/// Expects `method path` and answers with the error `status`.
+pub fn failure(method: Method, path: &str, status: StatusCode) -> Exchange {
+    Exchange {
+        method,
+        path: path.to_string(),
+        status,
+        response: json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "reason": status.canonical_reason().unwrap_or_default().replace(' ', ""), "code": status.as_u16(), "message": "refused",
+        }),
+    }
+}
+
+/// A request the reconciler made.
+#[derive(Debug)]
+pub struct Recorded {
+    /// HTTP method.
+    pub method: Method,
+    /// JSON body, if any.
+    pub body: Value,
+}
+
+impl Recorded {
+    /// Whether this request changes something in the cluster.
+    pub fn is_write(&self) -> bool {
+        self.method != Method::GET
+    }
+}
+
+/// Runs `work` against a mock API server that must receive exactly `script`, in order;
+/// an unexpected or missing request fails the test. Returns `work`'s output and the requests.
+pub async fn run_script<F, T>(
+    script: Vec<Exchange>,
+    work: impl FnOnce(Client) -> F,
+) -> (T, Vec<Recorded>)
+where
+    F: Future<Output = T>,
+{
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let work = work(client);
+    tokio::pin!(work);
+    let mut script = script.into_iter();
+    let mut recorded = Vec::new();
+    loop {
+        tokio::select! {
+            output = &mut work => {
+                let left: Vec<String> = script.map(|e| format!("{} {}", e.method, e.path)).collect();
+                assert!(left.is_empty(), "requests expected but not made: {left:#?}\nmade: {recorded:#?}");
+                return (output, recorded);
+            }
+            next = handle.next_request() => {
+                let (request, send) = next.expect("client dropped");
+                let method = request.method().clone();
+                let path = request.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+                let bytes = request.into_body().collect_bytes().await.expect("request body");
+                let body = if bytes.is_empty() { Value::Null } else {
+                    serde_json::from_slice(&bytes).expect("JSON request body")
+                };
+                let Some(exchange) = script.next() else {
+                    panic!("unexpected request {method} {path}\nbody: {body:#}\nafter: {recorded:#?}");
+                };
+                assert_eq!(
+                    (&method, path.as_str()),
+                    (&exchange.method, exchange.path.as_str()),
+                    "request {} out of script; body: {body:#}",
+                    recorded.len()
+                );
+                let response = Response::builder()
+                    .status(exchange.status)
+                    .body(Body::from(serde_json::to_vec(&exchange.response).unwrap()))
+                    .unwrap();
+                send.send_response(response);
+                recorded.push(Recorded { method, body });
+            }
+        }
+    }
+}
+
+/// A clock that stays where it is set.
+pub struct FixedClock(pub Mutex<Timestamp>);
+
+impl Clock for FixedClock {
+    fn now(&self) -> Timestamp {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// A fixed instant, `seconds` after a base time.
+pub fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+}
+
+/// A listed (ready) store holding `objects`.
+pub fn store_of<K>(objects: Vec<K>) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (reader, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    reader
+}
+
+/// Cached objects for a test: everything empty unless set.
+#[derive(Default)]
+pub struct Cache {
+    pub agents: Vec<Agent>,
+    pub approvals: Vec<ApprovalRequest>,
+    pub deployments: Vec<k8s_openapi::api::apps::v1::Deployment>,
+    pub services: Vec<k8s_openapi::api::core::v1::Service>,
+    pub secrets: Vec<k8s_openapi::api::core::v1::Secret>,
+    pub service_accounts: Vec<k8s_openapi::api::core::v1::ServiceAccount>,
+    pub roles: Vec<k8s_openapi::api::rbac::v1::Role>,
+    pub role_bindings: Vec<k8s_openapi::api::rbac::v1::RoleBinding>,
+}
+
+impl Cache {
+    /// The context reconcilers get, with the clock at `now`.
+    pub fn context(self, client: Client, now: Timestamp) -> Arc<Context> {
+        let stores = Stores {
+            agents: store_of(self.agents),
+            approvals: store_of(self.approvals),
+            deployments: store_of(self.deployments),
+            services: store_of(self.services),
+            secrets: store_of(self.secrets),
+            service_accounts: store_of(self.service_accounts),
+            roles: store_of(self.roles),
+            role_bindings: store_of(self.role_bindings),
+        };
+        Arc::new(Context::new(
+            client,
+            Arc::new(FixedClock(Mutex::new(now))),
+            Arc::new(Metrics::default()),
+            RenderOptions::default(),
+            stores,
+            Some("test".into()),
+        ))
+    }
+}
+
+/// The answer to an Event POST.
+pub fn event_created() -> Value {
+    json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"}, "eventTime": null})
+}
+
+/// Parses YAML into a typed object.
+pub fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
+    serde_saphyr::from_str(text).expect("fixture YAML")
+}
+
+/// `(type, status, reason)` of each condition in a status body.
+pub fn conditions(body: &Value) -> Vec<(String, String, String)> {
+    body["status"]["conditions"]
+        .as_array()
+        .map(|conditions| {
+            conditions
+                .iter()
+                .map(|c| {
+                    (
+                        c["type"].as_str().unwrap_or_default().to_string(),
+                        c["status"].as_str().unwrap_or_default().to_string(),
+                        c["reason"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The message of condition `type_` in a status body.
+pub fn condition_message(body: &Value, type_: &str) -> String {
+    body["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}

@@ -1,0 +1,8 @@
+//! Reconcilers against a scripted mock API server: every request is checked for method, path
+//! (with `fieldManager=hitl-operator&force=true` on applies) and body.
+
+mod agent;
+mod approval_request;
+mod harness;
+mod model_config;
+mod remote_mcp_server;

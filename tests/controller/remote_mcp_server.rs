@@ -1,0 +1,313 @@
+//! RemoteMCPServer reconciler: lists tools from MCP stubs served on 127.0.0.1 (Streamable HTTP
+//! and legacy SSE), writing the status through the mock API server.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::StreamExt;
+use hitl_operator::api::RemoteMCPServer;
+use hitl_operator::controller::remote_mcp_server::reconcile;
+use http::Method;
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::harness::*;
+
+const STATUS: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/remotemcpservers/fs/status?&force=true&fieldManager=hitl-operator";
+const TOKEN: &str = "/api/v1/namespaces/ns/secrets/token";
+
+/// Tools served in two pages, to exercise pagination.
+fn page(cursor: Option<&str>) -> Value {
+    match cursor {
+        None => json!({
+            "tools": [{"name": "read_file", "description": "Read a file", "inputSchema": {"type": "object"}}],
+            "nextCursor": "2",
+        }),
+        Some(_) => json!({
+            "tools": [{"name": "delete_file", "description": "Delete a file", "inputSchema": {"type": "object"}}],
+        }),
+    }
+}
+
+fn answer(message: &Value) -> Option<Value> {
+    let id = message.get("id")?.clone();
+    let result = match message["method"].as_str()? {
+        "initialize" => json!({
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "stub", "version": "1"},
+        }),
+        "tools/list" => page(message["params"]["cursor"].as_str()),
+        _ => {
+            return Some(
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}}),
+            );
+        }
+    };
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// Streamable HTTP: JSON answers on POST; no standalone SSE stream.
+async fn streamable(State(seen): State<Seen>, headers: HeaderMap, body: String) -> Response {
+    let message: Value = serde_json::from_str(&body).unwrap();
+    seen.lock().unwrap().push(format!(
+        "{} auth={}",
+        message["method"].as_str().unwrap_or_default(),
+        headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    ));
+    match answer(&message) {
+        Some(reply) => (
+            [
+                ("content-type", "application/json"),
+                ("mcp-session-id", "s1"),
+            ],
+            reply.to_string(),
+        )
+            .into_response(),
+        None => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+#[derive(Clone)]
+struct SseState {
+    seen: Seen,
+    outbox: Arc<Mutex<Option<mpsc::UnboundedSender<Value>>>>,
+}
+
+/// Legacy SSE: the stream announces the POST endpoint, answers arrive on the stream.
+async fn sse_stream(State(state): State<SseState>) -> impl IntoResponse {
+    let (sender, receiver) = mpsc::unbounded_channel::<Value>();
+    *state.outbox.lock().unwrap() = Some(sender);
+    let first = futures::stream::once(async {
+        Ok::<_, std::convert::Infallible>(
+            Event::default()
+                .event("endpoint")
+                .data("/messages?session=1"),
+        )
+    });
+    let rest = futures::stream::unfold(receiver, |mut receiver| async move {
+        let message = receiver.recv().await?;
+        Some((
+            Ok(Event::default().event("message").data(message.to_string())),
+            receiver,
+        ))
+    });
+    Sse::new(first.chain(rest))
+}
+
+async fn sse_post(
+    State(state): State<SseState>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+    body: String,
+) -> StatusCode {
+    assert_eq!(query.get("session").map(String::as_str), Some("1"));
+    let message: Value = serde_json::from_str(&body).unwrap();
+    state
+        .seen
+        .lock()
+        .unwrap()
+        .push(message["method"].as_str().unwrap_or_default().to_string());
+    if let Some(reply) = answer(&message) {
+        let outbox = state.outbox.lock().unwrap();
+        outbox.as_ref().expect("stream open").send(reply).unwrap();
+    }
+    StatusCode::ACCEPTED
+}
+
+async fn serve(router: Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+fn server(url: &str, protocol: &str) -> RemoteMCPServer {
+    yaml(&format!(
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: RemoteMCPServer
+metadata: {{name: fs, namespace: ns, generation: 4}}
+spec:
+  url: "{url}"
+  protocol: {protocol}
+  timeout: 10s
+  headersFrom:
+    - name: Authorization
+      valueFrom: {{type: Secret, name: token, key: token}}
+"#
+    ))
+}
+
+fn token_secret() -> Value {
+    let encoded = serde_json::to_value(k8s_openapi::ByteString(b"Bearer abc".to_vec())).unwrap();
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token", "namespace": "ns"}, "data": {"token": encoded}})
+}
+
+fn discovered(body: &Value) -> Vec<(String, String)> {
+    body["status"]["discoveredTools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["description"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn expected_tools() -> Vec<(String, String)> {
+    vec![
+        ("delete_file".into(), "Delete a file".into()),
+        ("read_file".into(), "Read a file".into()),
+    ]
+}
+
+#[tokio::test]
+async fn lists_tools_over_streamable_http_with_secret_headers() {
+    let seen = Seen::default();
+    let addr = serve(
+        Router::new()
+            .route(
+                "/mcp",
+                post(streamable)
+                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                    .delete(|| async { StatusCode::OK }),
+            )
+            .with_state(seen.clone()),
+    )
+    .await;
+    let server = server(&format!("http://{addr}/mcp"), "STREAMABLE_HTTP");
+    let script = vec![
+        expect(Method::GET, TOKEN, token_secret()),
+        expect(
+            Method::PATCH,
+            STATUS,
+            serde_json::to_value(&server).unwrap(),
+        ),
+    ];
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(0)),
+        )
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
+    let body = &requests[1].body;
+    assert_eq!(discovered(body), expected_tools());
+    assert_eq!(
+        conditions(body),
+        vec![("Accepted".into(), "True".into(), "Reconciled".into())]
+    );
+    assert_eq!(condition_message(body, "Accepted"), "2 tools discovered");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[0], "initialize auth=Bearer abc");
+    assert!(
+        seen.contains(&"tools/list auth=Bearer abc".to_string()),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn lists_tools_over_legacy_sse() {
+    let state = SseState {
+        seen: Seen::default(),
+        outbox: Arc::default(),
+    };
+    let addr = serve(
+        Router::new()
+            .route("/sse", get(sse_stream))
+            .route("/messages", post(sse_post))
+            .with_state(state.clone()),
+    )
+    .await;
+    let server = server(&format!("http://{addr}/sse"), "SSE");
+    let script = vec![
+        expect(Method::GET, TOKEN, token_secret()),
+        expect(
+            Method::PATCH,
+            STATUS,
+            serde_json::to_value(&server).unwrap(),
+        ),
+    ];
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(0)),
+        )
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(discovered(&requests[1].body), expected_tools());
+    assert_eq!(
+        *state.seen.lock().unwrap(),
+        vec![
+            "initialize",
+            "notifications/initialized",
+            "tools/list",
+            "tools/list"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn unreachable_server_is_reported_and_retried_with_backoff() {
+    // Bind and drop a listener: nothing answers on that port.
+    let addr = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let mut server = server(&format!("http://{addr}/mcp"), "STREAMABLE_HTTP");
+    server.spec.headers_from.clear();
+    let script = vec![expect(
+        Method::PATCH,
+        STATUS,
+        serde_json::to_value(&server).unwrap(),
+    )];
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(0)),
+        )
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
+    let body = &requests[0].body;
+    assert_eq!(
+        conditions(body),
+        vec![(
+            "Accepted".into(),
+            "False".into(),
+            "ToolDiscoveryFailed".into()
+        )]
+    );
+    assert!(
+        condition_message(body, "Accepted").starts_with("RemoteMCPServer ns/fs: listing tools: ")
+    );
+
+    // Failing the same way again changes nothing in the status: no write.
+    server.status = Some(serde_json::from_value(body["status"].clone()).unwrap());
+    let (result, requests) = run_script(Vec::new(), |client| {
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(30)),
+        )
+    })
+    .await;
+    assert!(result.is_ok());
+    assert!(requests.is_empty());
+}
