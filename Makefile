@@ -4,6 +4,8 @@ IMAGE ?= ghcr.io/hitl-operator/hitl-operator:$(shell sed -n 's/^version = "\(.*\
 
 .PHONY: build test lint fmt crds render bench image e2e
 
+.DEFAULT_GOAL := build
+
 -include mk/*.mk
 
 build:
@@ -31,7 +33,7 @@ render:
 	$(CARGO) run -q -- render -f examples/
 
 bench:
-	$(CARGO) bench --bench render
+	$(CARGO) bench
 
 image:
 	docker build -t $(IMAGE) .

@@ -50,52 +50,27 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Controller(args) => {
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(hitl_operator::controller::run(args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!(reason = e.reason(), error = %e, "controller failed");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Gate(args) => {
-            // kube uses rustls with ring; no crate may pick another provider first.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            init_tracing();
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(cli::gate::run(args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!(reason = e.reason(), error = %e, "gate failed");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Controller(args) => serve("controller", hitl_operator::controller::run(args)),
+        Command::Gate(args) => serve("gate", cli::gate::run(args)),
     }
 }
 
-/// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_tracing() {
-    tracing_subscriber::fmt()
-        .json()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+/// Runs a long-lived command on a multi-threaded runtime; failures are logged with their
+/// reason and give a non-zero exit.
+fn serve(name: &str, command: impl Future<Output = hitl_operator::Result<()>>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(reason = error.reason(), %error, "{name} failed");
+            eprintln!("error: {name}: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }

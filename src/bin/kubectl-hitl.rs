@@ -7,9 +7,7 @@ use hitl_operator::cli::hitl::{Cli, run};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    rustls::crypto::ring::default_provider()
-        .install_default()
-        .expect("no other rustls crypto provider is installed first");
+    hitl_operator::cli::logging::install_tls_provider();
     let cli = Cli::parse();
     let ok = run(cli, &mut std::io::stdout(), &mut std::io::stderr()).await;
     if ok {

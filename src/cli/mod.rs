@@ -3,4 +3,5 @@
 pub mod crds;
 pub mod gate;
 pub mod hitl;
+pub mod logging;
 pub mod render;

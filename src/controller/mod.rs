@@ -197,7 +197,7 @@ impl Context {
         instance: Option<String>,
     ) -> Self {
         // reqwest (built without a default provider) panics unless one is installed.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::cli::logging::install_tls_provider();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::cli::logging::{self, LogFormat};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -78,15 +79,6 @@ pub struct ControllerArgs {
     pub lease_namespace: Option<String>,
 }
 
-/// Log output format.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    /// One JSON object per line.
-    Json,
-    /// Human-readable lines.
-    Text,
-}
-
 /// Health of the process, served on `/healthz` and `/readyz`.
 #[derive(Default)]
 pub struct Health {
@@ -129,19 +121,6 @@ pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
         .with_state(ServerState { metrics, health })
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    // A second initialisation (tests) keeps the first subscriber.
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
-}
-
 /// Resolves when SIGTERM or Ctrl-C arrives.
 async fn termination() {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -154,9 +133,8 @@ async fn termination() {
 
 /// Runs the controller until SIGTERM; with leader election, only while holding the Lease.
 pub async fn run(args: ControllerArgs) -> Result<()> {
-    // kube uses rustls with ring, reqwest/rmcp may pull aws-lc-rs: pick one before any client.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    init_logging(args.log_format);
+    logging::install_tls_provider();
+    logging::init(args.log_format);
     let client = Client::try_default().await?;
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
@@ -782,7 +760,7 @@ mod wiring_tests {
     }
 
     fn client_for(addr: SocketAddr) -> Client {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        logging::install_tls_provider();
         Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
     }
 

@@ -40,6 +40,8 @@ pub const MANAGED_BY: &str = "hitl-operator";
 const CONFIG_DIR: &str = "/config";
 /// Where the gate reads gate.json.
 const GATE_CONFIG_DIR: &str = "/etc/hitl-gate";
+/// The gate's default `--config`: gate.json as mounted from the agent's Secret.
+pub const GATE_CONFIG_PATH: &str = "/etc/hitl-gate/gate.json";
 /// Where in-cluster clients look for the ServiceAccount token.
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Lifetime requested for the gate's projected token (the kubelet refreshes it).
@@ -264,7 +266,7 @@ fn gate_container(inputs: &ObjectInputs<'_>) -> Container {
         args: Some(vec![
             "gate".to_owned(),
             "--config".to_owned(),
-            format!("{GATE_CONFIG_DIR}/gate.json"),
+            GATE_CONFIG_PATH.to_owned(),
         ]),
         restart_policy: Some("Always".to_owned()),
         env: Some(vec![
