@@ -1,7 +1,8 @@
 //! The `ApprovalRequest` kind: one gated tool call waiting for, or carrying, a human decision.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::{CustomResource, KubeSchema};
+use k8s_openapi::jiff::Timestamp;
+use kube::{CustomResource, KubeSchema, Resource};
 use serde::{Deserialize, Serialize};
 
 use super::agent::ToolServerKind;
@@ -81,6 +82,57 @@ pub struct ApprovalRequestSpec {
     /// The decision: the only field a person writes. Write-once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
+}
+
+impl ApprovalRequest {
+    /// When the decision was recorded: `status.decidedAt`, else the time of the managedFields
+    /// entry that owns `spec.decision` (decisions are write-once). `None` without a decision or
+    /// when neither is known.
+    pub fn decision_recorded_at(&self) -> Option<Timestamp> {
+        self.spec.decision.as_ref()?;
+        if let Some(Time(at)) = self.status.as_ref().and_then(|s| s.decided_at.clone()) {
+            return Some(at);
+        }
+        self.meta()
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|entry| {
+                entry
+                    .fields_v1
+                    .as_ref()
+                    .and_then(|fields| fields.0.get("f:spec"))
+                    .and_then(|spec| spec.get("f:decision"))
+                    .is_some()
+            })
+            .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
+            .min()
+    }
+
+    /// The phase implied by spec, status and the clock, whoever looks (controller, plugin):
+    /// a finished status phase stands; a consumed approval is Executed; a decision counts only
+    /// if recorded before `expiresAt` (when its time is unknown, `now` stands in), otherwise
+    /// the request is Expired; without a decision it is Pending until `expiresAt`.
+    pub fn phase_at(&self, now: Timestamp) -> Phase {
+        let status = self.status.as_ref();
+        if let Some(phase) = status.and_then(|s| s.phase).filter(|p| p.is_terminal()) {
+            return phase;
+        }
+        if status.is_some_and(|s| s.consumed_at.is_some()) {
+            return Phase::Executed;
+        }
+        let expires_at = self.spec.expires_at.0;
+        match &self.spec.decision {
+            Some(decision) if self.decision_recorded_at().unwrap_or(now) < expires_at => {
+                match decision.decision_type {
+                    DecisionType::Approve => Phase::Approved,
+                    DecisionType::Deny => Phase::Denied,
+                }
+            }
+            None if now < expires_at => Phase::Pending,
+            _ => Phase::Expired,
+        }
+    }
 }
 
 /// Reference to an Agent in the same namespace.
@@ -215,4 +267,108 @@ pub struct ApprovalRequestStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
     pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn request(
+        decision: Option<DecisionType>,
+        status: Option<ApprovalRequestStatus>,
+    ) -> ApprovalRequest {
+        let mut r = ApprovalRequest::new(
+            "r",
+            ApprovalRequestSpec {
+                agent_ref: AgentRef { name: "a".into() },
+                tool_server: ToolServerRef::default(),
+                tool_name: "t".into(),
+                arguments_preview: None,
+                arguments_sha256: "0".repeat(64),
+                arguments_bytes: 2,
+                requested_by: "sa".into(),
+                message: None,
+                context: None,
+                expires_at: Time(ts("2026-11-22T01:00:00Z")),
+                decision: decision.map(|decision_type| Decision {
+                    decision_type,
+                    reason: None,
+                    decided_by: "alice".into(),
+                }),
+            },
+        );
+        r.status = status;
+        r
+    }
+
+    const BEFORE: &str = "2026-11-22T00:59:59Z";
+    const AT: &str = "2026-11-22T01:00:00Z";
+
+    #[test]
+    fn undecided_is_pending_until_expiry() {
+        assert_eq!(request(None, None).phase_at(ts(BEFORE)), Phase::Pending);
+        assert_eq!(request(None, None).phase_at(ts(AT)), Phase::Expired);
+        // A stale status from the controller does not hide the expiry.
+        let stale = ApprovalRequestStatus {
+            phase: Some(Phase::Pending),
+            ..Default::default()
+        };
+        assert_eq!(request(None, Some(stale)).phase_at(ts(AT)), Phase::Expired);
+    }
+
+    #[test]
+    fn decisions() {
+        // A decision whose recording time is unknown counts from when it is seen.
+        assert_eq!(
+            request(Some(DecisionType::Deny), None).phase_at(ts(BEFORE)),
+            Phase::Denied
+        );
+        assert_eq!(
+            request(Some(DecisionType::Deny), None).phase_at(ts(AT)),
+            Phase::Expired
+        );
+        let approve = request(Some(DecisionType::Approve), None);
+        assert_eq!(approve.phase_at(ts(BEFORE)), Phase::Approved);
+        assert_eq!(approve.phase_at(ts(AT)), Phase::Expired);
+        let in_time = ApprovalRequestStatus {
+            decided_at: Some(Time(ts(BEFORE))),
+            ..Default::default()
+        };
+        assert_eq!(
+            request(Some(DecisionType::Approve), Some(in_time)).phase_at(ts(AT)),
+            Phase::Approved
+        );
+        let late = ApprovalRequestStatus {
+            decided_at: Some(Time(ts(AT))),
+            ..Default::default()
+        };
+        assert_eq!(
+            request(Some(DecisionType::Approve), Some(late)).phase_at(ts(BEFORE)),
+            Phase::Expired
+        );
+    }
+
+    #[test]
+    fn consumption_and_terminal_status_win() {
+        let consumed = ApprovalRequestStatus {
+            consumed_at: Some(Time(ts(BEFORE))),
+            ..Default::default()
+        };
+        assert_eq!(
+            request(Some(DecisionType::Approve), Some(consumed)).phase_at(ts(AT)),
+            Phase::Executed
+        );
+        let cancelled = ApprovalRequestStatus {
+            phase: Some(Phase::Cancelled),
+            ..Default::default()
+        };
+        assert_eq!(
+            request(None, Some(cancelled)).phase_at(ts(BEFORE)),
+            Phase::Cancelled
+        );
+    }
 }

@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::{Context, measured};
 use crate::Result;
-use crate::api::approval_request::{ApprovalRequestStatus, DecisionType};
+use crate::api::approval_request::ApprovalRequestStatus;
 use crate::api::common::parse_duration_seconds;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, Phase};
 use crate::kube::conditions::find;
@@ -79,44 +79,11 @@ pub fn still_required(
         })
 }
 
-/// When the decision was written: `status.decidedAt`, else the time of the managedFields entry
-/// that owns `spec.decision` (decisions are write-once), else `now` (first observation).
-fn decision_time(request: &ApprovalRequest, now: Timestamp) -> Timestamp {
-    if let Some(Time(at)) = request.status.as_ref().and_then(|s| s.decided_at.clone()) {
-        return at;
-    }
-    request
-        .meta()
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|entry| {
-            entry
-                .fields_v1
-                .as_ref()
-                .and_then(|f| f.0.get("f:spec"))
-                .and_then(|spec| spec.get("f:decision"))
-                .is_some()
-        })
-        .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
-        .min()
-        .unwrap_or(now)
-}
-
-/// Computes the phase of `request` at `now`. Terminal phases are sticky; a decision made at or
-/// after `expiresAt` leaves the request Expired; an approval consumed by the gate is Executed;
-/// an undecided or approved-but-unused request whose tool no longer needs approval (or whose
-/// Agent is gone) is Cancelled.
+/// Computes the phase of `request` at `now` ([`ApprovalRequest::phase_at`]) under the current
+/// policy: an undecided or approved-but-unused request whose tool no longer needs approval (or
+/// whose Agent is gone) is Cancelled.
 pub fn evaluate(request: &ApprovalRequest, required: bool, now: Timestamp) -> Evaluation {
     let status = request.status.clone().unwrap_or_default();
-    let expires_at = request.spec.expires_at.0;
-    let decision = request.spec.decision.as_ref();
-    let decided_at = decision.map(|_| decision_time(request, now));
-    let evaluation = |phase: Phase, message: String| Evaluation {
-        phase,
-        decided_at,
-        message,
-    };
     if let Some(phase) = status.phase.filter(|p| p.is_terminal()) {
         return Evaluation {
             phase,
@@ -124,55 +91,42 @@ pub fn evaluate(request: &ApprovalRequest, required: bool, now: Timestamp) -> Ev
             message: status.message.unwrap_or_else(|| phase.as_str().to_string()),
         };
     }
-    if status.consumed_at.is_some() {
-        let by = status.consumed_by.as_deref().unwrap_or("the gate");
-        return evaluation(
-            Phase::Executed,
-            format!("approved call forwarded once by {by}"),
-        );
-    }
-    match (decision, decided_at) {
-        (Some(decision), Some(at)) => {
-            if at >= expires_at {
-                return evaluation(
-                    Phase::Expired,
-                    format!(
-                        "decided at {at} after the request expired at {expires_at}; the call does not run"
-                    ),
-                );
-            }
-            let reason = decision
-                .reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default();
-            match decision.decision_type {
-                DecisionType::Deny => evaluation(
-                    Phase::Denied,
-                    format!("denied by {}{reason}", decision.decided_by),
-                ),
-                DecisionType::Approve if !required => evaluation(
-                    Phase::Cancelled,
-                    "approval is no longer required for this tool, or the agent is gone".into(),
-                ),
-                DecisionType::Approve => evaluation(
-                    Phase::Approved,
-                    format!("approved by {}{reason}", decision.decided_by),
-                ),
-            }
+    let expires_at = request.spec.expires_at.0;
+    let decision = request.spec.decision.as_ref();
+    let decided_at = decision.map(|_| request.decision_recorded_at().unwrap_or(now));
+    let by = |reason: &Option<String>| {
+        reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    };
+    let phase = match request.phase_at(now) {
+        Phase::Pending | Phase::Approved if !required => Phase::Cancelled,
+        phase => phase,
+    };
+    let message = match (phase, decision, decided_at) {
+        (Phase::Executed, _, _) => format!(
+            "approved call forwarded once by {}",
+            status.consumed_by.as_deref().unwrap_or("the gate")
+        ),
+        (Phase::Cancelled, _, _) => {
+            "approval is no longer required for this tool, or the agent is gone".into()
         }
-        _ if now >= expires_at => evaluation(
-            Phase::Expired,
-            format!("no decision before {expires_at}; the call does not run"),
+        (Phase::Expired, Some(_), Some(at)) => format!(
+            "decided at {at} after the request expired at {expires_at}; the call does not run"
         ),
-        _ if !required => evaluation(
-            Phase::Cancelled,
-            "approval is no longer required for this tool, or the agent is gone".into(),
-        ),
-        _ => evaluation(
-            Phase::Pending,
-            format!("waiting for a decision until {expires_at}"),
-        ),
+        (Phase::Expired, _, _) => {
+            format!("no decision before {expires_at}; the call does not run")
+        }
+        (Phase::Denied, Some(d), _) => format!("denied by {}{}", d.decided_by, by(&d.reason)),
+        (Phase::Approved, Some(d), _) => format!("approved by {}{}", d.decided_by, by(&d.reason)),
+        (Phase::Pending, _, _) => format!("waiting for a decision until {expires_at}"),
+        (phase, _, _) => phase.as_str().to_string(),
+    };
+    Evaluation {
+        phase,
+        decided_at,
+        message,
     }
 }
 
@@ -436,7 +390,9 @@ pub fn pending_for<'a>(
 mod tests {
     use super::*;
     use crate::api::agent::ToolServerKind;
-    use crate::api::approval_request::{AgentRef, ApprovalRequestSpec, Decision, ToolServerRef};
+    use crate::api::approval_request::{
+        AgentRef, ApprovalRequestSpec, Decision, DecisionType, ToolServerRef,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 
     fn at(seconds: i64) -> Timestamp {

@@ -7,7 +7,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::error::CommandError;
-use super::phase::effective_phase;
 use crate::api::approval_request::{ApprovalRequest, Decision, DecisionType, Phase};
 
 /// Field manager recorded in managedFields for the decision.
@@ -201,7 +200,7 @@ pub async fn decide_agent(
         .await?
         .items
         .into_iter()
-        .filter(|r| r.spec.agent_ref.name == agent && effective_phase(r, now) == Phase::Pending)
+        .filter(|r| r.spec.agent_ref.name == agent && r.phase_at(now) == Phase::Pending)
         .collect();
     let mut outcomes = Vec::with_capacity(pending.len());
     for current in pending {
@@ -238,7 +237,7 @@ fn refusal(current: &ApprovalRequest, now: Timestamp) -> Option<Outcome> {
             decision: decision.clone(),
         });
     }
-    match effective_phase(current, now) {
+    match current.phase_at(now) {
         Phase::Pending => None,
         Phase::Expired => Some(Outcome::Expired {
             name,

@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::phase::effective_phase;
 use super::table::{expires, short_duration};
 use crate::api::ApprovalRequest;
 use crate::api::approval_request::DecisionType;
@@ -30,7 +29,7 @@ pub fn describe(r: &ApprovalRequest, now: Timestamp) -> String {
             spec.tool_server.name
         ),
     );
-    field("Phase", effective_phase(r, now).as_str());
+    field("Phase", r.phase_at(now).as_str());
     field("Requested by", &spec.requested_by);
     if let Some(created) = &r.metadata.creation_timestamp {
         field(

@@ -5,7 +5,6 @@ pub mod describe;
 pub mod error;
 pub mod identity;
 pub mod output;
-pub mod phase;
 pub mod table;
 pub mod watch;
 
@@ -187,7 +186,7 @@ pub async fn execute(
                 .await?
                 .items;
             if args.pending {
-                items.retain(|r| phase::effective_phase(r, now) == Phase::Pending);
+                items.retain(|r| r.phase_at(now) == Phase::Pending);
             }
             match args.output {
                 Some(format) => {

@@ -2,7 +2,6 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::phase::effective_phase;
 use crate::api::ApprovalRequest;
 
 /// Widest ARGS cell, in characters; longer previews end in `...`.
@@ -22,7 +21,7 @@ pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> V
     cells.push(request.spec.agent_ref.name.clone());
     cells.push(request.spec.tool_name.clone());
     cells.push(args_preview(request));
-    cells.push(effective_phase(request, now).as_str().to_owned());
+    cells.push(request.phase_at(now).as_str().to_owned());
     cells.push(meta.creation_timestamp.as_ref().map_or_else(
         || "<unknown>".to_owned(),
         |t| short_duration(now.duration_since(t.0)),

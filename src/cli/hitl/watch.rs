@@ -7,7 +7,6 @@ use jiff::Timestamp;
 use kube::runtime::watcher::{self, Event};
 
 use super::error::CommandError;
-use super::phase::effective_phase;
 use super::table::{format_line, header, row};
 use crate::api::ApprovalRequest;
 
@@ -35,7 +34,7 @@ pub fn event_line(
         Event::Delete(r) => (r, true),
         Event::Init | Event::InitDone => return None,
     };
-    let phase = effective_phase(request, now);
+    let phase = request.phase_at(now);
     if pending && (deleted || phase != crate::api::Phase::Pending) {
         return None;
     }
