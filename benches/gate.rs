@@ -1,6 +1,7 @@
 //! Benchmark: an ungated `tools/call` through the gate vs straight to the same upstream (an
 //! in-process Rust MCP stub), at 1, 8 and 32 concurrent clients. Prints p50/p99 latency and
-//! throughput for both, and the gate/direct ratios, measured in the same run.
+//! throughput for both, and the gate/direct ratios, measured in the same run. The load
+//! generator, the upstream and the gate each run on a runtime of their own.
 //!
 //! Run: `cargo bench --bench gate` (set `GATE_BENCH_REQUESTS` to change requests per client).
 
@@ -16,6 +17,10 @@ use hitl_operator::gate::config::{AgentIdentity, GateApproval, GateConfig, GateS
 use hitl_operator::gate::decision::SystemClock;
 use hitl_operator::gate::server;
 use hitl_operator::render::config::McpParams;
+
+/// Worker threads of the gate's runtime (`hitl-operator gate` runs tokio's default, one per
+/// core: two here).
+const GATE_WORKERS: usize = 2;
 
 /// Alternating direct/gate rounds per concurrency level.
 const ROUNDS: usize = 10;
@@ -121,6 +126,36 @@ fn gate_config(upstream: &str) -> GateConfig {
     }
 }
 
+/// Runs `serve` on a runtime of its own, as a separate process would (`workers` = 0: a
+/// single-threaded runtime), and returns what it reports once it is listening.
+fn on_own_runtime<T: Send + 'static, F: std::future::Future<Output = T> + Send + 'static>(
+    workers: usize,
+    serve: impl FnOnce() -> F + Send + 'static,
+) -> T
+where
+    T: Send,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = match workers {
+            0 => tokio::runtime::Builder::new_current_thread(),
+            n => {
+                let mut builder = tokio::runtime::Builder::new_multi_thread();
+                builder.worker_threads(n);
+                builder
+            }
+        }
+        .enable_all()
+        .build()
+        .unwrap();
+        rt.block_on(async move {
+            tx.send(serve().await).unwrap();
+            std::future::pending::<()>().await
+        })
+    });
+    rx.recv().unwrap()
+}
+
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // `cargo bench` passes `--bench`; under `cargo test` the bench only smoke-tests itself.
@@ -129,32 +164,44 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if full { 4000 } else { 40 });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // Load generator, upstream and gate each get a runtime, like the agent, the tool server and
+    // the sidecar get processes; the gate's is multi-threaded as in `hitl-operator gate`.
+    let upstream = on_own_runtime(0, stub::start);
+    let gate = {
+        let upstream = upstream.clone();
+        on_own_runtime(GATE_WORKERS, move || async move {
+            // The kube client is never used: ungated calls do not touch the apiserver.
+            let kube =
+                kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                    .unwrap();
+            let (router, _) = server::build(
+                &gate_config(&upstream),
+                kube,
+                Arc::new(SystemClock),
+                "bench".into(),
+                server::PROGRESS_EVERY,
+            )
+            .unwrap();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!(
+                "http://{}{}",
+                listener.local_addr().unwrap(),
+                GateServer::route_for("bench", "stub")
+            );
+            use axum::serve::ListenerExt;
+            tokio::spawn(async move {
+                axum::serve(listener.tap_io(server::nodelay), router)
+                    .await
+                    .unwrap()
+            });
+            url
+        })
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let upstream = stub::start().await;
-        // The kube client is never used: ungated calls do not touch the apiserver.
-        let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let (router, _) = server::build(
-            &gate_config(&upstream),
-            kube,
-            Arc::new(SystemClock),
-            "bench".into(),
-            server::PROGRESS_EVERY,
-        )
-        .unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let gate = format!(
-            "http://{}{}",
-            listener.local_addr().unwrap(),
-            GateServer::route_for("bench", "stub")
-        );
-        use axum::serve::ListenerExt;
-        tokio::spawn(async move { axum::serve(listener.tap_io(server::nodelay), router).await.unwrap() });
-
         // Warm up both paths (connections, allocator, caches).
         load(&upstream, 8, n / 10 + 1).await;
         load(&gate, 8, n / 10 + 1).await;
