@@ -131,10 +131,7 @@ fn gate_config(upstream: &str) -> GateConfig {
 fn on_own_runtime<T: Send + 'static, F: std::future::Future<Output = T> + Send + 'static>(
     workers: usize,
     serve: impl FnOnce() -> F + Send + 'static,
-) -> T
-where
-    T: Send,
-{
+) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = match workers {
