@@ -18,9 +18,9 @@ use hitl_operator::gate::decision::SystemClock;
 use hitl_operator::gate::server;
 use hitl_operator::render::config::McpParams;
 
-/// Worker threads of the gate's runtime (`hitl-operator gate` runs tokio's default, one per
-/// core: two here).
-const GATE_WORKERS: usize = 2;
+/// Worker threads of the gate's runtime: 0, a single-threaded runtime, as `hitl-operator gate`
+/// runs (set 2 to compare with a multi-threaded one).
+const GATE_WORKERS: usize = 0;
 
 /// Alternating direct/gate rounds per concurrency level.
 const ROUNDS: usize = 10;
@@ -162,7 +162,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if full { 4000 } else { 40 });
     // Load generator, upstream and gate each get a runtime, like the agent, the tool server and
-    // the sidecar get processes; the gate's is multi-threaded as in `hitl-operator gate`.
+    // the sidecar get processes; the gate's is single-threaded as in `hitl-operator gate`.
     let upstream = on_own_runtime(0, stub::start);
     let gate = {
         let upstream = upstream.clone();

@@ -50,15 +50,29 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Controller(args) => serve("controller", hitl_operator::controller::run(args)),
-        Command::Gate(args) => serve("gate", cli::gate::run(args)),
+        Command::Controller(args) => serve(
+            "controller",
+            tokio::runtime::Builder::new_multi_thread(),
+            hitl_operator::controller::run(args),
+        ),
+        // One thread: an agent's calls are few, and a proxied message then never waits for
+        // another thread to wake up (measured in benches/gate.rs and docs/gate.md).
+        Command::Gate(args) => serve(
+            "gate",
+            tokio::runtime::Builder::new_current_thread(),
+            cli::gate::run(args),
+        ),
     }
 }
 
-/// Runs a long-lived command on a multi-threaded runtime; failures are logged with their
+/// Runs a long-lived command on the runtime `builder` makes; failures are logged with their
 /// reason and give a non-zero exit.
-fn serve(name: &str, command: impl Future<Output = hitl_operator::Result<()>>) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
+fn serve(
+    name: &str,
+    mut builder: tokio::runtime::Builder,
+    command: impl Future<Output = hitl_operator::Result<()>>,
+) -> ExitCode {
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
