@@ -249,6 +249,29 @@ where
     }
 }
 
+/// A namespaced kind the controller watches.
+trait Watched:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A cached watch of the objects the controller renders (selected by label).
 fn owned<K>(
     client: &Client,
@@ -258,13 +281,7 @@ fn owned<K>(
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().labels(MANAGED_SELECTOR);
@@ -284,13 +301,7 @@ fn spec_changes<K>(
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let (reader, writer) = reflector::store();
     let stream = reflector(
@@ -309,21 +320,14 @@ fn metadata<K>(
     namespace: Option<&str>,
 ) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
-    let api: Api<PartialObjectMeta<K>> = match namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    };
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
+    watcher(
+        api::<PartialObjectMeta<K>>(client, namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
 }
 
 /// Drains a controller's result stream, logging at debug level (failures are logged and
