@@ -7,7 +7,8 @@
 //! validation, which `kubectl apply` uses by default). General JSON-Schema validators cannot
 //! express the last three, nor print apiserver messages, hence this walker.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{LazyLock, Mutex};
 
 use serde_json::Value;
 
@@ -73,18 +74,17 @@ fn check_string(schema: &Value, text: &str, path: &str, errors: &mut Vec<FieldEr
         errors.push(FieldError::invalid(
             path,
             Some(&Value::String(text.to_owned())),
-            format!("{} in body should be at least {min} chars long", path),
+            format!("{path} in body should be at least {min} chars long"),
         ));
     }
-    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-        let matches = regex::Regex::new(pattern).map(|re| re.is_match(text));
-        if !matches.unwrap_or(false) {
-            errors.push(FieldError::invalid(
-                path,
-                Some(&Value::String(text.to_owned())),
-                format!("{} in body should match '{pattern}'", path),
-            ));
-        }
+    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
+        && !matches_pattern(pattern, text)
+    {
+        errors.push(FieldError::invalid(
+            path,
+            Some(&Value::String(text.to_owned())),
+            format!("{path} in body should match '{pattern}'"),
+        ));
     }
     if schema.get("format").and_then(Value::as_str) == Some("date-time")
         && text.parse::<jiff::Timestamp>().is_err()
@@ -92,9 +92,24 @@ fn check_string(schema: &Value, text: &str, path: &str, errors: &mut Vec<FieldEr
         errors.push(FieldError::invalid(
             path,
             Some(&Value::String(text.to_owned())),
-            format!("{} in body must be of type date-time: {text:?}", path),
+            format!("{path} in body must be of type date-time: {text:?}"),
         ));
     }
+}
+
+/// Whether `text` matches `pattern`; each pattern is compiled once per process. A pattern that
+/// does not compile matches nothing (fail closed).
+fn matches_pattern(pattern: &str, text: &str) -> bool {
+    static COMPILED: LazyLock<Mutex<HashMap<String, Option<regex::Regex>>>> =
+        LazyLock::new(Mutex::default);
+    let mut compiled = COMPILED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    compiled
+        .entry(pattern.to_owned())
+        .or_insert_with(|| regex::Regex::new(pattern).ok())
+        .as_ref()
+        .is_some_and(|re| re.is_match(text))
 }
 
 fn check_number(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
@@ -149,7 +164,7 @@ fn check_array(schema: &Value, items: &[Value], path: &str, errors: &mut Vec<Fie
         errors.push(FieldError::invalid(
             path,
             None,
-            format!("{} in body should have at least {min} items", path),
+            format!("{path} in body should have at least {min} items"),
         ));
     }
     match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
