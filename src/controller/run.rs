@@ -412,10 +412,10 @@ async fn run_controllers(
         instance,
     ));
 
-    fn by_ref<K: Resource>(
+    fn by_ref<R: Resource>(
         ctx: &Arc<Context>,
         kind: &'static str,
-    ) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<Agent>> + Send + Sync + 'static {
+    ) -> impl Fn(R) -> Vec<ObjectRef<Agent>> + Send + Sync + 'static {
         let ctx = ctx.clone();
         move |object| {
             ctx.refs.agents_for(
@@ -427,7 +427,6 @@ async fn run_controllers(
         }
     }
     let agent_controller = {
-        let (ctx_rmcp, ctx_mc) = (ctx.clone(), ctx.clone());
         Controller::for_shared_stream(agents_for_agents, agents.clone())
             .owns_stream(secret_events)
             .owns_stream(service_account_events)
@@ -438,38 +437,24 @@ async fn run_controllers(
             .watches(
                 api::<RemoteMCPServer>(&client, namespace),
                 watcher::Config::default(),
-                move |server| {
-                    ctx_rmcp.refs.agents_for(
-                        "RemoteMCPServer",
-                        &server.namespace().unwrap_or_default(),
-                        &server.name_any(),
-                        &ctx_rmcp.stores.agents,
-                    )
-                },
+                by_ref(&ctx, "RemoteMCPServer"),
             )
             .watches(
                 api::<ModelConfig>(&client, namespace),
                 watcher::Config::default(),
-                move |model_config| {
-                    ctx_mc.refs.agents_for(
-                        "ModelConfig",
-                        &model_config.namespace().unwrap_or_default(),
-                        &model_config.name_any(),
-                        &ctx_mc.stores.agents,
-                    )
-                },
+                by_ref(&ctx, "ModelConfig"),
             )
             .watches_stream(
                 metadata::<Service>(&client, namespace),
-                by_ref::<Service>(&ctx, "Service"),
+                by_ref(&ctx, "Service"),
             )
             .watches_stream(
                 metadata::<Secret>(&client, namespace),
-                by_ref::<Secret>(&ctx, "Secret"),
+                by_ref(&ctx, "Secret"),
             )
             .watches_stream(
                 metadata::<ConfigMap>(&client, namespace),
-                by_ref::<ConfigMap>(&ctx, "ConfigMap"),
+                by_ref(&ctx, "ConfigMap"),
             )
             .watches_shared_stream(requests_for_agents, |request: Arc<ApprovalRequest>| {
                 Some(
