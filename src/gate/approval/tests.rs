@@ -125,6 +125,17 @@ fn watch_body(events: &[(&str, Value)]) -> Body {
 }
 
 /// Takes the next request: (method, path?query, JSON body or Null).
+/// Runs `resolve` for a call with `arguments` in the background.
+fn spawn_resolve(a: Approvals, arguments: &Value) -> tokio::task::JoinHandle<Result<Resolution>> {
+    let arguments = arguments.clone();
+    tokio::spawn(async move { resolve(&a, &call(&arguments)).await })
+}
+
+/// Answers a watch request with these events.
+fn send_watch_events(send: mock::SendResponse<Response<Body>>, events: &[(&str, Value)]) {
+    send.send_response(Response::builder().body(watch_body(events)).unwrap());
+}
+
 async fn next(handle: &mut Handle) -> (String, String, Value, mock::SendResponse<Response<Body>>) {
     let (req, send) = handle.next_request().await.expect("a request");
     let method = req.method().to_string();
@@ -236,11 +247,7 @@ async fn create_watch_consume_exact_requests() {
         "11",
         json!({"type": "Approve", "decidedBy": "alice", "reason": "ok"}),
     );
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("MODIFIED", approved)]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("MODIFIED", approved)]);
 
     let (m, uri, body, send) = next(&mut handle).await;
     assert_eq!(
@@ -268,10 +275,7 @@ async fn create_watch_consume_exact_requests() {
 async fn deny_is_refused_without_consuming() {
     let arguments = args();
     let (a, mut handle) = approvals(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     let (_, _, _, send) = next(&mut handle).await;
     let denied = with_decision(
@@ -279,11 +283,7 @@ async fn deny_is_refused_without_consuming() {
         "11",
         json!({"type": "Deny", "decidedBy": "bob", "reason": "no"}),
     );
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("MODIFIED", denied)]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("MODIFIED", denied)]);
     let res = task.await.unwrap().unwrap();
     assert!(
         matches!(res, Resolution::Refused { refusal: Refusal::Denied { ref decided_by, ref reason }, .. }
@@ -298,10 +298,7 @@ async fn apiserver_errors_fail_closed() {
     for (code, reason) in [(500, "InternalError"), (403, "Forbidden")] {
         let arguments = args();
         let (a, mut handle) = approvals(now());
-        let task = tokio::spawn({
-            let arguments = arguments.clone();
-            async move { resolve(&a, &call(&arguments)).await }
-        });
+        let task = spawn_resolve(a, &arguments);
         let (_, _, _, send) = next(&mut handle).await;
         respond(send, code, &status(code, reason));
         let err = task.await.unwrap().unwrap_err();
@@ -313,10 +310,7 @@ async fn apiserver_errors_fail_closed() {
     // Forbidden on create.
     let arguments = args();
     let (a, mut handle) = approvals(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let (_, _, _, send) = next(&mut handle).await;
     respond(send, 200, &list_of(vec![]));
     let (m, _, _, send) = next(&mut handle).await;
@@ -329,18 +323,11 @@ async fn apiserver_errors_fail_closed() {
 async fn consume_500_fails_closed() {
     let arguments = args();
     let (a, mut handle) = approvals(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     let (_, _, _, send) = next(&mut handle).await;
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("MODIFIED", approved)]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("MODIFIED", approved)]);
     let (m, _, _, send) = next(&mut handle).await;
     assert_eq!(m, "PATCH");
     respond(send, 500, &status(500, "InternalError"));
@@ -353,18 +340,11 @@ async fn conflict_on_consume_rereads_and_does_not_forward() {
     let c = call(&arguments);
     let name = expected_name(&c, 0);
     let (a, mut handle) = approvals(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &c).await;
     let (_, _, _, send) = next(&mut handle).await;
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("MODIFIED", approved.clone())]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("MODIFIED", approved.clone())]);
     let (m, _, _, send) = next(&mut handle).await;
     assert_eq!(m, "PATCH");
     respond(send, 409, &status(409, "Conflict"));
@@ -385,18 +365,11 @@ async fn conflict_on_consume_rereads_and_does_not_forward() {
 async fn malformed_decision_fails_closed() {
     let arguments = args();
     let (a, mut handle) = approvals(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     let (_, _, _, send) = next(&mut handle).await;
     let bad = with_decision(&obj, "11", json!({"type": "Maybe", "decidedBy": "alice"}));
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("MODIFIED", bad)]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("MODIFIED", bad)]);
     assert!(task.await.unwrap().is_err());
 }
 
@@ -404,17 +377,10 @@ async fn malformed_decision_fails_closed() {
 async fn deleted_request_fails_closed() {
     let arguments = args();
     let (a, mut handle) = approvals(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     let (_, _, _, send) = next(&mut handle).await;
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("DELETED", obj)]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("DELETED", obj)]);
     assert!(matches!(
         task.await.unwrap(),
         Err(Error::RequestDeleted { .. })
@@ -425,21 +391,14 @@ async fn deleted_request_fails_closed() {
 async fn approval_seen_after_expiry_is_not_consumed() {
     let arguments = args();
     let (a, mut handle, clock) = approvals_with_clock(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     assert_eq!(obj["spec"]["expiresAt"], json!("2026-11-22T01:00:00Z"));
     let (_, _, _, send) = next(&mut handle).await;
     // The approval arrives, but the gate sees it at expiresAt: it revives nothing.
     *clock.0.lock().unwrap() = "2026-11-22T01:00:00Z".parse().unwrap();
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("MODIFIED", approved)]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("MODIFIED", approved)]);
     let res = task.await.unwrap().unwrap();
     assert!(
         matches!(
@@ -583,18 +542,11 @@ async fn endless_conflicts_fail_closed() {
     let c = call(&arguments);
     let name = expected_name(&c, 0);
     let (a, mut handle) = approvals(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &c).await;
     let (_, _, _, send) = next(&mut handle).await;
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("MODIFIED", approved.clone())]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("MODIFIED", approved.clone())]);
     for _ in 0..=MAX_CONFLICTS {
         let (m, _, _, send) = next(&mut handle).await;
         assert_eq!(m, "PATCH");
@@ -617,10 +569,7 @@ async fn a_closed_watch_is_reread_and_reopened() {
     let c = call(&arguments);
     let name = expected_name(&c, 0);
     let (a, mut handle) = approvals(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &c).await;
     // The apiserver ends the watch without events.
     let (m, uri, _, send) = next(&mut handle).await;
@@ -632,11 +581,7 @@ async fn a_closed_watch_is_reread_and_reopened() {
     let (m, uri, _, send) = next(&mut handle).await;
     assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("MODIFIED", approved)]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("MODIFIED", approved)]);
     let (m, _, body, send) = next(&mut handle).await;
     assert_eq!(m, "PATCH");
     assert_eq!(body["metadata"]["resourceVersion"], json!("11"));
@@ -653,17 +598,10 @@ async fn a_watch_error_event_rereads_the_request() {
     let c = call(&arguments);
     let name = expected_name(&c, 0);
     let (a, mut handle) = approvals(now());
-    let task = tokio::spawn({
-        let arguments = arguments.clone();
-        async move { resolve(&a, &call(&arguments)).await }
-    });
+    let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &c).await;
     let (_, _, _, send) = next(&mut handle).await;
-    send.send_response(
-        Response::builder()
-            .body(watch_body(&[("ERROR", status(410, "Expired"))]))
-            .unwrap(),
-    );
+    send_watch_events(send, &[("ERROR", status(410, "Expired"))]);
     let (m, uri, _, send) = next(&mut handle).await;
     assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
     let denied = with_decision(&obj, "12", json!({"type": "Deny", "decidedBy": "bob"}));
