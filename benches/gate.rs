@@ -1,7 +1,12 @@
 //! Benchmark: an ungated `tools/call` through the gate vs straight to the same upstream (an
-//! in-process Rust MCP stub), at 1, 8 and 32 concurrent clients. Prints p50/p99 latency and
-//! throughput for both, and the gate/direct ratios, measured in the same run. The load
-//! generator, the upstream and the gate each run on a runtime of their own.
+//! in-process Rust MCP stub), at 1, 8 and 32 concurrent clients, with a plain TCP relay as a
+//! second baseline: the least any proxy running as its own process adds. Prints p50/p99
+//! latency and throughput of each path and the gate's ratios, measured in the same run.
+//!
+//! The load generator, the upstream, the relay and the gate each run on a thread and runtime of
+//! their own, like separate processes. The run has two passes: first the threads go wherever
+//! the kernel puts them; then all of them are pinned to one CPU, which takes the cost of waking
+//! an idle CPU (large on virtual machines) out of the figures and leaves the work each hop does.
 //!
 //! Run: `cargo bench --bench gate` (set `GATE_BENCH_REQUESTS` to change requests per client).
 
@@ -18,20 +23,23 @@ use hitl_operator::gate::decision::SystemClock;
 use hitl_operator::gate::server;
 use hitl_operator::render::config::McpParams;
 
-/// Worker threads of the gate's runtime: 0, a single-threaded runtime, as `hitl-operator gate`
-/// runs (set 2 to compare with a multi-threaded one).
-const GATE_WORKERS: usize = 0;
-
-/// Alternating direct/gate rounds per concurrency level.
+/// Alternating rounds of the three paths per concurrency level.
 const ROUNDS: usize = 10;
 
 const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello","n":42}}}"#;
 
-/// Latencies and busy time of one side, pooled over rounds.
+/// Latencies and busy time of one path, pooled over rounds.
 #[derive(Default)]
 struct Samples {
     latencies: Vec<Duration>,
     elapsed: Duration,
+}
+
+/// p50 and p99 latency, and requests per second.
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    rps: f64,
 }
 
 impl Samples {
@@ -40,29 +48,32 @@ impl Samples {
         self.elapsed += elapsed;
     }
 
-    /// (p50, p99, requests per second).
-    fn stats(mut self) -> (Duration, Duration, f64) {
+    fn stats(mut self) -> Stats {
         self.latencies.sort();
         let n = self.latencies.len();
         let pct = |p: f64| self.latencies[((n as f64 * p) as usize).min(n - 1)];
-        (pct(0.50), pct(0.99), n as f64 / self.elapsed.as_secs_f64())
+        Stats {
+            p50: pct(0.50),
+            p99: pct(0.99),
+            rps: n as f64 / self.elapsed.as_secs_f64(),
+        }
     }
 }
 
-/// Runs `clients` concurrent clients, each sending `n` sequential requests to `url`; returns
-/// every latency and the wall time.
-async fn load(url: &str, clients: usize, n: usize) -> (Vec<Duration>, Duration) {
+/// Runs `clients` concurrent clients, each sending `n` sequential requests to `url` over the
+/// shared pool of `http` (a connection each); returns every latency and the wall time.
+async fn load(
+    http: &reqwest::Client,
+    url: &str,
+    clients: usize,
+    n: usize,
+) -> (Vec<Duration>, Duration) {
     let url: Arc<str> = url.into();
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
-            let url = url.clone();
+            let (http, url) = (http.clone(), url.clone());
             tokio::spawn(async move {
-                let http = reqwest::Client::builder()
-                    .tcp_nodelay(true)
-                    .no_proxy()
-                    .build()
-                    .unwrap();
                 let mut lat = Vec::with_capacity(n);
                 for _ in 0..n {
                     let t = Instant::now();
@@ -88,6 +99,28 @@ async fn load(url: &str, clients: usize, n: usize) -> (Vec<Duration>, Duration) 
         all.extend(t.await.unwrap());
     }
     (all, started.elapsed())
+}
+
+/// Starts a plain TCP relay to the upstream at `upstream_url` and returns the same URL through
+/// the relay: two more socket hops and a copy, nothing else.
+async fn start_relay(upstream_url: &str) -> String {
+    let url = reqwest::Url::parse(upstream_url).unwrap();
+    let target = url.socket_addrs(|| None).unwrap()[0];
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_url = format!("http://{}{}", listener.local_addr().unwrap(), url.path());
+    tokio::spawn(async move {
+        loop {
+            let (mut inbound, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+                for s in [&inbound, &outbound] {
+                    s.set_nodelay(true).unwrap();
+                }
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    relay_url
 }
 
 fn gate_config(upstream: &str) -> GateConfig {
@@ -126,31 +159,157 @@ fn gate_config(upstream: &str) -> GateConfig {
     }
 }
 
-/// Runs `serve` on a runtime of its own, as a separate process would (`workers` = 0: a
-/// single-threaded runtime), and returns what it reports once it is listening.
-fn on_own_runtime<T: Send + 'static, F: std::future::Future<Output = T> + Send + 'static>(
-    workers: usize,
+/// Runs `serve` on a single-threaded runtime on a thread of its own, as a separate process
+/// would (`hitl-operator gate` runs on one too), pinned to `cpu` if given; returns what `serve`
+/// reports once it is listening.
+fn on_own_thread<T: Send + 'static, F: std::future::Future<Output = T> + 'static>(
+    name: &str,
+    cpu: Option<core_affinity::CoreId>,
     serve: impl FnOnce() -> F + Send + 'static,
 ) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = match workers {
-            0 => tokio::runtime::Builder::new_current_thread(),
-            n => {
-                let mut builder = tokio::runtime::Builder::new_multi_thread();
-                builder.worker_threads(n);
-                builder
-            }
-        }
-        .enable_all()
+    let thread = std::thread::Builder::new().name(name.into());
+    thread
+        .spawn(move || {
+            pin(cpu);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                tx.send(serve().await).unwrap();
+                std::future::pending::<()>().await
+            })
+        })
+        .unwrap();
+    rx.recv().unwrap()
+}
+
+fn pin(cpu: Option<core_affinity::CoreId>) {
+    if let Some(cpu) = cpu {
+        assert!(core_affinity::set_for_current(cpu), "cannot pin to {cpu:?}");
+    }
+}
+
+/// The URLs of the three paths to the same upstream.
+struct Paths {
+    direct: String,
+    relay: String,
+    gate: String,
+}
+
+/// Starts the upstream, the relay and the gate, each on a thread of its own.
+fn start(cpu: Option<core_affinity::CoreId>) -> Paths {
+    let direct = on_own_thread("upstream", cpu, stub::start);
+    let upstream = direct.clone();
+    let relay = on_own_thread(
+        "relay",
+        cpu,
+        move || async move { start_relay(&upstream).await },
+    );
+    let upstream = direct.clone();
+    let gate = on_own_thread("gate", cpu, move || async move {
+        // The kube client is never used: ungated calls do not touch the apiserver.
+        let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+            .unwrap();
+        let (router, _) = server::build(
+            &gate_config(&upstream),
+            kube,
+            Arc::new(SystemClock),
+            "bench".into(),
+            server::PROGRESS_EVERY,
+        )
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "http://{}{}",
+            listener.local_addr().unwrap(),
+            GateServer::route_for("bench", "stub")
+        );
+        use axum::serve::ListenerExt;
+        tokio::spawn(async move {
+            axum::serve(listener.tap_io(server::nodelay), router)
+                .await
+                .unwrap()
+        });
+        url
+    });
+    Paths {
+        direct,
+        relay,
+        gate,
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// One pass over 1, 8 and 32 clients; prints a table.
+async fn pass(paths: &Paths, n: usize) {
+    let http = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .no_proxy()
         .build()
         .unwrap();
-        rt.block_on(async move {
-            tx.send(serve().await).unwrap();
-            std::future::pending::<()>().await
-        })
-    });
-    rx.recv().unwrap()
+    // Warm up every path (connections, allocator, caches).
+    for url in [&paths.direct, &paths.relay, &paths.gate] {
+        load(&http, url, 8, n / 10 + 1).await;
+    }
+    println!(
+        "{:>7} | {:>22} | {:>22} | {:>22} | {:>15} {:>7} | {:>9} {:>9}",
+        "", "direct", "TCP relay", "gate", "gate / direct", "", "gate adds", "p50 over"
+    );
+    println!(
+        "{:>7} | {:>7} {:>7} {:>6} | {:>7} {:>7} {:>6} | {:>7} {:>7} {:>6} | {:>7} {:>7} {:>7} | {:>9} {:>9}",
+        "clients",
+        "p50 µs",
+        "p99 µs",
+        "krps",
+        "p50 µs",
+        "p99 µs",
+        "krps",
+        "p50 µs",
+        "p99 µs",
+        "krps",
+        "p50",
+        "p99",
+        "thru",
+        "direct µs",
+        "relay µs"
+    );
+    for clients in [1, 8, 32] {
+        let per_round = ((n * 4 / clients).clamp(10, n) / ROUNDS).max(1);
+        // Alternate short rounds so load from elsewhere on the machine hits every path.
+        let mut samples: [Samples; 3] = Default::default();
+        for _ in 0..ROUNDS {
+            for (s, url) in samples
+                .iter_mut()
+                .zip([&paths.direct, &paths.relay, &paths.gate])
+            {
+                s.add(load(&http, url, clients, per_round).await);
+            }
+        }
+        let [d, r, g] = samples.map(Samples::stats);
+        println!(
+            "{:>7} | {:>7.1} {:>7.1} {:>6.1} | {:>7.1} {:>7.1} {:>6.1} | {:>7.1} {:>7.1} {:>6.1} | {:>6.2}x {:>6.2}x {:>6.2}x | {:>9.1} {:>9.1}",
+            clients,
+            us(d.p50),
+            us(d.p99),
+            d.rps / 1e3,
+            us(r.p50),
+            us(r.p99),
+            r.rps / 1e3,
+            us(g.p50),
+            us(g.p99),
+            g.rps / 1e3,
+            us(g.p50) / us(d.p50),
+            us(g.p99) / us(d.p99),
+            g.rps / d.rps,
+            us(g.p50) - us(d.p50),
+            us(g.p50) - us(r.p50),
+        );
+    }
 }
 
 fn main() {
@@ -161,77 +320,19 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if full { 4000 } else { 40 });
-    // Load generator, upstream and gate each get a runtime, like the agent, the tool server and
-    // the sidecar get processes; the gate's is single-threaded as in `hitl-operator gate`.
-    let upstream = on_own_runtime(0, stub::start);
-    let gate = {
-        let upstream = upstream.clone();
-        on_own_runtime(GATE_WORKERS, move || async move {
-            // The kube client is never used: ungated calls do not touch the apiserver.
-            let kube =
-                kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-                    .unwrap();
-            let (router, _) = server::build(
-                &gate_config(&upstream),
-                kube,
-                Arc::new(SystemClock),
-                "bench".into(),
-                server::PROGRESS_EVERY,
-            )
+    let first_cpu = core_affinity::get_core_ids().and_then(|ids| ids.first().copied());
+    println!("ungated tools/call, {n} requests per client, in-process Rust MCP stub upstream");
+    for (title, cpu) in [
+        ("threads placed by the kernel", None),
+        ("all threads pinned to one CPU", first_cpu),
+    ] {
+        println!("\n{title}");
+        let paths = start(cpu);
+        pin(cpu);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
             .unwrap();
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let url = format!(
-                "http://{}{}",
-                listener.local_addr().unwrap(),
-                GateServer::route_for("bench", "stub")
-            );
-            use axum::serve::ListenerExt;
-            tokio::spawn(async move {
-                axum::serve(listener.tap_io(server::nodelay), router)
-                    .await
-                    .unwrap()
-            });
-            url
-        })
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        // Warm up both paths (connections, allocator, caches).
-        load(&upstream, 8, n / 10 + 1).await;
-        load(&gate, 8, n / 10 + 1).await;
-
-        println!("ungated tools/call, {n} requests per client, in-process Rust MCP stub upstream");
-        println!(
-            "{:>7} | {:>10} {:>10} {:>9} | {:>10} {:>10} {:>9} | {:>8} {:>8} {:>9} {:>10}",
-            "clients", "direct p50", "p99", "req/s", "gate p50", "p99", "req/s", "p50 x", "p99 x", "thru x", "added p50"
-        );
-        for clients in [1, 8, 32] {
-            let per_client = (n * 4 / clients).clamp(10, n);
-            // Alternate short rounds so load from elsewhere on the machine hits both sides.
-            let (mut direct, mut gated) = (Samples::default(), Samples::default());
-            for _ in 0..ROUNDS {
-                direct.add(load(&upstream, clients, per_client / ROUNDS).await);
-                gated.add(load(&gate, clients, per_client / ROUNDS).await);
-            }
-            let (d, g) = (direct.stats(), gated.stats());
-            let us = |x: Duration| x.as_secs_f64() * 1e6;
-            println!(
-                "{:>7} | {:>8.1}µs {:>8.1}µs {:>9.0} | {:>8.1}µs {:>8.1}µs {:>9.0} | {:>8.2} {:>8.2} {:>9.2} {:>8.1}µs",
-                clients,
-                us(d.0),
-                us(d.1),
-                d.2,
-                us(g.0),
-                us(g.1),
-                g.2,
-                us(g.0) / us(d.0),
-                us(g.1) / us(d.1),
-                g.2 / d.2,
-                us(g.0) - us(d.0),
-            );
-        }
-    });
+        rt.block_on(pass(&paths, n));
+    }
 }
