@@ -148,8 +148,9 @@ fn gate_config(upstream: &str) -> GateConfig {
             params: McpParams {
                 url: upstream.into(),
                 headers: [("Authorization".to_string(), "Bearer upstream".to_string())].into(),
-                timeout: None,
-                sse_read_timeout: None,
+                // Limits set, so their timers are part of the cost measured.
+                timeout: Some(30.into()),
+                sse_read_timeout: Some(300.into()),
                 terminate_on_close: None,
             },
             tools: vec!["echo".into(), "delete".into()],

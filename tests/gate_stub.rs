@@ -222,6 +222,109 @@ async fn a_caller_that_leaves_before_the_decision_runs_nothing() {
     assert_eq!(counter.count("echo"), 1);
 }
 
+/// A server entry for the stub whose upstream gets `timeout` seconds to answer.
+fn stub_with_timeout(
+    upstream: &str,
+    gated: &[&str],
+    timeout: f64,
+) -> hitl_operator::gate::config::GateServer {
+    let mut server = server(
+        "stub",
+        McpProtocol::StreamableHttp,
+        upstream,
+        &["echo"],
+        gated,
+    );
+    server.params.timeout = serde_json::Number::from_f64(timeout);
+    server
+}
+
+#[tokio::test]
+async fn an_upstream_slower_than_its_timeout_gets_an_outcome_unknown_result() {
+    init();
+    let upstream = stub::start().await;
+    let api = FakeApi::start().await;
+    let cfg = config(vec![stub_with_timeout(&upstream, &[], 0.2)], 3600.0, 1.0);
+    let gate = Gate::start(&cfg, &api).await;
+    let url = gate.route("stub");
+
+    let fast: Value = post(&url, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"delay_ms":0}}}"#)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fast["result"]["content"][0]["text"], r#"{"delay_ms":0}"#);
+
+    let slow: Value = post(&url, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"delay_ms":5000}}}"#)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let (text, is_error) = result_text(&slow);
+    assert!(is_error, "{slow}");
+    assert_eq!(
+        text,
+        "Outcome UNKNOWN: tool 'echo' was sent to its server, but upstream tools/stub did not \
+         answer within 0.2s (params.timeout). It may or may not have run: check its effects \
+         before calling it again."
+    );
+    assert!(
+        gate.metrics()
+            .await
+            .contains(r#"hitl_gate_tool_calls_total{outcome="error"} 1"#)
+    );
+    // Other messages get 504 and a JSON-RPC error naming the timeout.
+    let resp = post(
+        &url,
+        r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":{"delay_ms":5000}}"#,
+    )
+    .await;
+    assert_eq!(resp.status(), 504);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(
+        error["error"]["message"],
+        "approval gate: upstream tools/stub did not answer within 0.2s (params.timeout)"
+    );
+}
+
+#[tokio::test]
+async fn an_approved_call_whose_upstream_times_out_says_it_may_have_run() {
+    init();
+    let upstream = stub::start().await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![stub_with_timeout(&upstream, &["echo"], 0.2)],
+        3600.0,
+        30.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let call = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"delay_ms":5000}}}"#;
+    let url = gate.route("stub");
+    let pending =
+        tokio::spawn(async move { post(&url, call).await.json::<Value>().await.unwrap() });
+    let api2 = api.clone();
+    let name = eventually("a request", move || {
+        api2.objects()
+            .first()
+            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
+    })
+    .await;
+    api.decide(&name, "Approve", "alice", "ok");
+    let answer = pending.await.unwrap();
+    let (text, is_error) = result_text(&answer);
+    assert!(is_error, "{answer}");
+    assert_eq!(
+        text,
+        format!(
+            "Outcome UNKNOWN: tool 'echo' was approved (ApprovalRequest {name}) and sent to its \
+             server, but upstream tools/stub did not answer within 0.2s (params.timeout). It may \
+             or may not have run: check its effects before calling it again. The approval is used \
+             up; calling it again asks for a new one."
+        )
+    );
+    assert!(api.objects()[0]["status"]["consumedAt"].is_string());
+}
+
 /// A legacy SSE upstream that sends one `endpoint` event (`endpoint` as given) and closes.
 async fn sse_upstream(endpoint: &'static str) -> String {
     use axum::routing::get;

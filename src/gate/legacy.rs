@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
-use super::proxy::{GatedResult, Upstream, gated, relay};
+use super::proxy::{GatedResult, Upstream, gated};
 use super::sse;
 
 /// One client's event stream.
@@ -95,15 +95,12 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         .await
     {
         Ok(r) if r.status().is_success() => r,
-        Ok(r) => return relay(r),
+        Ok(r) => return up.relay(r),
         Err(e) => {
             tracing::warn!(server = %up.label, error = %e, "upstream SSE stream failed");
             return Response::builder()
-                .status(StatusCode::BAD_GATEWAY)
-                .body(Body::from(format!(
-                    "approval gate: upstream {} unreachable",
-                    up.label
-                )))
+                .status(e.status())
+                .body(Body::from(format!("approval gate: {}", e.tell(&up.label))))
                 .expect("static response parts are valid");
         }
     };
@@ -114,7 +111,7 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         id: id.clone(),
     };
     let endpoint = format!("{}/messages?session={id}", up.server.route);
-    let upstream_events = events(resp.bytes_stream()).map(move |ev| {
+    let upstream_events = events(up.body(resp)).map(move |ev| {
         // Keep the guard alive as long as the stream.
         let _ = &guard;
         rewrite_event(&route, &id, &endpoint, &inject, ev)
@@ -139,13 +136,13 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
 
 /// The upstream stream cut into whole events.
 fn events(
-    stream: impl futures::Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
-) -> impl futures::Stream<Item = reqwest::Result<Bytes>> + Send {
+    stream: impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Send {
     futures::stream::unfold(
         (stream.boxed(), Some(sse::Splitter::default())),
         |(mut stream, mut splitter)| async move {
             let split = splitter.as_mut()?;
-            let items: Vec<reqwest::Result<Bytes>> = match stream.next().await {
+            let items: Vec<std::io::Result<Bytes>> = match stream.next().await {
                 Some(Ok(chunk)) => split.push(&chunk).into_iter().map(Ok).collect(),
                 Some(Err(e)) => return Some((futures::stream::iter(vec![Err(e)]), (stream, None))),
                 None => splitter.take()?.finish().into_iter().map(Ok).collect(),
@@ -162,9 +159,9 @@ fn rewrite_event(
     id: &str,
     endpoint: &str,
     inject: &mpsc::UnboundedSender<Bytes>,
-    ev: reqwest::Result<Bytes>,
-) -> Result<Bytes, std::io::Error> {
-    let ev = ev.map_err(std::io::Error::other)?;
+    ev: std::io::Result<Bytes>,
+) -> std::io::Result<Bytes> {
+    let ev = ev?;
     let Some(data) = sse::data(&ev) else {
         return Ok(ev);
     };
@@ -315,15 +312,12 @@ async fn forward(
         .send(Method::POST, session.post_url.clone(), headers, body)
         .await
     {
-        Ok(resp) => relay(resp),
+        Ok(resp) => up.relay(resp),
         Err(e) => {
             tracing::warn!(server = %up.label, error = %e, "upstream message failed");
             Response::builder()
-                .status(StatusCode::BAD_GATEWAY)
-                .body(Body::from(format!(
-                    "approval gate: upstream {} unreachable",
-                    up.label
-                )))
+                .status(e.status())
+                .body(Body::from(format!("approval gate: {}", e.tell(&up.label))))
                 .expect("static response parts are valid")
         }
     }

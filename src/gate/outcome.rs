@@ -9,6 +9,9 @@ use crate::api::approval_request::DecisionType;
 /// Prefix of every refusal: the caller must not think the tool ran.
 const NOT_EXECUTED: &str = "NOT executed";
 
+/// Prefix of a call that reached its server without a whole answer coming back: it may have run.
+const OUTCOME_UNKNOWN: &str = "Outcome UNKNOWN";
+
 /// Text for a tool that is not in the server's `toolNames`.
 pub fn unknown_tool(tool: &str) -> String {
     format!("{NOT_EXECUTED}: tool '{tool}' is not available on this server.")
@@ -25,6 +28,23 @@ pub fn error(tool: &str, why: &str) -> String {
 pub fn upstream_failed_after_approval(tool: &str, request: &str, why: &str) -> String {
     format!(
         "{NOT_EXECUTED}: tool '{tool}' was approved (ApprovalRequest {request}) but the upstream server failed: {why}. The approval is used up; retry the call to ask for a new one."
+    )
+}
+
+/// Text for a call sent to its server that gave no whole answer (`why`: what happened), so it
+/// may or may not have run; `approval` names the ApprovalRequest it used up, if it was gated.
+pub fn upstream_lost(tool: &str, approval: Option<&str>, why: &str) -> String {
+    let sent = match approval {
+        Some(request) => format!("was approved (ApprovalRequest {request}) and sent to its server"),
+        None => "was sent to its server".to_string(),
+    };
+    let retry = if approval.is_some() {
+        " The approval is used up; calling it again asks for a new one."
+    } else {
+        ""
+    };
+    format!(
+        "{OUTCOME_UNKNOWN}: tool '{tool}' {sent}, but {why}. It may or may not have run: check its effects before calling it again.{retry}"
     )
 }
 
@@ -179,5 +199,17 @@ mod tests {
         assert!(refusal_text("t", "n", &Resolution::Approved { name: name() }).is_none());
         assert!(error("t", "boom").starts_with(NOT_EXECUTED));
         assert!(unknown_tool("t").starts_with(NOT_EXECUTED));
+    }
+
+    #[test]
+    fn a_call_that_may_have_run_never_says_not_executed() {
+        let ungated = upstream_lost("t", None, "upstream s did not answer within 5s");
+        let gated = upstream_lost("t", Some("r"), "upstream s did not answer within 5s");
+        for text in [&ungated, &gated] {
+            assert!(text.starts_with(OUTCOME_UNKNOWN) && !text.contains(NOT_EXECUTED));
+            assert!(text.contains("may or may not have run"));
+        }
+        assert!(gated.contains("ApprovalRequest r") && gated.contains("used up"));
+        assert!(!ungated.contains("approv"));
     }
 }

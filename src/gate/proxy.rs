@@ -2,8 +2,9 @@
 //! only for `tools/list` (filtered) and `tools/call` (checked, maybe held for approval).
 //! Streamable HTTP is handled here; the legacy HTTP+SSE transport is in [`super::legacy`].
 
+use std::io;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -47,6 +48,11 @@ pub struct Upstream {
     pub url: reqwest::Url,
     /// Headers from `params.headers`, added to every upstream request.
     pub headers: HeaderMap,
+    /// `params.timeout`: how long the upstream may take to answer a request (and to send the
+    /// next chunk of a JSON body).
+    pub timeout: Option<Duration>,
+    /// `params.sse_read_timeout`: how long an upstream event stream may stay silent.
+    pub sse_read_timeout: Option<Duration>,
     /// `namespace/name`, for logs.
     pub label: String,
     /// The agent's name.
@@ -72,6 +78,64 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// Why an upstream request got no (whole) answer.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Connecting, sending or reading the response head failed.
+    #[error("unreachable: {0}")]
+    Unreachable(#[from] reqwest::Error),
+    /// No response head within `params.timeout`.
+    #[error("did not answer within {}s (params.timeout)", .0.as_secs_f64())]
+    TimedOut(Duration),
+    /// The response body broke off or went silent too long.
+    #[error("answer broke off: {0}")]
+    Body(#[from] io::Error),
+}
+
+impl UpstreamError {
+    /// What the caller is told about upstream `label` (details such as URLs stay in the log).
+    pub fn tell(&self, label: &str) -> String {
+        match self {
+            Self::Unreachable(_) => format!("upstream {label} unreachable"),
+            Self::TimedOut(_) | Self::Body(_) => format!("upstream {label} {self}"),
+        }
+    }
+
+    /// Whether the request may have reached the upstream (anything but a failed connect), so
+    /// the call may have run.
+    pub fn may_have_reached(&self) -> bool {
+        match self {
+            Self::Unreachable(e) => !e.is_connect(),
+            Self::TimedOut(_) | Self::Body(_) => true,
+        }
+    }
+
+    /// The HTTP status the gate answers with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::Unreachable(_) | Self::Body(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+}
+
+fn seconds(
+    route: &str,
+    field: &str,
+    value: Option<&serde_json::Number>,
+) -> Result<Option<Duration>, String> {
+    value
+        .map(|n| {
+            n.as_f64()
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    format!("{route}: params.{field} {n}: must be a positive number of seconds")
+                })
+        })
+        .transpose()
+}
+
 impl Upstream {
     /// Builds the upstream of `server`. Errors name the bad URL or header.
     pub fn new(server: GateServer, agent: &str, shared: Shared) -> Result<Self, String> {
@@ -88,6 +152,12 @@ impl Upstream {
         Ok(Self {
             label: format!("{}/{}", server.namespace, server.name),
             agent: agent.to_string(),
+            timeout: seconds(&server.route, "timeout", server.params.timeout.as_ref())?,
+            sse_read_timeout: seconds(
+                &server.route,
+                "sse_read_timeout",
+                server.params.sse_read_timeout.as_ref(),
+            )?,
             server,
             url,
             headers,
@@ -96,14 +166,15 @@ impl Upstream {
     }
 
     /// Sends a request upstream: the client's headers minus hop-by-hop ones and minus any the
-    /// gate configures, then the configured ones.
+    /// gate configures, then the configured ones. The response head must come within
+    /// `params.timeout`, when set.
     pub async fn send(
         &self,
         method: Method,
         url: reqwest::Url,
         client_headers: &HeaderMap,
         body: Bytes,
-    ) -> Result<reqwest::Response, reqwest::Error> {
+    ) -> Result<reqwest::Response, UpstreamError> {
         let mut headers = HeaderMap::with_capacity(client_headers.len() + self.headers.len());
         for (k, v) in client_headers {
             if !hop_by_hop(k) && !self.headers.contains_key(k) {
@@ -112,17 +183,107 @@ impl Upstream {
         }
         headers.extend(self.headers.clone());
         let started = Instant::now();
-        let resp = self
+        let request = self
             .shared
             .http
             .request(method, url)
             .headers(headers)
             .body(body)
-            .send()
-            .await;
+            .send();
+        let resp = match self.timeout {
+            Some(limit) => match tokio::time::timeout(limit, request).await {
+                Ok(resp) => resp.map_err(UpstreamError::from),
+                Err(_) => Err(UpstreamError::TimedOut(limit)),
+            },
+            None => request.await.map_err(UpstreamError::from),
+        };
         self.shared.metrics.upstream(started.elapsed());
         resp
     }
+
+    /// The body of an upstream response as a stream that fails, and ends, when the upstream
+    /// stays silent longer than `params.sse_read_timeout` (event streams) or `params.timeout`
+    /// (other bodies) between two chunks.
+    pub fn body(
+        &self,
+        resp: reqwest::Response,
+    ) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
+        let limit = if is_event_stream(resp.headers()) {
+            self.sse_read_timeout
+        } else {
+            self.timeout
+        };
+        idle_limited(
+            resp.bytes_stream().map(|r| r.map_err(io::Error::other)),
+            limit,
+        )
+    }
+
+    /// The whole body of an upstream response, within the same limits as [`Self::body`].
+    pub async fn read_body(&self, resp: reqwest::Response) -> io::Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        let mut body = std::pin::pin!(self.body(resp));
+        while let Some(chunk) = body.next().await {
+            bytes.extend_from_slice(&chunk?);
+        }
+        Ok(bytes)
+    }
+
+    /// Relays an upstream response unchanged (status, headers, streamed body).
+    pub fn relay(&self, resp: reqwest::Response) -> Response<Body> {
+        let mut out = Response::builder().status(resp.status());
+        if let Some(h) = out.headers_mut() {
+            for (k, v) in resp.headers() {
+                if !hop_by_hop(k) || k == header::CONTENT_LENGTH {
+                    h.append(k.clone(), v.clone());
+                }
+            }
+        }
+        out.body(Body::from_stream(self.body(resp)))
+            .expect("upstream response parts are valid")
+    }
+
+    /// The status and headers of an upstream response for a body the gate may change (so
+    /// without `Content-Length`), and its body stream.
+    fn relay_parts(
+        &self,
+        resp: reqwest::Response,
+    ) -> (
+        axum::http::response::Builder,
+        impl Stream<Item = io::Result<Bytes>> + Send + 'static,
+    ) {
+        let mut builder = Response::builder().status(resp.status());
+        if let Some(h) = builder.headers_mut() {
+            for (k, v) in resp.headers() {
+                if !hop_by_hop(k) {
+                    h.append(k.clone(), v.clone());
+                }
+            }
+        }
+        (builder, self.body(resp))
+    }
+}
+
+/// `body` as a stream that fails, and ends, when no chunk comes for `limit`.
+fn idle_limited(
+    body: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
+    limit: Option<Duration>,
+) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
+    let Some(limit) = limit else {
+        return body.left_stream();
+    };
+    futures::stream::unfold(Some(body.boxed()), move |body| async move {
+        let mut body = body?;
+        match tokio::time::timeout(limit, body.next()).await {
+            Ok(Some(chunk)) => Some((chunk, Some(body))),
+            Ok(None) => None,
+            Err(_) => {
+                let why = format!("stopped sending for {}s", limit.as_secs_f64());
+                Some((Err(io::Error::new(io::ErrorKind::TimedOut, why)), None))
+            }
+        }
+    })
+    .right_stream()
 }
 
 /// Streamable HTTP handler: every method on the server's route.
@@ -152,7 +313,7 @@ pub async fn streamable(
         {
             // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
             Ok(resp) if is_get && is_event_stream(resp.headers()) => {
-                let (builder, body) = relay_parts(resp);
+                let (builder, body) = up.relay_parts(resp);
                 let up = up.clone();
                 let stream = filter_sse(body, move |data| {
                     jsonrpc::filter_any_tools_list(data, |t| up.server.allows(t))
@@ -161,20 +322,20 @@ pub async fn streamable(
                     .body(Body::from_stream(stream))
                     .expect("upstream response parts are valid")
             }
-            Ok(resp) => relay(resp),
-            Err(e) => bad_gateway(&up, &e),
+            Ok(resp) => up.relay(resp),
+            Err(e) => upstream_failed(&up, &e),
         };
     }
     match jsonrpc::classify(&body) {
         Err(rejected) => rejected_response(&rejected),
         Ok(Incoming::Other) => match up.send(method, up.url.clone(), &headers, body).await {
-            Ok(resp) => relay(resp),
-            Err(e) => bad_gateway(&up, &e),
+            Ok(resp) => up.relay(resp),
+            Err(e) => upstream_failed(&up, &e),
         },
         Ok(Incoming::ToolsList { id }) => {
             match up.send(method, up.url.clone(), &headers, body).await {
                 Ok(resp) => relay_tools_list(resp, id, up.clone()).await,
-                Err(e) => bad_gateway(&up, &e),
+                Err(e) => upstream_failed(&up, &e),
             }
         }
         Ok(Incoming::ToolsCall(call)) => tools_call(up, headers, body, call).await,
@@ -204,29 +365,15 @@ fn rejected_response(rejected: &Rejected) -> Response<Body> {
     resp
 }
 
-fn bad_gateway(up: &Upstream, e: &reqwest::Error) -> Response<Body> {
+fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
     tracing::warn!(server = %up.label, error = %e, "upstream request failed");
     let mut resp = json_response(jsonrpc::error_response(
         &Value::Null,
         -32603,
-        &format!("approval gate: upstream {} unreachable", up.label),
+        &format!("approval gate: {}", e.tell(&up.label)),
     ));
-    *resp.status_mut() = StatusCode::BAD_GATEWAY;
+    *resp.status_mut() = e.status();
     resp
-}
-
-/// Relays an upstream response unchanged (status, headers, streamed body).
-pub fn relay(resp: reqwest::Response) -> Response<Body> {
-    let mut out = Response::builder().status(resp.status());
-    if let Some(h) = out.headers_mut() {
-        for (k, v) in resp.headers() {
-            if !hop_by_hop(k) || k == header::CONTENT_LENGTH {
-                h.append(k.clone(), v.clone());
-            }
-        }
-    }
-    out.body(Body::from_stream(resp.bytes_stream()))
-        .expect("upstream response parts are valid")
 }
 
 fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
@@ -236,30 +383,11 @@ fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
-/// The status and headers of an upstream response for a body the gate may change (so without
-/// `Content-Length`), and its body stream.
-fn relay_parts(
-    resp: reqwest::Response,
-) -> (
-    axum::http::response::Builder,
-    impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
-) {
-    let mut builder = Response::builder().status(resp.status());
-    if let Some(h) = builder.headers_mut() {
-        for (k, v) in resp.headers() {
-            if !hop_by_hop(k) {
-                h.append(k.clone(), v.clone());
-            }
-        }
-    }
-    (builder, resp.bytes_stream())
-}
-
 /// Relays a `tools/list` response with the tools the server may not offer removed, whether
 /// the upstream answered with JSON or an SSE stream.
 async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>) -> Response<Body> {
     let sse = is_event_stream(resp.headers());
-    let (builder, body) = relay_parts(resp);
+    let (builder, body) = up.relay_parts(resp);
     if sse {
         let stream = filter_sse(body, move |data| {
             jsonrpc::filter_tools_list(data, &id, |t| up.server.allows(t))
@@ -273,7 +401,7 @@ async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>)
     while let Some(chunk) = body.next().await {
         match chunk {
             Ok(c) => bytes.extend_from_slice(&c),
-            Err(e) => return bad_gateway(&up, &e),
+            Err(e) => return upstream_failed(&up, &e.into()),
         }
     }
     let out = jsonrpc::filter_tools_list(&bytes, &id, |t| up.server.allows(t)).unwrap_or(bytes);
@@ -341,13 +469,17 @@ async fn tools_call(
         return match up.send(Method::POST, up.url.clone(), &headers, body).await {
             Ok(resp) => {
                 metrics.call(Outcome::forwarded);
-                relay(resp)
+                up.relay(resp)
             }
             Err(e) => {
                 tracing::warn!(server = %up.label, tool = %call.name, error = %e, "upstream failed");
                 metrics.call(Outcome::error);
-                let text =
-                    outcome::error(&call.name, &format!("upstream {} unreachable", up.label));
+                let why = e.tell(&up.label);
+                let text = if e.may_have_reached() {
+                    outcome::upstream_lost(&call.name, None, &why)
+                } else {
+                    outcome::error(&call.name, &why)
+                };
                 json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
             }
         };
@@ -359,7 +491,7 @@ async fn tools_call(
             .is_some_and(|v| v.contains("text/event-stream"));
     if !streaming {
         return match gated(&up, up.url.clone(), &headers, body, &call, &|_| {}).await {
-            GatedResult::Forwarded(resp, _) => relay(resp),
+            GatedResult::Forwarded(resp, _) => up.relay(resp),
             GatedResult::Refused(text) => {
                 json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
             }
@@ -393,30 +525,31 @@ async fn tools_call(
                     proto.as_deref(),
                 )));
             }
-            GatedResult::Forwarded(resp, _) if is_event_stream(resp.headers()) => {
-                let mut stream = resp.bytes_stream();
-                while let Some(Ok(chunk)) = stream.next().await {
-                    if tx.send(chunk).is_err() {
-                        break;
+            GatedResult::Forwarded(resp, request) => {
+                let lost = |e: io::Error| {
+                    let why = UpstreamError::Body(e).tell(&up.label);
+                    let text = outcome::upstream_lost(&call.name, Some(&request), &why);
+                    sse::message(&jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
+                };
+                if is_event_stream(resp.headers()) {
+                    let mut stream = std::pin::pin!(up.body(resp));
+                    while let Some(chunk) = stream.next().await {
+                        let (event, last) = match chunk {
+                            Ok(chunk) => (chunk, false),
+                            Err(e) => (lost(e), true),
+                        };
+                        if tx.send(event).is_err() || last {
+                            break;
+                        }
                     }
+                } else {
+                    let event = match up.read_body(resp).await {
+                        Ok(body) => sse::message(&body),
+                        Err(e) => lost(e),
+                    };
+                    let _ = tx.send(event);
                 }
             }
-            GatedResult::Forwarded(resp, _) => match resp.bytes().await {
-                Ok(b) => {
-                    let _ = tx.send(sse::message(&b));
-                }
-                Err(e) => {
-                    let text = outcome::error(
-                        &call.name,
-                        &format!("reading the upstream answer failed: {e}"),
-                    );
-                    let _ = tx.send(sse::message(&jsonrpc::tool_error(
-                        &call.id,
-                        &text,
-                        proto.as_deref(),
-                    )));
-                }
-            },
             GatedResult::Refused(text) => {
                 let _ = tx.send(sse::message(&jsonrpc::tool_error(
                     &call.id,
@@ -520,11 +653,54 @@ pub async fn gated(
         Err(e) => {
             tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "upstream failed after approval");
             metrics.call(Outcome::error);
-            GatedResult::Refused(outcome::upstream_failed_after_approval(
-                &call.name,
-                &name,
-                &e.to_string(),
-            ))
+            let why = e.tell(&up.label);
+            GatedResult::Refused(if e.may_have_reached() {
+                outcome::upstream_lost(&call.name, Some(&name), &why)
+            } else {
+                outcome::upstream_failed_after_approval(&call.name, &name, &why)
+            })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(s: &'static str) -> io::Result<Bytes> {
+        Ok(Bytes::from_static(s.as_bytes()))
+    }
+
+    async fn collect(stream: impl Stream<Item = io::Result<Bytes>>) -> Vec<Result<Bytes, String>> {
+        stream.map(|r| r.map_err(|e| e.to_string())).collect().await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_silent_for_longer_than_the_limit_fails_and_ends() {
+        let silent = futures::stream::iter([chunk("a")]).chain(futures::stream::pending());
+        let got = collect(idle_limited(silent, Some(Duration::from_secs(5)))).await;
+        assert_eq!(
+            got,
+            [
+                Ok(Bytes::from("a")),
+                Err("stopped sending for 5s".to_string())
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gaps_under_the_limit_and_no_limit_pass_everything() {
+        let slow = || {
+            futures::stream::iter([chunk("a"), chunk("b")]).then(|c| async {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                c
+            })
+        };
+        let expected = [Ok(Bytes::from("a")), Ok(Bytes::from("b"))];
+        assert_eq!(
+            collect(idle_limited(slow(), Some(Duration::from_secs(5)))).await,
+            expected
+        );
+        assert_eq!(collect(idle_limited(slow(), None)).await, expected);
     }
 }

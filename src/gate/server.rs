@@ -224,3 +224,91 @@ async fn shutdown_signal() {
         _ = term => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::agent::{ApprovalMode, ToolServerKind};
+    use crate::gate::config::{AgentIdentity, GateApproval, GateServer};
+    use crate::render::config::McpParams;
+
+    fn config(edit: impl FnOnce(&mut GateServer)) -> GateConfig {
+        let mut server = GateServer {
+            namespace: "tools".into(),
+            name: "fs".into(),
+            kind: ToolServerKind::RemoteMCPServer,
+            protocol: McpProtocol::StreamableHttp,
+            route: GateServer::route_for("tools", "fs"),
+            params: McpParams {
+                url: "http://fs.tools:8080/mcp".into(),
+                headers: Default::default(),
+                timeout: None,
+                sse_read_timeout: None,
+                terminate_on_close: None,
+            },
+            tools: vec!["read_file".into()],
+            require_approval: vec![],
+            allowed_headers: vec![],
+        };
+        edit(&mut server);
+        GateConfig {
+            agent: AgentIdentity {
+                namespace: "team".into(),
+                name: "a".into(),
+                uid: String::new(),
+                service_account: "a".into(),
+            },
+            approval: GateApproval {
+                mode: ApprovalMode::Gate,
+                timeout_seconds: 3600.0,
+                wait_timeout_seconds: 30.0,
+                ttl_after_finished_seconds: 86400.0,
+            },
+            listen: "127.0.0.1:0".into(),
+            metrics_listen: "127.0.0.1:0".into(),
+            servers: vec![server],
+        }
+    }
+
+    fn build_error(config: &GateConfig) -> String {
+        let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+            .unwrap();
+        match build(
+            config,
+            kube,
+            Arc::new(SystemClock),
+            "p".into(),
+            PROGRESS_EVERY,
+        ) {
+            Ok(_) => "built".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_server_entries_are_refused_naming_the_field() {
+        assert_eq!(build_error(&config(|_| {})), "built");
+        type Edit = fn(&mut GateServer);
+        let cases: [(Edit, &str); 4] = [
+            (
+                |s| s.params.timeout = serde_json::Number::from_f64(0.0),
+                "gate.json: servers[0].params: /servers/tools/fs/mcp: params.timeout 0.0: must be a positive number of seconds",
+            ),
+            (
+                |s| s.params.sse_read_timeout = Some((-5).into()),
+                "gate.json: servers[0].params: /servers/tools/fs/mcp: params.sse_read_timeout -5: must be a positive number of seconds",
+            ),
+            (
+                |s| s.params.url = "not a url".into(),
+                "gate.json: servers[0].params: /servers/tools/fs/mcp: params.url \"not a url\": relative URL without a base",
+            ),
+            (
+                |s| s.route = "servers/x".into(),
+                "gate.json: servers[0].route: \"servers/x\" must be a unique absolute path",
+            ),
+        ];
+        for (edit, expected) in cases {
+            assert_eq!(build_error(&config(edit)), expected);
+        }
+    }
+}

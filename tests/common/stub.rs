@@ -1,5 +1,6 @@
 //! A minimal in-process MCP server (Streamable HTTP, JSON responses): `initialize`, `ping`,
-//! `tools/list` (tools `echo` and `hidden`) and `tools/call` (echoes its arguments); its GET
+//! `tools/list` (tools `echo` and `hidden`) and `tools/call` (echoes its arguments); it answers
+//! after `delay_ms` milliseconds when the params or the arguments hold that field; its GET
 //! stream replays one `tools/list` response, as a resumed stream would; session `expired`
 //! gets 404. Used by the benchmark
 //! as a fast upstream and by tests of JSON (non-SSE) responses.
@@ -49,6 +50,13 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
         .is_some_and(|v| v == "expired")
     {
         return (StatusCode::NOT_FOUND, "session not found").into_response();
+    }
+    let params = &msg["params"];
+    if let Some(ms) = params["delay_ms"]
+        .as_u64()
+        .or(params["arguments"]["delay_ms"].as_u64())
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
     let id = msg["id"].clone();
     let result = match msg["method"].as_str() {
