@@ -75,13 +75,7 @@ async fn the_gate_binary_serves_gates_and_stops_on_sigterm() {
             .body(call.to_string())
             .send(),
     );
-    let api2 = api.clone();
-    let name = eventually("a request", move || {
-        api2.objects()
-            .first()
-            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
-    })
-    .await;
+    let name = api.first_request_name().await;
     api.decide(&name, "Approve", "alice", "ok");
     let v: Value = pending.await.unwrap().unwrap().json().await.unwrap();
     assert_eq!(

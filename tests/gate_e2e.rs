@@ -499,13 +499,7 @@ async fn upstream_down_is_an_error_and_nothing_runs() {
     // Approved, consumed, then the upstream is down: an error, and the approval is spent.
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "get-sum", "arguments": {"a": 1, "b": 2}}});
     let pending = tokio::spawn(post(call.clone()));
-    let api2 = api.clone();
-    let name = eventually("a request", move || {
-        api2.objects()
-            .first()
-            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
-    })
-    .await;
+    let name = api.first_request_name().await;
     api.decide(&name, "Approve", "alice", "ok");
     let v: Value = pending.await.unwrap().unwrap().json().await.unwrap();
     assert_eq!(v["result"]["isError"], true);
@@ -589,13 +583,7 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
         )
         .await
     });
-    let api2 = api.clone();
-    let name = eventually("a request", move || {
-        api2.objects()
-            .first()
-            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
-    })
-    .await;
+    let name = api.first_request_name().await;
     assert_eq!(counter.count("get-sum"), 0);
     api.decide(&name, "Approve", "alice", "ok");
     let out = task.await.unwrap();

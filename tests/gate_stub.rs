@@ -144,13 +144,7 @@ async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
             .body(call.to_string())
             .send(),
     );
-    let api2 = api.clone();
-    let name = eventually("a request", move || {
-        api2.objects()
-            .first()
-            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
-    })
-    .await;
+    let name = api.first_request_name().await;
     api.decide(&name, "Approve", "alice", "ok");
     let resp = pending.await.unwrap().unwrap();
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
@@ -302,13 +296,7 @@ async fn an_approved_call_whose_upstream_times_out_says_it_may_have_run() {
     let url = gate.route("stub");
     let pending =
         tokio::spawn(async move { post(&url, call).await.json::<Value>().await.unwrap() });
-    let api2 = api.clone();
-    let name = eventually("a request", move || {
-        api2.objects()
-            .first()
-            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
-    })
-    .await;
+    let name = api.first_request_name().await;
     api.decide(&name, "Approve", "alice", "ok");
     let answer = pending.await.unwrap();
     let (text, is_error) = result_text(&answer);

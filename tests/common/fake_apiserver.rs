@@ -100,6 +100,16 @@ impl FakeApi {
             .collect()
     }
 
+    /// The name of the first ApprovalRequest, once one has been created.
+    pub async fn first_request_name(&self) -> String {
+        super::eventually("an ApprovalRequest", || {
+            self.objects()
+                .first()
+                .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
+        })
+        .await
+    }
+
     /// Makes every request fail with `code` (None: work again).
     pub fn fail_with(&self, code: Option<u16>) {
         self.store.lock().unwrap().fail = code;

@@ -1,0 +1,61 @@
+//! gate.json entries the gate refuses to start with: each error names the entry and field.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use hitl_operator::api::remote_mcp_server::McpProtocol;
+use hitl_operator::gate::config::GateServer;
+use hitl_operator::gate::decision::SystemClock;
+use hitl_operator::gate::server;
+
+async fn build_error(edit: fn(&mut GateServer)) -> String {
+    let api = FakeApi::start().await;
+    let mut entry = server(
+        "fs",
+        McpProtocol::StreamableHttp,
+        "http://fs.tools:8080/mcp",
+        &["read_file"],
+        &[],
+    );
+    edit(&mut entry);
+    let built = server::build(
+        &config(vec![entry], 3600.0, 30.0),
+        api.client(),
+        Arc::new(SystemClock),
+        "p".into(),
+        server::PROGRESS_EVERY,
+    );
+    match built {
+        Ok(_) => "built".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn bad_server_entries_are_refused_naming_the_field() {
+    assert_eq!(build_error(|_| {}).await, "built");
+    type Edit = fn(&mut GateServer);
+    let cases: [(Edit, &str); 4] = [
+        (
+            |s| s.params.timeout = serde_json::Number::from_f64(0.0),
+            "gate.json: servers[0].params: /servers/tools/fs/mcp: params.timeout 0.0: must be a positive number of seconds",
+        ),
+        (
+            |s| s.params.sse_read_timeout = Some((-5).into()),
+            "gate.json: servers[0].params: /servers/tools/fs/mcp: params.sse_read_timeout -5: must be a positive number of seconds",
+        ),
+        (
+            |s| s.params.url = "not a url".into(),
+            "gate.json: servers[0].params: /servers/tools/fs/mcp: params.url \"not a url\": relative URL without a base",
+        ),
+        (
+            |s| s.route = "servers/x".into(),
+            "gate.json: servers[0].route: \"servers/x\" must be a unique absolute path",
+        ),
+    ];
+    for (edit, expected) in cases {
+        assert_eq!(build_error(edit).await, expected);
+    }
+}
