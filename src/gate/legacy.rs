@@ -21,8 +21,9 @@ use tokio::sync::mpsc;
 use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
-use super::proxy::{GatedResult, Upstream, gated};
+use super::proxy::{GatedResult, gated};
 use super::sse;
+use super::upstream::Upstream;
 
 /// One client's event stream.
 struct Session {

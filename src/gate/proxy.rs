@@ -4,287 +4,30 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, header};
+use axum::http::{HeaderMap, Method, Response, StatusCode, header};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::approval::{Approvals, GatedCall, Resolution};
-use super::config::GateServer;
+use super::approval::{GatedCall, Resolution};
 use super::decision::CallKey;
 use super::hash;
 use super::jsonrpc::{self, Incoming, Rejected, ToolCall};
-use super::metrics::{Metrics, Outcome};
+use super::metrics::Outcome;
 use super::outcome;
 use super::sse;
+use super::upstream::{Upstream, UpstreamError, is_event_stream};
 use crate::api::approval_request::CallContext;
 
 /// Header carrying the MCP session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// Header carrying the negotiated MCP protocol revision.
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
-
-/// What every route shares: the upstream HTTP client (one pool), approvals and metrics.
-#[derive(Clone)]
-pub struct Shared {
-    /// Pooled upstream client.
-    pub http: reqwest::Client,
-    /// ApprovalRequests of the agent.
-    pub approvals: Approvals,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
-}
-
-/// One tool server behind the gate.
-pub struct Upstream {
-    /// Policy and identity of the server.
-    pub server: GateServer,
-    /// The upstream URL.
-    pub url: reqwest::Url,
-    /// Headers from `params.headers`, added to every upstream request.
-    pub headers: HeaderMap,
-    /// `params.timeout`: how long the upstream may take to answer a request (and to send the
-    /// next chunk of a JSON body).
-    pub timeout: Option<Duration>,
-    /// `params.sse_read_timeout`: how long an upstream event stream may stay silent.
-    pub sse_read_timeout: Option<Duration>,
-    /// `namespace/name`, for logs.
-    pub label: String,
-    /// The agent's name.
-    pub agent: String,
-    /// Shared state.
-    pub shared: Shared,
-}
-
-/// Headers never relayed in either direction (hop-by-hop, or recomputed).
-fn hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "transfer-encoding"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "host"
-            | "content-length"
-            | "accept-encoding"
-    )
-}
-
-/// Why an upstream request got no (whole) answer.
-#[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    /// Connecting, sending or reading the response head failed.
-    #[error("unreachable: {0}")]
-    Unreachable(#[from] reqwest::Error),
-    /// No response head within `params.timeout`.
-    #[error("did not answer within {}s (params.timeout)", .0.as_secs_f64())]
-    TimedOut(Duration),
-    /// The response body broke off or went silent too long.
-    #[error("answer broke off: {0}")]
-    Body(#[from] io::Error),
-}
-
-impl UpstreamError {
-    /// What the caller is told about upstream `label` (details such as URLs stay in the log).
-    pub fn tell(&self, label: &str) -> String {
-        match self {
-            Self::Unreachable(_) => format!("upstream {label} unreachable"),
-            Self::TimedOut(_) | Self::Body(_) => format!("upstream {label} {self}"),
-        }
-    }
-
-    /// Whether the request may have reached the upstream (anything but a failed connect), so
-    /// the call may have run.
-    pub fn may_have_reached(&self) -> bool {
-        match self {
-            Self::Unreachable(e) => !e.is_connect(),
-            Self::TimedOut(_) | Self::Body(_) => true,
-        }
-    }
-
-    /// The HTTP status the gate answers with.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Self::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
-            Self::Unreachable(_) | Self::Body(_) => StatusCode::BAD_GATEWAY,
-        }
-    }
-}
-
-fn seconds(
-    route: &str,
-    field: &str,
-    value: Option<&serde_json::Number>,
-) -> Result<Option<Duration>, String> {
-    value
-        .map(|n| {
-            n.as_f64()
-                .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| {
-                    format!("{route}: params.{field} {n}: must be a positive number of seconds")
-                })
-        })
-        .transpose()
-}
-
-impl Upstream {
-    /// Builds the upstream of `server`. Errors name the bad URL or header.
-    pub fn new(server: GateServer, agent: &str, shared: Shared) -> Result<Self, String> {
-        let url = reqwest::Url::parse(&server.params.url)
-            .map_err(|e| format!("{}: params.url {:?}: {e}", server.route, server.params.url))?;
-        let mut headers = HeaderMap::new();
-        for (k, v) in &server.params.headers {
-            let name = HeaderName::try_from(k.as_str())
-                .map_err(|e| format!("{}: header {k:?}: {e}", server.route))?;
-            let value = HeaderValue::try_from(v.as_str())
-                .map_err(|e| format!("{}: header {k:?}: {e}", server.route))?;
-            headers.insert(name, value);
-        }
-        Ok(Self {
-            label: format!("{}/{}", server.namespace, server.name),
-            agent: agent.to_string(),
-            timeout: seconds(&server.route, "timeout", server.params.timeout.as_ref())?,
-            sse_read_timeout: seconds(
-                &server.route,
-                "sse_read_timeout",
-                server.params.sse_read_timeout.as_ref(),
-            )?,
-            server,
-            url,
-            headers,
-            shared,
-        })
-    }
-
-    /// Sends a request upstream: the client's headers minus hop-by-hop ones and minus any the
-    /// gate configures, then the configured ones. The response head must come within
-    /// `params.timeout`, when set.
-    pub async fn send(
-        &self,
-        method: Method,
-        url: reqwest::Url,
-        client_headers: &HeaderMap,
-        body: Bytes,
-    ) -> Result<reqwest::Response, UpstreamError> {
-        let mut headers = HeaderMap::with_capacity(client_headers.len() + self.headers.len());
-        for (k, v) in client_headers {
-            if !hop_by_hop(k) && !self.headers.contains_key(k) {
-                headers.append(k.clone(), v.clone());
-            }
-        }
-        headers.extend(self.headers.clone());
-        let started = Instant::now();
-        let request = self
-            .shared
-            .http
-            .request(method, url)
-            .headers(headers)
-            .body(body)
-            .send();
-        let resp = match self.timeout {
-            Some(limit) => match tokio::time::timeout(limit, request).await {
-                Ok(resp) => resp.map_err(UpstreamError::from),
-                Err(_) => Err(UpstreamError::TimedOut(limit)),
-            },
-            None => request.await.map_err(UpstreamError::from),
-        };
-        self.shared.metrics.upstream(started.elapsed());
-        resp
-    }
-
-    /// The body of an upstream response as a stream that fails, and ends, when the upstream
-    /// stays silent longer than `params.sse_read_timeout` (event streams) or `params.timeout`
-    /// (other bodies) between two chunks.
-    pub fn body(
-        &self,
-        resp: reqwest::Response,
-    ) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
-        let limit = if is_event_stream(resp.headers()) {
-            self.sse_read_timeout
-        } else {
-            self.timeout
-        };
-        idle_limited(
-            resp.bytes_stream().map(|r| r.map_err(io::Error::other)),
-            limit,
-        )
-    }
-
-    /// The whole body of an upstream response, within the same limits as [`Self::body`].
-    pub async fn read_body(&self, resp: reqwest::Response) -> io::Result<Vec<u8>> {
-        let mut bytes = Vec::new();
-        let mut body = std::pin::pin!(self.body(resp));
-        while let Some(chunk) = body.next().await {
-            bytes.extend_from_slice(&chunk?);
-        }
-        Ok(bytes)
-    }
-
-    /// Relays an upstream response unchanged (status, headers, streamed body).
-    pub fn relay(&self, resp: reqwest::Response) -> Response<Body> {
-        let mut out = Response::builder().status(resp.status());
-        if let Some(h) = out.headers_mut() {
-            for (k, v) in resp.headers() {
-                if !hop_by_hop(k) || k == header::CONTENT_LENGTH {
-                    h.append(k.clone(), v.clone());
-                }
-            }
-        }
-        out.body(Body::from_stream(self.body(resp)))
-            .expect("upstream response parts are valid")
-    }
-
-    /// The status and headers of an upstream response for a body the gate may change (so
-    /// without `Content-Length`), and its body stream.
-    fn relay_parts(
-        &self,
-        resp: reqwest::Response,
-    ) -> (
-        axum::http::response::Builder,
-        impl Stream<Item = io::Result<Bytes>> + Send + 'static,
-    ) {
-        let mut builder = Response::builder().status(resp.status());
-        if let Some(h) = builder.headers_mut() {
-            for (k, v) in resp.headers() {
-                if !hop_by_hop(k) {
-                    h.append(k.clone(), v.clone());
-                }
-            }
-        }
-        (builder, self.body(resp))
-    }
-}
-
-/// `body` as a stream that fails, and ends, when no chunk comes for `limit`.
-fn idle_limited(
-    body: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
-    limit: Option<Duration>,
-) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
-    let Some(limit) = limit else {
-        return body.left_stream();
-    };
-    futures::stream::unfold(Some(body.boxed()), move |body| async move {
-        let mut body = body?;
-        match tokio::time::timeout(limit, body.next()).await {
-            Ok(Some(chunk)) => Some((chunk, Some(body))),
-            Ok(None) => None,
-            Err(_) => {
-                let why = format!("stopped sending for {}s", limit.as_secs_f64());
-                Some((Err(io::Error::new(io::ErrorKind::TimedOut, why)), None))
-            }
-        }
-    })
-    .right_stream()
-}
 
 /// Streamable HTTP handler: every method on the server's route.
 pub async fn streamable(
@@ -374,13 +117,6 @@ fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
     ));
     *resp.status_mut() = e.status();
     resp
-}
-
-fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 /// Relays a `tools/list` response with the tools the server may not offer removed, whether
@@ -660,47 +396,5 @@ pub async fn gated(
                 outcome::upstream_failed_after_approval(&call.name, &name, &why)
             })
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn chunk(s: &'static str) -> io::Result<Bytes> {
-        Ok(Bytes::from_static(s.as_bytes()))
-    }
-
-    async fn collect(stream: impl Stream<Item = io::Result<Bytes>>) -> Vec<Result<Bytes, String>> {
-        stream.map(|r| r.map_err(|e| e.to_string())).collect().await
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_body_silent_for_longer_than_the_limit_fails_and_ends() {
-        let silent = futures::stream::iter([chunk("a")]).chain(futures::stream::pending());
-        let got = collect(idle_limited(silent, Some(Duration::from_secs(5)))).await;
-        assert_eq!(
-            got,
-            [
-                Ok(Bytes::from("a")),
-                Err("stopped sending for 5s".to_string())
-            ]
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn gaps_under_the_limit_and_no_limit_pass_everything() {
-        let slow = || {
-            futures::stream::iter([chunk("a"), chunk("b")]).then(|c| async {
-                tokio::time::sleep(Duration::from_secs(4)).await;
-                c
-            })
-        };
-        let expected = [Ok(Bytes::from("a")), Ok(Bytes::from("b"))];
-        assert_eq!(
-            collect(idle_limited(slow(), Some(Duration::from_secs(5)))).await,
-            expected
-        );
-        assert_eq!(collect(idle_limited(slow(), None)).await, expected);
     }
 }

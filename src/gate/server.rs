@@ -14,7 +14,8 @@ use super::config::GateConfig;
 use super::decision::{Clock, SystemClock};
 use super::legacy::{self, LegacyRoute};
 use super::metrics::Metrics;
-use super::proxy::{self, Shared, Upstream};
+use super::proxy;
+use super::upstream::{Shared, Upstream};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::{Error, Result};
 
