@@ -92,6 +92,16 @@ async fn json_responses_are_filtered_and_relayed() {
     // Ambiguous or batched tool messages are rejected, never forwarded.
     let resp = post(&url, r#"{"jsonrpc":"2.0","id":4,"method":"ping","method":"tools/call","params":{"name":"hidden"}}"#).await;
     assert_eq!(resp.status(), 400);
+    // A repeated key in a tool call: some parsers read the first, some the last.
+    let resp = post(&url, r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"hidden","name":"echo"}}"#).await;
+    assert_eq!(resp.status(), 400);
+    let error: Value = resp.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("parse error: duplicate key \"name\"")
+    );
     let resp = post(
         &url,
         r#"[{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"hidden"}}]"#,

@@ -5,7 +5,8 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value, json};
 
 /// A `tools/call` request.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,14 +68,88 @@ struct Probe<'a> {
     method: Option<Cow<'a, str>>,
 }
 
-#[derive(Deserialize)]
-struct ListProbe {
-    #[serde(default)]
-    id: Value,
+/// A JSON value in which no object repeats a key. Parsers disagree on which of two equal keys
+/// counts (`{"name":"delete","name":"echo"}` is `delete` to some, `echo` to others), so the
+/// messages the gate decides on must not have any: the gate would check one call and the
+/// upstream run another.
+struct UniqueKeys(Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_any(UniqueKeysVisitor)
+            .map(UniqueKeys)
+    }
 }
 
-/// Classifies a client message. Only `tools/call` is fully parsed. A body that does not parse
-/// (including duplicate `method` keys, which other parsers may read differently) is rejected.
+struct UniqueKeysVisitor;
+
+impl<'de> Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let UniqueKeys(value) = map.next_value()?;
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format_args!("duplicate key {key:?}")));
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// Parses a message the gate decides on; a repeated key anywhere refuses it.
+fn parse_unique(body: &[u8]) -> Result<Value, Rejected> {
+    serde_json::from_slice::<UniqueKeys>(body)
+        .map(|UniqueKeys(v)| v)
+        .map_err(|e| Rejected::Parse(e.to_string()))
+}
+
+/// Classifies a client message. `tools/list` and `tools/call` are fully parsed, and refused if
+/// any object in them repeats a key; so is any body that does not parse or that repeats
+/// `method` (other parsers may read such messages differently).
 pub fn classify(body: &[u8]) -> Result<Incoming, Rejected> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
@@ -89,9 +164,9 @@ pub fn classify(body: &[u8]) -> Result<Incoming, Rejected> {
     let probe: Probe = serde_json::from_slice(body).map_err(|e| Rejected::Parse(e.to_string()))?;
     match probe.method.as_deref() {
         Some("tools/list") => {
-            let p: ListProbe =
-                serde_json::from_slice(body).map_err(|e| Rejected::Parse(e.to_string()))?;
-            Ok(Incoming::ToolsList { id: p.id })
+            let mut msg = parse_unique(body)?;
+            let id = msg.get_mut("id").map(Value::take).unwrap_or(Value::Null);
+            Ok(Incoming::ToolsList { id })
         }
         Some("tools/call") => parse_call(body).map(Incoming::ToolsCall),
         _ => Ok(Incoming::Other),
@@ -103,8 +178,7 @@ fn is_tools(method: Option<&str>) -> bool {
 }
 
 fn parse_call(body: &[u8]) -> Result<ToolCall, Rejected> {
-    let mut msg: Value =
-        serde_json::from_slice(body).map_err(|e| Rejected::Parse(e.to_string()))?;
+    let mut msg = parse_unique(body)?;
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) else {
         return Err(Rejected::InvalidParams("params must be an object".into()));
@@ -278,6 +352,34 @@ mod tests {
             classify(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":3}}"#),
             Err(Rejected::InvalidParams(_))
         ));
+    }
+
+    #[test]
+    fn a_repeated_key_anywhere_in_a_tool_message_refuses_it() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete","name":"echo"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{},"arguments":{"a":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"p":{"path":"/etc","path":"/tmp"}}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"l":[{"a":1,"a":2}]}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"params":{"name":"delete"}}"#,
+        ] {
+            let got = classify(body.as_bytes());
+            assert!(
+                matches!(&got, Err(Rejected::Parse(m)) if m.starts_with("duplicate key")),
+                "{body}: {got:?}"
+            );
+        }
+        // The same key in different objects is fine, and values come through unchanged.
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"name":"n","x":{"name":[1.5,-2,18446744073709551615,null,true]}}}}"#),
+            Ok(Incoming::ToolsCall(ToolCall {
+                id: json!(1),
+                name: "echo".into(),
+                arguments: json!({"name": "n", "x": {"name": [1.5, -2, 18446744073709551615u64, null, true]}}),
+                progress_token: None,
+            }))
+        );
         assert!(matches!(
             classify(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#),
             Err(Rejected::InvalidParams(_))
