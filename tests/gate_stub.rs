@@ -226,6 +226,34 @@ async fn a_caller_that_leaves_before_the_decision_runs_nothing() {
     assert_eq!(counter.count("echo"), 1);
 }
 
+#[tokio::test]
+async fn an_approved_call_runs_with_exactly_the_arguments_the_approver_saw() {
+    init();
+    let upstream = stub::start().await;
+    let api = FakeApi::start().await;
+    let gated = server(
+        "stub",
+        McpProtocol::StreamableHttp,
+        &upstream,
+        &["echo"],
+        &["echo"],
+    );
+    let gate = Gate::start(&config(vec![gated], 3600.0, 30.0), &api).await;
+    // More digits than a double holds: the gate reads 1.0000000000000001e23.
+    let call = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"amount":100000000000000000000001, "to" : "b\u0061nk"}}}"#;
+    let url = gate.route("stub");
+    let pending =
+        tokio::spawn(async move { post(&url, call).await.json::<Value>().await.unwrap() });
+    let name = api.first_request_name().await;
+    let shown = api.objects()[0]["spec"]["argumentsPreview"].clone();
+    api.decide(&name, "Approve", "alice", "ok");
+    let (ran, is_error) = result_text(&pending.await.unwrap());
+    assert!(!is_error, "{ran}");
+    // The upstream got the call as the gate read, hashed and showed it, not the client's digits.
+    assert_eq!(ran, r#"{"amount":1.0000000000000001e+23,"to":"bank"}"#);
+    assert_eq!(serde_json::from_str::<Value>(&ran).unwrap(), shown);
+}
+
 /// A server entry for the stub whose upstream gets `timeout` seconds to answer.
 fn stub_with_timeout(
     upstream: &str,

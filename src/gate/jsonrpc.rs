@@ -147,6 +147,15 @@ fn parse_unique(body: &[u8]) -> Result<Value, Rejected> {
         .map_err(|e| Rejected::Parse(e.to_string()))
 }
 
+/// A `tools/call` message as the gate read it, written out again. A gated call forwards this
+/// rather than the client's bytes, so the upstream gets exactly the arguments that were hashed
+/// and shown to the approver: a number a double cannot hold (say `100000000000000000000001`)
+/// arrives as the double the approver saw, not as digits they never saw.
+pub fn as_read(body: &[u8]) -> Result<Vec<u8>, Rejected> {
+    let msg = parse_unique(body)?;
+    Ok(serde_json::to_vec(&msg).expect("a parsed JSON value serializes"))
+}
+
 /// Classifies a client message. `tools/list` and `tools/call` are fully parsed, and refused if
 /// any object in them repeats a key; so is any body that does not parse or that repeats
 /// `method` (other parsers may read such messages differently).
@@ -352,6 +361,20 @@ mod tests {
             classify(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":3}}"#),
             Err(Rejected::InvalidParams(_))
         ));
+    }
+
+    #[test]
+    fn a_call_as_read_carries_exactly_the_hashed_arguments() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"b\u0061nk","amount":100000000000000000000001,"n":9007199254740993}}}"#;
+        let Ok(Incoming::ToolsCall(call)) = classify(body) else {
+            panic!("a call")
+        };
+        let forwarded: Value = serde_json::from_slice(&as_read(body).unwrap()).unwrap();
+        assert_eq!(forwarded["params"]["arguments"], call.arguments);
+        assert_eq!(
+            String::from_utf8(as_read(body).unwrap()).unwrap(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"bank","amount":1.0000000000000001e+23,"n":9007199254740993}}}"#
+        );
     }
 
     #[test]

@@ -380,6 +380,14 @@ pub async fn gated(
             ));
         }
     };
+    // Forward the call as it was read, hashed and shown to the approver.
+    let body = match jsonrpc::as_read(&body) {
+        Ok(read) => Bytes::from(read),
+        Err(e) => {
+            metrics.call(Outcome::error);
+            return GatedResult::Refused(outcome::error(&call.name, &e.to_string()));
+        }
+    };
     match up.send(Method::POST, url, headers, body).await {
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, request = %name, "approved call forwarded");

@@ -1,5 +1,6 @@
 //! A minimal in-process MCP server (Streamable HTTP, JSON responses): `initialize`, `ping`,
-//! `tools/list` (tools `echo` and `hidden`) and `tools/call` (echoes its arguments); it answers
+//! `tools/list` (tools `echo` and `hidden`) and `tools/call` (echoes its arguments, byte for
+//! byte as they arrived); it answers
 //! after `delay_ms` milliseconds when the params or the arguments hold that field; its GET
 //! stream replays one `tools/list` response, as a resumed stream would; session `expired`
 //! gets 404. Used by the benchmark
@@ -68,7 +69,19 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
         Some("ping") => json!({}),
         Some("tools/list") => serde_json::from_str(TOOLS).unwrap(),
         Some("tools/call") => {
-            json!({"content": [{"type": "text", "text": msg["params"]["arguments"].to_string()}]})
+            #[derive(serde::Deserialize)]
+            struct Call<'a> {
+                #[serde(borrow)]
+                params: Params<'a>,
+            }
+            #[derive(serde::Deserialize)]
+            struct Params<'a> {
+                #[serde(borrow)]
+                arguments: Option<&'a serde_json::value::RawValue>,
+            }
+            let call: Call = serde_json::from_slice(&body).unwrap();
+            let arguments = call.params.arguments.map_or("null", |a| a.get());
+            json!({"content": [{"type": "text", "text": arguments}]})
         }
         _ => return StatusCode::ACCEPTED.into_response(),
     };
