@@ -21,7 +21,7 @@ use super::jsonrpc::{self, Incoming, Rejected, ToolCall};
 use super::metrics::Outcome;
 use super::outcome;
 use super::sse;
-use super::upstream::{Upstream, UpstreamError, is_event_stream};
+use super::upstream::{Upstream, UpstreamError, is_event_stream, read_all};
 use crate::api::approval_request::CallContext;
 
 /// Header carrying the MCP session id.
@@ -132,14 +132,10 @@ async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>)
             .body(Body::from_stream(stream))
             .expect("upstream response parts are valid");
     }
-    let mut bytes = Vec::new();
-    let mut body = std::pin::pin!(body);
-    while let Some(chunk) = body.next().await {
-        match chunk {
-            Ok(c) => bytes.extend_from_slice(&c),
-            Err(e) => return upstream_failed(&up, &e.into()),
-        }
-    }
+    let bytes = match read_all(body).await {
+        Ok(bytes) => bytes,
+        Err(e) => return upstream_failed(&up, &e.into()),
+    };
     let out = jsonrpc::filter_tools_list(&bytes, &id, |t| up.server.allows(t)).unwrap_or(bytes);
     builder
         .body(Body::from(out))

@@ -206,12 +206,7 @@ impl Upstream {
 
     /// The whole body of an upstream response, within the same limits as [`Self::body`].
     pub async fn read_body(&self, resp: reqwest::Response) -> io::Result<Vec<u8>> {
-        let mut bytes = Vec::new();
-        let mut body = std::pin::pin!(self.body(resp));
-        while let Some(chunk) = body.next().await {
-            bytes.extend_from_slice(&chunk?);
-        }
-        Ok(bytes)
+        read_all(self.body(resp)).await
     }
 
     /// Relays an upstream response unchanged (status, headers, streamed body).
@@ -247,6 +242,16 @@ impl Upstream {
         }
         (builder, self.body(resp))
     }
+}
+
+/// Every chunk of `body`, joined.
+pub async fn read_all(body: impl Stream<Item = io::Result<Bytes>>) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut body = std::pin::pin!(body);
+    while let Some(chunk) = body.next().await {
+        bytes.extend_from_slice(&chunk?);
+    }
+    Ok(bytes)
 }
 
 /// `body` as a stream that fails, and ends, when no chunk comes for `limit`.
