@@ -104,6 +104,7 @@ impl UpstreamError {
     }
 }
 
+/// `params.<field>` as a positive duration, or an error naming the route and field.
 fn seconds(
     route: &str,
     field: &str,
@@ -122,7 +123,7 @@ fn seconds(
 }
 
 impl Upstream {
-    /// Builds the upstream of `server`. Errors name the bad URL or header.
+    /// Builds the upstream of `server`. Errors name the bad URL, header or timeout.
     pub fn new(server: GateServer, agent: &str, shared: Shared) -> Result<Self, String> {
         let url = reqwest::Url::parse(&server.params.url)
             .map_err(|e| format!("{}: params.url {:?}: {e}", server.route, server.params.url))?;
