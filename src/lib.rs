@@ -8,6 +8,7 @@ pub mod gate;
 pub mod kube;
 pub mod manifest;
 pub mod render;
+pub mod sse;
 pub mod validate;
 
 pub use error::{Error, Result};

@@ -12,6 +12,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 
 use crate::api::remote_mcp_server::{DiscoveredTool, McpProtocol};
+use crate::sse;
 
 /// Protocol version offered on the legacy SSE transport.
 const SSE_PROTOCOL_VERSION: &str = "2024-11-05";
@@ -68,82 +69,38 @@ async fn list_streamable_http(
         .collect())
 }
 
-/// One server-sent event.
-#[derive(Debug, Default, PartialEq)]
-struct SseEvent {
-    event: String,
-    data: String,
-}
-
-/// Splits a byte stream into server-sent events.
-#[derive(Default)]
-struct SseParser {
-    buffer: String,
-    current: SseEvent,
-}
-
-impl SseParser {
-    /// Feeds bytes; returns the events they complete.
-    fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        self.buffer.push_str(&String::from_utf8_lossy(bytes));
-        let mut events = Vec::new();
-        while let Some(end) = self.buffer.find('\n') {
-            let line: String = self.buffer.drain(..=end).collect();
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                let event = std::mem::take(&mut self.current);
-                if !event.data.is_empty() || !event.event.is_empty() {
-                    events.push(event);
-                }
-            } else if let Some(value) = line.strip_prefix("event:") {
-                self.current.event = value.trim_start().to_string();
-            } else if let Some(value) = line.strip_prefix("data:") {
-                if !self.current.data.is_empty() {
-                    self.current.data.push('\n');
-                }
-                self.current
-                    .data
-                    .push_str(value.strip_prefix(' ').unwrap_or(value));
-            }
-        }
-        events
-    }
-}
-
-/// The server-to-client half of a legacy SSE session.
+/// The server-to-client half of a legacy SSE session: its events, in order.
 struct SseStream<S> {
-    body: S,
-    parser: SseParser,
-    pending: std::collections::VecDeque<SseEvent>,
+    events: S,
 }
 
 impl<S> SseStream<S>
 where
     S: futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
 {
-    async fn next_event(&mut self) -> Result<SseEvent, String> {
+    /// The next event's type and data (events without data, such as comments, are skipped).
+    async fn next_event(&mut self) -> Result<(Vec<u8>, Vec<u8>), String> {
         loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Ok(event);
-            }
-            let chunk = self
-                .body
+            let event = self
+                .events
                 .next()
                 .await
                 .ok_or("the SSE stream ended")?
                 .map_err(|e| e.to_string())?;
-            self.pending.extend(self.parser.feed(&chunk));
+            if let Some(data) = sse::data(&event) {
+                return Ok((sse::event_type(&event).to_vec(), data));
+            }
         }
     }
 
     /// Waits for the JSON-RPC response with `id` and returns its result.
     async fn result(&mut self, id: u64) -> Result<Value, String> {
         loop {
-            let event = self.next_event().await?;
-            if !(event.event.is_empty() || event.event == "message") {
+            let (event_type, data) = self.next_event().await?;
+            if event_type != b"message" {
                 continue;
             }
-            let message: Value = serde_json::from_str(&event.data)
+            let message: Value = serde_json::from_slice(&data)
                 .map_err(|e| format!("invalid JSON-RPC message: {e}"))?;
             if message.get("id").and_then(Value::as_u64) != Some(id) {
                 continue;
@@ -195,16 +152,15 @@ async fn list_sse(
         .map_err(|e| e.to_string())?;
     let base = response.url().clone();
     let mut stream = SseStream {
-        body: response.bytes_stream(),
-        parser: SseParser::default(),
-        pending: Default::default(),
+        events: Box::pin(sse::events(response.bytes_stream())),
     };
     let endpoint = loop {
-        let event = stream.next_event().await?;
-        if event.event == "endpoint" {
+        let (event_type, data) = stream.next_event().await?;
+        if event_type == b"endpoint" {
+            let data = String::from_utf8_lossy(&data);
             break base
-                .join(event.data.trim())
-                .map_err(|e| format!("endpoint {}: {e}", event.data))?;
+                .join(data.trim())
+                .map_err(|e| format!("endpoint {data}: {e}"))?;
         }
     };
 
@@ -264,23 +220,28 @@ async fn list_sse(
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_events_split_across_chunks() {
-        let mut parser = SseParser::default();
-        assert!(parser.feed(b"event: endpoint\r\ndata: /mes").is_empty());
-        let events = parser.feed(b"sage?s=1\r\n\r\ndata: {\"a\":\ndata: 1}\n\n");
+    #[tokio::test]
+    async fn parses_events_split_across_chunks() {
+        let chunks: Vec<reqwest::Result<bytes::Bytes>> = vec![
+            Ok(bytes::Bytes::from_static(b"event: endpoint\r\ndata: /mes")),
+            Ok(bytes::Bytes::from_static(
+                b"sage?s=1\r\n\r\n: comment\n\ndata: {\"a\":\ndata: 1}\n\n",
+            )),
+        ];
+        let mut stream = SseStream {
+            events: Box::pin(sse::events(futures::stream::iter(chunks))),
+        };
         assert_eq!(
-            events,
-            vec![
-                SseEvent {
-                    event: "endpoint".into(),
-                    data: "/message?s=1".into()
-                },
-                SseEvent {
-                    event: String::new(),
-                    data: "{\"a\":\n1}".into()
-                },
-            ]
+            stream.next_event().await.unwrap(),
+            (b"endpoint".to_vec(), b"/message?s=1".to_vec())
+        );
+        assert_eq!(
+            stream.next_event().await.unwrap(),
+            (b"message".to_vec(), b"{\"a\":\n1}".to_vec())
+        );
+        assert_eq!(
+            stream.next_event().await,
+            Err("the SSE stream ended".into())
         );
     }
 }

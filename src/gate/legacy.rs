@@ -22,8 +22,8 @@ use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
 use super::proxy::{GatedResult, gated};
-use super::sse;
 use super::upstream::Upstream;
+use crate::sse;
 
 /// One client's event stream.
 struct Session {
@@ -112,7 +112,7 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         id: id.clone(),
     };
     let endpoint = format!("{}/messages?session={id}", up.server.route);
-    let upstream_events = events(up.body(resp)).map(move |ev| {
+    let upstream_events = sse::events(up.body(resp)).map(move |ev| {
         // Keep the guard alive as long as the stream.
         let _ = &guard;
         rewrite_event(&route, &id, &endpoint, &inject, ev)
@@ -133,25 +133,6 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(merged))
         .expect("static response parts are valid")
-}
-
-/// The upstream stream cut into whole events.
-fn events(
-    stream: impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
-) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Send {
-    futures::stream::unfold(
-        (stream.boxed(), Some(sse::Splitter::default())),
-        |(mut stream, mut splitter)| async move {
-            let split = splitter.as_mut()?;
-            let items: Vec<std::io::Result<Bytes>> = match stream.next().await {
-                Some(Ok(chunk)) => split.push(&chunk).into_iter().map(Ok).collect(),
-                Some(Err(e)) => return Some((futures::stream::iter(vec![Err(e)]), (stream, None))),
-                None => splitter.take()?.finish().into_iter().map(Ok).collect(),
-            };
-            Some((futures::stream::iter(items), (stream, splitter)))
-        },
-    )
-    .flatten()
 }
 
 /// Rewrites the `endpoint` event (registering the session) and filters `tools/list` results.

@@ -11,5 +11,4 @@ pub mod outcome;
 pub mod proxy;
 pub mod redact;
 pub mod server;
-pub mod sse;
 pub mod upstream;

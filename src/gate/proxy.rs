@@ -20,9 +20,9 @@ use super::hash;
 use super::jsonrpc::{self, Incoming, Rejected, ToolCall};
 use super::metrics::Outcome;
 use super::outcome;
-use super::sse;
 use super::upstream::{Upstream, UpstreamError, is_event_stream, read_all};
 use crate::api::approval_request::CallContext;
+use crate::sse;
 
 /// Header carrying the MCP session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -145,37 +145,18 @@ async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>)
 /// Rewrites each SSE event whose data `rewrite` changes; other bytes pass unchanged.
 pub fn filter_sse<S, E>(
     upstream: S,
-    rewrite: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static,
+    rewrite: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + 'static,
 ) -> impl Stream<Item = Result<Bytes, E>> + Send
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: Send + 'static,
 {
-    let rewrite = Arc::new(rewrite);
-    let state = (upstream.boxed(), Some(sse::Splitter::default()));
-    futures::stream::unfold(state, move |(mut upstream, mut splitter)| {
-        let rewrite = rewrite.clone();
-        async move {
-            let split = splitter.as_mut()?;
-            let events = match upstream.next().await {
-                Some(Ok(chunk)) => split.push(&chunk),
-                Some(Err(e)) => {
-                    return Some((futures::stream::iter(vec![Err(e)]), (upstream, None)));
-                }
-                None => splitter.take()?.finish().into_iter().collect(),
-            };
-            let items: Vec<Result<Bytes, E>> = events
-                .into_iter()
-                .map(|ev| {
-                    Ok(sse::data(&ev)
-                        .and_then(|d| rewrite(&d))
-                        .map_or(ev.clone(), |d| sse::with_data(&ev, &d)))
-                })
-                .collect();
-            Some((futures::stream::iter(items), (upstream, splitter)))
-        }
+    sse::events(upstream).map(move |event| {
+        event.map(|ev| match sse::data(&ev).and_then(|d| rewrite(&d)) {
+            Some(data) => sse::with_data(&ev, &data),
+            None => ev,
+        })
     })
-    .flatten()
 }
 
 /// A `tools/call`: refused if the tool is not offered, forwarded if it needs no approval,

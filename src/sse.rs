@@ -1,8 +1,9 @@
-//! Server-sent events, as far as the gate needs them: splitting a byte stream into whole
-//! events, reading an event's data, and rewriting an event's data. Events the gate does not
-//! change are passed on as the exact bytes received.
+//! Server-sent events, as far as the gate and tool discovery need them: splitting a byte
+//! stream into whole events, reading an event's type and data, and rewriting an event's data.
+//! Events the gate does not change are passed on as the exact bytes received.
 
 use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
 
 /// Splits a byte stream into complete events (each with its terminating blank line).
 #[derive(Default, Debug)]
@@ -25,6 +26,25 @@ impl Splitter {
     pub fn finish(self) -> Option<Bytes> {
         (!self.buf.is_empty()).then(|| self.buf.freeze())
     }
+}
+
+/// A byte stream cut into whole events (the last one may be unterminated); an error ends it.
+pub fn events<E: Send + 'static>(
+    stream: impl Stream<Item = Result<Bytes, E>> + Send + 'static,
+) -> impl Stream<Item = Result<Bytes, E>> + Send {
+    futures::stream::unfold(
+        (stream.boxed(), Some(Splitter::default())),
+        |(mut stream, mut splitter)| async move {
+            let split = splitter.as_mut()?;
+            let items: Vec<Result<Bytes, E>> = match stream.next().await {
+                Some(Ok(chunk)) => split.push(&chunk).into_iter().map(Ok).collect(),
+                Some(Err(e)) => return Some((futures::stream::iter(vec![Err(e)]), (stream, None))),
+                None => splitter.take()?.finish().into_iter().map(Ok).collect(),
+            };
+            Some((futures::stream::iter(items), (stream, splitter)))
+        },
+    )
+    .flatten()
 }
 
 /// Length of the line terminator at `i`: `Some(0)` if none, `None` if undecidable yet (a `\r`
