@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use criterion::{Criterion, criterion_group};
 use hitl_operator::api::Agent;
 use hitl_operator::controller::agent::reconcile;
-use hitl_operator::controller::{Context, Metrics, Stores, SystemClock};
+use hitl_operator::controller::{CacheSync, Context, Metrics, Stores, SystemClock};
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{AgentObjects, RenderOptions, render_agent};
 use http::{Method, Request, Response};
@@ -147,6 +147,7 @@ fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<S
         Arc::new(Metrics::default()),
         RenderOptions::default(),
         stores,
+        CacheSync::default(),
         None,
     );
     (Arc::new(ctx), seen)

@@ -58,6 +58,20 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// The controller's caches did not list within the bound a reconcile may wait.
+    #[error("caches not synced after {waited}s (still listing: {unlisted}); will retry")]
+    CachesNotSynced {
+        /// Seconds waited.
+        waited: u64,
+        /// Kinds whose caches had not listed.
+        unlisted: String,
+    },
+    /// A reconcile did not finish within its bound.
+    #[error("reconcile did not finish within {waited}s; will retry")]
+    ReconcileTimeout {
+        /// Seconds waited.
+        waited: u64,
+    },
     /// Leader election on the Lease failed.
     #[error("leader election: {0}")]
     LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
@@ -93,9 +107,36 @@ impl Error {
             Self::CreateRace { .. } => "ApprovalRequestCreateRace",
             Self::Bind { .. } => "BindError",
             Self::ToolDiscovery { .. } => "ToolDiscoveryFailed",
+            Self::CachesNotSynced { .. } => "CachesNotSynced",
+            Self::ReconcileTimeout { .. } => "ReconcileTimeout",
             Self::LeaderElection(_) => "LeaderElectionFailed",
         }
     }
+}
+
+impl Error {
+    /// Whether the API said the object is gone or its namespace is being deleted
+    /// ([`is_gone`]), so no retry can succeed and none is needed.
+    pub fn is_gone(&self) -> bool {
+        matches!(self, Self::Kube(error) if is_gone(error))
+    }
+}
+
+/// Whether `error` is a 404, or the 403 the API returns for writes into a namespace that is
+/// being deleted.
+pub fn is_gone(error: &kube::Error) -> bool {
+    let kube::Error::Api(status) = error else {
+        return false;
+    };
+    status.code == 404
+        || (status.code == 403
+            && (status.message.contains("because it is being terminated")
+                || status.details.as_ref().is_some_and(|details| {
+                    details
+                        .causes
+                        .iter()
+                        .any(|cause| cause.reason == "NamespaceTerminating")
+                })))
 }
 
 /// Result with [`Error`].

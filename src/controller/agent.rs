@@ -17,7 +17,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use super::approval_request::pending_for;
-use super::{Context, RefKey, measured};
+use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::{Agent, ModelConfig, RemoteMCPServer};
 use crate::kube::conditions::find;
@@ -54,7 +54,7 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
     if agent.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    ctx.stores.ready().await;
+    ctx.caches.within(CACHE_SYNC_BOUND).await?;
     let namespace = agent.namespace().unwrap_or_default();
     let refs = fetch_refs(agent, ctx).await?;
     let now = ctx.clock.now();

@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, measured};
+use super::{CACHE_SYNC_BOUND, Context, measured};
 use crate::Result;
 use crate::api::approval_request::ApprovalRequestStatus;
 use crate::api::common::parse_duration_seconds;
@@ -183,7 +183,7 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     if request.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    ctx.stores.ready().await;
+    ctx.caches.within(CACHE_SYNC_BOUND).await?;
     let namespace = request.namespace().unwrap_or_default();
     let name = request.name_any();
     let api: Api<ApprovalRequest> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -7,8 +7,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use http::{HeaderName, HeaderValue};
 use rmcp::ServiceExt;
+use rmcp::service::ClientInitializeError;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use serde_json::{Value, json};
 
 use crate::api::remote_mcp_server::{DiscoveredTool, McpProtocol};
@@ -56,7 +59,19 @@ async fn list_streamable_http(
         http.clone(),
         StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom),
     );
-    let client = ().serve(transport).await.map_err(|e| e.to_string())?;
+    let client = ().serve(transport).await.map_err(|error| match &error {
+        ClientInitializeError::TransportError { error, .. } => {
+            let cause = match error
+                .error
+                .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+            {
+                Some(StreamableHttpError::Client(error)) => root_cause(error),
+                _ => root_cause(error.error.as_ref()),
+            };
+            format!("connecting to {url}: {cause}")
+        }
+        other => other.to_string(),
+    })?;
     let listed = client.list_all_tools().await.map_err(|e| e.to_string());
     // Closing the session is best effort: the tools are already known.
     let _ = client.cancel().await;
@@ -67,6 +82,17 @@ async fn list_streamable_http(
             description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
         })
         .collect())
+}
+
+/// What to tell a user about a failed connection: the innermost cause (such as `failed to
+/// lookup address information` or `Connection refused`) rather than rmcp's outer message,
+/// which names its transport types.
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
 }
 
 /// The server-to-client half of a legacy SSE session: its events, in order.
@@ -219,6 +245,30 @@ async fn list_sse(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_server_is_reported_by_its_root_cause() {
+        crate::cli::logging::install_tls_provider();
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let error = list_tools(
+            &reqwest::Client::new(),
+            &format!("http://127.0.0.1:{port}/mcp"),
+            McpProtocol::StreamableHttp,
+            &BTreeMap::new(),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            error.starts_with(&format!("connecting to http://127.0.0.1:{port}/mcp: ")),
+            "{error}"
+        );
+        assert!(error.contains("Connection refused"), "{error}");
+        assert!(!error.contains("rmcp::"), "{error}");
+    }
 
     #[tokio::test]
     async fn parses_events_split_across_chunks() {

@@ -9,11 +9,13 @@ pub mod model_config;
 pub mod remote_mcp_server;
 pub mod run;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::{Stream, StreamExt};
+use kube::runtime::watcher;
 use tracing::Instrument;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -77,21 +79,56 @@ pub struct Stores {
     pub role_bindings: Store<RoleBinding>,
 }
 
-impl Stores {
-    /// Waits until every store has listed its objects once.
-    pub async fn ready(&self) {
-        // A dropped writer means the controller is shutting down; the reconcile then fails on
-        // its API calls, so readiness errors need no handling here.
-        let _ = futures::join!(
-            self.agents.wait_until_ready(),
-            self.approvals.wait_until_ready(),
-            self.deployments.wait_until_ready(),
-            self.services.wait_until_ready(),
-            self.secrets.wait_until_ready(),
-            self.service_accounts.wait_until_ready(),
-            self.roles.wait_until_ready(),
-            self.role_bindings.wait_until_ready(),
-        );
+/// Whether every cache has listed its objects once. Any number of tasks may wait on it at once.
+///
+/// It is fed by the watch streams themselves ([`CacheSync::track`]), not by
+/// `Store::wait_until_ready`: kube-runtime keeps one waker per store and its controllers
+/// already wait on their main store, so a second waiter there can leave either one asleep.
+#[derive(Clone, Default)]
+pub struct CacheSync {
+    /// Kinds whose caches have not listed yet.
+    unlisted: Arc<tokio::sync::watch::Sender<BTreeSet<String>>>,
+}
+
+impl CacheSync {
+    /// Counts the cache of `kind` as unlisted until `events` (a reflector's output) delivers
+    /// its first `InitDone`; returns `events` unchanged.
+    pub fn track<K, S>(&self, kind: &str, events: S) -> impl Stream<Item = S::Item> + use<K, S>
+    where
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    {
+        self.unlisted.send_modify(|unlisted| {
+            unlisted.insert(kind.to_string());
+        });
+        let (unlisted, kind) = (self.unlisted.clone(), kind.to_string());
+        events.inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                unlisted.send_if_modified(|unlisted| unlisted.remove(&kind));
+            }
+        })
+    }
+
+    /// Waits until every tracked cache has listed (forever, if one never does).
+    pub async fn synced(&self) {
+        let mut unlisted = self.unlisted.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = unlisted.wait_for(BTreeSet::is_empty).await;
+    }
+
+    /// Waits at most `bound` for the caches to list; a reconcile must not wait forever.
+    pub async fn within(&self, bound: Duration) -> Result<()> {
+        tokio::time::timeout(bound, self.synced())
+            .await
+            .map_err(|_| Error::CachesNotSynced {
+                waited: bound.as_secs(),
+                unlisted: self
+                    .unlisted
+                    .borrow()
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
     }
 }
 
@@ -178,22 +215,28 @@ pub struct Context {
     pub recorder: Recorder,
     /// Cached objects.
     pub stores: Stores,
+    /// Whether the watches behind `stores` have listed once.
+    pub caches: CacheSync,
     /// Agents by the objects they reference.
     pub refs: RefIndex,
     /// HTTP client for listing MCP servers' tools.
     pub http: reqwest::Client,
-    /// Consecutive tool-discovery failures by server, for backoff.
-    pub discovery_failures: Mutex<HashMap<String, u32>>,
+    /// Consecutive tool-discovery failures by server.
+    pub discovery_failures: Backoff,
+    /// Consecutive failed reconciles by object.
+    pub reconcile_failures: Backoff,
 }
 
 impl Context {
-    /// A context publishing Events as `instance` (the pod name).
+    /// A context publishing Events as `instance` (the pod name). `caches` tracks the watches
+    /// that fill `stores` (a default `CacheSync`, for stores filled by hand, tracks none).
     pub fn new(
         client: Client,
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
         render: RenderOptions,
         stores: Stores,
+        caches: CacheSync,
         instance: Option<String>,
     ) -> Self {
         // reqwest (built without a default provider) panics unless one is installed.
@@ -211,10 +254,12 @@ impl Context {
             metrics,
             render,
             recorder,
+            caches,
             stores,
             refs: RefIndex::default(),
             http: reqwest::Client::new(),
-            discovery_failures: Mutex::default(),
+            discovery_failures: Backoff::default(),
+            reconcile_failures: Backoff::default(),
         }
     }
 }
@@ -248,15 +293,29 @@ impl Context {
             secondary: None,
         };
         for target in targets {
-            if let Err(error) = self.recorder.publish(&event, target).await {
-                tracing::warn!(%error, reason, "publishing an Event failed");
+            match self.recorder.publish(&event, target).await {
+                Ok(()) => {}
+                Err(error) if crate::error::is_gone(&error) => {
+                    tracing::debug!(
+                        reason,
+                        "not publishing an Event: its namespace is going away"
+                    );
+                }
+                Err(error) => tracing::warn!(%error, reason, "publishing an Event failed"),
             }
         }
     }
 }
 
-/// Runs one reconcile of `controller`, recording its count, duration and error reason.
-/// Logs inside it carry the controller and the object.
+/// Longest a reconcile may wait for the caches to list before it fails and is retried.
+pub const CACHE_SYNC_BOUND: Duration = Duration::from_secs(30);
+
+/// Longest one reconcile may run: every await in it is bounded by this, so a hung API call or
+/// tool server can hold up neither the queue nor shutdown for longer.
+pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs one reconcile of `controller` (bounded by [`RECONCILE_TIMEOUT`]), recording its count,
+/// duration and error reason. Logs inside it carry the controller and the object.
 pub async fn measured(
     ctx: &Context,
     controller: &'static str,
@@ -270,9 +329,18 @@ pub async fn measured(
         name = object.meta().name.as_deref().unwrap_or_default(),
     );
     let started = Instant::now();
-    let result = reconcile.instrument(span).await;
+    let key = failure_key(controller, object);
+    let result = match tokio::time::timeout(RECONCILE_TIMEOUT, reconcile.instrument(span)).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::ReconcileTimeout {
+            waited: RECONCILE_TIMEOUT.as_secs(),
+        }),
+    };
     ctx.metrics
         .reconciled(controller, started.elapsed(), result.as_ref().err());
+    if result.is_ok() {
+        ctx.reconcile_failures.succeeded(&key);
+    }
     result
 }
 
@@ -301,24 +369,211 @@ pub async fn fetch_value_source(
     Ok(())
 }
 
-/// Requeue policy after a failed reconcile: retry soon, logging why.
-pub fn retry_after_error(kind: &str, object: &impl kube::Resource, error: &Error) -> Action {
+/// Consecutive failures by key, turned into retry delays that double from a base to a cap.
+#[derive(Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    /// Counts one more failure of `key` and returns the delay before its next try: `base`
+    /// after the first failure, doubling with each one after it, at most `cap`.
+    pub fn failed(&self, key: &str, base: Duration, cap: Duration) -> Duration {
+        let mut failures = self.failures.lock().expect("backoff lock");
+        let count = failures.entry(key.to_string()).or_default();
+        *count = count.saturating_add(1);
+        base.saturating_mul(1 << (*count - 1).min(16)).min(cap)
+    }
+
+    /// Forgets the failures of `key` after a success.
+    pub fn succeeded(&self, key: &str) {
+        self.failures.lock().expect("backoff lock").remove(key);
+    }
+}
+
+/// First retry delay after a failed reconcile; it doubles up to [`RETRY_CAP`].
+pub const RETRY_BASE: Duration = Duration::from_secs(15);
+/// Longest retry delay after failed reconciles.
+pub const RETRY_CAP: Duration = Duration::from_secs(300);
+
+/// Key of an object in [`Context::reconcile_failures`].
+fn failure_key(controller: &str, object: &impl kube::Resource) -> String {
     let meta = object.meta();
+    format!(
+        "{controller} {}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Requeue policy after a failed reconcile of `controller`: retry with a doubling delay, logging
+/// why. An object deleted meanwhile, or whose namespace is being deleted, is not retried: its
+/// deletion (or re-creation) is a watch event of its own.
+pub fn retry_after_error(
+    controller: &str,
+    object: &impl kube::Resource,
+    error: &Error,
+    ctx: &Context,
+) -> Action {
+    let meta = object.meta();
+    let (namespace, name) = (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    );
+    let key = failure_key(controller, object);
+    if error.is_gone() {
+        ctx.reconcile_failures.succeeded(&key);
+        tracing::debug!(controller, namespace, name, %error, "object or namespace going away; not retrying");
+        return Action::await_change();
+    }
+    let delay = ctx.reconcile_failures.failed(&key, RETRY_BASE, RETRY_CAP);
     tracing::warn!(
-        kind,
-        namespace = meta.namespace.as_deref().unwrap_or_default(),
-        name = meta.name.as_deref().unwrap_or_default(),
+        controller,
+        namespace,
+        name,
         reason = error.reason(),
         %error,
-        "reconcile failed, retrying in 15s"
+        retry_in = ?delay,
+        "reconcile failed"
     );
-    Action::requeue(Duration::from_secs(15))
+    Action::requeue(delay)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::{reflector, watcher};
+    use kube::runtime::reflector;
+    use serde_json::json;
+
+    type WatchEvent = Result<watcher::Event<Agent>, watcher::Error>;
+
+    /// A hand-fed watch stream, and its feeder.
+    fn events() -> (
+        futures::channel::mpsc::UnboundedSender<WatchEvent>,
+        futures::channel::mpsc::UnboundedReceiver<WatchEvent>,
+    ) {
+        futures::channel::mpsc::unbounded()
+    }
+
+    #[tokio::test]
+    async fn every_task_waiting_for_the_caches_is_woken_when_the_last_one_lists() {
+        let caches = CacheSync::default();
+        let (first_tx, first) = events();
+        let (second_tx, second) = events();
+        let first = tokio::spawn(caches.track("Agent", first).for_each(|_| async {}));
+        let second = tokio::spawn(caches.track("Deployment", second).for_each(|_| async {}));
+        // Many reconciles and the readiness probe wait at once, before the caches list.
+        let waiters: Vec<_> = (0..16)
+            .map(|_| {
+                let caches = caches.clone();
+                tokio::spawn(async move { caches.within(Duration::from_secs(20)).await })
+            })
+            .collect();
+        first_tx.unbounded_send(Ok(watcher::Event::Init)).unwrap();
+        first_tx
+            .unbounded_send(Ok(watcher::Event::InitDone))
+            .unwrap();
+        tokio::task::yield_now().await;
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "one cache is not all"
+        );
+        second_tx
+            .unbounded_send(Ok(watcher::Event::InitDone))
+            .unwrap();
+        for waiter in waiters {
+            waiter
+                .await
+                .unwrap()
+                .expect("every waiter sees the caches synced");
+        }
+        drop((first_tx, second_tx));
+        first.await.unwrap();
+        second.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_caches_that_never_list_is_bounded_and_names_them() {
+        let caches = CacheSync::default();
+        let (_tx, rx) = events();
+        let _stream = caches.track("Secret", rx);
+        let error = caches.within(Duration::from_secs(30)).await.unwrap_err();
+        assert_eq!(error.reason(), "CachesNotSynced");
+        assert_eq!(
+            error.to_string(),
+            "caches not synced after 30s (still listing: Secret); will retry"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_per_key_up_to_the_cap_and_resets_on_success() {
+        let backoff = Backoff::default();
+        let (base, cap) = (Duration::from_secs(15), Duration::from_secs(300));
+        let delays: Vec<u64> = (0..7)
+            .map(|_| backoff.failed("a", base, cap).as_secs())
+            .collect();
+        assert_eq!(delays, [15, 30, 60, 120, 240, 300, 300]);
+        assert_eq!(backoff.failed("b", base, cap), base, "keys are separate");
+        backoff.succeeded("a");
+        assert_eq!(backoff.failed("a", base, cap), base);
+    }
+
+    fn api_error(code: u16, message: &str, cause: Option<&str>) -> Error {
+        let causes: Vec<_> = cause.into_iter().map(|c| json!({"reason": c})).collect();
+        let status = serde_json::from_value(json!({
+            "status": "Failure", "code": code, "message": message, "reason": "Forbidden",
+            "details": {"causes": causes},
+        }))
+        .unwrap();
+        Error::Kube(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn deleted_objects_and_terminating_namespaces_are_gone_other_errors_are_not() {
+        let terminating = "services \"a\" is forbidden: unable to create new content in \
+                           namespace ns because it is being terminated";
+        assert!(api_error(404, "agents.kagent.dev \"a\" not found", None).is_gone());
+        assert!(api_error(403, terminating, None).is_gone());
+        assert!(api_error(403, "forbidden", Some("NamespaceTerminating")).is_gone());
+        assert!(!api_error(403, "denied by ValidatingAdmissionPolicy", None).is_gone());
+        assert!(!api_error(409, "conflict", None).is_gone());
+        assert!(!Error::ReconcileTimeout { waited: 60 }.is_gone());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reconcile_that_never_finishes_fails_after_its_bound() {
+        let (service, _handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let (store, _writer) = reflector::store();
+        let stores = Stores {
+            agents: store,
+            approvals: reflector::store().0,
+            deployments: reflector::store().0,
+            services: reflector::store().0,
+            secrets: reflector::store().0,
+            service_accounts: reflector::store().0,
+            roles: reflector::store().0,
+            role_bindings: reflector::store().0,
+        };
+        let ctx = Context::new(
+            Client::new(service, "default"),
+            Arc::new(SystemClock),
+            Arc::default(),
+            RenderOptions::default(),
+            stores,
+            CacheSync::default(),
+            None,
+        );
+        let started = tokio::time::Instant::now();
+        let error = measured(&ctx, "agent", &agent("stuck"), std::future::pending())
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), "ReconcileTimeout");
+        assert_eq!(started.elapsed(), RECONCILE_TIMEOUT);
+        assert!(ctx.metrics.encode().contains("ReconcileTimeout"));
+    }
 
     fn agent(name: &str) -> Agent {
         let spec = crate::api::AgentSpec {

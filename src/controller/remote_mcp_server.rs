@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kube::api::Api;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
@@ -15,6 +16,7 @@ use super::{Context, discovery, fetch_value_source, measured};
 use crate::api::RemoteMCPServer;
 use crate::api::common::{ValueSourceType, parse_duration_seconds};
 use crate::api::remote_mcp_server::RemoteMCPServerStatus;
+use crate::kube::conditions::find;
 use crate::kube::{apply_status, new_condition, set_condition};
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
@@ -23,6 +25,8 @@ use crate::{Error, Result};
 pub const CONTROLLER: &str = "remotemcpserver";
 /// How often the tools of a healthy server are listed again.
 pub const RELIST_INTERVAL: Duration = Duration::from_secs(300);
+/// First retry delay after a failed listing; it doubles up to [`RELIST_INTERVAL`].
+const DISCOVERY_RETRY_BASE: Duration = Duration::from_secs(10);
 /// Timeout of one listing when the server sets none.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -81,10 +85,7 @@ async fn reconcile_inner(server: &RemoteMCPServer, ctx: &Context) -> Result<Acti
                 &mut status.conditions,
                 new_condition("Accepted", true, "Reconciled", message, generation, now),
             );
-            ctx.discovery_failures
-                .lock()
-                .expect("failure map lock")
-                .remove(&id);
+            ctx.discovery_failures.succeeded(&id);
             Action::requeue(RELIST_INTERVAL)
         }
         Err(error) => {
@@ -99,23 +100,51 @@ async fn reconcile_inner(server: &RemoteMCPServer, ctx: &Context) -> Result<Acti
                     now,
                 ),
             );
-            let mut failures = ctx.discovery_failures.lock().expect("failure map lock");
-            let count = failures.entry(id).or_default();
-            *count = count.saturating_add(1);
-            Action::requeue(failure_backoff(*count))
+            Action::requeue(ctx.discovery_failures.failed(
+                &id,
+                DISCOVERY_RETRY_BASE,
+                RELIST_INTERVAL,
+            ))
         }
     };
     if status != current {
         let api: Api<RemoteMCPServer> = Api::namespaced(ctx.client.clone(), &namespace);
         apply_status(&api, server, &status).await?;
+        announce(ctx, server, &current, &status).await;
     }
     Ok(action)
 }
 
-/// Delay before retrying after `failures` consecutive failures: 10 s doubling up to 5 min.
-pub fn failure_backoff(failures: u32) -> Duration {
-    let seconds = 10u64.saturating_mul(1 << failures.saturating_sub(1).min(5));
-    Duration::from_secs(seconds).min(RELIST_INTERVAL)
+/// Publishes an Event when the `Accepted` condition turns or its message changes, so a
+/// failing server is reported once per distinct failure, not on every retry.
+async fn announce(
+    ctx: &Context,
+    server: &RemoteMCPServer,
+    before: &RemoteMCPServerStatus,
+    after: &RemoteMCPServerStatus,
+) {
+    let accepted = |status: &RemoteMCPServerStatus| {
+        find(&status.conditions, "Accepted").map(|c| (c.status.clone(), c.message.clone()))
+    };
+    let Some((state, message)) = accepted(after) else {
+        return;
+    };
+    if accepted(before) == Some((state.clone(), message.clone())) {
+        return;
+    }
+    let (type_, reason) = if state == "True" {
+        (EventType::Normal, "ToolsDiscovered")
+    } else {
+        (EventType::Warning, "ToolDiscoveryFailed")
+    };
+    ctx.publish(
+        type_,
+        reason,
+        message,
+        "ListTools",
+        &[server.object_ref(&())],
+    )
+    .await;
 }
 
 /// The HTTP headers of `headersFrom`, reading Secret and ConfigMap keys.
@@ -171,14 +200,6 @@ pub fn using_source(
 mod tests {
     use super::*;
     use kube::runtime::{reflector, watcher};
-
-    #[test]
-    fn backoff_doubles_up_to_the_relist_interval() {
-        assert_eq!(failure_backoff(1), Duration::from_secs(10));
-        assert_eq!(failure_backoff(2), Duration::from_secs(20));
-        assert_eq!(failure_backoff(4), Duration::from_secs(80));
-        assert_eq!(failure_backoff(20), Duration::from_secs(300));
-    }
 
     #[test]
     fn header_sources_map_to_the_servers_reading_them() {

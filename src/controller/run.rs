@@ -5,6 +5,7 @@ use std::fmt::Debug;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use crate::cli::logging::{self, LogFormat};
 use axum::Router;
@@ -18,7 +19,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, reflector::reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -27,8 +28,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use super::{
-    Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request, model_config,
-    remote_mcp_server, retry_after_error,
+    CacheSync, Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request,
+    model_config, remote_mcp_server, retry_after_error,
 };
 use crate::api::common::ValueSourceType;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, ModelConfig, RemoteMCPServer};
@@ -120,6 +121,11 @@ pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
         )
         .with_state(ServerState { metrics, health })
 }
+
+/// How long in-flight reconciles may finish after a stop before they are dropped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long releasing the Lease may take at shutdown before the process exits anyway.
+const RELEASE_BOUND: Duration = Duration::from_secs(2);
 
 /// Resolves when SIGTERM or Ctrl-C arrives.
 async fn termination() {
@@ -224,11 +230,10 @@ async fn lead(
     }
     // Closing the channel makes the lease task release the Lease and return.
     drop(leader);
-    match lease_task.await {
-        Ok(result) => {
-            result?;
-        }
-        Err(error) => tracing::warn!(%error, "lease task failed"),
+    match tokio::time::timeout(RELEASE_BOUND, lease_task).await {
+        Ok(Ok(result)) => drop(result?),
+        Ok(Err(error)) => tracing::warn!(%error, "lease task failed"),
+        Err(_) => tracing::warn!("releasing the Lease timed out; it expires on its own"),
     }
     if lost {
         // Exit non-zero so the pod restarts as a standby with fresh caches.
@@ -276,6 +281,7 @@ impl<K> Watched for K where
 fn owned<K>(
     client: &Client,
     namespace: Option<&str>,
+    caches: &CacheSync,
 ) -> (
     Store<K>,
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -285,9 +291,8 @@ where
 {
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().labels(MANAGED_SELECTOR);
-    let stream = reflector(writer, watcher(api::<K>(client, namespace), config))
-        .default_backoff()
-        .touched_objects();
+    let events = reflector(writer, watcher(api::<K>(client, namespace), config)).default_backoff();
+    let stream = caches.track(&K::kind(&()), events).touched_objects();
     (reader, stream)
 }
 
@@ -330,17 +335,35 @@ where
     .touched_objects()
 }
 
-/// Drains a controller's result stream, logging at debug level (failures are logged and
-/// counted by the reconcilers).
-async fn drain<K: Resource, E: std::fmt::Display>(
-    results: impl Stream<Item = Result<(ObjectRef<K>, Action), E>>,
+/// Drains a controller's result stream. Failed reconciles were logged and counted by the error
+/// policy, and an object deleted while queued needs nothing; a watch failing (RBAC, a missing
+/// CRD, the API unreachable) keeps the caches from syncing, so it is logged as a warning.
+async fn drain<K: Resource, E: std::error::Error + 'static>(
+    results: impl Stream<Item = Result<(ObjectRef<K>, Action), controller::Error<E, watcher::Error>>>,
 ) where
     K::DynamicType: Debug + Eq + std::hash::Hash,
 {
     results
         .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile");
+            match result {
+                Err(error @ controller::Error::QueueError(_)) => {
+                    tracing::warn!(%error, "watch failed; retrying with backoff");
+                }
+                Err(error @ controller::Error::RunnerError(_)) => {
+                    tracing::warn!(%error, "controller stopped");
+                }
+                Ok(_) | Err(_) => {}
+            }
+        })
+        .await;
+}
+
+/// Drives a shared watch, logging its failures (see [`drain`]).
+async fn drain_watch<K>(events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>) {
+    events
+        .for_each(|event| async move {
+            if let Err(error) = event {
+                tracing::warn!(%error, "watch failed; retrying with backoff");
             }
         })
         .await;
@@ -355,7 +378,7 @@ async fn run_controllers(
     stop: watch::Receiver<bool>,
 ) {
     let namespace = args.namespace.as_deref();
-    let shutdown = move || {
+    let shutdown = || {
         let mut stop = stop.clone();
         async move {
             let _ = stop.wait_for(|stop| *stop).await;
@@ -366,27 +389,33 @@ async fn run_controllers(
     let (agents, agent_writer) = reflector::store_shared::<Agent>(256);
     let agents_for_agents = agent_writer.subscribe().expect("shared store");
     let agents_for_requests = agent_writer.subscribe().expect("shared store");
-    let agent_root = watcher(api::<Agent>(&client, namespace), watcher::Config::default())
-        .default_backoff()
-        .reflect_shared(agent_writer)
-        .for_each(|_| async {});
+    let caches = CacheSync::default();
+    let agent_root = caches.track(
+        "Agent",
+        watcher(api::<Agent>(&client, namespace), watcher::Config::default())
+            .default_backoff()
+            .reflect_shared(agent_writer),
+    );
     let (approvals, approval_writer) = reflector::store_shared::<ApprovalRequest>(256);
     let requests_for_requests = approval_writer.subscribe().expect("shared store");
     let requests_for_agents = approval_writer.subscribe().expect("shared store");
-    let approval_root = watcher(
-        api::<ApprovalRequest>(&client, namespace),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect_shared(approval_writer)
-    .for_each(|_| async {});
+    let approval_root = caches.track(
+        "ApprovalRequest",
+        watcher(
+            api::<ApprovalRequest>(&client, namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect_shared(approval_writer),
+    );
 
-    let (deployments, deployment_events) = owned::<Deployment>(&client, namespace);
-    let (services, service_events) = owned::<Service>(&client, namespace);
-    let (secrets, secret_events) = owned::<Secret>(&client, namespace);
-    let (service_accounts, service_account_events) = owned::<ServiceAccount>(&client, namespace);
-    let (roles, role_events) = owned::<Role>(&client, namespace);
-    let (role_bindings, role_binding_events) = owned::<RoleBinding>(&client, namespace);
+    let (deployments, deployment_events) = owned::<Deployment>(&client, namespace, &caches);
+    let (services, service_events) = owned::<Service>(&client, namespace, &caches);
+    let (secrets, secret_events) = owned::<Secret>(&client, namespace, &caches);
+    let (service_accounts, service_account_events) =
+        owned::<ServiceAccount>(&client, namespace, &caches);
+    let (roles, role_events) = owned::<Role>(&client, namespace, &caches);
+    let (role_bindings, role_binding_events) = owned::<RoleBinding>(&client, namespace, &caches);
     let stores = Stores {
         agents: agents.clone(),
         approvals: approvals.clone(),
@@ -408,7 +437,8 @@ async fn run_controllers(
         Arc::new(SystemClock),
         metrics,
         render,
-        stores.clone(),
+        stores,
+        caches,
         instance,
     ));
 
@@ -465,7 +495,9 @@ async fn run_controllers(
             .graceful_shutdown_on(shutdown())
             .run(
                 agent::reconcile,
-                |object, error, _| retry_after_error("Agent", object.as_ref(), error),
+                |object, error, ctx| {
+                    retry_after_error(agent::CONTROLLER, object.as_ref(), error, &ctx)
+                },
                 ctx.clone(),
             )
     };
@@ -487,7 +519,9 @@ async fn run_controllers(
             .graceful_shutdown_on(shutdown())
             .run(
                 approval_request::reconcile,
-                |object, error, _| retry_after_error("ApprovalRequest", object.as_ref(), error),
+                |object, error, ctx| {
+                    retry_after_error(approval_request::CONTROLLER, object.as_ref(), error, &ctx)
+                },
                 ctx.clone(),
             )
     };
@@ -508,7 +542,9 @@ async fn run_controllers(
             .graceful_shutdown_on(shutdown())
             .run(
                 model_config::reconcile,
-                |object, error, _| retry_after_error("ModelConfig", object.as_ref(), error),
+                |object, error, ctx| {
+                    retry_after_error(model_config::CONTROLLER, object.as_ref(), error, &ctx)
+                },
                 ctx.clone(),
             )
     };
@@ -542,21 +578,23 @@ async fn run_controllers(
             .graceful_shutdown_on(shutdown())
             .run(
                 remote_mcp_server::reconcile,
-                |object, error, _| retry_after_error("RemoteMCPServer", object.as_ref(), error),
+                |object, error, ctx| {
+                    retry_after_error(remote_mcp_server::CONTROLLER, object.as_ref(), error, &ctx)
+                },
                 ctx.clone(),
             )
     };
 
-    {
-        let stores = stores.clone();
+    let readiness = {
+        let caches = ctx.caches.clone();
         let health = health.clone();
         tokio::spawn(async move {
             health.ready.store(false, Ordering::Relaxed);
-            stores.ready().await;
+            caches.synced().await;
             health.ready.store(true, Ordering::Relaxed);
             tracing::info!("caches synced");
-        });
-    }
+        })
+    };
 
     let controllers = futures::future::join4(
         drain(agent_controller),
@@ -564,12 +602,22 @@ async fn run_controllers(
         drain(model_config_controller),
         drain(server_controller),
     );
+    // Once stopping, in-flight reconciles get SHUTDOWN_GRACE to finish; whatever is still
+    // running then is dropped (each reconcile is idempotent and resumes on the next leader).
+    let grace_over = async {
+        let _ = stop.clone().wait_for(|stop| *stop).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
     tokio::select! {
         _ = controllers => tracing::info!("controllers stopped"),
-        _ = futures::future::join(agent_root, approval_root).fuse() => {
+        _ = futures::future::join(drain_watch(agent_root), drain_watch(approval_root)).fuse() => {
             tracing::error!("a watch stream ended unexpectedly");
         }
+        _ = grace_over => {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "reconciles still running at shutdown; abandoning them");
+        }
     }
+    readiness.abort();
 }
 
 #[cfg(test)]
@@ -657,11 +705,12 @@ mod wiring_tests {
         args: ControllerArgs,
     }
 
-    /// What the stand-in API server saw, and the one Lease it holds.
+    /// What the stand-in API server saw, the one Lease it holds, and the Agents it lists.
     #[derive(Default)]
     struct Fake {
         seen: Mutex<Vec<String>>,
         lease: Mutex<Option<serde_json::Value>>,
+        agents: Vec<serde_json::Value>,
     }
 
     /// The Lease endpoint: get (404 until created), create, and patches merged into its spec.
@@ -730,14 +779,24 @@ mod wiring_tests {
                     >())
                     .into_response();
                 }
+                if !uri.contains('?') {
+                    // Reads and writes of single objects never answer: a reconcile that gets
+                    // this far stays in flight.
+                    return futures::future::pending().await;
+                }
                 let kind = if metadata_only {
                     "PartialObjectMetadataList"
                 } else {
                     "List"
                 };
+                let items = if uri.contains("/agents?") {
+                    fake.agents.clone()
+                } else {
+                    Vec::new()
+                };
                 axum::Json(serde_json::json!({
                     "apiVersion": "v1", "kind": kind,
-                    "metadata": {"resourceVersion": "1"}, "items": [],
+                    "metadata": {"resourceVersion": "1"}, "items": items,
                 }))
                 .into_response()
             }
@@ -808,6 +867,69 @@ mod wiring_tests {
             .unwrap()
             .expect("a requested stop is not an error");
         assert_eq!(holder(), None, "the Lease is released on shutdown");
+    }
+
+    #[tokio::test]
+    async fn a_stop_during_a_hung_reconcile_exits_promptly_and_releases_the_lease() {
+        let fake = Arc::new(Fake {
+            agents: vec![serde_json::json!({
+                "apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
+                "metadata": {"name": "stuck", "namespace": "demo", "uid": "u1",
+                             "resourceVersion": "1", "generation": 1},
+                "spec": {"type": "Declarative",
+                         "declarative": {"systemMessage": "hi", "modelConfig": "model"}},
+            })],
+            ..Fake::default()
+        });
+        let client = client_for(fake_apiserver(fake.clone()).await);
+        let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
+            .unwrap()
+            .args;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        let running = tokio::spawn({
+            let stop_tx = stop_tx.clone();
+            async move {
+                lead(
+                    client,
+                    &args,
+                    Arc::default(),
+                    Arc::default(),
+                    stop_tx,
+                    stop_rx,
+                )
+                .await
+            }
+        });
+        eventually(
+            "the Agent's reconcile to hang on reading its ModelConfig",
+            || {
+                fake.seen
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|s| s == "/apis/kagent.dev/v1alpha2/namespaces/demo/modelconfigs/model")
+            },
+        )
+        .await;
+
+        stop_tx.send_replace(true);
+        // SHUTDOWN_GRACE + RELEASE_BOUND is the most a stop may take; 20 s only catches a hang.
+        tokio::time::timeout(Duration::from_secs(20), running)
+            .await
+            .expect("stopping does not wait for the hung reconcile")
+            .unwrap()
+            .expect("a requested stop is not an error");
+        let lease = fake
+            .lease
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("the Lease was taken");
+        assert!(
+            lease["spec"]["holderIdentity"].is_null(),
+            "the Lease is released on shutdown: {lease}"
+        );
     }
 
     #[tokio::test]

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use hitl_operator::api::{Agent, ApprovalRequest};
-use hitl_operator::controller::{Clock, Context, Metrics, Stores};
+use hitl_operator::controller::{CacheSync, Clock, Context, Metrics, Stores};
 use hitl_operator::render::RenderOptions;
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::jiff::Timestamp;
@@ -176,6 +176,7 @@ impl Cache {
             Arc::new(Metrics::default()),
             RenderOptions::default(),
             stores,
+            CacheSync::default(),
             Some("test".into()),
         ))
     }

@@ -22,6 +22,7 @@ use crate::harness::*;
 
 const STATUS: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/remotemcpservers/fs/status?&force=true&fieldManager=hitl-operator";
 const TOKEN: &str = "/api/v1/namespaces/ns/secrets/token";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events?";
 
 /// Tools served in two pages, to exercise pagination.
 fn page(cursor: Option<&str>) -> Value {
@@ -198,6 +199,7 @@ async fn lists_tools_over_streamable_http_with_secret_headers() {
             STATUS,
             serde_json::to_value(&server).unwrap(),
         ),
+        expect(Method::POST, EVENTS, event_created()),
     ];
     let (result, requests) = run_script(script, |client| {
         reconcile(
@@ -214,6 +216,8 @@ async fn lists_tools_over_streamable_http_with_secret_headers() {
         vec![("Accepted".into(), "True".into(), "Reconciled".into())]
     );
     assert_eq!(condition_message(body, "Accepted"), "2 tools discovered");
+    assert_eq!(requests[2].body["reason"], "ToolsDiscovered");
+    assert_eq!(requests[2].body["type"], "Normal");
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen[0], "initialize auth=Bearer abc");
     assert!(
@@ -243,6 +247,7 @@ async fn lists_tools_over_legacy_sse() {
             STATUS,
             serde_json::to_value(&server).unwrap(),
         ),
+        expect(Method::POST, EVENTS, event_created()),
     ];
     let (result, requests) = run_script(script, |client| {
         reconcile(
@@ -273,11 +278,14 @@ async fn unreachable_server_is_reported_and_retried_with_backoff() {
     };
     let mut server = server(&format!("http://{addr}/mcp"), "STREAMABLE_HTTP");
     server.spec.headers_from.clear();
-    let script = vec![expect(
-        Method::PATCH,
-        STATUS,
-        serde_json::to_value(&server).unwrap(),
-    )];
+    let script = vec![
+        expect(
+            Method::PATCH,
+            STATUS,
+            serde_json::to_value(&server).unwrap(),
+        ),
+        expect(Method::POST, EVENTS, event_created()),
+    ];
     let (result, requests) = run_script(script, |client| {
         reconcile(
             Arc::new(server.clone()),
@@ -295,11 +303,25 @@ async fn unreachable_server_is_reported_and_retried_with_backoff() {
             "ToolDiscoveryFailed".into()
         )]
     );
+    let message = condition_message(body, "Accepted");
     assert!(
-        condition_message(body, "Accepted").starts_with("RemoteMCPServer ns/fs: listing tools: ")
+        message.starts_with(&format!(
+            "RemoteMCPServer ns/fs: listing tools: connecting to http://{addr}/mcp: "
+        )),
+        "{message}"
+    );
+    // Said once as an Event, with the same root cause.
+    let event = &requests[1].body;
+    assert_eq!(
+        (&event["type"], &event["reason"], &event["note"]),
+        (
+            &json!("Warning"),
+            &json!("ToolDiscoveryFailed"),
+            &json!(message)
+        )
     );
 
-    // Failing the same way again changes nothing in the status: no write.
+    // Failing the same way again changes nothing in the status: no write, no Event.
     server.status = Some(serde_json::from_value(body["status"].clone()).unwrap());
     let (result, requests) = run_script(Vec::new(), |client| {
         reconcile(
