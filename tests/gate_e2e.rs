@@ -1,6 +1,7 @@
 //! End-to-end tests of the approval gate with the real MCP server and client from npm
 //! (`@modelcontextprotocol/server-everything`, `@modelcontextprotocol/sdk`) and an in-process
-//! fake apiserver. Skipped (with a message) when tests/mcp-peers/node_modules is missing.
+//! fake apiserver. They fail when tests/mcp-peers/node_modules is missing: `make test` installs
+//! it, and a test that did not run never reports a pass.
 
 mod common;
 
@@ -82,9 +83,7 @@ fn call(name: &str, args: Value) -> Value {
 
 #[tokio::test]
 async fn ungated_calls_pass_through_and_lists_are_filtered() {
-    if !peers_available("ungated_calls_pass_through_and_lists_are_filtered") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 5.0).await;
     let out = client(
         &env.url("everything"),
@@ -172,9 +171,7 @@ async fn ungated_calls_pass_through_and_lists_are_filtered() {
 
 #[tokio::test]
 async fn unlisted_tools_are_refused_and_never_forwarded() {
-    if !peers_available("unlisted_tools_are_refused_and_never_forwarded") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 5.0).await;
     let out = client(
         &env.url("everything"),
@@ -199,9 +196,7 @@ async fn unlisted_tools_are_refused_and_never_forwarded() {
 
 #[tokio::test]
 async fn approve_runs_the_call_exactly_once_with_progress() {
-    if !peers_available("approve_runs_the_call_exactly_once_with_progress") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 30.0).await;
     let url = env.url("everything");
     let call_task = tokio::spawn(async move {
@@ -243,9 +238,7 @@ async fn approve_runs_the_call_exactly_once_with_progress() {
 
 #[tokio::test]
 async fn deny_is_not_executed_and_says_who_and_why() {
-    if !peers_available("deny_is_not_executed_and_says_who_and_why") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 30.0).await;
     let url = env.url("everything");
     let call_task = tokio::spawn(async move {
@@ -271,9 +264,7 @@ async fn deny_is_not_executed_and_says_who_and_why() {
 
 #[tokio::test]
 async fn an_undecided_request_expires_and_is_not_executed() {
-    if !peers_available("an_undecided_request_expires_and_is_not_executed") {
-        return;
-    }
+    require_peers();
     let env = Env::start(1.0, 30.0).await;
     let out = client(
         &env.url("everything"),
@@ -302,9 +293,7 @@ async fn an_undecided_request_expires_and_is_not_executed() {
 
 #[tokio::test]
 async fn pending_then_retry_after_approval_runs_once() {
-    if !peers_available("pending_then_retry_after_approval_runs_once") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 0.3).await;
     let url = env.url("everything");
     let args = json!({"a": 40, "b": 2});
@@ -345,9 +334,7 @@ async fn pending_then_retry_after_approval_runs_once() {
 
 #[tokio::test]
 async fn concurrent_identical_calls_share_one_request_and_run_once() {
-    if !peers_available("concurrent_identical_calls_share_one_request_and_run_once") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 30.0).await;
     let args = json!({"a": 5, "b": 5});
     let tasks: Vec<_> = (0..2)
@@ -384,9 +371,7 @@ async fn concurrent_identical_calls_share_one_request_and_run_once() {
 
 #[tokio::test]
 async fn approval_is_keyed_by_server_and_tool() {
-    if !peers_available("approval_is_keyed_by_server_and_tool") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 0.2).await;
     // get-sum is gated on `everything` but not on `everything-b`; echo the other way round.
     let out = client(
@@ -428,9 +413,7 @@ async fn approval_is_keyed_by_server_and_tool() {
 
 #[tokio::test]
 async fn apiserver_errors_mean_not_executed() {
-    if !peers_available("apiserver_errors_mean_not_executed") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 5.0).await;
     for code in [500, 403] {
         env.api.fail_with(Some(code));
@@ -458,9 +441,7 @@ async fn apiserver_errors_mean_not_executed() {
 
 #[tokio::test]
 async fn upstream_down_is_an_error_and_nothing_runs() {
-    if !peers_available("upstream_down_is_an_error_and_nothing_runs") {
-        return;
-    }
+    require_peers();
     init();
     let api = FakeApi::start().await;
     // Port 1 (tcpmux) is never served here: connections are refused.
@@ -519,9 +500,7 @@ async fn upstream_down_is_an_error_and_nothing_runs() {
 
 #[tokio::test]
 async fn secrets_never_reach_the_apiserver_or_logs() {
-    if !peers_available("secrets_never_reach_the_apiserver_or_logs") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 30.0).await;
     let url = env.url("everything-b");
     let args = json!({"message": "hello", "password": "canary-pw-123", "note": "sk-canary-0123456789abcdef"});
@@ -550,9 +529,7 @@ async fn secrets_never_reach_the_apiserver_or_logs() {
 
 #[tokio::test]
 async fn legacy_sse_servers_are_proxied_and_gated() {
-    if !peers_available("legacy_sse_servers_are_proxied_and_gated") {
-        return;
-    }
+    require_peers();
     init();
     let everything = Everything::start("sse").await;
     let counter = Counter::start(format!("http://127.0.0.1:{}", everything.port)).await;
@@ -603,9 +580,7 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
 
 #[tokio::test]
 async fn upstream_connections_are_reused() {
-    if !peers_available("upstream_connections_are_reused") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 5.0).await;
     let calls: Vec<Value> = (0..10)
         .map(|i| call("echo", json!({"message": format!("m{i}")})))
@@ -625,9 +600,7 @@ async fn upstream_connections_are_reused() {
 
 #[tokio::test]
 async fn server_to_client_requests_flow_through() {
-    if !peers_available("server_to_client_requests_flow_through") {
-        return;
-    }
+    require_peers();
     let env = Env::start(3600.0, 5.0).await;
     let out = client_with(
         &env.url("everything"),

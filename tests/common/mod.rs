@@ -32,24 +32,19 @@ pub fn peers_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp-peers")
 }
 
-/// Whether the npm peers are installed; prints why a test is skipped when not. Under CI
-/// (`CI` set, as `.ci/run` does) missing peers are a failure, never a silent skip.
-pub fn peers_available(test: &str) -> bool {
-    let ok = peers_dir()
-        .join("node_modules/@modelcontextprotocol/server-everything")
-        .is_dir()
-        && peers_dir()
-            .join("node_modules/@modelcontextprotocol/sdk")
-            .is_dir();
-    if !ok && std::env::var_os("CI").is_some() {
-        panic!("{test}: tests/mcp-peers/node_modules is missing under CI; .ci/run installs it");
-    }
-    if !ok {
-        println!(
-            "SKIP {test}: tests/mcp-peers/node_modules is missing; run `npm ci --prefix tests/mcp-peers`"
-        );
-    }
-    ok
+/// Fails the test unless the npm peers are installed: a test that could not run must never
+/// count as passed. `make test` installs them (`npm ci --prefix tests/mcp-peers`).
+pub fn require_peers() {
+    let installed = ["server-everything", "sdk"].iter().all(|package| {
+        peers_dir()
+            .join("node_modules/@modelcontextprotocol")
+            .join(package)
+            .is_dir()
+    });
+    assert!(
+        installed,
+        "tests/mcp-peers/node_modules is missing: run `make test` (or `npm ci --prefix tests/mcp-peers`)"
+    );
 }
 
 /// Captured logs of the whole test binary.
