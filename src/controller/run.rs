@@ -15,6 +15,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
@@ -195,19 +196,35 @@ async fn lead(
         .clone()
         .or_else(|| args.namespace.clone())
         .unwrap_or_else(|| client.default_namespace().to_string());
-    let mut builder =
-        LeaseManagerBuilder::new(client.clone(), &args.lease_name).with_namespace(&lease_namespace);
-    if let Ok(identity) = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")) {
-        builder = builder.with_identity(identity);
-    }
-    let (mut leader, lease_task) = builder.build().await?.watch().await;
+    let identity = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME"));
+    let contend = || async {
+        let mut builder = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+            .with_namespace(&lease_namespace);
+        if let Ok(identity) = &identity {
+            builder = builder.with_identity(identity);
+        }
+        Ok::<_, Error>(builder.build().await?.watch().await)
+    };
+    let (mut leader, mut lease_task) = contend().await?;
     // A standby replica is healthy and ready; it just does not reconcile.
     health.ready.store(true, Ordering::Relaxed);
     tracing::info!(lease = %args.lease_name, namespace = %lease_namespace, "waiting for leadership");
     let mut waiting_stop = stop_rx.clone();
-    let became_leader = tokio::select! {
-        result = leader.wait_for(|leading| *leading) => result.is_ok(),
-        _ = waiting_stop.wait_for(|stop| *stop) => false,
+    let mut released = std::pin::pin!(lease_released(&client, &lease_namespace, &args.lease_name));
+    let became_leader = loop {
+        let leading = tokio::select! {
+            result = leader.wait_for(|leading| *leading) => Some(result.is_ok()),
+            _ = waiting_stop.wait_for(|stop| *stop) => Some(false),
+            Some(()) = released.next() => None,
+        };
+        if let Some(leading) = leading {
+            break leading;
+        }
+        // Released: the lease manager would sleep until the expiry it last read, but the Lease
+        // is free now, so contend again at once.
+        drop(leader);
+        let _ = tokio::time::timeout(RELEASE_BOUND, lease_task).await;
+        (leader, lease_task) = contend().await?;
     };
     let mut lost = false;
     if became_leader {
@@ -242,6 +259,23 @@ async fn lead(
         ));
     }
     Ok(())
+}
+
+/// Yields whenever the Lease `namespace/name` has no holder: its leader released it on
+/// shutdown (or it was never taken). Watch failures are retried with backoff.
+fn lease_released(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> impl Stream<Item = ()> + Send + 'static {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    watcher(Api::<Lease>::namespaced(client.clone(), namespace), config)
+        .default_backoff()
+        .applied_objects()
+        .filter_map(|lease| async move {
+            let holder = lease.ok()?.spec?.holder_identity;
+            holder.is_none_or(|holder| holder.is_empty()).then_some(())
+        })
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -767,17 +801,18 @@ mod wiring_tests {
                     if metadata_only { "metadata " } else { "" },
                     uri.split("&resourceVersion").next().unwrap_or_default()
                 ));
-                if uri.starts_with("/apis/coordination.k8s.io/") {
-                    let body = axum::body::to_bytes(request.into_body(), usize::MAX)
-                        .await
-                        .unwrap();
-                    return lease(&fake, &method, &body);
-                }
                 if uri.contains("watch=true") {
                     return Body::from_stream(futures::stream::pending::<
                         Result<bytes::Bytes, std::io::Error>,
                     >())
                     .into_response();
+                }
+                let lists = method == http::Method::GET && uri.contains('?');
+                if uri.starts_with("/apis/coordination.k8s.io/") && !lists {
+                    let body = axum::body::to_bytes(request.into_body(), usize::MAX)
+                        .await
+                        .unwrap();
+                    return lease(&fake, &method, &body);
                 }
                 if !uri.contains('?') {
                     // Reads and writes of single objects never answer: a reconcile that gets
@@ -791,6 +826,8 @@ mod wiring_tests {
                 };
                 let items = if uri.contains("/agents?") {
                     fake.agents.clone()
+                } else if uri.contains("/leases?") {
+                    fake.lease.lock().unwrap().iter().cloned().collect()
                 } else {
                     Vec::new()
                 };

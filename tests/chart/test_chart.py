@@ -262,7 +262,7 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
     assert allows(role, "kagent.dev", "approvalrequests/status", "patch")
     lease = one(docs, "Role", f"{FULLNAME}-leader-election")
     assert lease["metadata"]["namespace"] == NAMESPACE
-    assert rules_of(lease) == [(("coordination.k8s.io",), ("leases",), ("get", "create", "update", "patch"))]
+    assert rules_of(lease) == [(("coordination.k8s.io",), ("leases",), ("get", "list", "watch", "create", "update", "patch"))]
 
 
 def test_user_roles(chart):
