@@ -2,7 +2,7 @@
 CARGO ?= cargo
 IMAGE ?= ghcr.io/hitl-operator/hitl-operator:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 
-.PHONY: build test lint fmt crds render bench image e2e
+.PHONY: build test lint fmt crds render bench image e2e peers
 
 .DEFAULT_GOAL := build
 
@@ -11,8 +11,16 @@ IMAGE ?= ghcr.io/hitl-operator/hitl-operator:$(shell sed -n 's/^version = "\(.*\
 build:
 	$(CARGO) build --release --bins
 
-## Unit, golden, schema/CEL, compatibility, integration and Helm chart tests.
-test:
+# The real MCP server and client from npm that the gate tests run against, pinned by the lockfile.
+PEERS_STAMP := tests/mcp-peers/node_modules/.installed
+$(PEERS_STAMP): tests/mcp-peers/package-lock.json
+	npm ci --prefix tests/mcp-peers --no-audit --no-fund
+	touch $@
+peers: $(PEERS_STAMP)
+
+## Unit, golden, schema/CEL, compatibility, integration and Helm chart tests. Installs the
+## pinned npm MCP peers and the chart tests' Python venv first, so every test runs.
+test: $(PEERS_STAMP) $(CHART_STAMP)
 	$(CARGO) test --all-targets --no-fail-fast
 	$(MAKE) chart-test
 
@@ -38,6 +46,6 @@ bench:
 image:
 	docker build -t $(IMAGE) .
 
-## End-to-end suites against the cluster in KUBECONFIG (prints SKIP without one).
+## End-to-end suites against the cluster in KUBECONFIG (prints SKIP without one); docs/e2e.md.
 e2e:
 	bash tests/e2e/run.sh

@@ -7,12 +7,15 @@ CHART_PYTHON ?= python3
 CHART_REQUIREMENTS := tests/chart/requirements.txt
 CHART_STAMP := $(CHART_VENV)/.chart-requirements.stamp
 
-.PHONY: chart-test chart-bless
+.PHONY: chart-test chart-bless chart-venv
 
 $(CHART_STAMP): $(CHART_REQUIREMENTS)
 	test -x $(CHART_VENV)/bin/python || $(CHART_PYTHON) -m venv $(CHART_VENV)
 	$(CHART_VENV)/bin/pip install --quiet --disable-pip-version-check -r $(CHART_REQUIREMENTS)
 	touch $@
+
+## The venv with the Helm engine (also used by make e2e to render the chart).
+chart-venv: $(CHART_STAMP)
 
 chart-test: $(CHART_STAMP)
 	cargo test --test chart_crds --test admission_policy

@@ -5,9 +5,9 @@
 run:
 	$(CARGO) run -- controller $(RUN_ARGS)
 
-## Only the controller's end-to-end suite (prints SKIP without a cluster).
+## Only the story suite: chart, controller replicas, gate, failover (prints SKIP without a cluster).
 e2e-controller:
-	bash tests/e2e/controller.sh
+	bash tests/e2e/run.sh story
 
 ## Reconcile CPU time, writes per reconcile and RSS per cached Agent.
 bench-controller:

@@ -13,6 +13,7 @@
 # HITL_E2E_KEEP=1 keeps the test namespace and cluster-scoped objects.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tests/e2e/lib.sh # kubeconfig_with_token, kube_curl (its fail is replaced below)
 
 if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
   echo "SKIP: no cluster reachable"
@@ -31,6 +32,7 @@ FAILURES=0
 POLICY=0
 
 cleanup() {
+  if [[ -n ${AGENT_KUBECONFIG:-} ]]; then rm -f "$AGENT_KUBECONFIG" "$AGENT_KUBECONFIG.ca"; fi
   if [[ ${HITL_E2E_KEEP:-0} == 1 ]]; then
     echo "kept namespace $NS"
     return
@@ -92,7 +94,7 @@ spec:
   toolServer: {kind: RemoteMCPServer, name: filesystem-server, namespace: $NS}
   toolName: delete_file
   argumentsPreview: {path: /data/report.csv}
-  argumentsSha256: $(printf '%064d' 0)
+  argumentsSha256: "$(printf '%064d' 0)"
   argumentsBytes: 29
   requestedBy: $AGENT_SA
   message: "Run 'delete_file' with arguments {\"path\":\"/data/report.csv\"}?"
@@ -141,7 +143,7 @@ spec:
   agentRef: {name: helper}
   toolServer: {kind: RemoteMCPServer, name: filesystem-server, namespace: $NS}
   toolName: delete_file
-  argumentsSha256: $(printf '%064d' 0)
+  argumentsSha256: "$(printf '%064d' 0)"
   argumentsBytes: 2
   requestedBy: someone-else
   expiresAt: $(timestamp 3600)
@@ -192,8 +194,18 @@ new_request r4 helper 3600
 expect_fail "a user without patch cannot decide" "forbidden" \
   kubectl -n "$NS" --as=eve patch approvalrequest r4 --type merge -p "$(decision_patch Approve eve)"
 
+# agent_status_patch NAME BODY: what the gate sends to record consumption, a merge patch of the
+# status subresource with the agent's token (`kubectl patch --subresource=status` would first GET
+# the status, which the agent's Role does not grant).
+agent_status_patch() {
+  kube_curl "$AGENT_KUBECONFIG" PATCH "/apis/kagent.dev/v1alpha2/namespaces/$NS/approvalrequests/$1/status" \
+    -H 'Content-Type: application/merge-patch+json' -d "$2"
+}
+
 if [[ $POLICY == 1 ]]; then
   echo "== admission policy"
+  AGENT_KUBECONFIG=$(mktemp)
+  kubeconfig_with_token "$AGENT_KUBECONFIG" "$(kubectl -n "$NS" create token helper --duration=10m)" "$NS"
   expect_fail "decidedBy must be the caller" "decidedBy must be your username alice" \
     kubectl -n "$NS" --as=alice patch approvalrequest r4 --type merge -p "$(decision_patch Approve bob)"
   expect_fail "patch without the verb approve is refused" "needs the RBAC verb approve" \
@@ -208,25 +220,21 @@ spec:
   agentRef: {name: helper}
   toolServer: {kind: RemoteMCPServer, name: filesystem-server, namespace: $NS}
   toolName: delete_file
-  argumentsSha256: $(printf '%064d' 0)
+  argumentsSha256: "$(printf '%064d' 0)"
   argumentsBytes: 2
   requestedBy: $AGENT_SA
   expiresAt: $(timestamp 3600)
 EOF
   expect_fail "the agent may not write controller status fields" "conditions are the controller's" \
-    kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
-      -p "{\"status\":{\"conditions\":[{\"type\":\"Decided\",\"status\":\"True\",\"reason\":\"Forged\",\"message\":\"x\",\"lastTransitionTime\":\"$(timestamp 0)\"}]}}"
+    agent_status_patch r3 "{\"status\":{\"conditions\":[{\"type\":\"Decided\",\"status\":\"True\",\"reason\":\"Forged\",\"message\":\"x\",\"lastTransitionTime\":\"$(timestamp 0)\"}]}}"
   expect_fail "the agent may not set another phase" "may only be set to Executed" \
-    kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
-      -p '{"status":{"phase":"Approved"}}'
+    agent_status_patch r3 '{"status":{"phase":"Approved"}}'
   # What the gate writes when it forwards the approved call.
   expect_ok "the agent records consumption of r3" \
-    kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
-      -p "{\"status\":{\"consumedAt\":\"$(timestamp 0)\",\"consumedBy\":\"e2e\",\"phase\":\"Executed\",\"decidedAt\":\"$(timestamp 0)\",\"message\":\"Approved call forwarded by e2e\"}}"
+    agent_status_patch r3 "{\"status\":{\"consumedAt\":\"$(timestamp 0)\",\"consumedBy\":\"e2e\",\"phase\":\"Executed\",\"decidedAt\":\"$(timestamp 0)\",\"message\":\"Approved call forwarded by e2e\"}}"
   expect_eq "r3 executed" "Executed" "$(jpath r3 '{.status.phase}')"
   expect_fail "consumption is write-once" "write-once" \
-    kubectl -n "$NS" --as="$AGENT_SA" patch approvalrequest r3 --subresource=status --type merge \
-      -p "{\"status\":{\"consumedAt\":\"$(timestamp 5)\"}}"
+    agent_status_patch r3 "{\"status\":{\"consumedAt\":\"$(timestamp 5)\"}}"
 fi
 
 echo

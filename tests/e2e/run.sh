@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# make e2e: runs every tests/e2e/*.sh suite against the cluster in KUBECONFIG with plain kubectl
-# and the built binaries. Prints a clear SKIP line and exits 0 when no cluster is reachable.
+# make e2e: runs the e2e suites against the cluster in KUBECONFIG with plain kubectl, the built
+# binaries (target/debug) and the npm MCP peers. Prints a SKIP line and exits 0 when no cluster
+# is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
+#
+# Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin (default: both, in that order)
+#   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
+#           approvals, refusals, expiry, failover, figures
+#   plugin  tests/e2e/plugin.sh: kubectl hitl and the admission policy, request by request
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -9,13 +15,26 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
   exit 0
 fi
 
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin)
+
+echo "== e2e: build and test dependencies"
 cargo build --bins
 export PATH="$PWD/target/debug:$PATH"
+make --no-print-directory peers chart-venv
 
 status=0
-for suite in tests/e2e/[a-z]*.sh; do
-  [ "$suite" = tests/e2e/run.sh ] && continue
-  echo "== e2e: $suite"
-  if bash "$suite"; then echo "PASS: $suite"; else echo "FAIL: $suite"; status=1; fi
+for suite in "${suites[@]}"; do
+  script=tests/e2e/$suite.sh
+  [ -f "$script" ] || { echo "FAIL: no suite $script"; status=1; continue; }
+  echo
+  echo "== e2e: $script"
+  start=$SECONDS
+  if bash "$script"; then
+    echo "PASS: $script ($((SECONDS - start)) s)"
+  else
+    echo "FAIL: $script ($((SECONDS - start)) s)"
+    status=1
+  fi
 done
 exit "$status"

@@ -1,0 +1,154 @@
+# Helpers for the e2e suites (sourced). Every wait is bounded; failures print what the running
+# processes logged.
+
+# Logs whose tails `fail` prints, in the order they were added: "name=file" entries.
+E2E_LOGS=()
+# Processes started by the suite: name -> pid. `stop_all` ends them (by pid only).
+declare -A E2E_PIDS=()
+
+step() { printf '\n== %s\n' "$*"; }
+ok() { echo "ok   - $*"; }
+note() { echo "     $*"; }
+
+track_log() {
+  local entry
+  for entry in "${E2E_LOGS[@]}"; do [ "$entry" != "$1=$2" ] || return 0; done
+  E2E_LOGS+=("$1=$2")
+}
+
+# fail MESSAGE: prints FAIL and the tails of the tracked logs (kube-client's "Server cert
+# bypassed" warnings left out), all on stderr so that a failure inside $(...) still shows;
+# then exits 1.
+fail() {
+  {
+    echo "FAIL - $*"
+    local entry
+    for entry in "${E2E_LOGS[@]}"; do
+      [ -s "${entry#*=}" ] || continue
+      echo "--- ${entry%%=*} (${entry#*=}), last 15 lines:"
+      grep -v 'Server cert bypassed' "${entry#*=}" | tail -n 15 | cut -c1-400
+    done
+    echo "FAIL - $*"
+  } >&2
+  exit 1
+}
+
+# fail_on_error: any command that fails outside a condition ends the suite with a FAIL line naming
+# it (set -e alone would exit silently).
+fail_on_error() {
+  set -E
+  trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed (status $?)"' ERR
+}
+
+# now: seconds since the epoch with microseconds (bash builtin, no fork).
+now() { echo "$EPOCHREALTIME"; }
+# elapsed START [END]: seconds between two `now` values, 3 decimals.
+elapsed() { awk -v a="$1" -v b="${2:-$EPOCHREALTIME}" 'BEGIN { printf "%.3f", b - a }'; }
+
+# within START SECONDS: less than SECONDS have passed since START (a `now` value).
+within() { awk -v a="$1" -v b="$EPOCHREALTIME" -v s="$2" 'BEGIN { exit !(b - a < s) }'; }
+
+# wait_for DESCRIPTION SECONDS COMMAND...: runs COMMAND every 0.1 s until it succeeds.
+wait_for() {
+  local what=$1 seconds=$2
+  shift 2
+  local deadline=$((SECONDS + seconds))
+  while ! "$@" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
+    sleep 0.1
+  done
+}
+
+# start NAME LOGFILE COMMAND...: runs COMMAND in the background, output appended to LOGFILE
+# (a restarted process keeps its earlier output, like `kubectl logs --previous`).
+start() {
+  local name=$1 log=$2
+  shift 2
+  "$@" >>"$log" 2>&1 &
+  E2E_PIDS[$name]=$!
+  track_log "$name" "$log"
+}
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# stop NAME [SIGNAL]: signals a started process and waits up to 10 s for it (then SIGKILL).
+stop() {
+  local pid=${E2E_PIDS[$1]:-}
+  unset "E2E_PIDS[$1]"
+  [ -n "$pid" ] || return 0
+  kill "-${2:-TERM}" "$pid" 2>/dev/null || return 0
+  local deadline=$((SECONDS + 10))
+  while alive "$pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+stop_all() {
+  local name
+  for name in "${!E2E_PIDS[@]}"; do stop "$name"; done
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# http_up URL: any HTTP answer counts.
+http_up() { curl -s -o /dev/null --max-time 2 "$1"; }
+# http_ok URL: a 2xx answer.
+http_ok() { curl -fs -o /dev/null --max-time 2 "$1"; }
+
+# kubeconfig_with_token FILE TOKEN NAMESPACE: a kubeconfig for the cluster of the current
+# kubeconfig that authenticates with TOKEN (as a pod's projected ServiceAccount token would).
+kubeconfig_with_token() {
+  local file=$1 token=$2 namespace=$3 server ca insecure
+  server=$(kubectl config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.server}')
+  ca=$(kubectl config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  insecure=$(kubectl config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.insecure-skip-tls-verify}')
+  {
+    echo "apiVersion: v1"
+    echo "kind: Config"
+    echo "clusters:"
+    echo "- name: e2e"
+    echo "  cluster:"
+    echo "    server: $server"
+    if [ -n "$ca" ]; then echo "    certificate-authority-data: $ca"; fi
+    if [ "$insecure" = true ]; then echo "    insecure-skip-tls-verify: true"; fi
+    echo "users:"
+    echo "- name: e2e"
+    echo "  user: {token: $token}"
+    echo "contexts:"
+    echo "- name: e2e"
+    echo "  context: {cluster: e2e, user: e2e, namespace: $namespace}"
+    echo "current-context: e2e"
+  } >"$file"
+  chmod 600 "$file"
+}
+
+# kube_curl KUBECONFIG METHOD PATH [CURL-ARGS...]: a raw API request with the server and token of
+# KUBECONFIG (one made by kubeconfig_with_token); fails on an HTTP error, printing the body.
+kube_curl() {
+  local kc=$1 method=$2 path=$3 view=(kubectl --kubeconfig "$1" config view --raw --minify --flatten -o) tls=(-k)
+  shift 3
+  local server token ca
+  server=$("${view[@]}" jsonpath='{.clusters[0].cluster.server}')
+  token=$("${view[@]}" jsonpath='{.users[0].user.token}')
+  ca=$("${view[@]}" jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  if [ -n "$ca" ]; then
+    base64 -d <<<"$ca" >"$kc.ca"
+    tls=(--cacert "$kc.ca")
+  elif [ "$("${view[@]}" jsonpath='{.clusters[0].cluster.insecure-skip-tls-verify}')" != true ]; then
+    tls=()
+  fi
+  curl -sS --max-time 10 --fail-with-body "${tls[@]}" -X "$method" -H "Authorization: Bearer $token" "$@" "$server$path"
+}
+
+# kubeconfig_as FILE USER GROUP: the current kubeconfig's credentials, impersonating USER in
+# GROUP (for clusters without ready-made kubeconfigs of the test users).
+kubeconfig_as() {
+  kubectl config view --raw --minify --flatten -o json | python3 -c '
+import json, sys
+config = json.load(sys.stdin)
+config["users"][0]["user"].update({"as": sys.argv[1], "as-groups": [sys.argv[2]]})
+json.dump(config, sys.stdout)' "$2" "$3" >"$1"
+  chmod 600 "$1"
+}
