@@ -123,6 +123,50 @@ async fn json_responses_are_filtered_and_relayed() {
     assert!(api.requests().is_empty());
 }
 
+/// A gate for the stub behind a counting proxy (`echo` offered and ungated, `delete` offered
+/// and gated), the proxy and the fake apiserver.
+async fn counted_gate() -> (Gate, Counter, FakeApi) {
+    let stub_url = stub::start().await;
+    let counter = Counter::start(stub_url.trim_end_matches("/mcp").to_string()).await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "stub",
+            McpProtocol::StreamableHttp,
+            &format!("{}/mcp", counter.url),
+            &["echo", "delete"],
+            &["delete"],
+        )],
+        3600.0,
+        1.0,
+    );
+    (Gate::start(&cfg, &api).await, counter, api)
+}
+
+#[tokio::test]
+async fn keys_equal_ignoring_case_never_reach_the_upstream() {
+    init();
+    let (gate, counter, api) = counted_gate().await;
+    let url = gate.route("stub");
+    // What Go's encoding/json (mcp-go servers) reads as a call of the gated `delete`, or as
+    // other arguments than the gate hashed and showed.
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"METHOD":"tools/call","params":{"name":"delete"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"delete"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"delete"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"ParamS":{"name":"delete"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Arguments":{"path":"/etc"}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"keep":true,"\u212aeep":false}}}"#,
+    ] {
+        let resp = post(&url, body).await;
+        assert_eq!(resp.status(), 400, "{body}");
+        let error: Value = resp.json().await.unwrap();
+        assert!(error["error"]["message"].is_string(), "{error}");
+    }
+    assert_eq!(counter.seen(), vec![], "nothing reached the upstream");
+    assert!(api.requests().is_empty());
+}
+
 #[tokio::test]
 async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
     init();

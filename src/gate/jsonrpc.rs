@@ -2,10 +2,10 @@
 //! client message, filtering `tools/list` results, and writing its own tool results. Every
 //! other message is relayed byte for byte.
 
-use std::borrow::Cow;
+use std::collections::HashMap;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 /// A `tools/call` request.
@@ -49,6 +49,10 @@ pub enum Rejected {
     /// A `tools/call` without a string tool name or with a non-object params.
     #[error("invalid tools/call params: {0}")]
     InvalidParams(String),
+    /// Not a JSON-RPC message (not an object, a method that is not a string), or one with a
+    /// protocol field written in another case.
+    #[error("invalid request: {0}")]
+    Invalid(String),
 }
 
 impl Rejected {
@@ -56,35 +60,34 @@ impl Rejected {
     pub fn code(&self) -> i64 {
         match self {
             Self::Parse(_) => -32700,
-            Self::Batch => -32600,
+            Self::Batch | Self::Invalid(_) => -32600,
             Self::InvalidParams(_) => -32602,
         }
     }
 }
 
-#[derive(Deserialize)]
-struct Probe<'a> {
-    #[serde(borrow, default)]
-    method: Option<Cow<'a, str>>,
+/// A JSON value in which no object repeats a key, nor, with `fold`, holds two keys that are
+/// equal under Unicode simple case folding. Parsers disagree on which of two equal keys counts
+/// (`{"name":"delete","name":"echo"}` is `delete` to some, `echo` to others), and Go's
+/// `encoding/json` (mcp-go, and so kagent's own tool servers) matches keys to fields ignoring
+/// case, folding `ſ` to `s` and the Kelvin sign `K` to `k`, the last key winning: to it
+/// `{"name":"echo","Name":"delete"}` calls `delete`. So the messages the gate decides on must
+/// not hold any such pair: the gate would check one call and the upstream run another.
+#[derive(Clone, Copy)]
+struct UniqueKeys {
+    /// Also refuse keys that are equal ignoring case (client messages).
+    fold: bool,
 }
 
-/// A JSON value in which no object repeats a key. Parsers disagree on which of two equal keys
-/// counts (`{"name":"delete","name":"echo"}` is `delete` to some, `echo` to others), so the
-/// messages the gate decides on must not have any: the gate would check one call and the
-/// upstream run another.
-struct UniqueKeys(Value);
+impl<'de> DeserializeSeed<'de> for UniqueKeys {
+    type Value = Value;
 
-impl<'de> Deserialize<'de> for UniqueKeys {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer
-            .deserialize_any(UniqueKeysVisitor)
-            .map(UniqueKeys)
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-struct UniqueKeysVisitor;
-
-impl<'de> Visitor<'de> for UniqueKeysVisitor {
+impl<'de> Visitor<'de> for UniqueKeys {
     type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -121,7 +124,7 @@ impl<'de> Visitor<'de> for UniqueKeysVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(UniqueKeys(item)) = seq.next_element()? {
+        while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -129,10 +132,32 @@ impl<'de> Visitor<'de> for UniqueKeysVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
+        // The keys that case folding changes, by their folded form. A key that folding leaves
+        // as it is is its own folded form, so `object` already holds it under that form.
+        let mut folded: HashMap<String, String> = HashMap::new();
         while let Some(key) = map.next_key::<String>()? {
-            let UniqueKeys(value) = map.next_value()?;
+            let value = map.next_value_seed(self)?;
             if object.contains_key(&key) {
                 return Err(de::Error::custom(format_args!("duplicate key {key:?}")));
+            }
+            if self.fold {
+                let changed = case_folded(&key);
+                let form = changed.as_deref().unwrap_or(&key);
+                // An earlier key that folds to the same form: one that folding changed, or,
+                // when folding changes this key, one that is that form itself.
+                let other = match folded.get(form) {
+                    Some(other) => Some(other.as_str()),
+                    None if changed.is_some() && object.contains_key(form) => Some(form),
+                    None => None,
+                };
+                if let Some(other) = other {
+                    return Err(de::Error::custom(format_args!(
+                        "duplicate key {key:?}: equal to {other:?} ignoring case"
+                    )));
+                }
+                if let Some(form) = changed {
+                    folded.insert(form, key.clone());
+                }
             }
             object.insert(key, value);
         }
@@ -140,10 +165,34 @@ impl<'de> Visitor<'de> for UniqueKeysVisitor {
     }
 }
 
-/// Parses a message the gate decides on; a repeated key anywhere refuses it.
-fn parse_unique(body: &[u8]) -> Result<Value, Rejected> {
-    serde_json::from_slice::<UniqueKeys>(body)
-        .map(|UniqueKeys(v)| v)
+/// `key` under Unicode simple case folding (CaseFolding.txt statuses C and S), or `None` when
+/// folding leaves it as it is. Two keys are equal ignoring case when their folded forms are
+/// equal; every pair of keys that Go's `strings.EqualFold` and `encoding/json` take as equal
+/// (`K`, `k` and the Kelvin sign; `S`, `s` and `ſ`; `ß` and `ẞ`) is, and simple folding maps
+/// no character to more than one, as Go does not (`ß` is not `ss`).
+fn case_folded(key: &str) -> Option<String> {
+    // Lowercase ASCII folds to itself: the usual key costs one pass over its bytes.
+    if key.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase()) {
+        return None;
+    }
+    let form: String = key.chars().map(fold_char).collect();
+    (form != key).then_some(form)
+}
+
+fn fold_char(c: char) -> char {
+    unicode_case_mapping::case_folded(c)
+        .and_then(|f| char::from_u32(f.get()))
+        .unwrap_or(c)
+}
+
+/// Parses a message the gate decides on; a repeated key anywhere refuses it, and so, with
+/// `fold`, do two keys of one object that are equal ignoring case.
+fn parse_unique(body: &[u8], fold: bool) -> Result<Value, Rejected> {
+    let mut json = serde_json::Deserializer::from_slice(body);
+    UniqueKeys { fold }
+        .deserialize(&mut json)
+        // As `serde_json::from_slice`: nothing but whitespace may follow the value.
+        .and_then(|value| json.end().map(|()| value))
         .map_err(|e| Rejected::Parse(e.to_string()))
 }
 
@@ -152,42 +201,68 @@ fn parse_unique(body: &[u8]) -> Result<Value, Rejected> {
 /// and shown to the approver: a number a double cannot hold (say `100000000000000000000001`)
 /// arrives as the double the approver saw, not as digits they never saw.
 pub fn as_read(body: &[u8]) -> Result<Vec<u8>, Rejected> {
-    let msg = parse_unique(body)?;
+    let msg = parse_unique(body, true)?;
     Ok(serde_json::to_vec(&msg).expect("a parsed JSON value serializes"))
 }
 
-/// Classifies a client message. `tools/list` and `tools/call` are fully parsed, and refused if
-/// any object in them repeats a key; so is any body that does not parse or that repeats
-/// `method` (other parsers may read such messages differently).
-pub fn classify(body: &[u8]) -> Result<Incoming, Rejected> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'[') {
-        let probes: Vec<Probe> =
-            serde_json::from_slice(body).map_err(|e| Rejected::Parse(e.to_string()))?;
-        return if probes.iter().any(|p| is_tools(p.method.as_deref())) {
-            Err(Rejected::Batch)
-        } else {
-            Ok(Incoming::Other)
-        };
-    }
-    let probe: Probe = serde_json::from_slice(body).map_err(|e| Rejected::Parse(e.to_string()))?;
-    match probe.method.as_deref() {
-        Some("tools/list") => {
-            let mut msg = parse_unique(body)?;
-            let id = msg.get_mut("id").map(Value::take).unwrap_or(Value::Null);
-            Ok(Incoming::ToolsList { id })
+/// The fields of a JSON-RPC message, and of the params of the requests the gate decides on,
+/// that a case-insensitive parser would also find under another case (`"METHOD"`, `"Name"`).
+const MESSAGE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
+const PARAMS_FIELDS: &[&str] = &["name", "arguments", "_meta"];
+
+/// Refuses an object holding a key that is one of `fields` ignoring case but not exactly: the
+/// gate would not see that field, and Go's `encoding/json` would.
+fn exact_fields(object: &Map<String, Value>, fields: &[&str]) -> Result<(), Rejected> {
+    for key in object.keys() {
+        if let Some(field) = case_folded(key).and_then(|f| fields.iter().find(|n| **n == f)) {
+            return Err(Rejected::Invalid(format!(
+                "key {key:?} is {field:?} in another case"
+            )));
         }
-        Some("tools/call") => parse_call(body).map(Incoming::ToolsCall),
+    }
+    Ok(())
+}
+
+/// The method of one (non-batch) client message, once no protocol field in it or in its
+/// params is written in another case.
+fn method(msg: &Value) -> Result<Option<&str>, Rejected> {
+    let Some(object) = msg.as_object() else {
+        return Err(Rejected::Invalid("a message must be a JSON object".into()));
+    };
+    exact_fields(object, MESSAGE_FIELDS)?;
+    if let Some(params) = object.get("params").and_then(Value::as_object) {
+        exact_fields(params, PARAMS_FIELDS)?;
+    }
+    match object.get("method") {
+        None => Ok(None),
+        Some(Value::String(m)) => Ok(Some(m)),
+        Some(_) => Err(Rejected::Invalid("method must be a string".into())),
+    }
+}
+
+/// Classifies a client message. Every message is fully parsed and refused if another parser
+/// could read it differently: if it is not JSON, if any object in it repeats a key or holds
+/// two keys equal ignoring case, or if a protocol field is written in another case.
+pub fn classify(body: &[u8]) -> Result<Incoming, Rejected> {
+    let msg = parse_unique(body, true)?;
+    if let Value::Array(batch) = &msg {
+        for m in batch {
+            if matches!(method(m)?, Some("tools/list" | "tools/call")) {
+                return Err(Rejected::Batch);
+            }
+        }
+        return Ok(Incoming::Other);
+    }
+    match method(&msg)? {
+        Some("tools/list") => Ok(Incoming::ToolsList {
+            id: msg.get("id").cloned().unwrap_or(Value::Null),
+        }),
+        Some("tools/call") => parse_call(msg).map(Incoming::ToolsCall),
         _ => Ok(Incoming::Other),
     }
 }
 
-fn is_tools(method: Option<&str>) -> bool {
-    matches!(method, Some("tools/list" | "tools/call"))
-}
-
-fn parse_call(body: &[u8]) -> Result<ToolCall, Rejected> {
-    let mut msg = parse_unique(body)?;
+fn parse_call(mut msg: Value) -> Result<ToolCall, Rejected> {
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) else {
         return Err(Rejected::InvalidParams("params must be an object".into()));
@@ -407,6 +482,121 @@ mod tests {
             classify(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#),
             Err(Rejected::InvalidParams(_))
         ));
+    }
+
+    #[test]
+    fn keys_equal_ignoring_case_refuse_any_message() {
+        for (body, other) in [
+            // Go's encoding/json takes the last of two keys it matches to one field.
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"delete"}}"#,
+                "method",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"delete"}}"#,
+                "name",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{},"Arguments":{"a":1}}}"#,
+                "arguments",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"path":"/tmp","PATH":"/etc"}}}"#,
+                "path",
+            ),
+            // Unicode simple folding: the Kelvin sign is k, the long s is s.
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"key":1,"\u212aey":2}}}"#,
+                "key",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"ſize":1,"Size":2}}}"#,
+                "ſize",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"l":[{"σ":1,"Σ":2}]}}}"#,
+                "σ",
+            ),
+            // Any message, not only tool messages; inside batches too.
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"a","NAME":"b"}}}"#,
+                "name",
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":1,"X":2}}]"#,
+                "x",
+            ),
+        ] {
+            let got = classify(body.as_bytes());
+            assert!(
+                matches!(&got, Err(Rejected::Parse(m)) if m.starts_with("duplicate key") && m.contains(&format!("equal to {other:?} ignoring case"))),
+                "{body}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_protocol_field_in_another_case_refuses_the_message() {
+        for (body, key) in [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"METHOD":"tools/call","params":{"name":"delete"}}"#,
+                "METHOD",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","ParamS":{"name":"delete"}}"#,
+                "ParamS",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","paramſ":{}}"#,
+                "paramſ",
+            ),
+            (r#"{"jsonrpc":"2.0","Id":1,"method":"tools/list"}"#, "Id"),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"delete"}}"#,
+                "Name",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Arguments":{"path":"/"}}}"#,
+                "Arguments",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_META":{}}}"#,
+                "_META",
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"delete"}}]"#,
+                "Method",
+            ),
+        ] {
+            let got = classify(body.as_bytes());
+            assert!(
+                matches!(&got, Err(Rejected::Invalid(m)) if m.starts_with(&format!("key {key:?} is "))),
+                "{body}: {got:?}"
+            );
+        }
+        // Keys that merely differ from a field, other case only inside arguments, and keys
+        // that full case folding (not Go's) would equate are all fine.
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"Name":"n","METHOD":1,"ß":1,"ss":2},"names":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"Tools":[]}}"#,
+        ] {
+            assert!(classify(body.as_bytes()).is_ok(), "{body}");
+        }
+    }
+
+    #[test]
+    fn folding_is_unicode_simple_case_folding() {
+        assert_eq!(case_folded("method"), None);
+        assert_eq!(case_folded("METHOD").as_deref(), Some("method"));
+        assert_eq!(case_folded("\u{212A}ey").as_deref(), Some("key"));
+        assert_eq!(case_folded("ſ").as_deref(), Some("s"));
+        assert_eq!(case_folded("ẞ").as_deref(), Some("ß"));
+        assert_eq!(case_folded("ß"), None);
+        assert_eq!(case_folded("ς").as_deref(), Some("σ"));
+        // The duplicate check relies on a folded form folding to itself.
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            assert_eq!(fold_char(fold_char(c)), fold_char(c), "{c:?}");
+        }
     }
 
     #[test]
