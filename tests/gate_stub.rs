@@ -168,6 +168,87 @@ async fn keys_equal_ignoring_case_never_reach_the_upstream() {
 }
 
 #[tokio::test]
+async fn only_messages_the_gate_wrote_reach_the_upstream() {
+    init();
+    let (gate, counter, api) = counted_gate().await;
+    let url = gate.route("stub");
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let send = |content_type: &'static [&'static str],
+                encoding: Option<&'static str>,
+                body: &'static str| {
+        let mut request = http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        for t in content_type {
+            request = request.header("content-type", *t);
+        }
+        if let Some(e) = encoding {
+            request = request.header("content-encoding", e);
+        }
+        request.send()
+    };
+    // In UTF-7, `tools+AC8-call` is `tools/call`: a server decoding by the declared charset
+    // runs a tool the gate never saw called.
+    let utf7 = r#"{"jsonrpc":"2.0","id":1,"method":"tools+AC8-call","params":{"name":"delete"}}"#;
+    for (types, encoding, why) in [
+        (
+            &["application/json; charset=utf-7"][..],
+            None,
+            "charset=utf-8",
+        ),
+        (
+            &["application/json;charset=\"UTF-16\""],
+            None,
+            "charset=utf-8",
+        ),
+        (&["text/plain"], None, "must be application/json"),
+        (
+            &["application/json", "application/json; charset=utf-7"],
+            None,
+            "more than one Content-Type",
+        ),
+        (&["application/json"], Some("gzip"), "Content-Encoding"),
+        (&["application/json"], Some("identity"), "Content-Encoding"),
+    ] {
+        let resp = send(types, encoding, utf7).await.unwrap();
+        assert_eq!(resp.status(), 415, "{types:?} {encoding:?}");
+        let error: Value = resp.json().await.unwrap();
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{message}");
+    }
+    assert_eq!(counter.seen(), vec![], "nothing reached the upstream");
+
+    // What is accepted goes upstream as the gate wrote it, with its own Content-Type.
+    let ping = r#"{ "jsonrpc":"2.0", "id":1.0, "method":"ping", "params":{"s":"caf\u00e9"} }"#;
+    let resp = send(&["Application/JSON ; charset=\"UTF-8\""], None, ping)
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":1E2,"s":"\u0041"}}}"#;
+    let answer: Value = send(&[], None, call).await.unwrap().json().await.unwrap();
+    // The stub echoes the arguments byte for byte as they reached it.
+    assert_eq!(
+        result_text(&answer),
+        (r#"{"n":100.0,"s":"A"}"#.to_string(), false)
+    );
+    let bodies: Vec<(Option<String>, String)> = counter
+        .bodies()
+        .into_iter()
+        .map(|(t, b)| (t, String::from_utf8(b.to_vec()).unwrap()))
+        .collect();
+    let json = Some("application/json".to_string());
+    assert_eq!(
+        bodies,
+        [
+            (json.clone(), r#"{"jsonrpc":"2.0","id":1.0,"method":"ping","params":{"s":"café"}}"#.to_string()),
+            (json, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":100.0,"s":"A"}}}"#.to_string()),
+        ]
+    );
+    assert!(api.requests().is_empty());
+}
+
+#[tokio::test]
 async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
     init();
     let upstream = stub::start().await;

@@ -1,6 +1,7 @@
-//! The only JSON-RPC the gate understands: recognising `tools/list` and `tools/call` in a
-//! client message, filtering `tools/list` results, and writing its own tool results. Every
-//! other message is relayed byte for byte.
+//! The JSON-RPC the gate understands: reading every client message (and refusing any that
+//! another parser could read differently), recognising `tools/list` and `tools/call` in it,
+//! filtering `tools/list` results, and writing its own tool results. A client message goes
+//! upstream only as the gate wrote it out again after reading it, never as the client's bytes.
 
 use std::collections::HashMap;
 
@@ -196,15 +197,6 @@ fn parse_unique(body: &[u8], fold: bool) -> Result<Value, Rejected> {
         .map_err(|e| Rejected::Parse(e.to_string()))
 }
 
-/// A `tools/call` message as the gate read it, written out again. A gated call forwards this
-/// rather than the client's bytes, so the upstream gets exactly the arguments that were hashed
-/// and shown to the approver: a number a double cannot hold (say `100000000000000000000001`)
-/// arrives as the double the approver saw, not as digits they never saw.
-pub fn as_read(body: &[u8]) -> Result<Vec<u8>, Rejected> {
-    let msg = parse_unique(body, true)?;
-    Ok(serde_json::to_vec(&msg).expect("a parsed JSON value serializes"))
-}
-
 /// The fields of a JSON-RPC message, and of the params of the requests the gate decides on,
 /// that a case-insensitive parser would also find under another case (`"METHOD"`, `"Name"`).
 const MESSAGE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
@@ -212,12 +204,10 @@ const PARAMS_FIELDS: &[&str] = &["name", "arguments", "_meta"];
 
 /// Refuses an object holding a key that is one of `fields` ignoring case but not exactly: the
 /// gate would not see that field, and Go's `encoding/json` would.
-fn exact_fields(object: &Map<String, Value>, fields: &[&str]) -> Result<(), Rejected> {
+fn exact_fields(object: &Map<String, Value>, fields: &[&str]) -> Result<(), String> {
     for key in object.keys() {
         if let Some(field) = case_folded(key).and_then(|f| fields.iter().find(|n| **n == f)) {
-            return Err(Rejected::Invalid(format!(
-                "key {key:?} is {field:?} in another case"
-            )));
+            return Err(format!("key {key:?} is {field:?} in another case"));
         }
     }
     Ok(())
@@ -229,9 +219,9 @@ fn method(msg: &Value) -> Result<Option<&str>, Rejected> {
     let Some(object) = msg.as_object() else {
         return Err(Rejected::Invalid("a message must be a JSON object".into()));
     };
-    exact_fields(object, MESSAGE_FIELDS)?;
+    exact_fields(object, MESSAGE_FIELDS).map_err(Rejected::Invalid)?;
     if let Some(params) = object.get("params").and_then(Value::as_object) {
-        exact_fields(params, PARAMS_FIELDS)?;
+        exact_fields(params, PARAMS_FIELDS).map_err(Rejected::Invalid)?;
     }
     match object.get("method") {
         None => Ok(None),
@@ -240,26 +230,44 @@ fn method(msg: &Value) -> Result<Option<&str>, Rejected> {
     }
 }
 
-/// Classifies a client message. Every message is fully parsed and refused if another parser
-/// could read it differently: if it is not JSON, if any object in it repeats a key or holds
-/// two keys equal ignoring case, or if a protocol field is written in another case.
-pub fn classify(body: &[u8]) -> Result<Incoming, Rejected> {
+/// A client message as the gate read it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    /// What it is.
+    pub incoming: Incoming,
+    /// The message as the gate read it, written out again as UTF-8 JSON: the only bytes the
+    /// gate forwards. The upstream gets exactly what the gate saw, whatever escapes, spacing
+    /// or number forms the client used: a gated call carries the arguments that were hashed
+    /// and shown to the approver (a number a double cannot hold, say
+    /// `100000000000000000000001`, arrives as the double the approver saw, not as digits they
+    /// never saw).
+    pub body: Vec<u8>,
+}
+
+/// Reads a client message. Every message is fully parsed and refused if another parser could
+/// read it differently: if it is not JSON (UTF-8), if any object in it repeats a key or holds
+/// two keys equal ignoring case, or if a protocol field is written in another case; a batch
+/// holding `tools/list` or `tools/call` is refused as well.
+pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     let msg = parse_unique(body, true)?;
-    if let Value::Array(batch) = &msg {
+    let body = serde_json::to_vec(&msg).expect("a parsed JSON value serializes");
+    let incoming = if let Value::Array(batch) = &msg {
         for m in batch {
             if matches!(method(m)?, Some("tools/list" | "tools/call")) {
                 return Err(Rejected::Batch);
             }
         }
-        return Ok(Incoming::Other);
-    }
-    match method(&msg)? {
-        Some("tools/list") => Ok(Incoming::ToolsList {
-            id: msg.get("id").cloned().unwrap_or(Value::Null),
-        }),
-        Some("tools/call") => parse_call(msg).map(Incoming::ToolsCall),
-        _ => Ok(Incoming::Other),
-    }
+        Incoming::Other
+    } else {
+        match method(&msg)? {
+            Some("tools/list") => Incoming::ToolsList {
+                id: msg.get("id").cloned().unwrap_or(Value::Null),
+            },
+            Some("tools/call") => Incoming::ToolsCall(parse_call(msg)?),
+            _ => Incoming::Other,
+        }
+    };
+    Ok(Message { incoming, body })
 }
 
 fn parse_call(mut msg: Value) -> Result<ToolCall, Rejected> {
@@ -383,6 +391,10 @@ pub fn response_id(message: &[u8]) -> Option<Value> {
 mod tests {
     use super::*;
 
+    fn classify(body: &[u8]) -> Result<Incoming, Rejected> {
+        read(body).map(|m| m.incoming)
+    }
+
     #[test]
     fn classifies_messages() {
         assert_eq!(
@@ -441,15 +453,56 @@ mod tests {
     #[test]
     fn a_call_as_read_carries_exactly_the_hashed_arguments() {
         let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"b\u0061nk","amount":100000000000000000000001,"n":9007199254740993}}}"#;
-        let Ok(Incoming::ToolsCall(call)) = classify(body) else {
+        let Ok(Message {
+            incoming: Incoming::ToolsCall(call),
+            body: forwarded,
+        }) = read(body)
+        else {
             panic!("a call")
         };
-        let forwarded: Value = serde_json::from_slice(&as_read(body).unwrap()).unwrap();
-        assert_eq!(forwarded["params"]["arguments"], call.arguments);
+        let parsed: Value = serde_json::from_slice(&forwarded).unwrap();
+        assert_eq!(parsed["params"]["arguments"], call.arguments);
         assert_eq!(
-            String::from_utf8(as_read(body).unwrap()).unwrap(),
+            String::from_utf8(forwarded).unwrap(),
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"bank","amount":1.0000000000000001e+23,"n":9007199254740993}}}"#
         );
+    }
+
+    #[test]
+    fn every_message_is_forwarded_as_the_gate_wrote_it() {
+        // Escapes, spacing and number forms another parser might read differently are gone;
+        // what is left is UTF-8 JSON that means the same to any parser.
+        for (body, written) in [
+            (
+                r#" { "jsonrpc" : "2.0", "id" : 1.0, "method" : "tools\u002flist" } "#,
+                r#"{"jsonrpc":"2.0","id":1.0,"method":"tools/list"}"#,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"s":"\u00e9\ud83d\ude00","n":1E2}}"#,
+                r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"s":"é😀","n":100.0}}"#,
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","id":"a","result":{}},{"jsonrpc":"2.0","method":"ping","id":2}]"#,
+                r#"[{"jsonrpc":"2.0","id":"a","result":{}},{"jsonrpc":"2.0","method":"ping","id":2}]"#,
+            ),
+        ] {
+            assert_eq!(
+                String::from_utf8(read(body.as_bytes()).unwrap().body).unwrap(),
+                written
+            );
+        }
+        // What is not UTF-8 JSON is refused, not passed on: a byte-order mark, UTF-16, bytes
+        // that are not UTF-8 in a string, a lone surrogate, anything after the value.
+        for body in [
+            &b"\xef\xbb\xbf{\"jsonrpc\":\"2.0\",\"method\":\"ping\"}"[..],
+            b"{\x00\"\x00j\x00\"\x00:\x001\x00}\x00",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\xff\"}",
+            br#"{"jsonrpc":"2.0","method":"ping","params":{"s":"\ud800"}}"#,
+            br#"{"jsonrpc":"2.0","method":"ping"} {"jsonrpc":"2.0","method":"tools/call"}"#,
+            br#""tools/call""#,
+        ] {
+            assert!(read(body).is_err(), "{}", String::from_utf8_lossy(body));
+        }
     }
 
     #[test]

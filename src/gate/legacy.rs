@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
-use super::proxy::{GatedResult, gated};
+use super::proxy::{GatedResult, check_body_headers, gated};
 use super::upstream::Upstream;
 use crate::sse;
 
@@ -200,8 +200,14 @@ pub async fn message(
             .expect("static response parts are valid");
     };
     let up = route.up.clone();
-    let incoming = match jsonrpc::classify(&body) {
-        Ok(i) => i,
+    if let Err(why) = check_body_headers(&headers) {
+        return Response::builder()
+            .status(StatusCode::UNSUPPORTED_MEDIA_TYPE)
+            .body(Body::from(format!("approval gate: {why}")))
+            .expect("static response parts are valid");
+    }
+    let message = match jsonrpc::read(&body) {
+        Ok(message) => message,
         Err(rejected) => {
             return Response::builder()
                 .status(StatusCode::BAD_REQUEST)
@@ -209,7 +215,9 @@ pub async fn message(
                 .expect("static response parts are valid");
         }
     };
-    let call = match incoming {
+    // From here on only the message as the gate wrote it is forwarded.
+    let body = Bytes::from(message.body);
+    let call = match message.incoming {
         Incoming::Other => return forward(&up, &session, &headers, body).await,
         Incoming::ToolsList { id } => {
             session

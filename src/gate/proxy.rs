@@ -69,20 +69,74 @@ pub async fn streamable(
             Err(e) => upstream_failed(&up, &e),
         };
     }
-    match jsonrpc::classify(&body) {
-        Err(rejected) => rejected_response(&rejected),
-        Ok(Incoming::Other) => match up.send(method, up.url.clone(), &headers, body).await {
+    if let Err(why) = check_body_headers(&headers) {
+        return error_status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &Value::Null,
+            -32600,
+            &format!("approval gate: {why}"),
+        );
+    }
+    let message = match jsonrpc::read(&body) {
+        Ok(message) => message,
+        Err(rejected) => return rejected_response(&rejected),
+    };
+    // From here on only the message as the gate wrote it is forwarded.
+    let body = Bytes::from(message.body);
+    match message.incoming {
+        Incoming::Other => match up.send(method, up.url.clone(), &headers, body).await {
             Ok(resp) => up.relay(resp),
             Err(e) => upstream_failed(&up, &e),
         },
-        Ok(Incoming::ToolsList { id }) => {
-            match up.send(method, up.url.clone(), &headers, body).await {
-                Ok(resp) => relay_tools_list(resp, id, up.clone()).await,
-                Err(e) => upstream_failed(&up, &e),
-            }
-        }
-        Ok(Incoming::ToolsCall(call)) => tools_call(up, headers, body, call).await,
+        Incoming::ToolsList { id } => match up.send(method, up.url.clone(), &headers, body).await {
+            Ok(resp) => relay_tools_list(resp, id, up.clone()).await,
+            Err(e) => upstream_failed(&up, &e),
+        },
+        Incoming::ToolsCall(call) => tools_call(up, headers, body, call).await,
     }
+}
+
+/// Refuses a message body that another parser could decode differently from the gate, which
+/// reads every message as UTF-8 JSON and forwards it as `application/json` of its own writing:
+/// any `Content-Encoding`, a media type other than `application/json`, a charset other than
+/// UTF-8 (a server honouring `charset=utf-7` reads `tools+AC8-call` as `tools/call`). A
+/// message without a `Content-Type` is read as UTF-8 JSON, as RFC 8259 says.
+pub fn check_body_headers(headers: &HeaderMap) -> Result<(), String> {
+    if let Some(coding) = headers.get(header::CONTENT_ENCODING) {
+        return Err(format!(
+            "Content-Encoding {coding:?} is not accepted: send messages as plain UTF-8 JSON"
+        ));
+    }
+    let mut types = headers.get_all(header::CONTENT_TYPE).iter();
+    let Some(content_type) = types.next() else {
+        return Ok(());
+    };
+    if types.next().is_some() {
+        return Err("more than one Content-Type".into());
+    }
+    let text = content_type
+        .to_str()
+        .map_err(|_| "a Content-Type that is not ASCII".to_string())?;
+    let mut parts = text.split(';');
+    let media = parts.next().unwrap_or_default().trim();
+    if !media.eq_ignore_ascii_case("application/json") {
+        return Err(format!(
+            "Content-Type {text:?}: messages must be application/json"
+        ));
+    }
+    for param in parts {
+        let (name, value) = param.split_once('=').unwrap_or((param, ""));
+        let value = value.trim().trim_matches('"');
+        if name.trim().eq_ignore_ascii_case("charset")
+            && !value.eq_ignore_ascii_case("utf-8")
+            && !value.eq_ignore_ascii_case("utf8")
+        {
+            return Err(format!(
+                "Content-Type {text:?}: messages must be UTF-8 JSON (charset=utf-8)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn protocol(headers: &HeaderMap) -> Option<&str> {
@@ -98,14 +152,21 @@ fn json_response(body: Vec<u8>) -> Response<Body> {
         .expect("static response parts are valid")
 }
 
+/// An HTTP error carrying a JSON-RPC error for request `id` (null when the message was not
+/// read).
+fn error_status(status: StatusCode, id: &Value, code: i64, message: &str) -> Response<Body> {
+    let mut resp = json_response(jsonrpc::error_response(id, code, message));
+    *resp.status_mut() = status;
+    resp
+}
+
 fn rejected_response(rejected: &Rejected) -> Response<Body> {
-    let mut resp = json_response(jsonrpc::error_response(
+    error_status(
+        StatusCode::BAD_REQUEST,
         &Value::Null,
         rejected.code(),
         &rejected.to_string(),
-    ));
-    *resp.status_mut() = StatusCode::BAD_REQUEST;
-    resp
+    )
 }
 
 fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
@@ -292,7 +353,8 @@ pub enum GatedResult {
 }
 
 /// Runs the approval of a gated call and forwards it if (and only if) this gate consumed an
-/// approval for exactly these arguments.
+/// approval for exactly these arguments. `body` is the call as the gate read it
+/// ([`jsonrpc::Message::body`]), so it carries the arguments that were hashed and shown.
 pub async fn gated(
     up: &Upstream,
     url: reqwest::Url,
@@ -355,14 +417,6 @@ pub async fn gated(
                 &call.name,
                 &format!("{} ({})", e, e.reason()),
             ));
-        }
-    };
-    // Forward the call as it was read, hashed and shown to the approver.
-    let body = match jsonrpc::as_read(&body) {
-        Ok(read) => Bytes::from(read),
-        Err(e) => {
-            metrics.call(Outcome::error);
-            return GatedResult::Refused(outcome::error(&call.name, &e.to_string()));
         }
     };
     match up.send(Method::POST, url, headers, body).await {

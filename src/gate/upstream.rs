@@ -63,6 +63,12 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// Headers of the client's request that describe its body: the gate forwards a body of its own
+/// writing, never the client's, so it never forwards these either.
+fn describes_body(name: &HeaderName) -> bool {
+    name == header::CONTENT_TYPE || name == header::CONTENT_ENCODING
+}
+
 /// Why an upstream request got no (whole) answer.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -151,9 +157,11 @@ impl Upstream {
         })
     }
 
-    /// Sends a request upstream: the client's headers minus hop-by-hop ones and minus any the
-    /// gate configures, then the configured ones. The response head must come within
-    /// `params.timeout`, when set.
+    /// Sends a request upstream: the client's headers minus hop-by-hop ones, minus those
+    /// describing the client's body and minus any the gate configures, then the configured
+    /// ones. A non-empty `body` is a message the gate wrote, so it goes with the gate's own
+    /// `Content-Type: application/json`. The response head must come within `params.timeout`,
+    /// when set.
     pub async fn send(
         &self,
         method: Method,
@@ -163,11 +171,17 @@ impl Upstream {
     ) -> Result<reqwest::Response, UpstreamError> {
         let mut headers = HeaderMap::with_capacity(client_headers.len() + self.headers.len());
         for (k, v) in client_headers {
-            if !hop_by_hop(k) && !self.headers.contains_key(k) {
+            if !hop_by_hop(k) && !describes_body(k) && !self.headers.contains_key(k) {
                 headers.append(k.clone(), v.clone());
             }
         }
         headers.extend(self.headers.clone());
+        if !body.is_empty() {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
         let started = Instant::now();
         let request = self
             .shared
