@@ -249,6 +249,49 @@ async fn only_messages_the_gate_wrote_reach_the_upstream() {
 }
 
 #[tokio::test]
+async fn a_tools_list_answered_under_another_id_form_is_still_filtered() {
+    init();
+    let (gate, _counter, _api) = counted_gate().await;
+    let url = gate.route("stub");
+    // The stub offers `echo` and `hidden`; the gate offers only `echo`. Answered with `1.0`
+    // or `"1"` for the request's `1`, as JSON or as an event: never the whole list.
+    for params in [
+        json!({"answer_id": 1.0}),
+        json!({"answer_id": "1"}),
+        json!({"answer_id": null}),
+        json!({"answer_id": 1.0, "answer_sse": true}),
+        json!({"answer_id": 2, "answer_sse": true}),
+    ] {
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
+        let resp = post(&url, &list.to_string()).await;
+        assert_eq!(resp.status(), 200, "{params}");
+        let body = resp.text().await.unwrap();
+        assert!(body.contains(r#""name":"echo""#), "{params}: {body}");
+        assert!(!body.contains("hidden"), "{params}: {body}");
+    }
+    // A result a case-insensitive client (Go) reads and the gate would not see: refused.
+    for params in [
+        json!({"result_key": "Result"}),
+        json!({"result_key": "Result", "answer_sse": true}),
+    ] {
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
+        let resp = post(&url, &list.to_string()).await;
+        let body = resp.text().await.unwrap();
+        assert!(!body.contains("hidden"), "{params}: {body}");
+        let answer: Value =
+            serde_json::from_str(body.trim_start_matches("event: message\ndata: ").trim()).unwrap();
+        assert_eq!(answer["id"], 1, "{body}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("cannot read unambiguously"),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
     init();
     let upstream = stub::start().await;

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
@@ -301,43 +300,69 @@ fn parse_call(mut msg: Value) -> Result<ToolCall, Rejected> {
     })
 }
 
-/// Removes from a `tools/list` response every tool `allowed` rejects. Returns `None` when
-/// `message` is not a result for `id` carrying a `tools` array (left unchanged).
-pub fn filter_tools_list(
-    message: &[u8],
-    id: &Value,
-    allowed: impl Fn(&str) -> bool,
-) -> Option<Vec<u8>> {
-    filter_tools(message, Some(id), allowed)
+/// What the gate makes of a server message on a stream that may carry tool lists.
+#[derive(Debug, PartialEq)]
+pub enum Filtered {
+    /// No tool list in it: relayed as it came.
+    Unchanged,
+    /// Its tool lists filtered, written out by the gate.
+    Rewritten(Vec<u8>),
+    /// A message another parser could read differently from the gate (why): never relayed.
+    Unreadable(String),
 }
 
-/// Like [`filter_tools_list`] for a response to an unknown request (a replayed stream): any
-/// result whose `tools` is an array of named tools is filtered.
-pub fn filter_any_tools_list(message: &[u8], allowed: impl Fn(&str) -> bool) -> Option<Vec<u8>> {
-    filter_tools(message, None, allowed)
+/// The fields of a `tools/list` result, and of a tool, that must be written exactly.
+const RESULT_FIELDS: &[&str] = &["tools"];
+const TOOL_FIELDS: &[&str] = &["name"];
+
+/// Filters every `tools/list`-shaped result in a server message (a `result` whose `tools` is
+/// an array; in a batch, each one), keeping only the entries that are objects named by a
+/// string `allowed` accepts. Whatever the id: the gate does not match the answer to its
+/// request (`"id":1.0` answers `"id":1` for many clients), so a tool list it cannot match is
+/// filtered all the same. A message that is not JSON, repeats a key, or writes `result`,
+/// `tools` or a tool's `name` in another case is [`Filtered::Unreadable`]: the gate might
+/// see no tool list where the client sees one.
+pub fn filter_tools(message: &[u8], allowed: impl Fn(&str) -> bool) -> Filtered {
+    let mut msg = match parse_unique(message, false) {
+        Ok(msg) => msg,
+        Err(e) => return Filtered::Unreadable(e.to_string()),
+    };
+    let mut rewritten = false;
+    let messages = match &mut msg {
+        Value::Array(batch) => batch.iter_mut().collect(),
+        one => vec![one],
+    };
+    for one in messages {
+        match filter_one(one, &allowed) {
+            Ok(filtered) => rewritten |= filtered,
+            Err(why) => return Filtered::Unreadable(why),
+        }
+    }
+    if rewritten {
+        Filtered::Rewritten(serde_json::to_vec(&msg).expect("JSON values serialize"))
+    } else {
+        Filtered::Unchanged
+    }
 }
 
-fn filter_tools(
-    message: &[u8],
-    id: Option<&Value>,
-    allowed: impl Fn(&str) -> bool,
-) -> Option<Vec<u8>> {
-    let mut msg: Value = serde_json::from_slice(message).ok()?;
-    match id {
-        Some(id) if msg.get("id") != Some(id) => return None,
-        None if msg.get("id").is_none_or(Value::is_null) => return None,
-        _ => {}
+/// Filters the tool list of one message, if it is tools/list-shaped (then `true`).
+fn filter_one(msg: &mut Value, allowed: &impl Fn(&str) -> bool) -> Result<bool, String> {
+    let Some(object) = msg.as_object_mut() else {
+        return Ok(false);
+    };
+    exact_fields(object, MESSAGE_FIELDS)?;
+    let Some(result) = object.get_mut("result").and_then(Value::as_object_mut) else {
+        return Ok(false);
+    };
+    exact_fields(result, RESULT_FIELDS)?;
+    let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
+        return Ok(false);
+    };
+    for tool in tools.iter().filter_map(Value::as_object) {
+        exact_fields(tool, TOOL_FIELDS)?;
     }
-    let tools = msg.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
-    if id.is_none()
-        && !tools
-            .iter()
-            .all(|t| t.get("name").is_some_and(Value::is_string))
-    {
-        return None;
-    }
-    tools.retain(|t| t.get("name").and_then(Value::as_str).is_some_and(&allowed));
-    serde_json::to_vec(&msg).ok()
+    tools.retain(|t| t.get("name").and_then(Value::as_str).is_some_and(allowed));
+    Ok(true)
 }
 
 /// The first MCP protocol revision whose results carry `resultType`.
@@ -370,21 +395,6 @@ pub fn progress(token: &Value, progress: u64, message: &str) -> Vec<u8> {
         "params": {"progressToken": token, "progress": progress, "message": message}
     }))
     .expect("JSON values serialize")
-}
-
-/// The id of a message, when it is a single JSON-RPC response (has `result` or `error`).
-pub fn response_id(message: &[u8]) -> Option<Value> {
-    #[derive(Deserialize)]
-    struct Resp {
-        #[serde(default)]
-        id: Option<Value>,
-        #[serde(default)]
-        result: Option<serde::de::IgnoredAny>,
-        #[serde(default)]
-        error: Option<serde::de::IgnoredAny>,
-    }
-    let r: Resp = serde_json::from_slice(message).ok()?;
-    (r.result.is_some() || r.error.is_some()).then_some(r.id?)
 }
 
 #[cfg(test)]
@@ -652,29 +662,75 @@ mod tests {
         }
     }
 
+    fn filtered(message: &str) -> Filtered {
+        filter_tools(message.as_bytes(), |t| t == "echo")
+    }
+
+    fn rewritten(message: &str) -> Value {
+        match filtered(message) {
+            Filtered::Rewritten(out) => serde_json::from_slice(&out).unwrap(),
+            other => panic!("{message}: {other:?}"),
+        }
+    }
+
     #[test]
-    fn filters_tools_list_results_for_the_right_id() {
-        let msg = br#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"echo"},{"name":"get-env"},{"name":"get-sum"}],"nextCursor":"n"}}"#;
-        let out = filter_tools_list(msg, &json!(3), |t| t != "get-env").unwrap();
-        let v: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(
-            v["result"]["tools"],
-            json!([{"name":"echo"},{"name":"get-sum"}])
+    fn filters_every_tools_list_result_whatever_its_id() {
+        let v = rewritten(
+            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"echo"},{"name":"get-env"}],"nextCursor":"n"}}"#,
         );
-        assert_eq!(v["result"]["nextCursor"], json!("n"));
-        assert_eq!(filter_tools_list(msg, &json!(4), |_| false), None);
-        assert_eq!(
-            filter_tools_list(br#"{"jsonrpc":"2.0","method":"x"}"#, &json!(3), |_| false),
-            None
-        );
-        // Replayed streams: any tools/list-shaped response is filtered, nothing else.
-        let out = filter_any_tools_list(msg, |t| t == "echo").unwrap();
-        let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["result"]["tools"], json!([{"name": "echo"}]));
-        let note = br#"{"jsonrpc":"2.0","method":"notifications/x","params":{"tools":[]}}"#;
-        assert_eq!(filter_any_tools_list(note, |_| false), None);
-        let odd = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[1,2]}}"#;
-        assert_eq!(filter_any_tools_list(odd, |_| false), None);
+        assert_eq!(v["result"]["nextCursor"], json!("n"));
+        // An id in another form than the request's, no id, a batch: filtered all the same.
+        for message in [
+            r#"{"jsonrpc":"2.0","id":1.0,"result":{"tools":[{"name":"echo"},{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":"1","result":{"tools":[{"name":"echo"},{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","result":{"tools":[{"name":"echo"},{"name":"get-env"}]}}"#,
+        ] {
+            assert_eq!(
+                rewritten(message)["result"]["tools"],
+                json!([{"name": "echo"}])
+            );
+        }
+        let v = rewritten(
+            r#"[{"jsonrpc":"2.0","id":9,"result":{}},{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get-env"}]}}]"#,
+        );
+        assert_eq!(v[1]["result"]["tools"], json!([]));
+        // Entries that are not named tools are dropped, not kept.
+        let v = rewritten(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[1,"echo",{"name":7},{"title":"x"},{"name":"echo"}]}}"#,
+        );
+        assert_eq!(v["result"]["tools"], json!([{"name": "echo"}]));
+        // No tool list: left alone.
+        for message in [
+            r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"tools":[{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":"none"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":{"b":1,"B":2}}}"#,
+            r#""text""#,
+        ] {
+            assert_eq!(filtered(message), Filtered::Unchanged, "{message}");
+        }
+    }
+
+    #[test]
+    fn a_server_message_the_gate_cannot_read_is_never_relayed() {
+        for message in [
+            // Not JSON to the gate, JSON to lenient parsers (Python's json reads NaN).
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get-env"}]},"n":NaN}"#,
+            // Repeated keys: the gate and the client may read different ones.
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get-env"}]},"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","name":"get-env"}]}}"#,
+            // Fields a case-insensitive parser (Go) reads and the gate would not.
+            r#"{"jsonrpc":"2.0","id":1,"Result":{"tools":[{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"TOOLS":[{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","Name":"get-env"}]}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"result":{"ToolS":[]}}]"#,
+        ] {
+            assert!(
+                matches!(filtered(message), Filtered::Unreadable(_)),
+                "{message}"
+            );
+        }
     }
 
     #[test]
@@ -691,21 +747,5 @@ mod tests {
         let v: Value =
             serde_json::from_slice(&tool_error(&json!(9), "x", Some("2025-11-25"))).unwrap();
         assert!(v["result"].get("resultType").is_none());
-    }
-
-    #[test]
-    fn finds_response_ids() {
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
-            Some(json!(1))
-        );
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#),
-            Some(json!("a"))
-        );
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
-            None
-        );
     }
 }

@@ -5,7 +5,7 @@
 //! event stream, the gate writes its own answers (refusals, progress) into that stream and
 //! filters `tools/list` results on it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
-use super::proxy::{GatedResult, check_body_headers, gated};
+use super::proxy::{GatedResult, check_body_headers, filter_event, gated};
 use super::upstream::Upstream;
 use crate::sse;
 
@@ -31,8 +31,6 @@ struct Session {
     post_url: reqwest::Url,
     /// Writes gate-made events into the client's stream.
     inject: mpsc::UnboundedSender<Bytes>,
-    /// Ids of `tools/list` requests whose results must be filtered (JSON-encoded).
-    list_ids: Mutex<HashSet<String>>,
 }
 
 /// The SSE sessions of one upstream.
@@ -112,10 +110,10 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         id: id.clone(),
     };
     let endpoint = format!("{}/messages?session={id}", up.server.route);
-    let upstream_events = sse::events(up.body(resp)).map(move |ev| {
+    let upstream_events = sse::events(up.body(resp)).filter_map(move |ev| {
         // Keep the guard alive as long as the stream.
         let _ = &guard;
-        rewrite_event(&route, &id, &endpoint, &inject, ev)
+        std::future::ready(rewrite_event(&route, &id, &endpoint, &inject, ev))
     });
     let injected = futures::stream::unfold(injected, |mut rx| async move {
         rx.recv().await.map(|b| (Some(Ok(b)), rx))
@@ -135,17 +133,21 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         .expect("static response parts are valid")
 }
 
-/// Rewrites the `endpoint` event (registering the session) and filters `tools/list` results.
+/// Rewrites the `endpoint` event (registering the session) and filters tool lists (see
+/// [`filter_event`]); `None` drops the event.
 fn rewrite_event(
     route: &Arc<LegacyRoute>,
     id: &str,
     endpoint: &str,
     inject: &mpsc::UnboundedSender<Bytes>,
     ev: std::io::Result<Bytes>,
-) -> std::io::Result<Bytes> {
-    let ev = ev?;
+) -> Option<std::io::Result<Bytes>> {
+    let ev = match ev {
+        Ok(ev) => ev,
+        Err(e) => return Some(Err(e)),
+    };
     let Some(data) = sse::data(&ev) else {
-        return Ok(ev);
+        return Some(Ok(ev));
     };
     if sse::event_type(&ev) == b"endpoint" {
         let target = std::str::from_utf8(&data)
@@ -154,30 +156,19 @@ fn rewrite_event(
             .filter(|u| u.origin() == route.up.url.origin());
         let Some(post_url) = target else {
             tracing::warn!(server = %route.up.label, "upstream endpoint is not on the upstream's origin; closing");
-            return Err(std::io::Error::other("upstream endpoint rejected"));
+            return Some(Err(std::io::Error::other("upstream endpoint rejected")));
         };
         route.sessions.lock().expect("sessions lock").insert(
             id.to_string(),
             Arc::new(Session {
                 post_url,
                 inject: inject.clone(),
-                list_ids: Mutex::default(),
             }),
         );
-        return Ok(sse::with_data(&ev, endpoint.as_bytes()));
+        return Some(Ok(sse::with_data(&ev, endpoint.as_bytes())));
     }
-    let Some(session) = route.session(id) else {
-        return Ok(ev);
-    };
-    let Some(resp_id) = jsonrpc::response_id(&data) else {
-        return Ok(ev);
-    };
-    let key = resp_id.to_string();
-    if !session.list_ids.lock().expect("list ids lock").remove(&key) {
-        return Ok(ev);
-    }
-    let filtered = jsonrpc::filter_tools_list(&data, &resp_id, |t| route.up.server.allows(t));
-    Ok(filtered.map_or(ev.clone(), |d| sse::with_data(&ev, &d)))
+    // Every tool list on the stream is filtered, whichever request it answers.
+    filter_event(&route.up, ev, None).map(Ok)
 }
 
 /// Query of the gate's message endpoint.
@@ -218,13 +209,7 @@ pub async fn message(
     // From here on only the message as the gate wrote it is forwarded.
     let body = Bytes::from(message.body);
     let call = match message.incoming {
-        Incoming::Other => return forward(&up, &session, &headers, body).await,
-        Incoming::ToolsList { id } => {
-            session
-                .list_ids
-                .lock()
-                .expect("list ids lock")
-                .insert(id.to_string());
+        Incoming::Other | Incoming::ToolsList { .. } => {
             return forward(&up, &session, &headers, body).await;
         }
         Incoming::ToolsCall(call) => call,

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::approval::{GatedCall, Resolution};
 use super::decision::CallKey;
 use super::hash;
-use super::jsonrpc::{self, Incoming, Rejected, ToolCall};
+use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
 use super::metrics::Outcome;
 use super::outcome;
 use super::upstream::{Upstream, UpstreamError, is_event_stream, read_all};
@@ -57,10 +57,7 @@ pub async fn streamable(
             // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
             Ok(resp) if is_get && is_event_stream(resp.headers()) => {
                 let (builder, body) = up.relay_parts(resp);
-                let up = up.clone();
-                let stream = filter_sse(body, move |data| {
-                    jsonrpc::filter_any_tools_list(data, |t| up.server.allows(t))
-                });
+                let stream = filter_sse(body, up.clone(), None);
                 builder
                     .body(Body::from_stream(stream))
                     .expect("upstream response parts are valid")
@@ -181,14 +178,13 @@ fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
 }
 
 /// Relays a `tools/list` response with the tools the server may not offer removed, whether
-/// the upstream answered with JSON or an SSE stream.
+/// the upstream answered with JSON or an SSE stream. Every tool list in it is filtered, whatever
+/// its id; a message in it the gate cannot read is replaced by an error answering `id`.
 async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>) -> Response<Body> {
     let sse = is_event_stream(resp.headers());
     let (builder, body) = up.relay_parts(resp);
     if sse {
-        let stream = filter_sse(body, move |data| {
-            jsonrpc::filter_tools_list(data, &id, |t| up.server.allows(t))
-        });
+        let stream = filter_sse(body, up, Some(id));
         return builder
             .body(Body::from_stream(stream))
             .expect("upstream response parts are valid");
@@ -197,27 +193,68 @@ async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>)
         Ok(bytes) => bytes,
         Err(e) => return upstream_failed(&up, &e.into()),
     };
-    let out = jsonrpc::filter_tools_list(&bytes, &id, |t| up.server.allows(t)).unwrap_or(bytes);
+    let out = match jsonrpc::filter_tools(&bytes, |t| up.server.allows(t)) {
+        Filtered::Unchanged => bytes,
+        Filtered::Rewritten(out) => out,
+        Filtered::Unreadable(why) => {
+            tracing::warn!(server = %up.label, error = %why, "tools/list answer unreadable; not relayed");
+            return error_status(
+                StatusCode::BAD_GATEWAY,
+                &id,
+                -32603,
+                &unreadable_text(&up, &why),
+            );
+        }
+    };
     builder
         .body(Body::from(out))
         .expect("upstream response parts are valid")
 }
 
-/// Rewrites each SSE event whose data `rewrite` changes; other bytes pass unchanged.
-pub fn filter_sse<S, E>(
-    upstream: S,
-    rewrite: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + 'static,
-) -> impl Stream<Item = Result<Bytes, E>> + Send
-where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: Send + 'static,
-{
-    sse::events(upstream).map(move |event| {
-        event.map(|ev| match sse::data(&ev).and_then(|d| rewrite(&d)) {
-            Some(data) => sse::with_data(&ev, &data),
-            None => ev,
+fn unreadable_text(up: &Upstream, why: &str) -> String {
+    format!(
+        "approval gate: upstream {} sent a message the gate cannot read unambiguously, so it \
+         was not relayed: {why}",
+        up.label
+    )
+}
+
+/// An upstream event stream with the tool lists in it filtered (see [`filter_event`]); other
+/// events pass as the exact bytes received.
+fn filter_sse<E: Send + 'static>(
+    upstream: impl Stream<Item = Result<Bytes, E>> + Send + 'static,
+    up: Arc<Upstream>,
+    request: Option<Value>,
+) -> impl Stream<Item = Result<Bytes, E>> + Send {
+    sse::events(upstream).filter_map(move |event| {
+        std::future::ready(match event {
+            Ok(event) => filter_event(&up, event, request.as_ref()).map(Ok),
+            Err(e) => Some(Err(e)),
         })
     })
+}
+
+/// One upstream SSE event with every tool list in its data filtered
+/// ([`jsonrpc::filter_tools`]). An event the gate cannot read is never relayed: it becomes an
+/// error answering `request` (the `tools/list` whose answer the stream carries) or, on a stream
+/// that answers no request the gate knows of, is dropped. `None`: drop the event. Events
+/// without data (comments, and the empty priming events servers send to make a stream
+/// resumable) carry no message and pass.
+pub fn filter_event(up: &Upstream, event: Bytes, request: Option<&Value>) -> Option<Bytes> {
+    let Some(data) = sse::data(&event).filter(|d| !d.is_empty()) else {
+        return Some(event);
+    };
+    match jsonrpc::filter_tools(&data, |t| up.server.allows(t)) {
+        Filtered::Unchanged => Some(event),
+        Filtered::Rewritten(data) => Some(sse::with_data(&event, &data)),
+        Filtered::Unreadable(why) => {
+            tracing::warn!(server = %up.label, error = %why, "upstream event unreadable; not relayed");
+            request.map(|id| {
+                let error = jsonrpc::error_response(id, -32603, &unreadable_text(up, &why));
+                sse::with_data(&event, &error)
+            })
+        }
+    }
 }
 
 /// A `tools/call`: refused if the tool is not offered, forwarded if it needs no approval,
