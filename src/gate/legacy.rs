@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
-use super::proxy::{GatedResult, check_body_headers, filter_event, gated};
+use super::proxy::{GatedResult, STREAM_QUEUE, check_body_headers, filter_event, gated};
 use super::upstream::Upstream;
 use crate::sse;
 
@@ -30,7 +30,7 @@ struct Session {
     /// Where the upstream wants this session's messages.
     post_url: reqwest::Url,
     /// Writes gate-made events into the client's stream.
-    inject: mpsc::UnboundedSender<Bytes>,
+    inject: mpsc::Sender<Bytes>,
 }
 
 /// The SSE sessions of one upstream.
@@ -104,7 +104,7 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         }
     };
     let id = route.new_session_id();
-    let (inject, injected) = mpsc::unbounded_channel::<Bytes>();
+    let (inject, injected) = mpsc::channel::<Bytes>(STREAM_QUEUE);
     let guard = SessionGuard {
         route: route.clone(),
         id: id.clone(),
@@ -139,7 +139,7 @@ fn rewrite_event(
     route: &Arc<LegacyRoute>,
     id: &str,
     endpoint: &str,
-    inject: &mpsc::UnboundedSender<Bytes>,
+    inject: &mpsc::Sender<Bytes>,
     ev: std::io::Result<Bytes>,
 ) -> Option<std::io::Result<Bytes>> {
     let ev = match ev {
@@ -217,11 +217,14 @@ pub async fn message(
     let metrics = up.shared.metrics.clone();
     if !up.server.allows(&call.name) {
         metrics.call(Outcome::refused);
-        let _ = session.inject.send(sse::message(&jsonrpc::tool_error(
-            &call.id,
-            &outcome::unknown_tool(&call.name),
-            None,
-        )));
+        let _ = session
+            .inject
+            .send(sse::message(&jsonrpc::tool_error(
+                &call.id,
+                &outcome::unknown_tool(&call.name),
+                None,
+            )))
+            .await;
         return accepted();
     }
     if !up.server.requires_approval(&call.name) {
@@ -241,7 +244,7 @@ pub async fn message(
         let progress = move |msg: &str| {
             if let Some(token) = &token {
                 let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-                let _ = inject.send(sse::message(&jsonrpc::progress(token, n, msg)));
+                let _ = inject.try_send(sse::message(&jsonrpc::progress(token, n, msg)));
             }
         };
         let result = tokio::select! {
@@ -258,12 +261,14 @@ pub async fn message(
                 );
                 let _ = session
                     .inject
-                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
+                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)))
+                    .await;
             }
             GatedResult::Refused(text) => {
                 let _ = session
                     .inject
-                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
+                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)))
+                    .await;
             }
         }
     });

@@ -29,6 +29,12 @@ pub const SESSION_HEADER: &str = "mcp-session-id";
 /// Header carrying the negotiated MCP protocol revision.
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 
+/// Events the gate queues for a client's event stream that it writes itself (a gated call's
+/// progress and answer, the legacy transport's injected answers). A full queue holds the
+/// writer back (the upstream is read no faster than the client reads); a progress
+/// notification that finds it full is dropped, as progress is advisory.
+pub const STREAM_QUEUE: usize = 16;
+
 /// Streamable HTTP handler: every method on the server's route.
 pub async fn streamable(
     State(up): State<Arc<Upstream>>,
@@ -191,7 +197,7 @@ async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>)
     }
     let bytes = match read_all(body).await {
         Ok(bytes) => bytes,
-        Err(e) => return upstream_failed(&up, &e.into()),
+        Err(e) => return upstream_failed(&up, &e),
     };
     let out = match jsonrpc::filter_tools(&bytes, |t| up.server.allows(t)) {
         Filtered::Unchanged => bytes,
@@ -220,16 +226,20 @@ fn unreadable_text(up: &Upstream, why: &str) -> String {
 }
 
 /// An upstream event stream with the tool lists in it filtered (see [`filter_event`]); other
-/// events pass as the exact bytes received.
-fn filter_sse<E: Send + 'static>(
-    upstream: impl Stream<Item = Result<Bytes, E>> + Send + 'static,
+/// events pass as the exact bytes received. An error (an event past
+/// [`sse::MAX_EVENT_BYTES`], a silent or broken upstream) is logged and ends the stream.
+fn filter_sse(
+    upstream: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
     up: Arc<Upstream>,
     request: Option<Value>,
-) -> impl Stream<Item = Result<Bytes, E>> + Send {
+) -> impl Stream<Item = io::Result<Bytes>> + Send {
     sse::events(upstream).filter_map(move |event| {
         std::future::ready(match event {
             Ok(event) => filter_event(&up, event, request.as_ref()).map(Ok),
-            Err(e) => Some(Err(e)),
+            Err(e) => {
+                tracing::warn!(server = %up.label, error = %e, "upstream event stream cut off");
+                Some(Err(e))
+            }
         })
     })
 }
@@ -310,14 +320,14 @@ async fn tools_call(
     }
     // Progress wanted: answer with an SSE stream carrying progress notifications, then the
     // result. If the client goes away before a decision, the wait stops and nothing runs.
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let (tx, mut rx) = mpsc::channel::<Bytes>(STREAM_QUEUE);
     tokio::spawn(async move {
         let token = call.progress_token.clone().unwrap_or(Value::Null);
         let count = std::sync::atomic::AtomicU64::new(0);
         let ptx = tx.clone();
         let progress = move |msg: &str| {
             let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            let _ = ptx.send(sse::message(&jsonrpc::progress(&token, n, msg)));
+            let _ = ptx.try_send(sse::message(&jsonrpc::progress(&token, n, msg)));
         };
         let result = tokio::select! {
             r = gated(&up, up.url.clone(), &headers, body, &call, &progress) => r,
@@ -330,43 +340,38 @@ async fn tools_call(
             GatedResult::Forwarded(resp, request) if !resp.status().is_success() => {
                 let why = format!("HTTP {}", resp.status());
                 let text = outcome::upstream_failed_after_approval(&call.name, &request, &why);
-                let _ = tx.send(sse::message(&jsonrpc::tool_error(
-                    &call.id,
-                    &text,
-                    proto.as_deref(),
-                )));
+                let _ = tx
+                    .send(sse::message(&jsonrpc::tool_error(
+                        &call.id,
+                        &text,
+                        proto.as_deref(),
+                    )))
+                    .await;
             }
             GatedResult::Forwarded(resp, request) => {
-                let lost = |e: io::Error| {
-                    let why = UpstreamError::Body(e).tell(&up.label);
+                let lost = |e: UpstreamError| {
+                    let why = e.tell(&up.label);
                     let text = outcome::upstream_lost(&call.name, Some(&request), &why);
                     sse::message(&jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
                 };
                 if is_event_stream(resp.headers()) {
-                    let mut stream = std::pin::pin!(up.body(resp));
-                    while let Some(chunk) = stream.next().await {
-                        let (event, last) = match chunk {
-                            Ok(chunk) => (chunk, false),
-                            Err(e) => (lost(e), true),
-                        };
-                        if tx.send(event).is_err() || last {
-                            break;
-                        }
-                    }
+                    relay_into(up.body(resp), &tx, lost).await;
                 } else {
                     let event = match up.read_body(resp).await {
                         Ok(body) => sse::message(&body),
                         Err(e) => lost(e),
                     };
-                    let _ = tx.send(event);
+                    let _ = tx.send(event).await;
                 }
             }
             GatedResult::Refused(text) => {
-                let _ = tx.send(sse::message(&jsonrpc::tool_error(
-                    &call.id,
-                    &text,
-                    proto.as_deref(),
-                )));
+                let _ = tx
+                    .send(sse::message(&jsonrpc::tool_error(
+                        &call.id,
+                        &text,
+                        proto.as_deref(),
+                    )))
+                    .await;
             }
         }
     });
@@ -379,6 +384,26 @@ async fn tools_call(
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(stream))
         .expect("static response parts are valid")
+}
+
+/// Relays an upstream body into a client's queue chunk by chunk, waiting while the queue is
+/// full, so the upstream is read no faster than the client reads. A failure becomes the event
+/// `lost` makes of it, which ends the relay, as does a client that went away.
+async fn relay_into(
+    body: impl Stream<Item = io::Result<Bytes>>,
+    tx: &mpsc::Sender<Bytes>,
+    lost: impl Fn(UpstreamError) -> Bytes,
+) {
+    let mut body = std::pin::pin!(body);
+    while let Some(chunk) = body.next().await {
+        let (event, last) = match chunk {
+            Ok(chunk) => (chunk, false),
+            Err(e) => (lost(UpstreamError::Body(e)), true),
+        };
+        if tx.send(event).await.is_err() || last {
+            break;
+        }
+    }
 }
 
 /// The end of a gated call.
@@ -472,5 +497,35 @@ pub async fn gated(
                 outcome::upstream_failed_after_approval(&call.name, &name, &why)
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_holds_the_upstream_back() {
+        let read = Arc::new(AtomicUsize::new(0));
+        let counted = read.clone();
+        let body = futures::stream::iter(0..1000).map(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(Bytes::from_static(b"data: x\n\n"))
+        });
+        let (tx, mut rx) = mpsc::channel(STREAM_QUEUE);
+        let relay = tokio::spawn(async move { relay_into(body, &tx, |_| Bytes::new()).await });
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        // A full queue and the chunk waiting for room: nothing more is read upstream.
+        assert_eq!(read.load(Ordering::SeqCst), STREAM_QUEUE + 1);
+        let mut relayed = 0;
+        while rx.recv().await.is_some() {
+            relayed += 1;
+        }
+        assert_eq!(relayed, 1000);
+        relay.await.unwrap();
     }
 }
