@@ -5,31 +5,87 @@
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 
-/// Splits a byte stream into complete events (each with its terminating blank line).
+/// The longest event the splitter holds, 16 MiB (terminator included). A longer one ends the
+/// stream with [`EventTooLarge`] rather than being buffered without bound: an MCP message that
+/// large is not a message an agent can use.
+pub const MAX_EVENT_BYTES: usize = 16 << 20;
+
+/// An event longer than [`MAX_EVENT_BYTES`].
+#[derive(Debug, thiserror::Error)]
+#[error("an event is longer than {} MiB, the limit", MAX_EVENT_BYTES >> 20)]
+pub struct EventTooLarge;
+
+impl From<EventTooLarge> for std::io::Error {
+    fn from(e: EventTooLarge) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
+}
+
+/// Splits a byte stream into complete events (each with its terminating blank line). It
+/// remembers how far it has looked, so each byte is scanned once however the stream is cut:
+/// splitting is linear in the stream's length.
 #[derive(Default, Debug)]
 pub struct Splitter {
     buf: BytesMut,
+    /// How much of `buf` has been scanned for the end of its first event.
+    scanned: usize,
+    /// Whether the scan stopped inside a line (rather than at the start of one).
+    mid_line: bool,
 }
 
 impl Splitter {
-    /// Adds a chunk and returns the events it completes.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<Bytes> {
+    /// Adds a chunk and returns the events it completes; fails once an event is longer than
+    /// [`MAX_EVENT_BYTES`].
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Bytes>, EventTooLarge> {
         self.buf.extend_from_slice(chunk);
         let mut events = Vec::new();
-        while let Some(end) = event_end(&self.buf) {
+        while let Some(end) = self.event_end() {
+            if end > MAX_EVENT_BYTES {
+                return Err(EventTooLarge);
+            }
             events.push(self.buf.split_to(end).freeze());
         }
-        events
+        if self.buf.len() > MAX_EVENT_BYTES {
+            return Err(EventTooLarge);
+        }
+        Ok(events)
     }
 
     /// What is left when the stream ends (an unterminated event), if anything.
     pub fn finish(self) -> Option<Bytes> {
         (!self.buf.is_empty()).then(|| self.buf.freeze())
     }
+
+    /// Where the first complete event of the buffer ends (after its blank line), scanning on
+    /// from where the last call stopped; the scan starts afresh after an event.
+    fn event_end(&mut self) -> Option<usize> {
+        let mut i = self.scanned;
+        while i < self.buf.len() {
+            // A `\r` ending the buffer may be the start of `\r\n`: look again at it next time.
+            let Some(t) = terminator(&self.buf, i) else {
+                break;
+            };
+            if t == 0 {
+                self.mid_line = true;
+                i += 1;
+            } else if self.mid_line {
+                self.mid_line = false;
+                i += t;
+            } else {
+                // A blank line: the end of the event (or, before any field, a lone terminator,
+                // passed on as an event of its own).
+                self.scanned = 0;
+                return Some(i + t);
+            }
+        }
+        self.scanned = i;
+        None
+    }
 }
 
-/// A byte stream cut into whole events (the last one may be unterminated); an error ends it.
-pub fn events<E: Send + 'static>(
+/// A byte stream cut into whole events (the last one may be unterminated); an error, or an
+/// event longer than [`MAX_EVENT_BYTES`], ends it.
+pub fn events<E: From<EventTooLarge> + Send + 'static>(
     stream: impl Stream<Item = Result<Bytes, E>> + Send + 'static,
 ) -> impl Stream<Item = Result<Bytes, E>> + Send {
     futures::stream::unfold(
@@ -37,7 +93,12 @@ pub fn events<E: Send + 'static>(
         |(mut stream, mut splitter)| async move {
             let split = splitter.as_mut()?;
             let items: Vec<Result<Bytes, E>> = match stream.next().await {
-                Some(Ok(chunk)) => split.push(&chunk).into_iter().map(Ok).collect(),
+                Some(Ok(chunk)) => match split.push(&chunk) {
+                    Ok(events) => events.into_iter().map(Ok).collect(),
+                    Err(e) => {
+                        return Some((futures::stream::iter(vec![Err(e.into())]), (stream, None)));
+                    }
+                },
                 Some(Err(e)) => return Some((futures::stream::iter(vec![Err(e)]), (stream, None))),
                 None => splitter.take()?.finish().into_iter().map(Ok).collect(),
             };
@@ -59,30 +120,6 @@ fn terminator(buf: &[u8], i: usize) -> Option<usize> {
         },
         _ => Some(0),
     }
-}
-
-/// Where the first complete event of `buf` ends (after its blank line).
-fn event_end(buf: &[u8]) -> Option<usize> {
-    let mut i = 0;
-    let mut line_start = true;
-    while i < buf.len() {
-        let t = terminator(buf, i)?;
-        if t == 0 {
-            line_start = false;
-            i += 1;
-            continue;
-        }
-        if line_start && i > 0 {
-            return Some(i + t);
-        }
-        if line_start {
-            // A blank line before any field: a lone terminator, skip it as its own event.
-            return Some(t);
-        }
-        line_start = true;
-        i += t;
-    }
-    None
 }
 
 fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
@@ -149,18 +186,66 @@ mod tests {
     #[test]
     fn splits_across_chunks_and_terminators() {
         let mut s = Splitter::default();
-        assert!(s.push(b"event: message\nda").is_empty());
+        assert!(s.push(b"event: message\nda").unwrap().is_empty());
         assert_eq!(
-            s.push(b"ta: {}\n\nid: 1\r"),
+            s.push(b"ta: {}\n\nid: 1\r").unwrap(),
             vec![Bytes::from_static(b"event: message\ndata: {}\n\n")]
         );
-        assert!(s.push(b"\ndata: a\r").is_empty());
+        assert!(s.push(b"\ndata: a\r").unwrap().is_empty());
         assert_eq!(
-            s.push(b"\n\r\ndata: b\r\r"),
+            s.push(b"\n\r\ndata: b\r\r").unwrap(),
             vec![Bytes::from_static(b"id: 1\r\ndata: a\r\n\r\n"),]
         );
-        assert_eq!(s.push(b": c"), vec![Bytes::from_static(b"data: b\r\r")]);
+        assert_eq!(
+            s.push(b": c").unwrap(),
+            vec![Bytes::from_static(b"data: b\r\r")]
+        );
         assert_eq!(s.finish(), Some(Bytes::from_static(b": c")));
+    }
+
+    #[test]
+    fn an_8_mib_event_in_small_chunks_is_split_whole() {
+        let payload = "x".repeat(8 << 20);
+        let stream = format!("event: message\r\ndata: {payload}\r\n\r\ndata: next\n\n: tail");
+        let mut s = Splitter::default();
+        let mut events = Vec::new();
+        for chunk in stream.as_bytes().chunks(4096) {
+            events.extend(s.push(chunk).unwrap());
+        }
+        assert_eq!(events.len(), 2);
+        assert_eq!(event_type(&events[0]), b"message");
+        assert_eq!(data(&events[0]).unwrap(), payload.as_bytes());
+        assert_eq!(events[0].len(), payload.len() + 26);
+        assert_eq!(&events[1][..], b"data: next\n\n");
+        assert_eq!(s.finish(), Some(Bytes::from_static(b": tail")));
+    }
+
+    #[tokio::test]
+    async fn an_event_past_the_limit_ends_the_stream_with_an_error() {
+        let chunk = Bytes::from(vec![b'x'; 1 << 20]);
+        let mut chunks = vec![Ok(Bytes::from_static(b"data: small\n\ndata: "))];
+        chunks.extend((0..=MAX_EVENT_BYTES >> 20).map(|_| Ok(chunk.clone())));
+        chunks.push(Ok(Bytes::from_static(b"\n\ndata: after\n\n")));
+        let got: Vec<_> = events(futures::stream::iter(chunks))
+            .map(|r: std::io::Result<Bytes>| r.map_err(|e| e.to_string()))
+            .collect()
+            .await;
+        assert_eq!(
+            got,
+            [
+                Ok(Bytes::from_static(b"data: small\n\n")),
+                Err("an event is longer than 16 MiB, the limit".to_string())
+            ]
+        );
+        // Up to the limit is fine, in one chunk as in many.
+        let mut s = Splitter::default();
+        let whole = [
+            b"data: ".as_slice(),
+            &vec![b'y'; MAX_EVENT_BYTES - 8],
+            b"\n\n",
+        ]
+        .concat();
+        assert_eq!(s.push(&whole).unwrap(), [Bytes::from(whole)]);
     }
 
     #[test]

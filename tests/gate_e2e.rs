@@ -579,6 +579,63 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
 }
 
 #[tokio::test]
+async fn a_charset_other_than_utf8_never_reaches_the_server() {
+    if !peers_available("a_charset_other_than_utf8_never_reaches_the_server") {
+        return;
+    }
+    init();
+    let everything = Everything::start("sse").await;
+    let counter = Counter::start(format!("http://127.0.0.1:{}", everything.port)).await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "legacy",
+            McpProtocol::Sse,
+            &format!("{}/sse", counter.url),
+            &["echo"],
+            &[],
+        )],
+        3600.0,
+        30.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    // In UTF-7 `tools+AC8-call` is `tools/call`: the gate would see an unknown method and the
+    // server, decoding by the declared charset, would run get-env, a tool not offered.
+    let smuggled = r#"{"jsonrpc":"2.0","id":99,"method":"tools+AC8-call","params":{"name":"get-env","arguments":{}}}"#;
+    let out = client(
+        &gate.route("legacy"),
+        "sse",
+        json!([
+            {"op": "raw", "body": smuggled, "contentType": "application/json; charset=utf-7"},
+            call("echo", json!({"message": "still here"})),
+        ]),
+    )
+    .await;
+    assert_eq!(out[0]["status"], 415, "{}", out[0]);
+    assert!(
+        out[0]["text"].as_str().unwrap().contains("charset=utf-8"),
+        "{}",
+        out[0]
+    );
+    assert_eq!(
+        out[0]["errors"],
+        json!([]),
+        "no answer to a call never made"
+    );
+    assert_eq!(
+        result_text(&out[1]),
+        ("Echo: still here".to_string(), false)
+    );
+    assert!(
+        counter
+            .bodies()
+            .iter()
+            .all(|(_, body)| !String::from_utf8_lossy(body).contains("AC8")),
+        "the smuggled message never reached the server"
+    );
+}
+
+#[tokio::test]
 async fn upstream_connections_are_reused() {
     require_peers();
     let env = Env::start(3600.0, 5.0).await;

@@ -123,6 +123,174 @@ async fn json_responses_are_filtered_and_relayed() {
     assert!(api.requests().is_empty());
 }
 
+/// A gate for the stub behind a counting proxy (`echo` offered and ungated, `delete` offered
+/// and gated), the proxy and the fake apiserver.
+async fn counted_gate() -> (Gate, Counter, FakeApi) {
+    let stub_url = stub::start().await;
+    let counter = Counter::start(stub_url.trim_end_matches("/mcp").to_string()).await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "stub",
+            McpProtocol::StreamableHttp,
+            &format!("{}/mcp", counter.url),
+            &["echo", "delete"],
+            &["delete"],
+        )],
+        3600.0,
+        1.0,
+    );
+    (Gate::start(&cfg, &api).await, counter, api)
+}
+
+#[tokio::test]
+async fn keys_equal_ignoring_case_never_reach_the_upstream() {
+    init();
+    let (gate, counter, api) = counted_gate().await;
+    let url = gate.route("stub");
+    // What Go's encoding/json (mcp-go servers) reads as a call of the gated `delete`, or as
+    // other arguments than the gate hashed and showed.
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"METHOD":"tools/call","params":{"name":"delete"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"delete"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"delete"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"ParamS":{"name":"delete"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Arguments":{"path":"/etc"}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"keep":true,"\u212aeep":false}}}"#,
+    ] {
+        let resp = post(&url, body).await;
+        assert_eq!(resp.status(), 400, "{body}");
+        let error: Value = resp.json().await.unwrap();
+        assert!(error["error"]["message"].is_string(), "{error}");
+    }
+    assert_eq!(counter.seen(), vec![], "nothing reached the upstream");
+    assert!(api.requests().is_empty());
+}
+
+#[tokio::test]
+async fn only_messages_the_gate_wrote_reach_the_upstream() {
+    init();
+    let (gate, counter, api) = counted_gate().await;
+    let url = gate.route("stub");
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let send = |content_type: &'static [&'static str],
+                encoding: Option<&'static str>,
+                body: &'static str| {
+        let mut request = http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        for t in content_type {
+            request = request.header("content-type", *t);
+        }
+        if let Some(e) = encoding {
+            request = request.header("content-encoding", e);
+        }
+        request.send()
+    };
+    // In UTF-7, `tools+AC8-call` is `tools/call`: a server decoding by the declared charset
+    // runs a tool the gate never saw called.
+    let utf7 = r#"{"jsonrpc":"2.0","id":1,"method":"tools+AC8-call","params":{"name":"delete"}}"#;
+    for (types, encoding, why) in [
+        (
+            &["application/json; charset=utf-7"][..],
+            None,
+            "charset=utf-8",
+        ),
+        (
+            &["application/json;charset=\"UTF-16\""],
+            None,
+            "charset=utf-8",
+        ),
+        (&["text/plain"], None, "must be application/json"),
+        (
+            &["application/json", "application/json; charset=utf-7"],
+            None,
+            "more than one Content-Type",
+        ),
+        (&["application/json"], Some("gzip"), "Content-Encoding"),
+        (&["application/json"], Some("identity"), "Content-Encoding"),
+    ] {
+        let resp = send(types, encoding, utf7).await.unwrap();
+        assert_eq!(resp.status(), 415, "{types:?} {encoding:?}");
+        let error: Value = resp.json().await.unwrap();
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{message}");
+    }
+    assert_eq!(counter.seen(), vec![], "nothing reached the upstream");
+
+    // What is accepted goes upstream as the gate wrote it, with its own Content-Type.
+    let ping = r#"{ "jsonrpc":"2.0", "id":1.0, "method":"ping", "params":{"s":"caf\u00e9"} }"#;
+    let resp = send(&["Application/JSON ; charset=\"UTF-8\""], None, ping)
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":1E2,"s":"\u0041"}}}"#;
+    let answer: Value = send(&[], None, call).await.unwrap().json().await.unwrap();
+    // The stub echoes the arguments byte for byte as they reached it.
+    assert_eq!(
+        result_text(&answer),
+        (r#"{"n":100.0,"s":"A"}"#.to_string(), false)
+    );
+    let bodies: Vec<(Option<String>, String)> = counter
+        .bodies()
+        .into_iter()
+        .map(|(t, b)| (t, String::from_utf8(b.to_vec()).unwrap()))
+        .collect();
+    let json = Some("application/json".to_string());
+    assert_eq!(
+        bodies,
+        [
+            (json.clone(), r#"{"jsonrpc":"2.0","id":1.0,"method":"ping","params":{"s":"café"}}"#.to_string()),
+            (json, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":100.0,"s":"A"}}}"#.to_string()),
+        ]
+    );
+    assert!(api.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_tools_list_answered_under_another_id_form_is_still_filtered() {
+    init();
+    let (gate, _counter, _api) = counted_gate().await;
+    let url = gate.route("stub");
+    // The stub offers `echo` and `hidden`; the gate offers only `echo`. Answered with `1.0`
+    // or `"1"` for the request's `1`, as JSON or as an event: never the whole list.
+    for params in [
+        json!({"answer_id": 1.0}),
+        json!({"answer_id": "1"}),
+        json!({"answer_id": null}),
+        json!({"answer_id": 1.0, "answer_sse": true}),
+        json!({"answer_id": 2, "answer_sse": true}),
+    ] {
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
+        let resp = post(&url, &list.to_string()).await;
+        assert_eq!(resp.status(), 200, "{params}");
+        let body = resp.text().await.unwrap();
+        assert!(body.contains(r#""name":"echo""#), "{params}: {body}");
+        assert!(!body.contains("hidden"), "{params}: {body}");
+    }
+    // A result a case-insensitive client (Go) reads and the gate would not see: refused.
+    for params in [
+        json!({"result_key": "Result"}),
+        json!({"result_key": "Result", "answer_sse": true}),
+    ] {
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
+        let resp = post(&url, &list.to_string()).await;
+        let body = resp.text().await.unwrap();
+        assert!(!body.contains("hidden"), "{params}: {body}");
+        let answer: Value =
+            serde_json::from_str(body.trim_start_matches("event: message\ndata: ").trim()).unwrap();
+        assert_eq!(answer["id"], 1, "{body}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("cannot read unambiguously"),
+            "{body}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
     init();

@@ -102,7 +102,7 @@ struct SseStream<S> {
 
 impl<S> SseStream<S>
 where
-    S: futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+    S: futures::Stream<Item = std::io::Result<bytes::Bytes>> + Unpin,
 {
     /// The next event's type and data (events without data, such as comments, are skipped).
     async fn next_event(&mut self) -> Result<(Vec<u8>, Vec<u8>), String> {
@@ -178,7 +178,11 @@ async fn list_sse(
         .map_err(|e| e.to_string())?;
     let base = response.url().clone();
     let mut stream = SseStream {
-        events: Box::pin(sse::events(response.bytes_stream())),
+        events: Box::pin(sse::events(
+            response
+                .bytes_stream()
+                .map(|r| r.map_err(std::io::Error::other)),
+        )),
     };
     let endpoint = loop {
         let (event_type, data) = stream.next_event().await?;
@@ -272,7 +276,7 @@ mod tests {
 
     #[tokio::test]
     async fn parses_events_split_across_chunks() {
-        let chunks: Vec<reqwest::Result<bytes::Bytes>> = vec![
+        let chunks: Vec<std::io::Result<bytes::Bytes>> = vec![
             Ok(bytes::Bytes::from_static(b"event: endpoint\r\ndata: /mes")),
             Ok(bytes::Bytes::from_static(
                 b"sage?s=1\r\n\r\n: comment\n\ndata: {\"a\":\ndata: 1}\n\n",

@@ -1,11 +1,11 @@
-//! The only JSON-RPC the gate understands: recognising `tools/list` and `tools/call` in a
-//! client message, filtering `tools/list` results, and writing its own tool results. Every
-//! other message is relayed byte for byte.
+//! The JSON-RPC the gate understands: reading every client message (and refusing any that
+//! another parser could read differently), recognising `tools/list` and `tools/call` in it,
+//! filtering `tools/list` results, and writing its own tool results. A client message goes
+//! upstream only as the gate wrote it out again after reading it, never as the client's bytes.
 
-use std::borrow::Cow;
+use std::collections::HashMap;
 
-use serde::Deserialize;
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 /// A `tools/call` request.
@@ -49,6 +49,10 @@ pub enum Rejected {
     /// A `tools/call` without a string tool name or with a non-object params.
     #[error("invalid tools/call params: {0}")]
     InvalidParams(String),
+    /// Not a JSON-RPC message (not an object, a method that is not a string), or one with a
+    /// protocol field written in another case.
+    #[error("invalid request: {0}")]
+    Invalid(String),
 }
 
 impl Rejected {
@@ -56,35 +60,34 @@ impl Rejected {
     pub fn code(&self) -> i64 {
         match self {
             Self::Parse(_) => -32700,
-            Self::Batch => -32600,
+            Self::Batch | Self::Invalid(_) => -32600,
             Self::InvalidParams(_) => -32602,
         }
     }
 }
 
-#[derive(Deserialize)]
-struct Probe<'a> {
-    #[serde(borrow, default)]
-    method: Option<Cow<'a, str>>,
+/// A JSON value in which no object repeats a key, nor, with `fold`, holds two keys that are
+/// equal under Unicode simple case folding. Parsers disagree on which of two equal keys counts
+/// (`{"name":"delete","name":"echo"}` is `delete` to some, `echo` to others), and Go's
+/// `encoding/json` (mcp-go, and so kagent's own tool servers) matches keys to fields ignoring
+/// case, folding `ſ` to `s` and the Kelvin sign `K` to `k`, the last key winning: to it
+/// `{"name":"echo","Name":"delete"}` calls `delete`. So the messages the gate decides on must
+/// not hold any such pair: the gate would check one call and the upstream run another.
+#[derive(Clone, Copy)]
+struct UniqueKeys {
+    /// Also refuse keys that are equal ignoring case (client messages).
+    fold: bool,
 }
 
-/// A JSON value in which no object repeats a key. Parsers disagree on which of two equal keys
-/// counts (`{"name":"delete","name":"echo"}` is `delete` to some, `echo` to others), so the
-/// messages the gate decides on must not have any: the gate would check one call and the
-/// upstream run another.
-struct UniqueKeys(Value);
+impl<'de> DeserializeSeed<'de> for UniqueKeys {
+    type Value = Value;
 
-impl<'de> Deserialize<'de> for UniqueKeys {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer
-            .deserialize_any(UniqueKeysVisitor)
-            .map(UniqueKeys)
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-struct UniqueKeysVisitor;
-
-impl<'de> Visitor<'de> for UniqueKeysVisitor {
+impl<'de> Visitor<'de> for UniqueKeys {
     type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -121,7 +124,7 @@ impl<'de> Visitor<'de> for UniqueKeysVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(UniqueKeys(item)) = seq.next_element()? {
+        while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -129,10 +132,32 @@ impl<'de> Visitor<'de> for UniqueKeysVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
+        // The keys that case folding changes, by their folded form. A key that folding leaves
+        // as it is is its own folded form, so `object` already holds it under that form.
+        let mut folded: HashMap<String, String> = HashMap::new();
         while let Some(key) = map.next_key::<String>()? {
-            let UniqueKeys(value) = map.next_value()?;
+            let value = map.next_value_seed(self)?;
             if object.contains_key(&key) {
                 return Err(de::Error::custom(format_args!("duplicate key {key:?}")));
+            }
+            if self.fold {
+                let changed = case_folded(&key);
+                let form = changed.as_deref().unwrap_or(&key);
+                // An earlier key that folds to the same form: one that folding changed, or,
+                // when folding changes this key, one that is that form itself.
+                let other = match folded.get(form) {
+                    Some(other) => Some(other.as_str()),
+                    None if changed.is_some() && object.contains_key(form) => Some(form),
+                    None => None,
+                };
+                if let Some(other) = other {
+                    return Err(de::Error::custom(format_args!(
+                        "duplicate key {key:?}: equal to {other:?} ignoring case"
+                    )));
+                }
+                if let Some(form) = changed {
+                    folded.insert(form, key.clone());
+                }
             }
             object.insert(key, value);
         }
@@ -140,54 +165,111 @@ impl<'de> Visitor<'de> for UniqueKeysVisitor {
     }
 }
 
-/// Parses a message the gate decides on; a repeated key anywhere refuses it.
-fn parse_unique(body: &[u8]) -> Result<Value, Rejected> {
-    serde_json::from_slice::<UniqueKeys>(body)
-        .map(|UniqueKeys(v)| v)
+/// `key` under Unicode simple case folding (CaseFolding.txt statuses C and S), or `None` when
+/// folding leaves it as it is. Two keys are equal ignoring case when their folded forms are
+/// equal; every pair of keys that Go's `strings.EqualFold` and `encoding/json` take as equal
+/// (`K`, `k` and the Kelvin sign; `S`, `s` and `ſ`; `ß` and `ẞ`) is, and simple folding maps
+/// no character to more than one, as Go does not (`ß` is not `ss`).
+fn case_folded(key: &str) -> Option<String> {
+    // Lowercase ASCII folds to itself: the usual key costs one pass over its bytes.
+    if key.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase()) {
+        return None;
+    }
+    let form: String = key.chars().map(fold_char).collect();
+    (form != key).then_some(form)
+}
+
+fn fold_char(c: char) -> char {
+    unicode_case_mapping::case_folded(c)
+        .and_then(|f| char::from_u32(f.get()))
+        .unwrap_or(c)
+}
+
+/// Parses a message the gate decides on; a repeated key anywhere refuses it, and so, with
+/// `fold`, do two keys of one object that are equal ignoring case.
+fn parse_unique(body: &[u8], fold: bool) -> Result<Value, Rejected> {
+    let mut json = serde_json::Deserializer::from_slice(body);
+    UniqueKeys { fold }
+        .deserialize(&mut json)
+        // As `serde_json::from_slice`: nothing but whitespace may follow the value.
+        .and_then(|value| json.end().map(|()| value))
         .map_err(|e| Rejected::Parse(e.to_string()))
 }
 
-/// A `tools/call` message as the gate read it, written out again. A gated call forwards this
-/// rather than the client's bytes, so the upstream gets exactly the arguments that were hashed
-/// and shown to the approver: a number a double cannot hold (say `100000000000000000000001`)
-/// arrives as the double the approver saw, not as digits they never saw.
-pub fn as_read(body: &[u8]) -> Result<Vec<u8>, Rejected> {
-    let msg = parse_unique(body)?;
-    Ok(serde_json::to_vec(&msg).expect("a parsed JSON value serializes"))
-}
+/// The fields of a JSON-RPC message, and of the params of the requests the gate decides on,
+/// that a case-insensitive parser would also find under another case (`"METHOD"`, `"Name"`).
+const MESSAGE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
+const PARAMS_FIELDS: &[&str] = &["name", "arguments", "_meta"];
 
-/// Classifies a client message. `tools/list` and `tools/call` are fully parsed, and refused if
-/// any object in them repeats a key; so is any body that does not parse or that repeats
-/// `method` (other parsers may read such messages differently).
-pub fn classify(body: &[u8]) -> Result<Incoming, Rejected> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'[') {
-        let probes: Vec<Probe> =
-            serde_json::from_slice(body).map_err(|e| Rejected::Parse(e.to_string()))?;
-        return if probes.iter().any(|p| is_tools(p.method.as_deref())) {
-            Err(Rejected::Batch)
-        } else {
-            Ok(Incoming::Other)
-        };
-    }
-    let probe: Probe = serde_json::from_slice(body).map_err(|e| Rejected::Parse(e.to_string()))?;
-    match probe.method.as_deref() {
-        Some("tools/list") => {
-            let mut msg = parse_unique(body)?;
-            let id = msg.get_mut("id").map(Value::take).unwrap_or(Value::Null);
-            Ok(Incoming::ToolsList { id })
+/// Refuses an object holding a key that is one of `fields` ignoring case but not exactly: the
+/// gate would not see that field, and Go's `encoding/json` would.
+fn exact_fields(object: &Map<String, Value>, fields: &[&str]) -> Result<(), String> {
+    for key in object.keys() {
+        if let Some(field) = case_folded(key).and_then(|f| fields.iter().find(|n| **n == f)) {
+            return Err(format!("key {key:?} is {field:?} in another case"));
         }
-        Some("tools/call") => parse_call(body).map(Incoming::ToolsCall),
-        _ => Ok(Incoming::Other),
+    }
+    Ok(())
+}
+
+/// The method of one (non-batch) client message, once no protocol field in it or in its
+/// params is written in another case.
+fn method(msg: &Value) -> Result<Option<&str>, Rejected> {
+    let Some(object) = msg.as_object() else {
+        return Err(Rejected::Invalid("a message must be a JSON object".into()));
+    };
+    exact_fields(object, MESSAGE_FIELDS).map_err(Rejected::Invalid)?;
+    if let Some(params) = object.get("params").and_then(Value::as_object) {
+        exact_fields(params, PARAMS_FIELDS).map_err(Rejected::Invalid)?;
+    }
+    match object.get("method") {
+        None => Ok(None),
+        Some(Value::String(m)) => Ok(Some(m)),
+        Some(_) => Err(Rejected::Invalid("method must be a string".into())),
     }
 }
 
-fn is_tools(method: Option<&str>) -> bool {
-    matches!(method, Some("tools/list" | "tools/call"))
+/// A client message as the gate read it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    /// What it is.
+    pub incoming: Incoming,
+    /// The message as the gate read it, written out again as UTF-8 JSON: the only bytes the
+    /// gate forwards. The upstream gets exactly what the gate saw, whatever escapes, spacing
+    /// or number forms the client used: a gated call carries the arguments that were hashed
+    /// and shown to the approver (a number a double cannot hold, say
+    /// `100000000000000000000001`, arrives as the double the approver saw, not as digits they
+    /// never saw).
+    pub body: Vec<u8>,
 }
 
-fn parse_call(body: &[u8]) -> Result<ToolCall, Rejected> {
-    let mut msg = parse_unique(body)?;
+/// Reads a client message. Every message is fully parsed and refused if another parser could
+/// read it differently: if it is not JSON (UTF-8), if any object in it repeats a key or holds
+/// two keys equal ignoring case, or if a protocol field is written in another case; a batch
+/// holding `tools/list` or `tools/call` is refused as well.
+pub fn read(body: &[u8]) -> Result<Message, Rejected> {
+    let msg = parse_unique(body, true)?;
+    let body = serde_json::to_vec(&msg).expect("a parsed JSON value serializes");
+    let incoming = if let Value::Array(batch) = &msg {
+        for m in batch {
+            if matches!(method(m)?, Some("tools/list" | "tools/call")) {
+                return Err(Rejected::Batch);
+            }
+        }
+        Incoming::Other
+    } else {
+        match method(&msg)? {
+            Some("tools/list") => Incoming::ToolsList {
+                id: msg.get("id").cloned().unwrap_or(Value::Null),
+            },
+            Some("tools/call") => Incoming::ToolsCall(parse_call(msg)?),
+            _ => Incoming::Other,
+        }
+    };
+    Ok(Message { incoming, body })
+}
+
+fn parse_call(mut msg: Value) -> Result<ToolCall, Rejected> {
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) else {
         return Err(Rejected::InvalidParams("params must be an object".into()));
@@ -218,43 +300,69 @@ fn parse_call(body: &[u8]) -> Result<ToolCall, Rejected> {
     })
 }
 
-/// Removes from a `tools/list` response every tool `allowed` rejects. Returns `None` when
-/// `message` is not a result for `id` carrying a `tools` array (left unchanged).
-pub fn filter_tools_list(
-    message: &[u8],
-    id: &Value,
-    allowed: impl Fn(&str) -> bool,
-) -> Option<Vec<u8>> {
-    filter_tools(message, Some(id), allowed)
+/// What the gate makes of a server message on a stream that may carry tool lists.
+#[derive(Debug, PartialEq)]
+pub enum Filtered {
+    /// No tool list in it: relayed as it came.
+    Unchanged,
+    /// Its tool lists filtered, written out by the gate.
+    Rewritten(Vec<u8>),
+    /// A message another parser could read differently from the gate (why): never relayed.
+    Unreadable(String),
 }
 
-/// Like [`filter_tools_list`] for a response to an unknown request (a replayed stream): any
-/// result whose `tools` is an array of named tools is filtered.
-pub fn filter_any_tools_list(message: &[u8], allowed: impl Fn(&str) -> bool) -> Option<Vec<u8>> {
-    filter_tools(message, None, allowed)
+/// The fields of a `tools/list` result, and of a tool, that must be written exactly.
+const RESULT_FIELDS: &[&str] = &["tools"];
+const TOOL_FIELDS: &[&str] = &["name"];
+
+/// Filters every `tools/list`-shaped result in a server message (a `result` whose `tools` is
+/// an array; in a batch, each one), keeping only the entries that are objects named by a
+/// string `allowed` accepts. Whatever the id: the gate does not match the answer to its
+/// request (`"id":1.0` answers `"id":1` for many clients), so a tool list it cannot match is
+/// filtered all the same. A message that is not JSON, repeats a key, or writes `result`,
+/// `tools` or a tool's `name` in another case is [`Filtered::Unreadable`]: the gate might
+/// see no tool list where the client sees one.
+pub fn filter_tools(message: &[u8], allowed: impl Fn(&str) -> bool) -> Filtered {
+    let mut msg = match parse_unique(message, false) {
+        Ok(msg) => msg,
+        Err(e) => return Filtered::Unreadable(e.to_string()),
+    };
+    let mut rewritten = false;
+    let messages = match &mut msg {
+        Value::Array(batch) => batch.iter_mut().collect(),
+        one => vec![one],
+    };
+    for one in messages {
+        match filter_one(one, &allowed) {
+            Ok(filtered) => rewritten |= filtered,
+            Err(why) => return Filtered::Unreadable(why),
+        }
+    }
+    if rewritten {
+        Filtered::Rewritten(serde_json::to_vec(&msg).expect("JSON values serialize"))
+    } else {
+        Filtered::Unchanged
+    }
 }
 
-fn filter_tools(
-    message: &[u8],
-    id: Option<&Value>,
-    allowed: impl Fn(&str) -> bool,
-) -> Option<Vec<u8>> {
-    let mut msg: Value = serde_json::from_slice(message).ok()?;
-    match id {
-        Some(id) if msg.get("id") != Some(id) => return None,
-        None if msg.get("id").is_none_or(Value::is_null) => return None,
-        _ => {}
+/// Filters the tool list of one message, if it is tools/list-shaped (then `true`).
+fn filter_one(msg: &mut Value, allowed: &impl Fn(&str) -> bool) -> Result<bool, String> {
+    let Some(object) = msg.as_object_mut() else {
+        return Ok(false);
+    };
+    exact_fields(object, MESSAGE_FIELDS)?;
+    let Some(result) = object.get_mut("result").and_then(Value::as_object_mut) else {
+        return Ok(false);
+    };
+    exact_fields(result, RESULT_FIELDS)?;
+    let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
+        return Ok(false);
+    };
+    for tool in tools.iter().filter_map(Value::as_object) {
+        exact_fields(tool, TOOL_FIELDS)?;
     }
-    let tools = msg.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
-    if id.is_none()
-        && !tools
-            .iter()
-            .all(|t| t.get("name").is_some_and(Value::is_string))
-    {
-        return None;
-    }
-    tools.retain(|t| t.get("name").and_then(Value::as_str).is_some_and(&allowed));
-    serde_json::to_vec(&msg).ok()
+    tools.retain(|t| t.get("name").and_then(Value::as_str).is_some_and(allowed));
+    Ok(true)
 }
 
 /// The first MCP protocol revision whose results carry `resultType`.
@@ -289,24 +397,13 @@ pub fn progress(token: &Value, progress: u64, message: &str) -> Vec<u8> {
     .expect("JSON values serialize")
 }
 
-/// The id of a message, when it is a single JSON-RPC response (has `result` or `error`).
-pub fn response_id(message: &[u8]) -> Option<Value> {
-    #[derive(Deserialize)]
-    struct Resp {
-        #[serde(default)]
-        id: Option<Value>,
-        #[serde(default)]
-        result: Option<serde::de::IgnoredAny>,
-        #[serde(default)]
-        error: Option<serde::de::IgnoredAny>,
-    }
-    let r: Resp = serde_json::from_slice(message).ok()?;
-    (r.result.is_some() || r.error.is_some()).then_some(r.id?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn classify(body: &[u8]) -> Result<Incoming, Rejected> {
+        read(body).map(|m| m.incoming)
+    }
 
     #[test]
     fn classifies_messages() {
@@ -366,15 +463,56 @@ mod tests {
     #[test]
     fn a_call_as_read_carries_exactly_the_hashed_arguments() {
         let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"b\u0061nk","amount":100000000000000000000001,"n":9007199254740993}}}"#;
-        let Ok(Incoming::ToolsCall(call)) = classify(body) else {
+        let Ok(Message {
+            incoming: Incoming::ToolsCall(call),
+            body: forwarded,
+        }) = read(body)
+        else {
             panic!("a call")
         };
-        let forwarded: Value = serde_json::from_slice(&as_read(body).unwrap()).unwrap();
-        assert_eq!(forwarded["params"]["arguments"], call.arguments);
+        let parsed: Value = serde_json::from_slice(&forwarded).unwrap();
+        assert_eq!(parsed["params"]["arguments"], call.arguments);
         assert_eq!(
-            String::from_utf8(as_read(body).unwrap()).unwrap(),
+            String::from_utf8(forwarded).unwrap(),
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"bank","amount":1.0000000000000001e+23,"n":9007199254740993}}}"#
         );
+    }
+
+    #[test]
+    fn every_message_is_forwarded_as_the_gate_wrote_it() {
+        // Escapes, spacing and number forms another parser might read differently are gone;
+        // what is left is UTF-8 JSON that means the same to any parser.
+        for (body, written) in [
+            (
+                r#" { "jsonrpc" : "2.0", "id" : 1.0, "method" : "tools\u002flist" } "#,
+                r#"{"jsonrpc":"2.0","id":1.0,"method":"tools/list"}"#,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"s":"\u00e9\ud83d\ude00","n":1E2}}"#,
+                r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"s":"é😀","n":100.0}}"#,
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","id":"a","result":{}},{"jsonrpc":"2.0","method":"ping","id":2}]"#,
+                r#"[{"jsonrpc":"2.0","id":"a","result":{}},{"jsonrpc":"2.0","method":"ping","id":2}]"#,
+            ),
+        ] {
+            assert_eq!(
+                String::from_utf8(read(body.as_bytes()).unwrap().body).unwrap(),
+                written
+            );
+        }
+        // What is not UTF-8 JSON is refused, not passed on: a byte-order mark, UTF-16, bytes
+        // that are not UTF-8 in a string, a lone surrogate, anything after the value.
+        for body in [
+            &b"\xef\xbb\xbf{\"jsonrpc\":\"2.0\",\"method\":\"ping\"}"[..],
+            b"{\x00\"\x00j\x00\"\x00:\x001\x00}\x00",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\xff\"}",
+            br#"{"jsonrpc":"2.0","method":"ping","params":{"s":"\ud800"}}"#,
+            br#"{"jsonrpc":"2.0","method":"ping"} {"jsonrpc":"2.0","method":"tools/call"}"#,
+            br#""tools/call""#,
+        ] {
+            assert!(read(body).is_err(), "{}", String::from_utf8_lossy(body));
+        }
     }
 
     #[test]
@@ -410,28 +548,189 @@ mod tests {
     }
 
     #[test]
-    fn filters_tools_list_results_for_the_right_id() {
-        let msg = br#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"echo"},{"name":"get-env"},{"name":"get-sum"}],"nextCursor":"n"}}"#;
-        let out = filter_tools_list(msg, &json!(3), |t| t != "get-env").unwrap();
-        let v: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(
-            v["result"]["tools"],
-            json!([{"name":"echo"},{"name":"get-sum"}])
+    fn keys_equal_ignoring_case_refuse_any_message() {
+        for (body, other) in [
+            // Go's encoding/json takes the last of two keys it matches to one field.
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"delete"}}"#,
+                "method",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"delete"}}"#,
+                "name",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{},"Arguments":{"a":1}}}"#,
+                "arguments",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"path":"/tmp","PATH":"/etc"}}}"#,
+                "path",
+            ),
+            // Unicode simple folding: the Kelvin sign is k, the long s is s.
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"key":1,"\u212aey":2}}}"#,
+                "key",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"ſize":1,"Size":2}}}"#,
+                "ſize",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"l":[{"σ":1,"Σ":2}]}}}"#,
+                "σ",
+            ),
+            // Any message, not only tool messages; inside batches too.
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"a","NAME":"b"}}}"#,
+                "name",
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":1,"X":2}}]"#,
+                "x",
+            ),
+        ] {
+            let got = classify(body.as_bytes());
+            assert!(
+                matches!(&got, Err(Rejected::Parse(m)) if m.starts_with("duplicate key") && m.contains(&format!("equal to {other:?} ignoring case"))),
+                "{body}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_protocol_field_in_another_case_refuses_the_message() {
+        for (body, key) in [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"METHOD":"tools/call","params":{"name":"delete"}}"#,
+                "METHOD",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","ParamS":{"name":"delete"}}"#,
+                "ParamS",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","paramſ":{}}"#,
+                "paramſ",
+            ),
+            (r#"{"jsonrpc":"2.0","Id":1,"method":"tools/list"}"#, "Id"),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"delete"}}"#,
+                "Name",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Arguments":{"path":"/"}}}"#,
+                "Arguments",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_META":{}}}"#,
+                "_META",
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"delete"}}]"#,
+                "Method",
+            ),
+        ] {
+            let got = classify(body.as_bytes());
+            assert!(
+                matches!(&got, Err(Rejected::Invalid(m)) if m.starts_with(&format!("key {key:?} is "))),
+                "{body}: {got:?}"
+            );
+        }
+        // Keys that merely differ from a field, other case only inside arguments, and keys
+        // that full case folding (not Go's) would equate are all fine.
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"Name":"n","METHOD":1,"ß":1,"ss":2},"names":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"Tools":[]}}"#,
+        ] {
+            assert!(classify(body.as_bytes()).is_ok(), "{body}");
+        }
+    }
+
+    #[test]
+    fn folding_is_unicode_simple_case_folding() {
+        assert_eq!(case_folded("method"), None);
+        assert_eq!(case_folded("METHOD").as_deref(), Some("method"));
+        assert_eq!(case_folded("\u{212A}ey").as_deref(), Some("key"));
+        assert_eq!(case_folded("ſ").as_deref(), Some("s"));
+        assert_eq!(case_folded("ẞ").as_deref(), Some("ß"));
+        assert_eq!(case_folded("ß"), None);
+        assert_eq!(case_folded("ς").as_deref(), Some("σ"));
+        // The duplicate check relies on a folded form folding to itself.
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            assert_eq!(fold_char(fold_char(c)), fold_char(c), "{c:?}");
+        }
+    }
+
+    fn filtered(message: &str) -> Filtered {
+        filter_tools(message.as_bytes(), |t| t == "echo")
+    }
+
+    fn rewritten(message: &str) -> Value {
+        match filtered(message) {
+            Filtered::Rewritten(out) => serde_json::from_slice(&out).unwrap(),
+            other => panic!("{message}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn filters_every_tools_list_result_whatever_its_id() {
+        let v = rewritten(
+            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"echo"},{"name":"get-env"}],"nextCursor":"n"}}"#,
         );
-        assert_eq!(v["result"]["nextCursor"], json!("n"));
-        assert_eq!(filter_tools_list(msg, &json!(4), |_| false), None);
-        assert_eq!(
-            filter_tools_list(br#"{"jsonrpc":"2.0","method":"x"}"#, &json!(3), |_| false),
-            None
-        );
-        // Replayed streams: any tools/list-shaped response is filtered, nothing else.
-        let out = filter_any_tools_list(msg, |t| t == "echo").unwrap();
-        let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["result"]["tools"], json!([{"name": "echo"}]));
-        let note = br#"{"jsonrpc":"2.0","method":"notifications/x","params":{"tools":[]}}"#;
-        assert_eq!(filter_any_tools_list(note, |_| false), None);
-        let odd = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[1,2]}}"#;
-        assert_eq!(filter_any_tools_list(odd, |_| false), None);
+        assert_eq!(v["result"]["nextCursor"], json!("n"));
+        // An id in another form than the request's, no id, a batch: filtered all the same.
+        for message in [
+            r#"{"jsonrpc":"2.0","id":1.0,"result":{"tools":[{"name":"echo"},{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":"1","result":{"tools":[{"name":"echo"},{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","result":{"tools":[{"name":"echo"},{"name":"get-env"}]}}"#,
+        ] {
+            assert_eq!(
+                rewritten(message)["result"]["tools"],
+                json!([{"name": "echo"}])
+            );
+        }
+        let v = rewritten(
+            r#"[{"jsonrpc":"2.0","id":9,"result":{}},{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get-env"}]}}]"#,
+        );
+        assert_eq!(v[1]["result"]["tools"], json!([]));
+        // Entries that are not named tools are dropped, not kept.
+        let v = rewritten(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[1,"echo",{"name":7},{"title":"x"},{"name":"echo"}]}}"#,
+        );
+        assert_eq!(v["result"]["tools"], json!([{"name": "echo"}]));
+        // No tool list: left alone.
+        for message in [
+            r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"tools":[{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":"none"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":{"b":1,"B":2}}}"#,
+            r#""text""#,
+        ] {
+            assert_eq!(filtered(message), Filtered::Unchanged, "{message}");
+        }
+    }
+
+    #[test]
+    fn a_server_message_the_gate_cannot_read_is_never_relayed() {
+        for message in [
+            // Not JSON to the gate, JSON to lenient parsers (Python's json reads NaN).
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get-env"}]},"n":NaN}"#,
+            // Repeated keys: the gate and the client may read different ones.
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"get-env"}]},"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","name":"get-env"}]}}"#,
+            // Fields a case-insensitive parser (Go) reads and the gate would not.
+            r#"{"jsonrpc":"2.0","id":1,"Result":{"tools":[{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"TOOLS":[{"name":"get-env"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","Name":"get-env"}]}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"result":{"ToolS":[]}}]"#,
+        ] {
+            assert!(
+                matches!(filtered(message), Filtered::Unreadable(_)),
+                "{message}"
+            );
+        }
     }
 
     #[test]
@@ -448,21 +747,5 @@ mod tests {
         let v: Value =
             serde_json::from_slice(&tool_error(&json!(9), "x", Some("2025-11-25"))).unwrap();
         assert!(v["result"].get("resultType").is_none());
-    }
-
-    #[test]
-    fn finds_response_ids() {
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
-            Some(json!(1))
-        );
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#),
-            Some(json!("a"))
-        );
-        assert_eq!(
-            response_id(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
-            None
-        );
     }
 }

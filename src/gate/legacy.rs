@@ -5,7 +5,7 @@
 //! event stream, the gate writes its own answers (refusals, progress) into that stream and
 //! filters `tools/list` results on it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
-use super::proxy::{GatedResult, gated};
+use super::proxy::{GatedResult, STREAM_QUEUE, check_body_headers, filter_event, gated};
 use super::upstream::Upstream;
 use crate::sse;
 
@@ -30,9 +30,7 @@ struct Session {
     /// Where the upstream wants this session's messages.
     post_url: reqwest::Url,
     /// Writes gate-made events into the client's stream.
-    inject: mpsc::UnboundedSender<Bytes>,
-    /// Ids of `tools/list` requests whose results must be filtered (JSON-encoded).
-    list_ids: Mutex<HashSet<String>>,
+    inject: mpsc::Sender<Bytes>,
 }
 
 /// The SSE sessions of one upstream.
@@ -106,16 +104,16 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         }
     };
     let id = route.new_session_id();
-    let (inject, injected) = mpsc::unbounded_channel::<Bytes>();
+    let (inject, injected) = mpsc::channel::<Bytes>(STREAM_QUEUE);
     let guard = SessionGuard {
         route: route.clone(),
         id: id.clone(),
     };
     let endpoint = format!("{}/messages?session={id}", up.server.route);
-    let upstream_events = sse::events(up.body(resp)).map(move |ev| {
+    let upstream_events = sse::events(up.body(resp)).filter_map(move |ev| {
         // Keep the guard alive as long as the stream.
         let _ = &guard;
-        rewrite_event(&route, &id, &endpoint, &inject, ev)
+        std::future::ready(rewrite_event(&route, &id, &endpoint, &inject, ev))
     });
     let injected = futures::stream::unfold(injected, |mut rx| async move {
         rx.recv().await.map(|b| (Some(Ok(b)), rx))
@@ -135,17 +133,21 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
         .expect("static response parts are valid")
 }
 
-/// Rewrites the `endpoint` event (registering the session) and filters `tools/list` results.
+/// Rewrites the `endpoint` event (registering the session) and filters tool lists (see
+/// [`filter_event`]); `None` drops the event.
 fn rewrite_event(
     route: &Arc<LegacyRoute>,
     id: &str,
     endpoint: &str,
-    inject: &mpsc::UnboundedSender<Bytes>,
+    inject: &mpsc::Sender<Bytes>,
     ev: std::io::Result<Bytes>,
-) -> std::io::Result<Bytes> {
-    let ev = ev?;
+) -> Option<std::io::Result<Bytes>> {
+    let ev = match ev {
+        Ok(ev) => ev,
+        Err(e) => return Some(Err(e)),
+    };
     let Some(data) = sse::data(&ev) else {
-        return Ok(ev);
+        return Some(Ok(ev));
     };
     if sse::event_type(&ev) == b"endpoint" {
         let target = std::str::from_utf8(&data)
@@ -154,30 +156,19 @@ fn rewrite_event(
             .filter(|u| u.origin() == route.up.url.origin());
         let Some(post_url) = target else {
             tracing::warn!(server = %route.up.label, "upstream endpoint is not on the upstream's origin; closing");
-            return Err(std::io::Error::other("upstream endpoint rejected"));
+            return Some(Err(std::io::Error::other("upstream endpoint rejected")));
         };
         route.sessions.lock().expect("sessions lock").insert(
             id.to_string(),
             Arc::new(Session {
                 post_url,
                 inject: inject.clone(),
-                list_ids: Mutex::default(),
             }),
         );
-        return Ok(sse::with_data(&ev, endpoint.as_bytes()));
+        return Some(Ok(sse::with_data(&ev, endpoint.as_bytes())));
     }
-    let Some(session) = route.session(id) else {
-        return Ok(ev);
-    };
-    let Some(resp_id) = jsonrpc::response_id(&data) else {
-        return Ok(ev);
-    };
-    let key = resp_id.to_string();
-    if !session.list_ids.lock().expect("list ids lock").remove(&key) {
-        return Ok(ev);
-    }
-    let filtered = jsonrpc::filter_tools_list(&data, &resp_id, |t| route.up.server.allows(t));
-    Ok(filtered.map_or(ev.clone(), |d| sse::with_data(&ev, &d)))
+    // Every tool list on the stream is filtered, whichever request it answers.
+    filter_event(&route.up, ev, None).map(Ok)
 }
 
 /// Query of the gate's message endpoint.
@@ -200,8 +191,14 @@ pub async fn message(
             .expect("static response parts are valid");
     };
     let up = route.up.clone();
-    let incoming = match jsonrpc::classify(&body) {
-        Ok(i) => i,
+    if let Err(why) = check_body_headers(&headers) {
+        return Response::builder()
+            .status(StatusCode::UNSUPPORTED_MEDIA_TYPE)
+            .body(Body::from(format!("approval gate: {why}")))
+            .expect("static response parts are valid");
+    }
+    let message = match jsonrpc::read(&body) {
+        Ok(message) => message,
         Err(rejected) => {
             return Response::builder()
                 .status(StatusCode::BAD_REQUEST)
@@ -209,14 +206,10 @@ pub async fn message(
                 .expect("static response parts are valid");
         }
     };
-    let call = match incoming {
-        Incoming::Other => return forward(&up, &session, &headers, body).await,
-        Incoming::ToolsList { id } => {
-            session
-                .list_ids
-                .lock()
-                .expect("list ids lock")
-                .insert(id.to_string());
+    // From here on only the message as the gate wrote it is forwarded.
+    let body = Bytes::from(message.body);
+    let call = match message.incoming {
+        Incoming::Other | Incoming::ToolsList { .. } => {
             return forward(&up, &session, &headers, body).await;
         }
         Incoming::ToolsCall(call) => call,
@@ -224,11 +217,14 @@ pub async fn message(
     let metrics = up.shared.metrics.clone();
     if !up.server.allows(&call.name) {
         metrics.call(Outcome::refused);
-        let _ = session.inject.send(sse::message(&jsonrpc::tool_error(
-            &call.id,
-            &outcome::unknown_tool(&call.name),
-            None,
-        )));
+        let _ = session
+            .inject
+            .send(sse::message(&jsonrpc::tool_error(
+                &call.id,
+                &outcome::unknown_tool(&call.name),
+                None,
+            )))
+            .await;
         return accepted();
     }
     if !up.server.requires_approval(&call.name) {
@@ -248,7 +244,7 @@ pub async fn message(
         let progress = move |msg: &str| {
             if let Some(token) = &token {
                 let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-                let _ = inject.send(sse::message(&jsonrpc::progress(token, n, msg)));
+                let _ = inject.try_send(sse::message(&jsonrpc::progress(token, n, msg)));
             }
         };
         let result = tokio::select! {
@@ -265,12 +261,14 @@ pub async fn message(
                 );
                 let _ = session
                     .inject
-                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
+                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)))
+                    .await;
             }
             GatedResult::Refused(text) => {
                 let _ = session
                     .inject
-                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)));
+                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)))
+                    .await;
             }
         }
     });

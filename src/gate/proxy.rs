@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::approval::{GatedCall, Resolution};
 use super::decision::CallKey;
 use super::hash;
-use super::jsonrpc::{self, Incoming, Rejected, ToolCall};
+use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
 use super::metrics::Outcome;
 use super::outcome;
 use super::upstream::{Upstream, UpstreamError, is_event_stream, read_all};
@@ -28,6 +28,12 @@ use crate::sse;
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// Header carrying the negotiated MCP protocol revision.
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+
+/// Events the gate queues for a client's event stream that it writes itself (a gated call's
+/// progress and answer, the legacy transport's injected answers). A full queue holds the
+/// writer back (the upstream is read no faster than the client reads); a progress
+/// notification that finds it full is dropped, as progress is advisory.
+pub const STREAM_QUEUE: usize = 16;
 
 /// Streamable HTTP handler: every method on the server's route.
 pub async fn streamable(
@@ -57,10 +63,7 @@ pub async fn streamable(
             // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
             Ok(resp) if is_get && is_event_stream(resp.headers()) => {
                 let (builder, body) = up.relay_parts(resp);
-                let up = up.clone();
-                let stream = filter_sse(body, move |data| {
-                    jsonrpc::filter_any_tools_list(data, |t| up.server.allows(t))
-                });
+                let stream = filter_sse(body, up.clone(), None);
                 builder
                     .body(Body::from_stream(stream))
                     .expect("upstream response parts are valid")
@@ -69,20 +72,74 @@ pub async fn streamable(
             Err(e) => upstream_failed(&up, &e),
         };
     }
-    match jsonrpc::classify(&body) {
-        Err(rejected) => rejected_response(&rejected),
-        Ok(Incoming::Other) => match up.send(method, up.url.clone(), &headers, body).await {
+    if let Err(why) = check_body_headers(&headers) {
+        return error_status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &Value::Null,
+            -32600,
+            &format!("approval gate: {why}"),
+        );
+    }
+    let message = match jsonrpc::read(&body) {
+        Ok(message) => message,
+        Err(rejected) => return rejected_response(&rejected),
+    };
+    // From here on only the message as the gate wrote it is forwarded.
+    let body = Bytes::from(message.body);
+    match message.incoming {
+        Incoming::Other => match up.send(method, up.url.clone(), &headers, body).await {
             Ok(resp) => up.relay(resp),
             Err(e) => upstream_failed(&up, &e),
         },
-        Ok(Incoming::ToolsList { id }) => {
-            match up.send(method, up.url.clone(), &headers, body).await {
-                Ok(resp) => relay_tools_list(resp, id, up.clone()).await,
-                Err(e) => upstream_failed(&up, &e),
-            }
-        }
-        Ok(Incoming::ToolsCall(call)) => tools_call(up, headers, body, call).await,
+        Incoming::ToolsList { id } => match up.send(method, up.url.clone(), &headers, body).await {
+            Ok(resp) => relay_tools_list(resp, id, up.clone()).await,
+            Err(e) => upstream_failed(&up, &e),
+        },
+        Incoming::ToolsCall(call) => tools_call(up, headers, body, call).await,
     }
+}
+
+/// Refuses a message body that another parser could decode differently from the gate, which
+/// reads every message as UTF-8 JSON and forwards it as `application/json` of its own writing:
+/// any `Content-Encoding`, a media type other than `application/json`, a charset other than
+/// UTF-8 (a server honouring `charset=utf-7` reads `tools+AC8-call` as `tools/call`). A
+/// message without a `Content-Type` is read as UTF-8 JSON, as RFC 8259 says.
+pub fn check_body_headers(headers: &HeaderMap) -> Result<(), String> {
+    if let Some(coding) = headers.get(header::CONTENT_ENCODING) {
+        return Err(format!(
+            "Content-Encoding {coding:?} is not accepted: send messages as plain UTF-8 JSON"
+        ));
+    }
+    let mut types = headers.get_all(header::CONTENT_TYPE).iter();
+    let Some(content_type) = types.next() else {
+        return Ok(());
+    };
+    if types.next().is_some() {
+        return Err("more than one Content-Type".into());
+    }
+    let text = content_type
+        .to_str()
+        .map_err(|_| "a Content-Type that is not ASCII".to_string())?;
+    let mut parts = text.split(';');
+    let media = parts.next().unwrap_or_default().trim();
+    if !media.eq_ignore_ascii_case("application/json") {
+        return Err(format!(
+            "Content-Type {text:?}: messages must be application/json"
+        ));
+    }
+    for param in parts {
+        let (name, value) = param.split_once('=').unwrap_or((param, ""));
+        let value = value.trim().trim_matches('"');
+        if name.trim().eq_ignore_ascii_case("charset")
+            && !value.eq_ignore_ascii_case("utf-8")
+            && !value.eq_ignore_ascii_case("utf8")
+        {
+            return Err(format!(
+                "Content-Type {text:?}: messages must be UTF-8 JSON (charset=utf-8)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn protocol(headers: &HeaderMap) -> Option<&str> {
@@ -98,14 +155,21 @@ fn json_response(body: Vec<u8>) -> Response<Body> {
         .expect("static response parts are valid")
 }
 
+/// An HTTP error carrying a JSON-RPC error for request `id` (null when the message was not
+/// read).
+fn error_status(status: StatusCode, id: &Value, code: i64, message: &str) -> Response<Body> {
+    let mut resp = json_response(jsonrpc::error_response(id, code, message));
+    *resp.status_mut() = status;
+    resp
+}
+
 fn rejected_response(rejected: &Rejected) -> Response<Body> {
-    let mut resp = json_response(jsonrpc::error_response(
+    error_status(
+        StatusCode::BAD_REQUEST,
         &Value::Null,
         rejected.code(),
         &rejected.to_string(),
-    ));
-    *resp.status_mut() = StatusCode::BAD_REQUEST;
-    resp
+    )
 }
 
 fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
@@ -120,43 +184,87 @@ fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
 }
 
 /// Relays a `tools/list` response with the tools the server may not offer removed, whether
-/// the upstream answered with JSON or an SSE stream.
+/// the upstream answered with JSON or an SSE stream. Every tool list in it is filtered, whatever
+/// its id; a message in it the gate cannot read is replaced by an error answering `id`.
 async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>) -> Response<Body> {
     let sse = is_event_stream(resp.headers());
     let (builder, body) = up.relay_parts(resp);
     if sse {
-        let stream = filter_sse(body, move |data| {
-            jsonrpc::filter_tools_list(data, &id, |t| up.server.allows(t))
-        });
+        let stream = filter_sse(body, up, Some(id));
         return builder
             .body(Body::from_stream(stream))
             .expect("upstream response parts are valid");
     }
     let bytes = match read_all(body).await {
         Ok(bytes) => bytes,
-        Err(e) => return upstream_failed(&up, &e.into()),
+        Err(e) => return upstream_failed(&up, &e),
     };
-    let out = jsonrpc::filter_tools_list(&bytes, &id, |t| up.server.allows(t)).unwrap_or(bytes);
+    let out = match jsonrpc::filter_tools(&bytes, |t| up.server.allows(t)) {
+        Filtered::Unchanged => bytes,
+        Filtered::Rewritten(out) => out,
+        Filtered::Unreadable(why) => {
+            tracing::warn!(server = %up.label, error = %why, "tools/list answer unreadable; not relayed");
+            return error_status(
+                StatusCode::BAD_GATEWAY,
+                &id,
+                -32603,
+                &unreadable_text(&up, &why),
+            );
+        }
+    };
     builder
         .body(Body::from(out))
         .expect("upstream response parts are valid")
 }
 
-/// Rewrites each SSE event whose data `rewrite` changes; other bytes pass unchanged.
-pub fn filter_sse<S, E>(
-    upstream: S,
-    rewrite: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + 'static,
-) -> impl Stream<Item = Result<Bytes, E>> + Send
-where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: Send + 'static,
-{
-    sse::events(upstream).map(move |event| {
-        event.map(|ev| match sse::data(&ev).and_then(|d| rewrite(&d)) {
-            Some(data) => sse::with_data(&ev, &data),
-            None => ev,
+fn unreadable_text(up: &Upstream, why: &str) -> String {
+    format!(
+        "approval gate: upstream {} sent a message the gate cannot read unambiguously, so it \
+         was not relayed: {why}",
+        up.label
+    )
+}
+
+/// An upstream event stream with the tool lists in it filtered (see [`filter_event`]); other
+/// events pass as the exact bytes received. An error (an event past
+/// [`sse::MAX_EVENT_BYTES`], a silent or broken upstream) is logged and ends the stream.
+fn filter_sse(
+    upstream: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
+    up: Arc<Upstream>,
+    request: Option<Value>,
+) -> impl Stream<Item = io::Result<Bytes>> + Send {
+    sse::events(upstream).filter_map(move |event| {
+        std::future::ready(match event {
+            Ok(event) => filter_event(&up, event, request.as_ref()).map(Ok),
+            Err(e) => {
+                tracing::warn!(server = %up.label, error = %e, "upstream event stream cut off");
+                Some(Err(e))
+            }
         })
     })
+}
+
+/// One upstream SSE event with every tool list in its data filtered
+/// ([`jsonrpc::filter_tools`]). An event the gate cannot read is never relayed: it becomes an
+/// error answering `request` (the `tools/list` whose answer the stream carries) or, on a stream
+/// that answers no request the gate knows of, is dropped. `None`: drop the event. Events
+/// without data (comments, and the empty priming events servers send to make a stream
+/// resumable) carry no message and pass.
+pub fn filter_event(up: &Upstream, event: Bytes, request: Option<&Value>) -> Option<Bytes> {
+    let Some(data) = sse::data(&event).filter(|d| !d.is_empty()) else {
+        return Some(event);
+    };
+    match jsonrpc::filter_tools(&data, |t| up.server.allows(t)) {
+        Filtered::Unchanged => Some(event),
+        Filtered::Rewritten(data) => Some(sse::with_data(&event, &data)),
+        Filtered::Unreadable(why) => {
+            tracing::warn!(server = %up.label, error = %why, "upstream event unreadable; not relayed");
+            request.map(|id| {
+                let error = jsonrpc::error_response(id, -32603, &unreadable_text(up, &why));
+                sse::with_data(&event, &error)
+            })
+        }
+    }
 }
 
 /// A `tools/call`: refused if the tool is not offered, forwarded if it needs no approval,
@@ -212,14 +320,14 @@ async fn tools_call(
     }
     // Progress wanted: answer with an SSE stream carrying progress notifications, then the
     // result. If the client goes away before a decision, the wait stops and nothing runs.
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let (tx, mut rx) = mpsc::channel::<Bytes>(STREAM_QUEUE);
     tokio::spawn(async move {
         let token = call.progress_token.clone().unwrap_or(Value::Null);
         let count = std::sync::atomic::AtomicU64::new(0);
         let ptx = tx.clone();
         let progress = move |msg: &str| {
             let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            let _ = ptx.send(sse::message(&jsonrpc::progress(&token, n, msg)));
+            let _ = ptx.try_send(sse::message(&jsonrpc::progress(&token, n, msg)));
         };
         let result = tokio::select! {
             r = gated(&up, up.url.clone(), &headers, body, &call, &progress) => r,
@@ -232,43 +340,38 @@ async fn tools_call(
             GatedResult::Forwarded(resp, request) if !resp.status().is_success() => {
                 let why = format!("HTTP {}", resp.status());
                 let text = outcome::upstream_failed_after_approval(&call.name, &request, &why);
-                let _ = tx.send(sse::message(&jsonrpc::tool_error(
-                    &call.id,
-                    &text,
-                    proto.as_deref(),
-                )));
+                let _ = tx
+                    .send(sse::message(&jsonrpc::tool_error(
+                        &call.id,
+                        &text,
+                        proto.as_deref(),
+                    )))
+                    .await;
             }
             GatedResult::Forwarded(resp, request) => {
-                let lost = |e: io::Error| {
-                    let why = UpstreamError::Body(e).tell(&up.label);
+                let lost = |e: UpstreamError| {
+                    let why = e.tell(&up.label);
                     let text = outcome::upstream_lost(&call.name, Some(&request), &why);
                     sse::message(&jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
                 };
                 if is_event_stream(resp.headers()) {
-                    let mut stream = std::pin::pin!(up.body(resp));
-                    while let Some(chunk) = stream.next().await {
-                        let (event, last) = match chunk {
-                            Ok(chunk) => (chunk, false),
-                            Err(e) => (lost(e), true),
-                        };
-                        if tx.send(event).is_err() || last {
-                            break;
-                        }
-                    }
+                    relay_into(up.body(resp), &tx, lost).await;
                 } else {
                     let event = match up.read_body(resp).await {
                         Ok(body) => sse::message(&body),
                         Err(e) => lost(e),
                     };
-                    let _ = tx.send(event);
+                    let _ = tx.send(event).await;
                 }
             }
             GatedResult::Refused(text) => {
-                let _ = tx.send(sse::message(&jsonrpc::tool_error(
-                    &call.id,
-                    &text,
-                    proto.as_deref(),
-                )));
+                let _ = tx
+                    .send(sse::message(&jsonrpc::tool_error(
+                        &call.id,
+                        &text,
+                        proto.as_deref(),
+                    )))
+                    .await;
             }
         }
     });
@@ -283,6 +386,26 @@ async fn tools_call(
         .expect("static response parts are valid")
 }
 
+/// Relays an upstream body into a client's queue chunk by chunk, waiting while the queue is
+/// full, so the upstream is read no faster than the client reads. A failure becomes the event
+/// `lost` makes of it, which ends the relay, as does a client that went away.
+async fn relay_into(
+    body: impl Stream<Item = io::Result<Bytes>>,
+    tx: &mpsc::Sender<Bytes>,
+    lost: impl Fn(UpstreamError) -> Bytes,
+) {
+    let mut body = std::pin::pin!(body);
+    while let Some(chunk) = body.next().await {
+        let (event, last) = match chunk {
+            Ok(chunk) => (chunk, false),
+            Err(e) => (lost(UpstreamError::Body(e)), true),
+        };
+        if tx.send(event).await.is_err() || last {
+            break;
+        }
+    }
+}
+
 /// The end of a gated call.
 pub enum GatedResult {
     /// Approved and forwarded: the upstream's answer, and the request that approved it.
@@ -292,7 +415,8 @@ pub enum GatedResult {
 }
 
 /// Runs the approval of a gated call and forwards it if (and only if) this gate consumed an
-/// approval for exactly these arguments.
+/// approval for exactly these arguments. `body` is the call as the gate read it
+/// ([`jsonrpc::Message::body`]), so it carries the arguments that were hashed and shown.
 pub async fn gated(
     up: &Upstream,
     url: reqwest::Url,
@@ -357,14 +481,6 @@ pub async fn gated(
             ));
         }
     };
-    // Forward the call as it was read, hashed and shown to the approver.
-    let body = match jsonrpc::as_read(&body) {
-        Ok(read) => Bytes::from(read),
-        Err(e) => {
-            metrics.call(Outcome::error);
-            return GatedResult::Refused(outcome::error(&call.name, &e.to_string()));
-        }
-    };
     match up.send(Method::POST, url, headers, body).await {
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, request = %name, "approved call forwarded");
@@ -381,5 +497,35 @@ pub async fn gated(
                 outcome::upstream_failed_after_approval(&call.name, &name, &why)
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_holds_the_upstream_back() {
+        let read = Arc::new(AtomicUsize::new(0));
+        let counted = read.clone();
+        let body = futures::stream::iter(0..1000).map(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(Bytes::from_static(b"data: x\n\n"))
+        });
+        let (tx, mut rx) = mpsc::channel(STREAM_QUEUE);
+        let relay = tokio::spawn(async move { relay_into(body, &tx, |_| Bytes::new()).await });
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        // A full queue and the chunk waiting for room: nothing more is read upstream.
+        assert_eq!(read.load(Ordering::SeqCst), STREAM_QUEUE + 1);
+        let mut relayed = 0;
+        while rx.recv().await.is_some() {
+            relayed += 1;
+        }
+        assert_eq!(relayed, 1000);
+        relay.await.unwrap();
     }
 }

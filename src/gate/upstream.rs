@@ -63,6 +63,12 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// Headers of the client's request that describe its body: the gate forwards a body of its own
+/// writing, never the client's, so it never forwards these either.
+fn describes_body(name: &HeaderName) -> bool {
+    name == header::CONTENT_TYPE || name == header::CONTENT_ENCODING
+}
+
 /// Why an upstream request got no (whole) answer.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -75,6 +81,9 @@ pub enum UpstreamError {
     /// The response body broke off or went silent too long.
     #[error("answer broke off: {0}")]
     Body(#[from] io::Error),
+    /// A body the gate reads whole was longer than [`MAX_BODY_BYTES`].
+    #[error("sent an answer longer than {} MiB, the gate's limit", MAX_BODY_BYTES >> 20)]
+    TooLarge,
 }
 
 impl UpstreamError {
@@ -82,7 +91,9 @@ impl UpstreamError {
     pub fn tell(&self, label: &str) -> String {
         match self {
             Self::Unreachable(_) => format!("upstream {label} unreachable"),
-            Self::TimedOut(_) | Self::Body(_) => format!("upstream {label} {self}"),
+            Self::TimedOut(_) | Self::Body(_) | Self::TooLarge => {
+                format!("upstream {label} {self}")
+            }
         }
     }
 
@@ -91,7 +102,7 @@ impl UpstreamError {
     pub fn may_have_reached(&self) -> bool {
         match self {
             Self::Unreachable(e) => !e.is_connect(),
-            Self::TimedOut(_) | Self::Body(_) => true,
+            Self::TimedOut(_) | Self::Body(_) | Self::TooLarge => true,
         }
     }
 
@@ -99,7 +110,7 @@ impl UpstreamError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
-            Self::Unreachable(_) | Self::Body(_) => StatusCode::BAD_GATEWAY,
+            Self::Unreachable(_) | Self::Body(_) | Self::TooLarge => StatusCode::BAD_GATEWAY,
         }
     }
 }
@@ -151,9 +162,11 @@ impl Upstream {
         })
     }
 
-    /// Sends a request upstream: the client's headers minus hop-by-hop ones and minus any the
-    /// gate configures, then the configured ones. The response head must come within
-    /// `params.timeout`, when set.
+    /// Sends a request upstream: the client's headers minus hop-by-hop ones, minus those
+    /// describing the client's body and minus any the gate configures, then the configured
+    /// ones. A non-empty `body` is a message the gate wrote, so it goes with the gate's own
+    /// `Content-Type: application/json`. The response head must come within `params.timeout`,
+    /// when set.
     pub async fn send(
         &self,
         method: Method,
@@ -163,11 +176,17 @@ impl Upstream {
     ) -> Result<reqwest::Response, UpstreamError> {
         let mut headers = HeaderMap::with_capacity(client_headers.len() + self.headers.len());
         for (k, v) in client_headers {
-            if !hop_by_hop(k) && !self.headers.contains_key(k) {
+            if !hop_by_hop(k) && !describes_body(k) && !self.headers.contains_key(k) {
                 headers.append(k.clone(), v.clone());
             }
         }
         headers.extend(self.headers.clone());
+        if !body.is_empty() {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
         let started = Instant::now();
         let request = self
             .shared
@@ -205,8 +224,9 @@ impl Upstream {
         )
     }
 
-    /// The whole body of an upstream response, within the same limits as [`Self::body`].
-    pub async fn read_body(&self, resp: reqwest::Response) -> io::Result<Vec<u8>> {
+    /// The whole body of an upstream response, within the same limits as [`Self::body`] and
+    /// [`read_all`]'s.
+    pub async fn read_body(&self, resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {
         read_all(self.body(resp)).await
     }
 
@@ -245,12 +265,26 @@ impl Upstream {
     }
 }
 
-/// Every chunk of `body`, joined.
-pub async fn read_all(body: impl Stream<Item = io::Result<Bytes>>) -> io::Result<Vec<u8>> {
+/// The longest upstream body the gate reads whole (a `tools/list` answer in JSON, the JSON
+/// answer of a gated call relayed as an event), 16 MiB. Bodies relayed as they come are not
+/// held, so they have no limit of the gate's; events are limited by [`sse::MAX_EVENT_BYTES`].
+///
+/// [`sse::MAX_EVENT_BYTES`]: crate::sse::MAX_EVENT_BYTES
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// Every chunk of `body`, joined; [`UpstreamError::TooLarge`] once longer than
+/// [`MAX_BODY_BYTES`].
+pub async fn read_all(
+    body: impl Stream<Item = io::Result<Bytes>>,
+) -> Result<Vec<u8>, UpstreamError> {
     let mut bytes = Vec::new();
     let mut body = std::pin::pin!(body);
     while let Some(chunk) = body.next().await {
-        bytes.extend_from_slice(&chunk?);
+        let chunk = chunk?;
+        if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(UpstreamError::TooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
     }
     Ok(bytes)
 }
@@ -308,6 +342,21 @@ mod tests {
                 Err("stopped sending for 5s".to_string())
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_body_read_whole_stops_at_the_limit() {
+        let mib = Bytes::from(vec![b'x'; 1 << 20]);
+        let body = |n: usize| futures::stream::iter((0..n).map(|_| Ok(mib.clone())));
+        let limit = MAX_BODY_BYTES >> 20;
+        assert_eq!(read_all(body(limit)).await.unwrap().len(), MAX_BODY_BYTES);
+        let err = read_all(body(limit + 1)).await.unwrap_err();
+        assert!(matches!(err, UpstreamError::TooLarge), "{err}");
+        assert_eq!(
+            err.tell("tools/s"),
+            "upstream tools/s sent an answer longer than 16 MiB, the gate's limit"
+        );
+        assert_eq!(err.status(), StatusCode::BAD_GATEWAY);
     }
 
     #[tokio::test(start_paused = true)]

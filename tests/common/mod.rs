@@ -156,11 +156,15 @@ impl Everything {
 /// A request seen by [`Counter`]: (method, `x-upstream-token`, `mcp-session-id`).
 pub type Seen = (String, String, Option<String>);
 
+/// A request body as it reached the upstream, with its `Content-Type`.
+pub type Received = (Option<String>, Bytes);
+
 /// A proxy in front of the upstream counting `tools/call` requests by tool name.
 #[derive(Clone)]
 pub struct Counter {
     calls: Arc<Mutex<BTreeMap<String, usize>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    bodies: Arc<Mutex<Vec<Received>>>,
     connections: Arc<std::sync::atomic::AtomicUsize>,
     target: String,
     http: reqwest::Client,
@@ -175,6 +179,7 @@ impl Counter {
         let c = Self {
             calls: Arc::default(),
             seen: Arc::default(),
+            bodies: Arc::default(),
             connections: Arc::default(),
             target,
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
@@ -192,6 +197,11 @@ impl Counter {
     /// Every request as (method, `x-upstream-token` header, `mcp-session-id` header).
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// The `Content-Type` and body of every request with a body, as they reached the upstream.
+    pub fn bodies(&self) -> Vec<Received> {
+        self.bodies.lock().unwrap().clone()
     }
 
     /// How many TCP connections the gate opened to the upstream.
@@ -223,6 +233,12 @@ async fn forward(
             .join(","),
         header("mcp-session-id"),
     ));
+    if !body.is_empty() {
+        c.bodies
+            .lock()
+            .unwrap()
+            .push((header("content-type"), body.clone()));
+    }
     if let Ok(v) = serde_json::from_slice::<Value>(&body)
         && v["method"] == "tools/call"
     {

@@ -1,7 +1,9 @@
 //! A minimal in-process MCP server (Streamable HTTP, JSON responses): `initialize`, `ping`,
 //! `tools/list` (tools `echo` and `hidden`) and `tools/call` (echoes its arguments, byte for
 //! byte as they arrived); it answers
-//! after `delay_ms` milliseconds when the params or the arguments hold that field; its GET
+//! after `delay_ms` milliseconds when the params or the arguments hold that field, with the id
+//! `answer_id` instead of the request's, the result under the key `result_key` instead of
+//! `result`, and as an SSE event when `answer_sse` is true, when the params hold those; its GET
 //! stream replays one `tools/list` response, as a resumed stream would; session `expired`
 //! gets 404. Used by the benchmark
 //! as a fast upstream and by tests of JSON (non-SSE) responses.
@@ -90,12 +92,23 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("stub-session")
         .to_string();
+    let id = params.get("answer_id").cloned().unwrap_or(id);
+    let key = params["result_key"].as_str().unwrap_or("result");
+    let answer = serde_json::to_string(&json!({"jsonrpc": "2.0", "id": id, key: result})).unwrap();
+    let (content_type, body) = if params["answer_sse"] == true {
+        (
+            "text/event-stream",
+            format!("event: message\ndata: {answer}\n\n"),
+        )
+    } else {
+        ("application/json", answer)
+    };
     (
         [
-            ("content-type", "application/json"),
+            ("content-type", content_type),
             ("mcp-session-id", session.as_str()),
         ],
-        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result})).unwrap(),
+        body,
     )
         .into_response()
 }

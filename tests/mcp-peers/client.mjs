@@ -4,7 +4,11 @@
 // sampling/createMessage requests from the server with "sampled: <prompt>".
 // Operations: {"op":"list"} | {"op":"call","name":"echo","args":{...},"progress":true}
 //             | {"op":"terminate"} (DELETE of the Streamable HTTP session)
-// Prints one JSON line per operation: {"op","tools"} | {"op","result","progress"} | {"op","error"}.
+//             | {"op":"raw","body":"...","contentType":"..."} (POSTs the body as given on the
+//               client's session, as a hostile client would; waits 500 ms for stray answers)
+// Prints one JSON line per operation: {"op","tools"} | {"op","result","progress"} | {"op","error"}
+// | {"op","status","text","errors"} (errors: what the client reported meanwhile, such as
+// answers to requests it never made).
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
@@ -40,6 +44,18 @@ for (const op of ops) {
       }
       const result = await client.callTool({ name: op.name, arguments: op.args ?? {} }, undefined, options);
       console.log(JSON.stringify({ op: "call", result, progress }));
+    } else if (op.op === "raw") {
+      const errors = [];
+      client.onerror = (e) => errors.push(String(e && e.message ? e.message : e));
+      const headers = { "content-type": op.contentType, accept: "application/json, text/event-stream" };
+      if (kind !== "sse" && transport.sessionId) {
+        headers["mcp-session-id"] = transport.sessionId;
+      }
+      const endpoint = kind === "sse" ? transport._endpoint : new URL(url);
+      const resp = await fetch(endpoint, { method: "POST", headers, body: op.body });
+      const text = await resp.text();
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      console.log(JSON.stringify({ op: "raw", status: resp.status, text, errors }));
     } else if (op.op === "terminate") {
       const session = transport.sessionId;
       await transport.terminateSession();
