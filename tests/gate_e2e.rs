@@ -580,9 +580,7 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
 
 #[tokio::test]
 async fn a_charset_other_than_utf8_never_reaches_the_server() {
-    if !peers_available("a_charset_other_than_utf8_never_reaches_the_server") {
-        return;
-    }
+    require_peers();
     init();
     let everything = Everything::start("sse").await;
     let counter = Counter::start(format!("http://127.0.0.1:{}", everything.port)).await;
