@@ -336,17 +336,12 @@ async fn tools_call(
                 return;
             }
         };
-        match result {
+        let refusal = match result {
             GatedResult::Forwarded(resp, request) if !resp.status().is_success() => {
                 let why = format!("HTTP {}", resp.status());
-                let text = outcome::upstream_failed_after_approval(&call.name, &request, &why);
-                let _ = tx
-                    .send(sse::message(&jsonrpc::tool_error(
-                        &call.id,
-                        &text,
-                        proto.as_deref(),
-                    )))
-                    .await;
+                Some(outcome::upstream_failed_after_approval(
+                    &call.name, &request, &why,
+                ))
             }
             GatedResult::Forwarded(resp, request) => {
                 let lost = |e: UpstreamError| {
@@ -363,16 +358,13 @@ async fn tools_call(
                     };
                     let _ = tx.send(event).await;
                 }
+                None
             }
-            GatedResult::Refused(text) => {
-                let _ = tx
-                    .send(sse::message(&jsonrpc::tool_error(
-                        &call.id,
-                        &text,
-                        proto.as_deref(),
-                    )))
-                    .await;
-            }
+            GatedResult::Refused(text) => Some(text),
+        };
+        if let Some(text) = refusal {
+            let error = jsonrpc::tool_error(&call.id, &text, proto.as_deref());
+            let _ = tx.send(sse::message(&error)).await;
         }
     });
     let stream = futures::stream::poll_fn(move |cx| {
