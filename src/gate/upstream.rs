@@ -313,15 +313,35 @@ fn idle_limited(
 
 /// Whether a response is an SSE stream.
 pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
+    // Media types are case-insensitive (RFC 9110 §8.3.1).
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("text/event-stream"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_streams_are_recognised_whatever_the_case() {
+        let with = |value: &'static str| {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(value),
+            );
+            is_event_stream(&headers)
+        };
+        assert!(with("text/event-stream"));
+        assert!(with("Text/Event-Stream; charset=utf-8"));
+        assert!(with(" text/event-stream ;x=1"));
+        assert!(!with("text/event-streamx"));
+        assert!(!with("application/json"));
+        assert!(!is_event_stream(&reqwest::header::HeaderMap::new()));
+    }
 
     fn chunk(s: &'static str) -> io::Result<Bytes> {
         Ok(Bytes::from_static(s.as_bytes()))
