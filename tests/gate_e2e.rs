@@ -444,8 +444,9 @@ async fn upstream_down_is_an_error_and_nothing_runs() {
     require_peers();
     init();
     let api = FakeApi::start().await;
-    // Port 1 (tcpmux) is never served here: connections are refused.
-    let dead = "http://127.0.0.1:1/mcp".to_string();
+    // Port 1 (tcpmux) is never served here: connections are refused. The URL carries a
+    // credential, which must never reach the logs.
+    let dead = "http://127.0.0.1:1/mcp?token=url-canary-5d1".to_string();
     let cfg = config(
         vec![server(
             "dead",
@@ -496,6 +497,14 @@ async fn upstream_down_is_an_error_and_nothing_runs() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 502);
+    assert!(
+        logs().contains("upstream request failed"),
+        "failures are logged"
+    );
+    assert!(
+        !logs().contains("url-canary-5d1"),
+        "the upstream URL is never logged"
+    );
 }
 
 #[tokio::test]

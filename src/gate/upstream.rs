@@ -74,7 +74,7 @@ fn describes_body(name: &HeaderName) -> bool {
 pub enum UpstreamError {
     /// Connecting, sending or reading the response head failed.
     #[error("unreachable: {0}")]
-    Unreachable(#[from] reqwest::Error),
+    Unreachable(reqwest::Error),
     /// No response head within `params.timeout`.
     #[error("did not answer within {}s (params.timeout)", .0.as_secs_f64())]
     TimedOut(Duration),
@@ -86,8 +86,16 @@ pub enum UpstreamError {
     TooLarge,
 }
 
+impl From<reqwest::Error> for UpstreamError {
+    /// Keeps the error without its URL: an upstream URL may carry credentials (a token in the
+    /// query), and these errors are logged. The server's `namespace/name` identifies it.
+    fn from(error: reqwest::Error) -> Self {
+        Self::Unreachable(error.without_url())
+    }
+}
+
 impl UpstreamError {
-    /// What the caller is told about upstream `label` (details such as URLs stay in the log).
+    /// What the caller is told about upstream `label` (details stay in the log, never the URL).
     pub fn tell(&self, label: &str) -> String {
         match self {
             Self::Unreachable(_) => format!("upstream {label} unreachable"),
@@ -219,7 +227,8 @@ impl Upstream {
             self.timeout
         };
         idle_limited(
-            resp.bytes_stream().map(|r| r.map_err(io::Error::other)),
+            resp.bytes_stream()
+                .map(|r| r.map_err(|e| io::Error::other(e.without_url()))),
             limit,
         )
     }
