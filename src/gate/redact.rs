@@ -173,7 +173,8 @@ pub fn redacted_paths(preview: &Map<String, Value>) -> Vec<String> {
 
 /// The notice an approver must see when `preview` hides something: how many values were
 /// redacted and where (the first few), and that the call runs with the real values. `None`
-/// when nothing is redacted.
+/// when nothing is redacted. Every redaction counts: the gate cannot tell whether what it
+/// hid matters.
 pub fn notice(preview: &Map<String, Value>) -> Option<String> {
     let paths = redacted_paths(preview);
     let (count, verb) = match paths.len() {
@@ -197,7 +198,7 @@ pub fn notice(preview: &Map<String, Value>) -> Option<String> {
         places.push(format!("and {} more", paths.len() - MAX_NOTICE_PATHS));
     }
     Some(format!(
-        "NOTE: {count} {verb} redacted (at {}); the approved call runs with the real values.",
+        "{count} {verb} redacted (at {}); the approved call runs with the real values.",
         places.join(", ")
     ))
 }
@@ -431,13 +432,13 @@ mod tests {
         );
         assert_eq!(
             notice(&p).unwrap(),
-            "NOTE: 3 values were redacted (at /command, /env/API_KEY, /env/a~1b~0/0); \
+            "3 values were redacted (at /command, /env/API_KEY, /env/a~1b~0/0); \
              the approved call runs with the real values."
         );
         let one = preview(&json!({"token": "x"}));
         assert_eq!(
             notice(&one).unwrap(),
-            "NOTE: 1 value was redacted (at /token); the approved call runs with the real values."
+            "1 value was redacted (at /token); the approved call runs with the real values."
         );
         let many = preview(&json!({"password": ["a", "b", "c", "d", "e", "f", "g"]}));
         assert!(notice(&many).unwrap().contains("/password/4, and 2 more)"));
