@@ -140,6 +140,15 @@ fn mask(value: &Value, secret: bool) -> Value {
 
 /// JSON pointers (RFC 6901) of the strings in `preview` that contain [`REDACTED`], in order.
 pub fn redacted_paths(preview: &Map<String, Value>) -> Vec<String> {
+    fn object(map: &Map<String, Value>, path: &mut String, out: &mut Vec<String>) {
+        for (k, v) in map {
+            let len = path.len();
+            path.push('/');
+            path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+            walk(v, path, out);
+            path.truncate(len);
+        }
+    }
     fn walk(value: &Value, path: &mut String, out: &mut Vec<String>) {
         match value {
             Value::String(s) if s.contains(REDACTED) => out.push(path.clone()),
@@ -151,23 +160,12 @@ pub fn redacted_paths(preview: &Map<String, Value>) -> Vec<String> {
                     path.truncate(len);
                 }
             }
-            Value::Object(map) => {
-                for (k, v) in map {
-                    let len = path.len();
-                    path.push('/');
-                    path.push_str(&k.replace('~', "~0").replace('/', "~1"));
-                    walk(v, path, out);
-                    path.truncate(len);
-                }
-            }
+            Value::Object(map) => object(map, path, out),
             _ => {}
         }
     }
     let mut out = Vec::new();
-    for (k, v) in preview {
-        let mut path = format!("/{}", k.replace('~', "~0").replace('/', "~1"));
-        walk(v, &mut path, &mut out);
-    }
+    object(preview, &mut String::new(), &mut out);
     out
 }
 
