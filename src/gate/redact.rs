@@ -2,8 +2,8 @@
 //! `[REDACTED]`, everything else kept, the whole cut to at most [`MAX_PREVIEW_BYTES`] of JSON.
 //!
 //! The rule (docs/gate.md, Redaction):
-//! - in every string, each match of a secret pattern is replaced by `[REDACTED]`; the rest of
-//!   the string stays;
+//! - in every string and every key, each match of a secret pattern is replaced by
+//!   `[REDACTED]`; the rest stays (keys that become equal get ` (2)`, ` (3)`, …);
 //! - a key names a secret when one of its words (split at non-letters and camelCase
 //!   boundaries, compared lowercase) is a secret word, or two adjacent words are `api key` or
 //!   `private key`. Below such a key every string (except an empty one) and every number
@@ -129,23 +129,40 @@ fn mask(value: &Value, secret: bool) -> Value {
         Value::Number(_) if secret => Value::String(REDACTED.into()),
         Value::String(s) => Value::String(redact_text(s).into_owned()),
         Value::Array(items) => Value::Array(items.iter().map(|v| mask(v, secret)).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), mask(v, secret || is_secret_key(k))))
-                .collect(),
-        ),
+        Value::Object(map) => {
+            let mut out = Map::new();
+            for (k, v) in map {
+                let v = mask(v, secret || is_secret_key(k));
+                let base = redact_text(k).into_owned();
+                let mut key = base.clone();
+                for n in 2.. {
+                    if !out.contains_key(&key) {
+                        break;
+                    }
+                    key = format!("{base} ({n})");
+                }
+                out.insert(key, v);
+            }
+            Value::Object(out)
+        }
         other => other.clone(),
     }
 }
 
-/// JSON pointers (RFC 6901) of the strings in `preview` that contain [`REDACTED`], in order.
+/// JSON pointers (RFC 6901) of the strings and keys in `preview` that contain [`REDACTED`], in
+/// order, each once.
 pub fn redacted_paths(preview: &Map<String, Value>) -> Vec<String> {
     fn object(map: &Map<String, Value>, path: &mut String, out: &mut Vec<String>) {
         for (k, v) in map {
             let len = path.len();
             path.push('/');
             path.push_str(&k.replace('~', "~0").replace('/', "~1"));
-            walk(v, path, out);
+            if k.contains(REDACTED) {
+                out.push(path.clone());
+            }
+            if !(k.contains(REDACTED) && v.is_string()) {
+                walk(v, path, out);
+            }
             path.truncate(len);
         }
     }
@@ -416,6 +433,28 @@ mod tests {
                 "akia": "AKIA-not-a-key",
                 "prose": "the bearer of bad news",
             })
+        );
+    }
+
+    #[test]
+    fn secrets_in_keys_are_masked_and_keys_stay_distinct() {
+        let got = preview(&json!({"headers": {
+            "Bearer abcdefgh123": "x", "sk-abcdefgh": 1, "[REDACTED]": [2], "ghp_abcdefghijklmnopqrstuvwxyz": {}
+        }}));
+        assert_eq!(
+            Value::Object(got.clone()),
+            json!({"headers": {
+                "Bearer [REDACTED]": "x", "[REDACTED]": 1, "[REDACTED] (2)": [2], "[REDACTED] (3)": {}
+            }})
+        );
+        assert_eq!(
+            redacted_paths(&got),
+            [
+                "/headers/Bearer [REDACTED]",
+                "/headers/[REDACTED]",
+                "/headers/[REDACTED] (2)",
+                "/headers/[REDACTED] (3)"
+            ]
         );
     }
 
