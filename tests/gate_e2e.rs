@@ -526,6 +526,10 @@ async fn secrets_never_reach_the_apiserver_or_logs() {
         .map(|(m, u, b)| format!("{m} {u} {b}\n"))
         .collect();
     assert!(sent.contains("[REDACTED]"), "{sent}");
+    assert!(
+        sent.contains("NOTE: 2 values were redacted (at /password, /note); the approved call runs with the real values. Run 'echo'"),
+        "{sent}"
+    );
     for canary in ["canary-pw-123", "sk-canary"] {
         assert!(!sent.contains(canary), "{canary} reached the apiserver");
         assert!(!logs().contains(canary), "{canary} reached the logs");

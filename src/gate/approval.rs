@@ -452,11 +452,15 @@ pub fn label_value(s: &str) -> String {
         .to_string()
 }
 
-/// The question shown to approvers, built from the redacted preview only.
+/// The question shown to approvers, built from the redacted preview only. It starts with the
+/// redaction notice when the preview hides anything, so nobody approves blind.
 fn message(key: &CallKey, preview: &serde_json::Map<String, serde_json::Value>) -> String {
     let args = serde_json::to_string(preview).unwrap_or_default();
+    let note = redact::notice(preview)
+        .map(|n| format!("NOTE: {n} "))
+        .unwrap_or_default();
     let head = format!(
-        "Run '{}' on {} {}/{} with arguments ",
+        "{note}Run '{}' on {} {}/{} with arguments ",
         key.tool,
         key.server_kind.as_str(),
         key.server_namespace,

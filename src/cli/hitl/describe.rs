@@ -8,11 +8,16 @@ use kube::ResourceExt;
 use super::table::{expires, short_duration};
 use crate::api::ApprovalRequest;
 use crate::api::approval_request::DecisionType;
+use crate::gate::redact;
 
-/// Human-readable description of `r` at `now`.
+/// Human-readable description of `r` at `now`, starting with a warning line when the preview
+/// hides redacted values.
 pub fn describe(r: &ApprovalRequest, now: Timestamp) -> String {
     let spec = &r.spec;
     let mut s = String::new();
+    if let Some(note) = spec.arguments_preview.as_ref().and_then(redact::notice) {
+        let _ = writeln!(s, "WARNING: {note}");
+    }
     let mut field = |label: &str, value: &str| {
         let _ = writeln!(s, "{:<14}{value}", format!("{label}:"));
     };

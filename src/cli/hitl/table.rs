@@ -3,6 +3,7 @@
 use jiff::{SignedDuration, Timestamp};
 
 use crate::api::ApprovalRequest;
+use crate::gate::redact;
 
 /// Widest ARGS cell, in characters; longer previews end in `...`.
 pub const ARGS_WIDTH: usize = 40;
@@ -71,12 +72,17 @@ pub fn format_line(cells: &[String], widths: &[usize]) -> String {
 }
 
 /// The arguments preview as compact JSON, cut to [`ARGS_WIDTH`] characters; `<none>` if absent.
+/// A preview with redacted values starts with `(N redacted)`.
 pub fn args_preview(request: &ApprovalRequest) -> String {
     let Some(preview) = &request.spec.arguments_preview else {
         return "<none>".to_owned();
     };
     let json = serde_json::to_string(preview).expect("a JSON map serializes");
-    truncate(&json, ARGS_WIDTH)
+    let text = match redact::redacted_paths(preview).len() {
+        0 => json,
+        n => format!("({n} redacted) {json}"),
+    };
+    truncate(&text, ARGS_WIDTH)
 }
 
 /// `text` cut to at most `width` characters, ending in `...` when cut.

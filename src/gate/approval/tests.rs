@@ -229,7 +229,7 @@ async fn create_watch_consume_exact_requests() {
             "argumentsSha256": c.digest.sha256,
             "argumentsBytes": c.digest.bytes,
             "requestedBy": "system:serviceaccount:team:agent-a-sa",
-            "message": "Run 'delete_file' on RemoteMCPServer tools/fs with arguments {\"path\":\"/data/report.csv\",\"password\":\"[REDACTED]\",\"note\":\"[REDACTED]\"}?",
+            "message": "NOTE: 2 values were redacted (at /password, /note); the approved call runs with the real values. Run 'delete_file' on RemoteMCPServer tools/fs with arguments {\"path\":\"/data/report.csv\",\"password\":\"[REDACTED]\",\"note\":\"[REDACTED]\"}?",
             "context": {"sessionId": "sess-1", "callId": "7"},
             "expiresAt": "2026-11-22T01:00:00Z",
         },
