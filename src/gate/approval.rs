@@ -35,6 +35,8 @@ use crate::{Error, Result};
 const MAX_MESSAGE_CHARS: usize = 4096;
 /// How many generations a call may race through before the gate gives up.
 const MAX_CREATE_ATTEMPTS: u64 = 8;
+/// Field manager of the requests the gate creates (their `managedFields` creator entry).
+pub const FIELD_MANAGER: &str = "hitl-gate";
 /// How many 409 Conflicts on consumption the gate re-reads before giving up.
 const MAX_CONFLICTS: u32 = 5;
 
@@ -221,9 +223,15 @@ impl Approvals {
             .as_ref()
             .and_then(|r| generation(r, &base))
             .map_or(0, |g| g + 1);
+        // A manager name of its own, so that no approver's writes merge into the creator's
+        // managedFields entry (which would make their approval look written at creation).
+        let post = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
         for _ in 0..MAX_CREATE_ATTEMPTS {
             let req = self.build(call, &format!("{base}-{next}"))?;
-            match self.api.create(&PostParams::default(), &req).await {
+            match self.api.create(&post, &req).await {
                 Ok(created) => {
                     tracing::info!(request = %created.metadata.name.as_deref().unwrap_or_default(),
                         tool = %call.key.tool, args_sha256 = %call.digest.sha256, "created ApprovalRequest");

@@ -201,7 +201,7 @@ async fn expect_list_and_create(handle: &mut Handle, c: &GatedCall<'_>) -> Value
     let (m, uri, body, send) = next(handle).await;
     assert_eq!(
         (m.as_str(), uri.as_str()),
-        ("POST", &format!("{BASE_PATH}?")[..])
+        ("POST", &format!("{BASE_PATH}?&fieldManager=hitl-gate")[..])
     );
     let obj = stored(&body, "10");
     respond(send, 201, &obj);
@@ -227,7 +227,7 @@ async fn create_watch_consume_exact_requests() {
     let (m, uri, body, send) = next(&mut handle).await;
     assert_eq!(
         (m.as_str(), uri.as_str()),
-        ("POST", &format!("{BASE_PATH}?")[..])
+        ("POST", &format!("{BASE_PATH}?&fieldManager=hitl-gate")[..])
     );
     let expected = json!({
         "apiVersion": "kagent.dev/v1alpha2",
