@@ -422,6 +422,103 @@ async fn an_approved_call_runs_with_exactly_the_arguments_the_approver_saw() {
     assert_eq!(serde_json::from_str::<Value>(&ran).unwrap(), shown);
 }
 
+/// Issue 10, item 4: without the admission policies (and the CRD rule), an identity that may
+/// create requests could create one already approved, or approve as the requester. Neither
+/// runs the call.
+#[tokio::test]
+async fn an_approval_not_added_by_someone_else_after_creation_never_runs_the_call() {
+    init();
+    let stub_url = stub::start().await;
+    let counter = Counter::start(stub_url.trim_end_matches("/mcp").to_string()).await;
+    let api = FakeApi::start().await;
+    let cfg = |wait: f64| {
+        config(
+            vec![server(
+                "stub",
+                McpProtocol::StreamableHttp,
+                &format!("{}/mcp", counter.url),
+                &["echo"],
+                &["echo"],
+            )],
+            3600.0,
+            wait,
+        )
+    };
+    // One gate that answers Pending at once, one that waits for the decision.
+    let gate = Gate::start(&cfg(0.5), &api).await;
+    let waiting_gate = Gate::start(&cfg(30.0), &api).await;
+    let call = |args: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{args}}}}}"#
+        )
+    };
+    let first = call(r#"{"m":"created approved"}"#);
+    let (text, _) = result_text(
+        &post(&gate.route("stub"), &first)
+            .await
+            .json()
+            .await
+            .unwrap(),
+    );
+    assert!(text.contains("Pending"), "{text}");
+    let name = api.first_request_name().await;
+    // The request under that name is now one that was created with an Approve in it.
+    api.recreate_with_decision(&name, "Approve", "mallory");
+    let (text, is_error) = result_text(
+        &post(&gate.route("stub"), &first)
+            .await
+            .json()
+            .await
+            .unwrap(),
+    );
+    assert!(is_error && text.starts_with("NOT executed"), "{text}");
+    assert_eq!(
+        counter.count("echo"),
+        0,
+        "a pre-approved request ran the call"
+    );
+    let objects = api.objects();
+    let planted = objects
+        .iter()
+        .find(|o| o["metadata"]["name"] == name.as_str())
+        .unwrap();
+    assert!(
+        planted.get("status").is_none(),
+        "the gate consumed it: {planted}"
+    );
+    assert!(
+        logs().contains("the approval was written by whoever created the request"),
+        "the refusal is logged"
+    );
+
+    // The requester approving its own request does not count either.
+    let second = call(r#"{"m":"self approved"}"#);
+    let url = waiting_gate.route("stub");
+    let body = second.clone();
+    let waiting = tokio::spawn(async move { post(&url, &body).await.json::<Value>().await });
+    let name = eventually("the second request", || {
+        api.objects()
+            .iter()
+            .filter(|o| o["spec"]["argumentsPreview"]["m"] == "self approved")
+            .find_map(|o| o["metadata"]["name"].as_str().map(String::from))
+    })
+    .await;
+    api.decide(
+        &name,
+        "Approve",
+        "system:serviceaccount:team:agent-a",
+        "mine",
+    );
+    let (text, is_error) = result_text(&waiting.await.unwrap().unwrap());
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("does not accept ApprovalRequest")
+            && text.contains("approved by its own requester"),
+        "{text}"
+    );
+    assert_eq!(counter.count("echo"), 0);
+}
+
 /// A server entry for the stub whose upstream gets `timeout` seconds to answer.
 fn stub_with_timeout(
     upstream: &str,

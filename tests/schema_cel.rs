@@ -462,7 +462,46 @@ fn executed_with_an_approve_decision_is_valid() {
         "/status",
         json!({"phase": "Executed", "consumedAt": "2026-11-22T00:10:00Z", "consumedBy": "pod-1"}),
     );
-    assert_valid(&object);
+    assert_eq!(
+        errors(&object, Some(&decided("Approve"))),
+        Vec::<String>::new()
+    );
+}
+
+const DECISION_ON_CREATE: &str = "The ApprovalRequest \"r1\" is invalid: spec.decision: Invalid value: spec.decision cannot be set when the request is created: only an approver adds it later";
+
+#[test]
+fn a_request_cannot_be_created_with_a_decision() {
+    // Without admission policies, whoever may create requests (an agent's gate) could
+    // otherwise create one already approved (issue 10, item 4).
+    assert_rejected(&decided("Approve"), None, DECISION_ON_CREATE);
+    assert_rejected(&decided("Deny"), None, DECISION_ON_CREATE);
+    let approved_and_executed = with(
+        decided("Approve"),
+        "/status",
+        json!({"phase": "Executed", "consumedAt": "2026-11-22T00:10:00Z"}),
+    );
+    assert_rejected(&approved_and_executed, None, DECISION_ON_CREATE);
+}
+
+#[test]
+fn the_decision_rule_lets_later_writes_through() {
+    // Created without a decision: valid (also approval_request_is_valid_on_create).
+    assert_valid(&request());
+    // The first decision, then a status write on the decided request.
+    assert_eq!(
+        errors(&decided("Approve"), Some(&request())),
+        Vec::<String>::new()
+    );
+    let consumed = with(
+        decided("Approve"),
+        "/status",
+        json!({"phase": "Executed", "consumedAt": "2026-11-22T00:10:00Z"}),
+    );
+    assert_eq!(
+        errors(&consumed, Some(&decided("Approve"))),
+        Vec::<String>::new()
+    );
 }
 
 #[test]

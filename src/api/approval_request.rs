@@ -45,7 +45,11 @@ pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
     validation = kube::core::Rule::new("has(self.message) == has(oldSelf.message) && (!has(self.message) || self.message == oldSelf.message)").message("spec is immutable except spec.decision"),
     validation = kube::core::Rule::new("has(self.context) == has(oldSelf.context) && (!has(self.context) || self.context == oldSelf.context)").message("spec is immutable except spec.decision"),
     validation = kube::core::Rule::new("has(self.argumentsPreview) == has(oldSelf.argumentsPreview)").message("spec is immutable except spec.decision"),
-    validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)").message("spec.decision is write-once: it cannot be changed or removed once set")
+    validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)").message("spec.decision is write-once: it cannot be changed or removed once set"),
+    // Runs on create too (optionalOldSelf): oldSelf is then optional.none() in kube-apiserver.
+    // `oldSelf != null` is always true there; it is for kube-cel (offline validation), which
+    // binds oldSelf to null on create and to the plain old value on update.
+    validation = kube::core::Rule::new("!has(self.decision) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".decision").message("spec.decision cannot be set when the request is created: only an approver adds it later")
 )]
 pub struct ApprovalRequestSpec {
     /// The agent whose tool call this is (same namespace).

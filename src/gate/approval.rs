@@ -35,6 +35,8 @@ use crate::{Error, Result};
 const MAX_MESSAGE_CHARS: usize = 4096;
 /// How many generations a call may race through before the gate gives up.
 const MAX_CREATE_ATTEMPTS: u64 = 8;
+/// Field manager of the requests the gate creates (their `managedFields` creator entry).
+pub const FIELD_MANAGER: &str = "hitl-gate";
 /// How many 409 Conflicts on consumption the gate re-reads before giving up.
 const MAX_CONFLICTS: u32 = 5;
 
@@ -124,6 +126,15 @@ impl Approvals {
         &self.agent.namespace
     }
 
+    /// This gate's identity: its ServiceAccount's username, the `requestedBy` of the requests
+    /// it creates. Only requests that name it count.
+    fn identity(&self) -> String {
+        format!(
+            "system:serviceaccount:{}:{}",
+            self.agent.namespace, self.agent.service_account
+        )
+    }
+
     /// Runs the whole approval of `call`: find or create its request, wait for a decision up
     /// to the wait timeout (calling `progress` now and then), and consume an approval.
     /// Any error means the call must not run.
@@ -138,8 +149,13 @@ impl Approvals {
         let mut conflicts = 0;
         loop {
             let now = self.clock.now();
-            match decide(&req, &call.key, now) {
-                Verdict::Refuse(refusal) => return Ok(Resolution::Refused { name, refusal }),
+            match decide(&req, &call.key, &self.identity(), now) {
+                Verdict::Refuse(refusal) => {
+                    if let Refusal::Untrusted(why) = &refusal {
+                        tracing::warn!(request = %name, %why, "refusing an ApprovalRequest the gate does not trust");
+                    }
+                    return Ok(Resolution::Refused { name, refusal });
+                }
                 Verdict::Forward => match self.consume(&req).await {
                     Ok(()) => return Ok(Resolution::Approved { name }),
                     Err(Error::Kube(kube::Error::Api(s)))
@@ -192,7 +208,14 @@ impl Approvals {
             .filter(|r| call.key.matches(r))
             .filter(|r| generation(r, &base).is_some())
             .collect();
-        if let Some(live) = mine.iter().find(|r| is_live(r, &call.key, now)) {
+        let identity = self.identity();
+        for r in &mine {
+            if let Verdict::Refuse(Refusal::Untrusted(why)) = decide(r, &call.key, &identity, now) {
+                tracing::warn!(request = %r.metadata.name.as_deref().unwrap_or_default(), %why,
+                    "ignoring an ApprovalRequest the gate does not trust");
+            }
+        }
+        if let Some(live) = mine.iter().find(|r| is_live(r, &call.key, &identity, now)) {
             return Ok((live.clone(), None));
         }
         let previous = mine.into_iter().max_by_key(|r| generation(r, &base));
@@ -200,9 +223,15 @@ impl Approvals {
             .as_ref()
             .and_then(|r| generation(r, &base))
             .map_or(0, |g| g + 1);
+        // A manager name of its own, so that no approver's writes merge into the creator's
+        // managedFields entry (which would make their approval look written at creation).
+        let post = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
         for _ in 0..MAX_CREATE_ATTEMPTS {
             let req = self.build(call, &format!("{base}-{next}"))?;
-            match self.api.create(&PostParams::default(), &req).await {
+            match self.api.create(&post, &req).await {
                 Ok(created) => {
                     tracing::info!(request = %created.metadata.name.as_deref().unwrap_or_default(),
                         tool = %call.key.tool, args_sha256 = %call.digest.sha256, "created ApprovalRequest");
@@ -211,7 +240,7 @@ impl Approvals {
                 Err(kube::Error::Api(s)) if s.is_already_exists() => {
                     let existing = self.api.get(&format!("{base}-{next}")).await?;
                     if call.key.matches(&existing)
-                        && is_live(&existing, &call.key, self.clock.now())
+                        && is_live(&existing, &call.key, &identity, self.clock.now())
                     {
                         return Ok((existing, previous));
                     }
@@ -257,10 +286,7 @@ impl Approvals {
                 arguments_preview: Some(preview),
                 arguments_sha256: call.digest.sha256.clone(),
                 arguments_bytes: i64::try_from(call.digest.bytes).unwrap_or(i64::MAX),
-                requested_by: format!(
-                    "system:serviceaccount:{}:{}",
-                    self.agent.namespace, self.agent.service_account
-                ),
+                requested_by: self.identity(),
                 message: Some(message),
                 context: Some(call.context.clone()),
                 expires_at: Time(expires_at),

@@ -3,6 +3,7 @@
 //! compute phases.
 
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
 use crate::api::agent::ToolServerKind;
 use crate::api::approval_request::{ApprovalRequest, DecisionType, Phase};
@@ -91,14 +92,25 @@ pub enum Refusal {
     },
     /// The request is inconsistent or not about this call; never trusted.
     Malformed(String),
+    /// The request is not this gate's, or its approval was not added after creation by
+    /// someone other than the requester (DESIGN.md §4 invariant 9).
+    Untrusted(String),
 }
 
-/// Decides a call from its request at `now`. Fails closed: anything unexpected refuses.
-pub fn decide(req: &ApprovalRequest, key: &CallKey, now: Timestamp) -> Verdict {
+/// Decides a call from its request at `now`, for the gate whose identity (its ServiceAccount's
+/// username, the `requestedBy` of the requests it creates) is `gate`. Fails closed: anything
+/// unexpected refuses.
+pub fn decide(req: &ApprovalRequest, key: &CallKey, gate: &str, now: Timestamp) -> Verdict {
     if !key.matches(req) {
         return Verdict::Refuse(Refusal::Malformed(
             "the ApprovalRequest is not about this call".into(),
         ));
+    }
+    if req.spec.requested_by != gate {
+        return Verdict::Refuse(Refusal::Untrusted(format!(
+            "it was requested by {}, not by this gate ({gate})",
+            req.spec.requested_by
+        )));
     }
     let status = req.status.as_ref();
     let phase = status.and_then(|s| s.phase);
@@ -126,8 +138,13 @@ pub fn decide(req: &ApprovalRequest, key: &CallKey, now: Timestamp) -> Verdict {
         Some(_) if now >= expires_at || phase == Some(Phase::Expired) => {
             Verdict::Refuse(Refusal::Expired { expires_at })
         }
-        Some(_) => match phase {
-            None | Some(Phase::Pending) | Some(Phase::Approved) => Verdict::Forward,
+        Some(d) => match phase {
+            None | Some(Phase::Pending) | Some(Phase::Approved) => {
+                match untrusted_approval(req, &d.decided_by) {
+                    Some(why) => Verdict::Refuse(Refusal::Untrusted(why)),
+                    None => Verdict::Forward,
+                }
+            }
             Some(p) => Verdict::Refuse(Refusal::Malformed(format!(
                 "phase {} contradicts the Approve decision",
                 p.as_str()
@@ -146,10 +163,57 @@ pub fn decide(req: &ApprovalRequest, key: &CallKey, now: Timestamp) -> Verdict {
     }
 }
 
+/// Why an Approve by `decided_by` on `req` does not count, if it does not: only a decision added
+/// after creation, by someone other than the requester, counts (DESIGN.md §4 invariant 9).
+/// Creation is told from `managedFields`: the apiserver records who wrote each field, and
+/// whoever wrote `spec.argumentsSha256` (immutable, so only at creation) created the request.
+/// If that entry also owns `spec.decision`, the decision came with the request (or from its
+/// creator) and is refused; so is a request whose managedFields name no creator.
+/// (`decide` has already checked that the requester is the gate itself.)
+fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String> {
+    if decided_by == req.spec.requested_by {
+        return Some(format!(
+            "it was approved by its own requester ({decided_by})"
+        ));
+    }
+    let owns = |entry: &ManagedFieldsEntry, field: &str| {
+        entry
+            .fields_v1
+            .as_ref()
+            .and_then(|fields| fields.0.get("f:spec"))
+            .and_then(|spec| spec.get(field))
+            .is_some()
+    };
+    let creators: Vec<&ManagedFieldsEntry> = req
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| entry.subresource.as_deref().unwrap_or_default().is_empty())
+        .filter(|entry| owns(entry, "f:argumentsSha256"))
+        .collect();
+    if creators.is_empty() {
+        return Some(
+            "its managedFields do not show who created it, so the approval may have come with it"
+                .into(),
+        );
+    }
+    if creators.iter().any(|entry| owns(entry, "f:decision")) {
+        return Some(
+            "the approval was written by whoever created the request, not added by an approver afterwards"
+                .into(),
+        );
+    }
+    None
+}
+
 /// Whether a call may still be decided through `req` (it is neither finished nor expired), so
 /// identical calls share it instead of creating a new one.
-pub fn is_live(req: &ApprovalRequest, key: &CallKey, now: Timestamp) -> bool {
-    matches!(decide(req, key, now), Verdict::Forward | Verdict::Wait)
+pub fn is_live(req: &ApprovalRequest, key: &CallKey, gate: &str, now: Timestamp) -> bool {
+    matches!(
+        decide(req, key, gate, now),
+        Verdict::Forward | Verdict::Wait
+    )
 }
 
 #[cfg(test)]
@@ -158,7 +222,37 @@ mod tests {
     use crate::api::approval_request::{
         AgentRef, ApprovalRequestSpec, ApprovalRequestStatus, Decision, ToolServerRef,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
+    use serde_json::json;
+
+    const GATE: &str = "system:serviceaccount:ns:a";
+
+    /// A managedFields entry of `manager` owning `spec` fields.
+    fn entry(manager: &str, spec: serde_json::Value) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(json!({"f:spec": spec}))),
+            ..Default::default()
+        }
+    }
+
+    /// What the apiserver records when the gate creates a request without a decision.
+    fn created() -> ManagedFieldsEntry {
+        entry(
+            "hitl-gate",
+            json!({"f:argumentsSha256": {}, "f:requestedBy": {}, "f:toolName": {}}),
+        )
+    }
+
+    /// What it records when an approver adds the decision afterwards.
+    fn decided() -> ManagedFieldsEntry {
+        entry(
+            "kubectl-hitl",
+            json!({"f:decision": {".": {}, "f:type": {}, "f:decidedBy": {}}}),
+        )
+    }
 
     struct Fixed(Timestamp);
     impl Clock for Fixed {
@@ -200,7 +294,7 @@ mod tests {
                 arguments_preview: None,
                 arguments_sha256: k.sha256,
                 arguments_bytes: 2,
-                requested_by: "system:serviceaccount:ns:a".into(),
+                requested_by: GATE.into(),
                 message: None,
                 context: None,
                 expires_at: Time(t("2026-11-22T01:00:00Z")),
@@ -211,6 +305,11 @@ mod tests {
                 }),
             },
         );
+        r.metadata.managed_fields = Some(if r.spec.decision.is_some() {
+            vec![created(), decided()]
+        } else {
+            vec![created()]
+        });
         r.status = status;
         r
     }
@@ -226,7 +325,7 @@ mod tests {
     const AT: &str = "2026-11-22T01:00:00Z";
 
     fn at(r: &ApprovalRequest, when: &str) -> Verdict {
-        decide(r, &key(), Fixed(t(when)).now())
+        decide(r, &key(), GATE, Fixed(t(when)).now())
     }
 
     #[test]
@@ -248,7 +347,7 @@ mod tests {
             phase(Phase::Approved),
         );
         assert_eq!(at(&r, BEFORE), Verdict::Forward);
-        assert!(is_live(&r, &key(), t(BEFORE)));
+        assert!(is_live(&r, &key(), GATE, t(BEFORE)));
     }
 
     #[test]
@@ -266,7 +365,7 @@ mod tests {
             at(&r, BEFORE),
             Verdict::Refuse(Refusal::Expired { expires_at: t(AT) })
         );
-        assert!(!is_live(&r, &key(), t(BEFORE)));
+        assert!(!is_live(&r, &key(), GATE, t(BEFORE)));
     }
 
     #[test]
@@ -348,14 +447,76 @@ mod tests {
         let mut other = key();
         other.sha256 = "cd".repeat(32);
         assert!(matches!(
-            decide(&approved, &other, t(BEFORE)),
+            decide(&approved, &other, GATE, t(BEFORE)),
             Verdict::Refuse(Refusal::Malformed(_))
         ));
         let mut other = key();
         other.server_name = "other-server".into();
-        assert!(!is_live(&approved, &other, t(BEFORE)));
+        assert!(!is_live(&approved, &other, GATE, t(BEFORE)));
         let mut other = key();
         other.tool = "read_file".into();
-        assert!(!is_live(&approved, &other, t(BEFORE)));
+        assert!(!is_live(&approved, &other, GATE, t(BEFORE)));
+    }
+
+    fn untrusted(r: &ApprovalRequest) -> String {
+        match at(r, BEFORE) {
+            Verdict::Refuse(Refusal::Untrusted(why)) => why,
+            other => panic!("expected Untrusted, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_approval_that_came_with_the_request_never_forwards() {
+        // Created with the decision already set: the creating entry owns spec.decision.
+        let mut r = req(Some((DecisionType::Approve, "alice")), None);
+        r.metadata.managed_fields = Some(vec![entry(
+            "kubectl-create",
+            json!({"f:argumentsSha256": {}, "f:decision": {".": {}, "f:type": {}}}),
+        )]);
+        assert!(untrusted(&r).contains("written by whoever created the request"));
+        assert!(!is_live(&r, &key(), GATE, t(BEFORE)));
+        // The creator writing the decision later counts as the creator, also with other
+        // managers around.
+        let mut r = req(Some((DecisionType::Approve, "alice")), None);
+        let mut creator = created();
+        creator.fields_v1 = Some(FieldsV1(
+            json!({"f:spec": {"f:argumentsSha256": {}, "f:decision": {}}}),
+        ));
+        r.metadata.managed_fields = Some(vec![creator, decided()]);
+        assert!(untrusted(&r).contains("written by whoever created the request"));
+        // No managedFields, or none naming a creator: nothing shows the decision came later.
+        for fields in [None, Some(vec![]), Some(vec![decided()])] {
+            let mut r = req(Some((DecisionType::Approve, "alice")), None);
+            r.metadata.managed_fields = fields;
+            assert!(untrusted(&r).contains("do not show who created it"));
+        }
+        // A status write does not make its writer the creator.
+        let mut r = req(Some((DecisionType::Approve, "alice")), None);
+        let mut status = created();
+        status.subresource = Some("status".into());
+        r.metadata.managed_fields = Some(vec![status, decided()]);
+        assert!(untrusted(&r).contains("do not show who created it"));
+    }
+
+    #[test]
+    fn the_requester_cannot_approve() {
+        let r = req(Some((DecisionType::Approve, GATE)), None);
+        assert!(untrusted(&r).contains("approved by its own requester"));
+        // Denials are honoured from anyone: they only stop a call.
+        let r = req(Some((DecisionType::Deny, GATE)), None);
+        assert!(matches!(
+            at(&r, BEFORE),
+            Verdict::Refuse(Refusal::Denied { .. })
+        ));
+    }
+
+    #[test]
+    fn only_requests_naming_this_gate_count() {
+        for decision in [None, Some((DecisionType::Approve, "alice"))] {
+            let mut r = req(decision, None);
+            r.spec.requested_by = "system:serviceaccount:ns:other-agent".into();
+            assert!(untrusted(&r).contains("requested by system:serviceaccount:ns:other-agent"));
+            assert!(!is_live(&r, &key(), GATE, t(BEFORE)));
+        }
     }
 }

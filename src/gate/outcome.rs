@@ -122,6 +122,12 @@ pub fn refusal_text(
                 ),
                 Outcome::error,
             ),
+            Refusal::Untrusted(why) => (
+                format!(
+                    "{NOT_EXECUTED}: tool '{tool}' was not forwarded because the gate does not accept ApprovalRequest {name}: {why}. Only a decision added by an approver after the gate created the request counts. Retry the call to ask for a new approval."
+                ),
+                Outcome::error,
+            ),
         }),
     }
 }
@@ -170,6 +176,10 @@ mod tests {
                 name: name(),
                 refusal: Refusal::Malformed("bad".into()),
             }),
+            text(Resolution::Refused {
+                name: name(),
+                refusal: Refusal::Untrusted("bad".into()),
+            }),
         ];
         let outcomes: Vec<Outcome> = cases.iter().map(|c| c.1).collect();
         assert_eq!(
@@ -180,6 +190,7 @@ mod tests {
                 Outcome::expired,
                 Outcome::refused,
                 Outcome::refused,
+                Outcome::error,
                 Outcome::error
             ]
         );

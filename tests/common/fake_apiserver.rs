@@ -39,6 +39,38 @@ fn status(code: u16, reason: &str, message: &str) -> Response {
     (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
 }
 
+/// Records, as the apiserver does in managedFields, that `manager` wrote the `spec` fields of
+/// `written` (an Update entry per manager; fields move to their latest writer).
+fn own(obj: &mut Value, manager: &str, written: &Value) {
+    let fields: Vec<String> = written
+        .as_object()
+        .map(|m| m.keys().map(|k| format!("f:{k}")).collect())
+        .unwrap_or_default();
+    let entries = obj["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut entries: Vec<Value> = entries
+        .into_iter()
+        .map(|mut e| {
+            if let Some(spec) = e["fieldsV1"]["f:spec"].as_object_mut() {
+                spec.retain(|k, _| !fields.contains(k));
+            }
+            e
+        })
+        .collect();
+    let spec: serde_json::Map<String, Value> = fields.into_iter().map(|f| (f, json!({}))).collect();
+    match entries.iter_mut().find(|e| e["manager"] == manager) {
+        Some(e) => e["fieldsV1"]["f:spec"]
+            .as_object_mut()
+            .unwrap()
+            .extend(spec),
+        None => entries.push(json!({"manager": manager, "operation": "Update",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": spec}})),
+    }
+    obj["metadata"]["managedFields"] = Value::Array(entries);
+}
+
 fn merge(target: &mut Value, patch: &Value) {
     match (target, patch) {
         (Value::Object(t), Value::Object(p)) => {
@@ -137,8 +169,28 @@ impl FakeApi {
             "decision is write-once"
         );
         obj["spec"]["decision"] = json!({"type": kind, "decidedBy": by, "reason": reason});
+        own(obj, "kubectl-hitl", &json!({"decision": {}}));
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         let _ = self.events.send(("MODIFIED".into(), obj.clone()));
+    }
+
+    /// Replaces request `name` by one created with decision `kind` by `by` already in it, as
+    /// an identity that may create requests could do without the admission policies (and
+    /// without the CRD rule against it): its creator then owns `spec.decision`.
+    pub fn recreate_with_decision(&self, name: &str, kind: &str, by: &str) {
+        let mut s = self.store.lock().unwrap();
+        s.rv += 1;
+        let rv = s.rv;
+        let mut obj = s.objects.remove(name).expect("request exists");
+        let _ = self.events.send(("DELETED".into(), obj.clone()));
+        obj["spec"]["decision"] = json!({"type": kind, "decidedBy": by});
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        obj["metadata"]["managedFields"] = json!([]);
+        obj.as_object_mut().unwrap().remove("status");
+        let spec = obj["spec"].clone();
+        own(&mut obj, "kubectl-create", &spec);
+        s.objects.insert(name.into(), obj.clone());
+        let _ = self.events.send(("ADDED".into(), obj));
     }
 
     fn record(&self, method: &Method, uri: &Uri, body: &[u8]) -> Option<Response> {
@@ -271,6 +323,9 @@ async fn create(State(api): State<FakeApi>, method: Method, uri: Uri, body: Byte
     obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
     obj["metadata"]["uid"] = json!(format!("uid-{}", s.rv));
     obj["metadata"]["creationTimestamp"] = json!("2026-11-22T00:00:00Z");
+    obj["metadata"]["managedFields"] = json!([]);
+    let spec = obj["spec"].clone();
+    own(&mut obj, "hitl-gate", &spec);
     s.objects.insert(name, obj.clone());
     let _ = api.events.send(("ADDED".into(), obj.clone()));
     (StatusCode::CREATED, axum::Json(obj)).into_response()
@@ -309,6 +364,7 @@ async fn patch_main(
         return status(404, "NotFound", "not found");
     };
     merge(obj, &json!({"spec": patch["spec"]}));
+    own(obj, "kubectl-patch", &patch["spec"]);
     obj["metadata"]["resourceVersion"] = json!(rv.to_string());
     let obj = obj.clone();
     let _ = api.events.send(("MODIFIED".into(), obj.clone()));

@@ -84,17 +84,38 @@ fn call(arguments: &Value) -> GatedCall<'_> {
 }
 
 /// What the apiserver stored after creation, with a resourceVersion.
+/// The apiserver records the creator as the owner of every spec field it wrote.
 fn stored(created: &Value, rv: &str) -> Value {
     let mut obj = created.clone();
     obj["metadata"]["resourceVersion"] = json!(rv);
     obj["metadata"]["uid"] = json!("req-uid");
+    let owned: serde_json::Map<String, Value> = obj["spec"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| (format!("f:{k}"), json!({})))
+        .collect();
+    obj["metadata"]["managedFields"] = json!([{"manager": "hitl-gate", "operation": "Update",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": owned}}]);
     obj
 }
 
+/// An approver adds the decision afterwards, as its own managedFields entry.
 fn with_decision(obj: &Value, rv: &str, decision: Value) -> Value {
-    let mut obj = obj.clone();
+    let mut obj = if obj["metadata"]["managedFields"].is_array() {
+        obj.clone()
+    } else {
+        stored(obj, rv)
+    };
     obj["metadata"]["resourceVersion"] = json!(rv);
     obj["spec"]["decision"] = decision;
+    obj["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .push(
+            json!({"manager": "kubectl-hitl", "operation": "Update", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {"f:decision": {}}}}),
+        );
     obj
 }
 
@@ -180,7 +201,7 @@ async fn expect_list_and_create(handle: &mut Handle, c: &GatedCall<'_>) -> Value
     let (m, uri, body, send) = next(handle).await;
     assert_eq!(
         (m.as_str(), uri.as_str()),
-        ("POST", &format!("{BASE_PATH}?")[..])
+        ("POST", &format!("{BASE_PATH}?&fieldManager=hitl-gate")[..])
     );
     let obj = stored(&body, "10");
     respond(send, 201, &obj);
@@ -206,7 +227,7 @@ async fn create_watch_consume_exact_requests() {
     let (m, uri, body, send) = next(&mut handle).await;
     assert_eq!(
         (m.as_str(), uri.as_str()),
-        ("POST", &format!("{BASE_PATH}?")[..])
+        ("POST", &format!("{BASE_PATH}?&fieldManager=hitl-gate")[..])
     );
     let expected = json!({
         "apiVersion": "kagent.dev/v1alpha2",
@@ -432,6 +453,35 @@ async fn an_expired_approved_request_is_replaced_not_used() {
     assert_eq!(m, "POST");
     assert_eq!(body["metadata"]["name"], json!(expected_name(&c, 1)));
     assert_eq!(body["spec"]["expiresAt"], json!("2026-11-22T02:00:00Z"));
+    respond(send, 201, &stored(&body, "10"));
+    let (req, _) = task.await.unwrap().unwrap();
+    assert_eq!(req.metadata.name, Some(expected_name(&c, 1)));
+}
+
+#[tokio::test]
+async fn a_request_created_with_its_approval_is_not_adopted() {
+    let arguments = args();
+    let c = call(&arguments);
+    let (a, mut handle) = approvals(now());
+    // Someone created generation 0 with the Approve already in it: its creator owns
+    // spec.decision. The gate neither consumes nor reuses it, and asks anew.
+    let mut planted = stored(
+        &serde_json::to_value(a.build(&c, &expected_name(&c, 0)).unwrap()).unwrap(),
+        "5",
+    );
+    planted["spec"]["decision"] = json!({"type": "Approve", "decidedBy": "mallory"});
+    planted["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:decision"] = json!({});
+    let task = tokio::spawn({
+        let a = a.clone();
+        let arguments = arguments.clone();
+        async move { a.find_or_create(&call(&arguments)).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![planted]));
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    assert_eq!(body["metadata"]["name"], json!(expected_name(&c, 1)));
+    assert!(body["spec"].get("decision").is_none());
     respond(send, 201, &stored(&body, "10"));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.name, Some(expected_name(&c, 1)));
