@@ -278,6 +278,42 @@ async fn get_describes_and_reports_missing() {
 /// Issue 10, item 5: a request whose preview hides something says so first, and the list
 /// marks it.
 #[tokio::test]
+async fn invisible_and_reordering_characters_are_written_out() {
+    let mut r = request("r1", "helper", "1");
+    // A right-to-left override makes `rm -rf /` read as `/ fr- mr` in a terminal.
+    r["spec"]["argumentsPreview"] = json!({"command": "echo \u{202e}/ fr- mr\u{200b}"});
+    let (ok, out, err) = run(
+        &["get", "r1"],
+        vec![step("GET", format!("{ARS}/r1"), None, 200, r.clone())],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("WARNING: this request holds invisible or direction-changing characters"),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#""command": "echo \u{202e}/ fr- mr\u{200b}""#),
+        "{out}"
+    );
+    assert!(
+        !out.contains('\u{202e}') && !out.contains('\u{200b}'),
+        "{out}"
+    );
+    let (ok, out, err) = run(
+        &["list"],
+        vec![step("GET", format!("{ARS}?"), None, 200, list(vec![r]))],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(r#"{"command":"echo \u{202e}/ fr- mr\u{200b}"}"#),
+        "{out}"
+    );
+    assert!(!out.contains('\u{202e}'), "{out}");
+}
+
+#[tokio::test]
 async fn get_and_list_warn_when_values_were_redacted() {
     let mut r = request("r1", "helper", "1");
     r["spec"]["argumentsPreview"] = json!({

@@ -391,8 +391,12 @@ impl Approvals {
             "metadata": {"resourceVersion": req.metadata.resource_version},
             "status": status,
         });
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
         self.api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(&name, &params, &Patch::Merge(&patch))
             .await?;
         tracing::info!(request = %name, consumed_by = %self.pod, "approval consumed");
         Ok(())

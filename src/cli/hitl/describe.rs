@@ -1,18 +1,32 @@
 //! `kubectl hitl get NAME`: a describe-like view of one request.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::table::{expires, short_duration};
+use super::visible::visible;
 use crate::api::ApprovalRequest;
 use crate::api::approval_request::DecisionType;
 use crate::gate::redact;
 
 /// Human-readable description of `r` at `now`, starting with a warning line when the preview
-/// hides redacted values.
+/// hides redacted values, and one when the request holds characters that are invisible or
+/// reorder text (written out as `\u{…}`).
 pub fn describe(r: &ApprovalRequest, now: Timestamp) -> String {
+    let text = described(r, now);
+    match visible(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(shown) => format!(
+            "WARNING: this request holds invisible or direction-changing characters, written \
+             out below as \\u{{…}}; the tool receives them as they are\n{shown}"
+        ),
+    }
+}
+
+fn described(r: &ApprovalRequest, now: Timestamp) -> String {
     let spec = &r.spec;
     let mut s = String::new();
     if let Some(note) = spec.arguments_preview.as_ref().and_then(redact::notice) {

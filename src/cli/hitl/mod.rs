@@ -6,6 +6,7 @@ pub mod error;
 pub mod identity;
 pub mod output;
 pub mod table;
+pub mod visible;
 pub mod watch;
 
 use std::io::Write;

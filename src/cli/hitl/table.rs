@@ -2,6 +2,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::visible::visible;
 use crate::api::ApprovalRequest;
 use crate::gate::redact;
 
@@ -11,7 +12,8 @@ pub const ARGS_WIDTH: usize = 40;
 /// Column headers, without the leading NAMESPACE column.
 const HEADERS: [&str; 7] = ["NAME", "AGENT", "TOOL", "ARGS", "PHASE", "AGE", "EXPIRES"];
 
-/// The cells of one request's row (with the namespace first when `all_namespaces`).
+/// The cells of one request's row (with the namespace first when `all_namespaces`), hidden
+/// characters written out.
 pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> Vec<String> {
     let meta = &request.metadata;
     let mut cells = Vec::with_capacity(8);
@@ -29,6 +31,9 @@ pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> V
     ));
     cells.push(expires(request.spec.expires_at.0, now));
     cells
+        .iter()
+        .map(|cell| visible(cell).into_owned())
+        .collect()
 }
 
 /// The header cells matching [`row`].

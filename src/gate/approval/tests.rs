@@ -273,7 +273,10 @@ async fn create_watch_consume_exact_requests() {
     let (m, uri, body, send) = next(&mut handle).await;
     assert_eq!(
         (m.as_str(), uri),
-        ("PATCH", format!("{BASE_PATH}/{name}/status?"))
+        (
+            "PATCH",
+            format!("{BASE_PATH}/{name}/status?&fieldManager=hitl-gate")
+        )
     );
     assert_eq!(
         body,
