@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
+use hitl_operator::gate::config::GateConfig;
 use serde_json::{Value, json};
 
 const STREAMABLE: McpProtocol = McpProtocol::StreamableHttp;
@@ -540,10 +541,12 @@ async fn secrets_never_reach_the_apiserver_or_logs() {
     );
 }
 
-#[tokio::test]
-async fn legacy_sse_servers_are_proxied_and_gated() {
-    require_peers();
-    init();
+/// server-everything over legacy SSE behind a counting proxy, a fake apiserver, and the gate
+/// config offering `tools` (gating `gated`) on route `legacy`.
+async fn legacy_everything(
+    tools: &[&str],
+    gated: &[&str],
+) -> (Everything, Counter, FakeApi, GateConfig) {
     let everything = Everything::start("sse").await;
     let counter = Counter::start(format!("http://127.0.0.1:{}", everything.port)).await;
     let api = FakeApi::start().await;
@@ -552,12 +555,21 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
             "legacy",
             McpProtocol::Sse,
             &format!("{}/sse", counter.url),
-            &["echo", "get-sum"],
-            &["get-sum"],
+            tools,
+            gated,
         )],
         3600.0,
         30.0,
     );
+    (everything, counter, api, cfg)
+}
+
+#[tokio::test]
+async fn legacy_sse_servers_are_proxied_and_gated() {
+    require_peers();
+    init();
+    let (_everything, counter, api, cfg) =
+        legacy_everything(&["echo", "get-sum"], &["get-sum"]).await;
     let gate = Gate::start(&cfg, &api).await;
     let url = gate.route("legacy");
     let task = tokio::spawn(async move {
@@ -595,20 +607,7 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
 async fn a_charset_other_than_utf8_never_reaches_the_server() {
     require_peers();
     init();
-    let everything = Everything::start("sse").await;
-    let counter = Counter::start(format!("http://127.0.0.1:{}", everything.port)).await;
-    let api = FakeApi::start().await;
-    let cfg = config(
-        vec![server(
-            "legacy",
-            McpProtocol::Sse,
-            &format!("{}/sse", counter.url),
-            &["echo"],
-            &[],
-        )],
-        3600.0,
-        30.0,
-    );
+    let (_everything, counter, api, cfg) = legacy_everything(&["echo"], &[]).await;
     let gate = Gate::start(&cfg, &api).await;
     // In UTF-7 `tools+AC8-call` is `tools/call`: the gate would see an unknown method and the
     // server, decoding by the declared charset, would run get-env, a tool not offered.

@@ -123,9 +123,9 @@ async fn json_responses_are_filtered_and_relayed() {
     assert!(api.requests().is_empty());
 }
 
-/// A gate for the stub behind a counting proxy (`echo` offered and ungated, `delete` offered
-/// and gated), the proxy and the fake apiserver.
-async fn counted_gate() -> (Gate, Counter, FakeApi) {
+/// A gate (waiting `wait` seconds for decisions) for the stub behind a counting proxy,
+/// offering `tools` and gating `gated`; the proxy and the fake apiserver.
+async fn counted_gate(tools: &[&str], gated: &[&str], wait: f64) -> (Gate, Counter, FakeApi) {
     let stub_url = stub::start().await;
     let counter = Counter::start(stub_url.trim_end_matches("/mcp").to_string()).await;
     let api = FakeApi::start().await;
@@ -134,11 +134,11 @@ async fn counted_gate() -> (Gate, Counter, FakeApi) {
             "stub",
             McpProtocol::StreamableHttp,
             &format!("{}/mcp", counter.url),
-            &["echo", "delete"],
-            &["delete"],
+            tools,
+            gated,
         )],
         3600.0,
-        1.0,
+        wait,
     );
     (Gate::start(&cfg, &api).await, counter, api)
 }
@@ -146,7 +146,7 @@ async fn counted_gate() -> (Gate, Counter, FakeApi) {
 #[tokio::test]
 async fn keys_equal_ignoring_case_never_reach_the_upstream() {
     init();
-    let (gate, counter, api) = counted_gate().await;
+    let (gate, counter, api) = counted_gate(&["echo", "delete"], &["delete"], 1.0).await;
     let url = gate.route("stub");
     // What Go's encoding/json (mcp-go servers) reads as a call of the gated `delete`, or as
     // other arguments than the gate hashed and showed.
@@ -170,7 +170,7 @@ async fn keys_equal_ignoring_case_never_reach_the_upstream() {
 #[tokio::test]
 async fn only_messages_the_gate_wrote_reach_the_upstream() {
     init();
-    let (gate, counter, api) = counted_gate().await;
+    let (gate, counter, api) = counted_gate(&["echo", "delete"], &["delete"], 1.0).await;
     let url = gate.route("stub");
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let send = |content_type: &'static [&'static str],
@@ -251,7 +251,7 @@ async fn only_messages_the_gate_wrote_reach_the_upstream() {
 #[tokio::test]
 async fn a_tools_list_answered_under_another_id_form_is_still_filtered() {
     init();
-    let (gate, _counter, _api) = counted_gate().await;
+    let (gate, _counter, _api) = counted_gate(&["echo", "delete"], &["delete"], 1.0).await;
     let url = gate.route("stub");
     // The stub offers `echo` and `hidden`; the gate offers only `echo`. Answered with `1.0`
     // or `"1"` for the request's `1`, as JSON or as an event: never the whole list.
@@ -342,21 +342,7 @@ async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
 #[tokio::test]
 async fn a_caller_that_leaves_before_the_decision_runs_nothing() {
     init();
-    let stub_url = stub::start().await;
-    let counter = Counter::start(stub_url.trim_end_matches("/mcp").to_string()).await;
-    let api = FakeApi::start().await;
-    let cfg = config(
-        vec![server(
-            "stub",
-            McpProtocol::StreamableHttp,
-            &format!("{}/mcp", counter.url),
-            &["echo"],
-            &["echo"],
-        )],
-        3600.0,
-        30.0,
-    );
-    let gate = Gate::start(&cfg, &api).await;
+    let (gate, counter, api) = counted_gate(&["echo"], &["echo"], 30.0).await;
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"m":"bye"},"_meta":{"progressToken":1}}}"#;
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let send = || {
