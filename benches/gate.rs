@@ -20,6 +20,7 @@ use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::gate::config::{AgentIdentity, GateApproval, GateConfig, GateServer};
 use hitl_operator::gate::decision::SystemClock;
+use hitl_operator::gate::hash::BindingKey;
 use hitl_operator::gate::server;
 use hitl_operator::render::config::McpParams;
 
@@ -215,6 +216,7 @@ fn start(cpu: Option<core_affinity::CoreId>) -> Paths {
             .unwrap();
         let (router, _) = server::build(
             &gate_config(&upstream),
+            BindingKey::from_bytes(&[7; 32]).unwrap(),
             kube,
             Arc::new(SystemClock),
             "bench".into(),

@@ -83,6 +83,37 @@ pub enum Error {
         /// Cause.
         source: std::io::Error,
     },
+    /// The gate's binding key is missing, unreadable or too short.
+    #[error("binding key {path}: {source}")]
+    BindingKey {
+        /// Where the key was read from.
+        path: String,
+        /// Cause.
+        source: crate::gate::hash::KeyError,
+    },
+    /// The gate created ApprovalRequests faster than it may.
+    #[error(
+        "too many approval requests from this agent (at most {burst} at once, then {per_second} per second); retry later"
+    )]
+    TooManyRequests {
+        /// Requests allowed at once.
+        burst: u32,
+        /// Requests allowed per second after that.
+        per_second: u32,
+    },
+    /// The Kubernetes API did not answer within the time a gated call may wait.
+    #[error(
+        "the Kubernetes API did not answer within {waited}s (approval.waitTimeout plus {grace}s)"
+    )]
+    ApiTimeout {
+        /// Seconds waited in all.
+        waited: u64,
+        /// Seconds allowed beyond the wait timeout.
+        grace: u64,
+    },
+    /// The operating system's random source failed.
+    #[error("random source: {0}")]
+    Random(#[from] getrandom::Error),
     /// Reading a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -103,6 +134,10 @@ impl Error {
             Self::Json(_) => "SerializationError",
             Self::Yaml { .. } => "InvalidYaml",
             Self::Io { .. } => "IoError",
+            Self::BindingKey { .. } => "BindingKeyInvalid",
+            Self::ApiTimeout { .. } => "ApiTimeout",
+            Self::TooManyRequests { .. } => "ApprovalRateLimited",
+            Self::Random(_) => "RandomSourceFailed",
             Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
             Self::CreateRace { .. } => "ApprovalRequestCreateRace",
             Self::Bind { .. } => "BindError",

@@ -42,10 +42,14 @@ async fn the_gate_binary_serves_gates_and_stops_on_sigterm() {
     cfg.metrics_listen = format!("127.0.0.1:{metrics_port}");
     let config_path = dir.path().join("gate.json");
     std::fs::write(&config_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let key_path = dir.path().join("key");
+    std::fs::write(&key_path, [7; 32]).unwrap();
 
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_hitl-operator"))
         .args(["gate", "--config"])
         .arg(&config_path)
+        .arg("--binding-key")
+        .arg(&key_path)
         .env("KUBECONFIG", &kubeconfig)
         .env("POD_NAME", "cli-gate-0")
         .env("RUST_LOG", "info,hitl_operator=trace")
@@ -155,4 +159,37 @@ async fn a_missing_config_is_reported() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/gate.json"));
+}
+
+#[tokio::test]
+async fn the_gate_does_not_start_without_a_usable_binding_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("gate.json");
+    let cfg = config(vec![], 3600.0, 30.0);
+    std::fs::write(&config_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let short = dir.path().join("short");
+    std::fs::write(&short, [1; 16]).unwrap();
+    let missing = dir.path().join("missing");
+    for (key, expected) in [
+        (
+            &short,
+            "the binding key has 16 bytes; at least 32 are needed",
+        ),
+        (&missing, "cannot read the binding key"),
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hitl-operator"))
+            .args(["gate", "--log-format", "text", "--config"])
+            .arg(&config_path)
+            .arg("--binding-key")
+            .arg(key)
+            .output()
+            .await
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("binding key {}: {expected}", key.display())),
+            "{stderr}"
+        );
+    }
 }

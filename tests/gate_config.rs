@@ -22,6 +22,7 @@ async fn build_error(edit: fn(&mut GateServer)) -> String {
     edit(&mut entry);
     let built = server::build(
         &config(vec![entry], 3600.0, 30.0),
+        test_key(),
         api.client(),
         Arc::new(SystemClock),
         "p".into(),

@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
+use hitl_operator::gate::proxy::MAX_MESSAGE_BYTES;
 use serde_json::{Value, json};
 
 async fn post(url: &str, body: &str) -> reqwest::Response {
@@ -168,6 +169,25 @@ async fn keys_equal_ignoring_case_never_reach_the_upstream() {
 }
 
 #[tokio::test]
+async fn a_message_over_the_size_limit_is_refused_unread() {
+    init();
+    let (gate, counter, api) = counted_gate(&["echo", "delete"], &["delete"], 1.0).await;
+    let filler = "x".repeat(MAX_MESSAGE_BYTES);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"delete","arguments":{{"data":"{filler}"}}}}}}"#
+    );
+    let resp = post(&gate.route("stub"), &body).await;
+    assert_eq!(resp.status(), 413);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(
+        error["error"]["message"],
+        "approval gate: messages may be at most 4 MiB"
+    );
+    assert_eq!(counter.seen(), vec![], "nothing reached the upstream");
+    assert!(api.requests().is_empty(), "no ApprovalRequest");
+}
+
+#[tokio::test]
 async fn only_messages_the_gate_wrote_reach_the_upstream() {
     init();
     let (gate, counter, api) = counted_gate(&["echo", "delete"], &["delete"], 1.0).await;
@@ -288,6 +308,33 @@ async fn a_tools_list_answered_under_another_id_form_is_still_filtered() {
                 .contains("cannot read unambiguously"),
             "{body}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_tool_list_answered_on_another_requests_stream_is_filtered() {
+    init();
+    let (gate, _counter, _api) = counted_gate(&["echo", "delete"], &["delete"], 1.0).await;
+    let url = gate.route("stub");
+    // The stub answers a ping, or an ungated call, with its whole tool list (under the id of a
+    // tools/list the client may have pending on another stream), as JSON or as an event.
+    let ping =
+        |params: Value| json!({"jsonrpc": "2.0", "id": 3, "method": "ping", "params": params});
+    let call = |sse: bool| {
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"answer_tools": true}, "answer_sse": sse, "answer_id": 1}})
+    };
+    for message in [
+        ping(json!({"answer_tools": true, "answer_id": 1})),
+        ping(json!({"answer_tools": true, "answer_id": 1, "answer_sse": true})),
+        call(false),
+        call(true),
+    ] {
+        let resp = post(&url, &message.to_string()).await;
+        assert_eq!(resp.status(), 200, "{message}");
+        let body = resp.text().await.unwrap();
+        assert!(body.contains(r#""name":"echo""#), "{message}: {body}");
+        assert!(!body.contains("hidden"), "{message}: {body}");
     }
 }
 

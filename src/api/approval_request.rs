@@ -65,7 +65,8 @@ pub struct ApprovalRequestSpec {
     #[schemars(schema_with = "preserve_unknown_object")]
     #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("spec is immutable except spec.decision"))]
     pub arguments_preview: Option<serde_json::Map<String, serde_json::Value>>,
-    /// SHA-256 (hex) of the RFC 8785 canonical JSON of the full arguments.
+    /// Binding hash of the full arguments: HMAC-SHA256 (hex) of their RFC 8785 canonical JSON,
+    /// keyed with the Agent's binding key, which only its gate holds.
     #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
     pub arguments_sha256: String,
     /// Size in bytes of the canonical JSON of the full arguments.

@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -20,10 +20,13 @@ use super::approval_request::pending_for;
 use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::{Agent, ModelConfig, RemoteMCPServer};
+use crate::gate::hash::BindingKey;
+use crate::kube::apply::FIELD_MANAGER;
 use crate::kube::conditions::find;
 use crate::kube::{Applicable, apply, apply_status, is_applied, new_condition, set_condition};
+use crate::render::objects::{BINDING_KEY_ITEM, binding_key_secret, binding_key_secret_name};
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
-use crate::render::{AgentObjects, render_agent};
+use crate::render::{RenderedAgent, render_agent};
 use crate::{Error, Result};
 
 /// Name of this controller in metrics.
@@ -76,7 +79,7 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
 
     let mut failure = None;
     let accepted = match render_agent(agent, &refs, &ctx.render) {
-        Ok(rendered) => match apply_objects(ctx, agent, &rendered.objects).await {
+        Ok(rendered) => match apply_objects(ctx, agent, &rendered).await {
             Ok(()) => {
                 status.config_hash = Some(rendered.config_hash.clone());
                 set_condition(
@@ -216,10 +219,15 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
 }
 
 /// Applies each rendered object that the cache does not already hold, in dependency order,
-/// and deletes optional objects (ServiceAccount, Role, RoleBinding) no longer rendered.
-async fn apply_objects(ctx: &Context, agent: &Agent, objects: &AgentObjects) -> Result<()> {
+/// and deletes optional objects (ServiceAccount, Role, RoleBinding) no longer rendered. With a
+/// gate, its binding key exists before the Deployment that mounts it.
+async fn apply_objects(ctx: &Context, agent: &Agent, rendered: &RenderedAgent) -> Result<()> {
     let stores = &ctx.stores;
+    let objects = &rendered.objects;
     apply_changed(ctx, &objects.secret, &stores.secrets).await?;
+    if rendered.gate.is_some() {
+        ensure_binding_key(ctx, agent).await?;
+    }
     apply_or_prune(
         ctx,
         agent,
@@ -238,6 +246,44 @@ async fn apply_objects(ctx: &Context, agent: &Agent, objects: &AgentObjects) -> 
     apply_changed(ctx, &objects.deployment, &stores.deployments).await?;
     apply_changed(ctx, &objects.service, &stores.services).await?;
     Ok(())
+}
+
+/// Creates the Agent's binding-key Secret with a random key unless it exists with a usable one.
+/// The Secret is immutable: a key that is too short (not ours) is deleted and created afresh.
+/// Never updated otherwise, so a key changes only when its Secret is deleted.
+async fn ensure_binding_key(ctx: &Context, agent: &Agent) -> Result<()> {
+    let namespace = agent.namespace().unwrap_or_default();
+    let name = binding_key_secret_name(agent);
+    let cached = ctx
+        .stores
+        .secrets
+        .get(&ObjectRef::new(&name).within(&namespace));
+    let usable = |secret: &Secret| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get(BINDING_KEY_ITEM))
+            .is_some_and(|key| BindingKey::from_bytes(&key.0).is_ok())
+    };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    match cached {
+        Some(secret) if usable(&secret) => return Ok(()),
+        Some(_) => {
+            tracing::warn!(secret = %name, namespace = %namespace, "binding key unusable; replacing it");
+            api.delete(&name, &DeleteParams::default()).await?;
+        }
+        None => {}
+    }
+    let key = BindingKey::generate()?;
+    let post = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    match api.create(&post, &binding_key_secret(agent, &key)).await {
+        // AlreadyExists: created since the cache was filled; the watch event brings it.
+        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+        created => created.map(|_| ()).map_err(Error::from),
+    }
 }
 
 async fn apply_changed<K: Applicable>(ctx: &Context, desired: &K, store: &Store<K>) -> Result<()> {

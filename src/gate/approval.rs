@@ -2,12 +2,18 @@
 //! it until it is decided, and consume an approval exactly once.
 //!
 //! Naming: a call's requests are named `<agent>-<tool>-<h>-<generation>`, where `<h>` is the
-//! first 16 hex digits of the SHA-256 of (agent, server kind/namespace/name, tool,
-//! argumentsSha256). Generation 0 is the first request for that call; a finished request
-//! (Executed, Denied, Expired, Cancelled) never blocks a new one: the gate lists the call's
-//! requests by label, reuses a live one (Pending or Approved, not expired, not consumed) and
-//! otherwise creates the next generation. Two gates creating the same name at once both end up
-//! on the one the apiserver accepted (`AlreadyExists` is answered by reading it).
+//! first 16 hex digits of the SHA-256 of (agent, server kind/namespace/name, tool, binding
+//! hash). Generation 0 is the first request for that call; a finished request (Executed,
+//! Denied, Expired, Cancelled) never blocks a new one: the gate lists the call's requests by
+//! label, reuses a live one (Pending or Approved, not expired, not consumed) and otherwise
+//! creates the next generation. Two gates creating the same name at once both end up on the one
+//! the apiserver accepted (`AlreadyExists` is answered by reading it).
+//!
+//! Only a request that says exactly what this gate would have written is reused: its preview,
+//! message and size are recomputed from the call, and its `expiresAt` may not lie further from
+//! its creation than the approval timeout. A name taken by anything else (another identity
+//! planting a request with a false preview, or squatting the next names) is skipped for a
+//! random generation, which cannot be guessed in advance.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +23,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::core::ObjectMeta;
-use serde_json::json;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
@@ -39,6 +45,17 @@ const MAX_CREATE_ATTEMPTS: u64 = 8;
 pub const FIELD_MANAGER: &str = "hitl-gate";
 /// How many 409 Conflicts on consumption the gate re-reads before giving up.
 const MAX_CONFLICTS: u32 = 5;
+/// How long past the wait timeout a gated call may wait on the Kubernetes API in all, before
+/// it is refused (so a hung apiserver cannot hold a call, or a client, forever).
+pub const API_GRACE: Duration = Duration::from_secs(10);
+/// Clock difference between the gate and the apiserver that the gate tolerates (and beyond
+/// which it warns): a request's `expiresAt` may lie this much further from its creation than
+/// the timeout.
+const CLOCK_SKEW: SignedDuration = SignedDuration::from_secs(60);
+/// How many ApprovalRequests a gate may create at once ([`CreationBudget`]).
+pub const CREATE_BURST: u32 = 60;
+/// How many more it may create per second after a burst.
+pub const CREATE_PER_SECOND: u32 = 1;
 
 /// A gated call, as the approval flow needs it.
 #[derive(Clone, Debug)]
@@ -87,6 +104,38 @@ pub struct Approvals {
     progress_every: Duration,
     pod: String,
     clock: Arc<dyn Clock>,
+    budget: Arc<std::sync::Mutex<CreationBudget>>,
+}
+
+/// A token bucket bounding how fast a gate creates ApprovalRequests, so a looping or hostile
+/// agent cannot flood approvers: [`CREATE_BURST`] at once, then [`CREATE_PER_SECOND`].
+#[derive(Debug)]
+pub struct CreationBudget {
+    tokens: f64,
+    updated: Instant,
+}
+
+impl CreationBudget {
+    /// A full bucket.
+    pub fn new(now: Instant) -> Self {
+        Self {
+            tokens: f64::from(CREATE_BURST),
+            updated: now,
+        }
+    }
+
+    /// Takes one creation at `now`, if the budget allows it.
+    pub fn take(&mut self, now: Instant) -> bool {
+        let refill = now.saturating_duration_since(self.updated).as_secs_f64()
+            * f64::from(CREATE_PER_SECOND);
+        self.tokens = (self.tokens + refill).min(f64::from(CREATE_BURST));
+        self.updated = now;
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
 }
 
 /// Settings of [`Approvals`].
@@ -118,6 +167,7 @@ impl Approvals {
             pod: settings.pod,
             agent,
             clock,
+            budget: Arc::new(std::sync::Mutex::new(CreationBudget::new(Instant::now()))),
         }
     }
 
@@ -137,8 +187,23 @@ impl Approvals {
 
     /// Runs the whole approval of `call`: find or create its request, wait for a decision up
     /// to the wait timeout (calling `progress` now and then), and consume an approval.
-    /// Any error means the call must not run.
+    /// Any error means the call must not run; so does an apiserver that has not answered
+    /// [`API_GRACE`] after the wait timeout.
     pub async fn resolve(
+        &self,
+        call: &GatedCall<'_>,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Resolution> {
+        let bound = self.wait + API_GRACE;
+        tokio::time::timeout(bound, self.resolve_unbounded(call, progress))
+            .await
+            .unwrap_or(Err(Error::ApiTimeout {
+                waited: bound.as_secs(),
+                grace: API_GRACE.as_secs(),
+            }))
+    }
+
+    async fn resolve_unbounded(
         &self,
         call: &GatedCall<'_>,
         progress: &(dyn Fn(&str) + Send + Sync),
@@ -209,6 +274,17 @@ impl Approvals {
             .filter(|r| generation(r, &base).is_some())
             .collect();
         let identity = self.identity();
+        let mine: Vec<ApprovalRequest> = mine
+            .into_iter()
+            .filter(|r| match self.unfaithful(r, call) {
+                Some(why) => {
+                    tracing::warn!(request = %r.metadata.name.as_deref().unwrap_or_default(), %why,
+                        "ignoring an ApprovalRequest this gate did not write");
+                    false
+                }
+                None => true,
+            })
+            .collect();
         for r in &mine {
             if let Verdict::Refuse(Refusal::Untrusted(why)) = decide(r, &call.key, &identity, now) {
                 tracing::warn!(request = %r.metadata.name.as_deref().unwrap_or_default(), %why,
@@ -218,11 +294,26 @@ impl Approvals {
         if let Some(live) = mine.iter().find(|r| is_live(r, &call.key, &identity, now)) {
             return Ok((live.clone(), None));
         }
-        let previous = mine.into_iter().max_by_key(|r| generation(r, &base));
-        let mut next = previous
-            .as_ref()
-            .and_then(|r| generation(r, &base))
+        let mut next = mine
+            .iter()
+            .filter_map(|r| generation(r, &base))
+            .max()
             .map_or(0, |g| g + 1);
+        let previous = mine.into_iter().max_by_key(|r| {
+            let created = r.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            (created, generation(r, &base))
+        });
+        if !self
+            .budget
+            .lock()
+            .expect("budget lock")
+            .take(Instant::now())
+        {
+            return Err(Error::TooManyRequests {
+                burst: CREATE_BURST,
+                per_second: CREATE_PER_SECOND,
+            });
+        }
         // A manager name of its own, so that no approver's writes merge into the creator's
         // managedFields entry (which would make their approval look written at creation).
         let post = PostParams {
@@ -231,25 +322,69 @@ impl Approvals {
         };
         for _ in 0..MAX_CREATE_ATTEMPTS {
             let req = self.build(call, &format!("{base}-{next}"))?;
+            let asked_at = self.clock.now();
             match self.api.create(&post, &req).await {
                 Ok(created) => {
                     tracing::info!(request = %created.metadata.name.as_deref().unwrap_or_default(),
-                        tool = %call.key.tool, args_sha256 = %call.digest.sha256, "created ApprovalRequest");
+                        tool = %call.key.tool, args_hash = %call.digest.binding, "created ApprovalRequest");
+                    warn_on_skew(&created, asked_at);
                     return Ok((created, previous));
                 }
                 Err(kube::Error::Api(s)) if s.is_already_exists() => {
                     let existing = self.api.get(&format!("{base}-{next}")).await?;
-                    if call.key.matches(&existing)
-                        && is_live(&existing, &call.key, &identity, self.clock.now())
-                    {
+                    let ours =
+                        call.key.matches(&existing) && self.unfaithful(&existing, call).is_none();
+                    if ours && is_live(&existing, &call.key, &identity, self.clock.now()) {
                         return Ok((existing, previous));
                     }
-                    next += 1;
+                    next = if ours {
+                        next + 1
+                    } else {
+                        // Squatted: another generation, one nobody can know in advance.
+                        tracing::warn!(request = %format!("{base}-{next}"), "a request this gate did not write holds the name; skipping to a random generation");
+                        u64::from(getrandom::u32()?)
+                    };
                 }
                 Err(e) => return Err(e.into()),
             }
         }
         Err(Error::CreateRace { name: base })
+    }
+
+    /// Why `req` is not what this gate would have written for `call`, if it is not: its
+    /// preview, message or size differ from the call's, or its `expiresAt` lies further from its
+    /// creation (by the apiserver's clock) than the approval timeout allows. Such a request was
+    /// written by someone else, and is never reused (its approval could be for what it shows).
+    fn unfaithful(&self, req: &ApprovalRequest, call: &GatedCall<'_>) -> Option<String> {
+        let preview = redact::preview(call.arguments);
+        let shown = req.spec.arguments_preview.as_ref();
+        if !shown.is_some_and(|shown| {
+            same_json(
+                &Value::Object(shown.clone()),
+                &Value::Object(preview.clone()),
+            )
+        }) {
+            return Some("its argumentsPreview is not the call's".into());
+        }
+        if req.spec.message.as_deref() != Some(message(&call.key, &preview).as_str()) {
+            return Some("its message is not the call's".into());
+        }
+        if usize::try_from(req.spec.arguments_bytes).ok() != Some(call.digest.bytes) {
+            return Some("its argumentsBytes is not the call's".into());
+        }
+        let Some(created) = req.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
+            return Some("it has no creationTimestamp".into());
+        };
+        let latest = created
+            .checked_add(self.timeout)
+            .and_then(|t| t.checked_add(CLOCK_SKEW))
+            .unwrap_or(Timestamp::MAX);
+        (req.spec.expires_at.0 > latest).then(|| {
+            format!(
+                "its expiresAt {} lies more than the approval timeout after its creation at {created}",
+                req.spec.expires_at.0
+            )
+        })
     }
 
     /// The ApprovalRequest object for `call`.
@@ -284,7 +419,7 @@ impl Approvals {
                 },
                 tool_name: key.tool.clone(),
                 arguments_preview: Some(preview),
-                arguments_sha256: call.digest.sha256.clone(),
+                arguments_sha256: call.digest.binding.clone(),
                 arguments_bytes: i64::try_from(call.digest.bytes).unwrap_or(i64::MAX),
                 requested_by: self.identity(),
                 message: Some(message),
@@ -403,6 +538,37 @@ impl Approvals {
     }
 }
 
+/// Warns when the apiserver's creation time of a request differs from the gate's clock at the
+/// create call by more than [`CLOCK_SKEW`]: `expiresAt` is set by the gate's clock.
+fn warn_on_skew(created: &ApprovalRequest, asked_at: Timestamp) {
+    if let Some(server) = created.metadata.creation_timestamp.as_ref() {
+        let skew = server.0.duration_since(asked_at);
+        if skew.abs() > CLOCK_SKEW {
+            tracing::warn!(
+                skew_seconds = skew.as_secs(),
+                "the gate's clock differs from the apiserver's; expiresAt is set by the gate's clock"
+            );
+        }
+    }
+}
+
+/// Whether two JSON values are equal as the apiserver stores them: it keeps integers that fit
+/// 64 bits and turns every other number into a double, so numbers compare as doubles.
+fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
 /// A short pause before re-reading after a watch ended, so a misbehaving apiserver is not
 /// hammered; never past `deadline`.
 async fn pause(deadline: Instant) {
@@ -418,7 +584,7 @@ pub fn base_name(key: &CallKey) -> String {
         key.server_namespace.as_str(),
         key.server_name.as_str(),
         key.tool.as_str(),
-        key.sha256.as_str(),
+        key.binding.as_str(),
     ] {
         h.update(part.as_bytes());
         h.update([0]);

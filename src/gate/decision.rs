@@ -24,7 +24,7 @@ impl Clock for SystemClock {
     }
 }
 
-/// What a request must be about to decide a call: (agent, server, tool, argumentsSha256).
+/// What a request must be about to decide a call: (agent, server, tool, binding hash).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallKey {
     /// Agent name.
@@ -37,8 +37,8 @@ pub struct CallKey {
     pub server_name: String,
     /// Tool name.
     pub tool: String,
-    /// SHA-256 hex of the canonical arguments.
-    pub sha256: String,
+    /// Binding hash of the arguments ([`super::hash::digest`]), `spec.argumentsSha256`.
+    pub binding: String,
 }
 
 impl CallKey {
@@ -50,7 +50,7 @@ impl CallKey {
             && s.tool_server.namespace == self.server_namespace
             && s.tool_server.name == self.server_name
             && s.tool_name == self.tool
-            && s.arguments_sha256 == self.sha256
+            && s.arguments_sha256 == self.binding
     }
 }
 
@@ -134,8 +134,13 @@ pub fn decide(req: &ApprovalRequest, key: &CallKey, gate: &str, now: Timestamp) 
             decided_by: d.decided_by.clone(),
         }),
         // An approval counts only while the request is live: one seen (and consumed) at or
-        // after expiresAt may have been written after it, and revives nothing.
-        Some(_) if now >= expires_at || phase == Some(Phase::Expired) => {
+        // after expiresAt may have been written after it, and revives nothing. Both clocks
+        // judge: the gate's now, and the apiserver's record of when the decision was written.
+        Some(_)
+            if now >= expires_at
+                || phase == Some(Phase::Expired)
+                || decision_written_at(req).is_some_and(|t| t >= expires_at) =>
+        {
             Verdict::Refuse(Refusal::Expired { expires_at })
         }
         Some(d) => match phase {
@@ -207,6 +212,25 @@ fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String>
     None
 }
 
+/// When the apiserver recorded the decision of `req` (by its own clock): the latest `time` of
+/// the managedFields entries owning `spec.decision`. Real apiservers always record it.
+fn decision_written_at(req: &ApprovalRequest) -> Option<Timestamp> {
+    req.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| {
+            entry
+                .fields_v1
+                .as_ref()
+                .and_then(|fields| fields.0.get("f:spec"))
+                .and_then(|spec| spec.get("f:decision"))
+                .is_some()
+        })
+        .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
+        .max()
+}
+
 /// Whether a call may still be decided through `req` (it is neither finished nor expired), so
 /// identical calls share it instead of creating a new one.
 pub fn is_live(req: &ApprovalRequest, key: &CallKey, gate: &str, now: Timestamp) -> bool {
@@ -272,7 +296,7 @@ mod tests {
             server_namespace: "ns".into(),
             server_name: "fs".into(),
             tool: "delete_file".into(),
-            sha256: "ab".repeat(32),
+            binding: "ab".repeat(32),
         }
     }
 
@@ -292,7 +316,7 @@ mod tests {
                 },
                 tool_name: k.tool,
                 arguments_preview: None,
-                arguments_sha256: k.sha256,
+                arguments_sha256: k.binding,
                 arguments_bytes: 2,
                 requested_by: GATE.into(),
                 message: None,
@@ -366,6 +390,24 @@ mod tests {
             Verdict::Refuse(Refusal::Expired { expires_at: t(AT) })
         );
         assert!(!is_live(&r, &key(), GATE, t(BEFORE)));
+    }
+
+    #[test]
+    fn an_approval_the_apiserver_recorded_after_expiry_is_expired_whatever_the_gate_clock() {
+        // The gate's clock runs late (it still reads BEFORE), but the apiserver recorded the
+        // decision at expiresAt or later: it revives nothing.
+        let mut r = req(Some((DecisionType::Approve, "alice")), None);
+        let written = |r: &mut ApprovalRequest, when: &str| {
+            r.metadata.managed_fields.as_mut().unwrap()[1].time = Some(Time(t(when)));
+        };
+        written(&mut r, AT);
+        assert_eq!(
+            at(&r, BEFORE),
+            Verdict::Refuse(Refusal::Expired { expires_at: t(AT) })
+        );
+        assert!(!is_live(&r, &key(), GATE, t(BEFORE)));
+        written(&mut r, BEFORE);
+        assert_eq!(at(&r, BEFORE), Verdict::Forward);
     }
 
     #[test]
@@ -445,7 +487,7 @@ mod tests {
     fn a_request_for_another_call_never_forwards() {
         let approved = req(Some((DecisionType::Approve, "alice")), None);
         let mut other = key();
-        other.sha256 = "cd".repeat(32);
+        other.binding = "cd".repeat(32);
         assert!(matches!(
             decide(&approved, &other, GATE, t(BEFORE)),
             Verdict::Refuse(Refusal::Malformed(_))

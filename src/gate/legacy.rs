@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode, header};
 use bytes::Bytes;
@@ -21,7 +22,9 @@ use tokio::sync::mpsc;
 use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
-use super::proxy::{GatedResult, STREAM_QUEUE, check_body_headers, filter_event, gated};
+use super::proxy::{
+    GatedResult, STREAM_QUEUE, check_body_headers, filter_event, gated, message_body,
+};
 use super::upstream::Upstream;
 use crate::sse;
 
@@ -182,7 +185,7 @@ pub async fn message(
     State(route): State<Arc<LegacyRoute>>,
     Query(q): Query<MessageQuery>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response<Body> {
     let Some(session) = route.session(&q.session) else {
         return Response::builder()
@@ -197,6 +200,15 @@ pub async fn message(
             .body(Body::from(format!("approval gate: {why}")))
             .expect("static response parts are valid");
     }
+    let body = match message_body(body) {
+        Ok(body) => body,
+        Err((status, why)) => {
+            return Response::builder()
+                .status(status)
+                .body(Body::from(why))
+                .expect("static response parts are valid");
+        }
+    };
     let message = match jsonrpc::read(&body) {
         Ok(message) => message,
         Err(rejected) => {

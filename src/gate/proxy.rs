@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, Method, Response, StatusCode, header};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -35,12 +36,32 @@ const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 /// notification that finds it full is dropped, as progress is advisory.
 pub const STREAM_QUEUE: usize = 16;
 
+/// The longest message a client may POST, 4 MiB; a longer one gets HTTP 413 and is not read.
+pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+/// The client's message body, or the answer to one the gate would not read (too long, or cut
+/// off): HTTP 413 or 400 with a JSON-RPC error.
+pub fn message_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, (StatusCode, String)> {
+    body.map_err(|rejection| {
+        let status = rejection.status();
+        let why = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            format!(
+                "approval gate: messages may be at most {} MiB",
+                MAX_MESSAGE_BYTES >> 20
+            )
+        } else {
+            format!("approval gate: the message could not be read: {rejection}")
+        };
+        (status, why)
+    })
+}
+
 /// Streamable HTTP handler: every method on the server's route.
 pub async fn streamable(
     State(up): State<Arc<Upstream>>,
     method: Method,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response<Body> {
     if method != Method::POST {
         // Only POST carries messages; other methods are relayed without a body, and methods
@@ -61,13 +82,7 @@ pub async fn streamable(
             .await
         {
             // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
-            Ok(resp) if is_get && is_event_stream(resp.headers()) => {
-                let (builder, body) = up.relay_parts(resp);
-                let stream = filter_sse(body, up.clone(), None);
-                builder
-                    .body(Body::from_stream(stream))
-                    .expect("upstream response parts are valid")
-            }
+            Ok(resp) if is_get => relay_filtered(resp, None, up.clone()).await,
             Ok(resp) => up.relay(resp),
             Err(e) => upstream_failed(&up, &e),
         };
@@ -80,6 +95,10 @@ pub async fn streamable(
             &format!("approval gate: {why}"),
         );
     }
+    let body = match message_body(body) {
+        Ok(body) => body,
+        Err((status, why)) => return error_status(status, &Value::Null, -32600, &why),
+    };
     let message = match jsonrpc::read(&body) {
         Ok(message) => message,
         Err(rejected) => return rejected_response(&rejected),
@@ -88,11 +107,11 @@ pub async fn streamable(
     let body = Bytes::from(message.body);
     match message.incoming {
         Incoming::Other => match up.send(method, up.url.clone(), &headers, body).await {
-            Ok(resp) => up.relay(resp),
+            Ok(resp) => relay_filtered(resp, None, up.clone()).await,
             Err(e) => upstream_failed(&up, &e),
         },
         Incoming::ToolsList { id } => match up.send(method, up.url.clone(), &headers, body).await {
-            Ok(resp) => relay_tools_list(resp, id, up.clone()).await,
+            Ok(resp) => relay_filtered(resp, Some(id), up.clone()).await,
             Err(e) => upstream_failed(&up, &e),
         },
         Incoming::ToolsCall(call) => tools_call(up, headers, body, call).await,
@@ -183,14 +202,22 @@ fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
     resp
 }
 
-/// Relays a `tools/list` response with the tools the server may not offer removed, whether
-/// the upstream answered with JSON or an SSE stream. Every tool list in it is filtered, whatever
-/// its id; a message in it the gate cannot read is replaced by an error answering `id`.
-async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>) -> Response<Body> {
+/// Relays an upstream answer with the tools the server may not offer removed from every tool
+/// list in it, whether it came as JSON or as an SSE stream, and whatever request it answers: a
+/// server may answer a `tools/list` on another request's stream. `request` is the id of the
+/// `tools/list` this POST carried, if it did; a message the gate cannot read is replaced by an
+/// error answering it (HTTP 502 for a JSON answer), or dropped. Bodies without a message
+/// (`202 Accepted`) pass as they are; JSON answers are read whole, up to
+/// [`super::upstream::MAX_BODY_BYTES`].
+async fn relay_filtered(
+    resp: reqwest::Response,
+    request: Option<Value>,
+    up: Arc<Upstream>,
+) -> Response<Body> {
     let sse = is_event_stream(resp.headers());
     let (builder, body) = up.relay_parts(resp);
     if sse {
-        let stream = filter_sse(body, up, Some(id));
+        let stream = filter_sse(body, up, request);
         return builder
             .body(Body::from_stream(stream))
             .expect("upstream response parts are valid");
@@ -199,14 +226,14 @@ async fn relay_tools_list(resp: reqwest::Response, id: Value, up: Arc<Upstream>)
         Ok(bytes) => bytes,
         Err(e) => return upstream_failed(&up, &e),
     };
-    let out = match jsonrpc::filter_tools(&bytes, |t| up.server.allows(t)) {
+    let out = match filter_message(&up, &bytes) {
         Filtered::Unchanged => bytes,
         Filtered::Rewritten(out) => out,
         Filtered::Unreadable(why) => {
-            tracing::warn!(server = %up.label, error = %why, "tools/list answer unreadable; not relayed");
+            tracing::warn!(server = %up.label, error = %why, "upstream answer unreadable; not relayed");
             return error_status(
                 StatusCode::BAD_GATEWAY,
-                &id,
+                request.as_ref().unwrap_or(&Value::Null),
                 -32603,
                 &unreadable_text(&up, &why),
             );
@@ -254,7 +281,7 @@ pub fn filter_event(up: &Upstream, event: Bytes, request: Option<&Value>) -> Opt
     let Some(data) = sse::data(&event).filter(|d| !d.is_empty()) else {
         return Some(event);
     };
-    match jsonrpc::filter_tools(&data, |t| up.server.allows(t)) {
+    match filter_message(up, &data) {
         Filtered::Unchanged => Some(event),
         Filtered::Rewritten(data) => Some(sse::with_data(&event, &data)),
         Filtered::Unreadable(why) => {
@@ -265,6 +292,19 @@ pub fn filter_event(up: &Upstream, event: Bytes, request: Option<&Value>) -> Opt
             })
         }
     }
+}
+
+/// [`jsonrpc::filter_tools`] with this server's tools, for a message that may hold a tool list:
+/// one that has `tool` in any ASCII case (every key that case-folds to `tools` has it) or a
+/// `\u` escape (which could spell it). Other messages, most answers, are not parsed.
+fn filter_message(up: &Upstream, message: &[u8]) -> Filtered {
+    let may_list_tools = message
+        .windows(4)
+        .any(|w| w.eq_ignore_ascii_case(b"tool") || w.starts_with(b"\\u"));
+    if !may_list_tools {
+        return Filtered::Unchanged;
+    }
+    jsonrpc::filter_tools(message, |t| up.server.allows(t))
 }
 
 /// A `tools/call`: refused if the tool is not offered, forwarded if it needs no approval,
@@ -290,7 +330,7 @@ async fn tools_call(
         return match up.send(Method::POST, up.url.clone(), &headers, body).await {
             Ok(resp) => {
                 metrics.call(Outcome::forwarded);
-                up.relay(resp)
+                relay_filtered(resp, None, up.clone()).await
             }
             Err(e) => {
                 tracing::warn!(server = %up.label, tool = %call.name, error = %e, "upstream failed");
@@ -312,7 +352,7 @@ async fn tools_call(
             .is_some_and(|v| v.contains("text/event-stream"));
     if !streaming {
         return match gated(&up, up.url.clone(), &headers, body, &call, &|_| {}).await {
-            GatedResult::Forwarded(resp, _) => up.relay(resp),
+            GatedResult::Forwarded(resp, _) => relay_filtered(resp, None, up.clone()).await,
             GatedResult::Refused(text) => {
                 json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
             }
@@ -350,10 +390,14 @@ async fn tools_call(
                     sse::message(&jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
                 };
                 if is_event_stream(resp.headers()) {
-                    relay_into(up.body(resp), &tx, lost).await;
+                    relay_into(filter_sse(up.body(resp), up.clone(), None), &tx, lost).await;
                 } else {
                     let event = match up.read_body(resp).await {
-                        Ok(body) => sse::message(&body),
+                        Ok(body) => match filter_message(&up, &body) {
+                            Filtered::Unchanged => sse::message(&body),
+                            Filtered::Rewritten(body) => sse::message(&body),
+                            Filtered::Unreadable(why) => lost(UpstreamError::Unreadable(why)),
+                        },
                         Err(e) => lost(e),
                     };
                     let _ = tx.send(event).await;
@@ -418,7 +462,7 @@ pub async fn gated(
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> GatedResult {
     let metrics = &up.shared.metrics;
-    let digest = match hash::digest(&call.arguments) {
+    let digest = match hash::digest(&up.shared.key, &call.arguments) {
         Ok(d) => d,
         Err(e) => {
             metrics.call(Outcome::error);
@@ -435,7 +479,7 @@ pub async fn gated(
             server_namespace: up.server.namespace.clone(),
             server_name: up.server.name.clone(),
             tool: call.name.clone(),
-            sha256: digest.sha256.clone(),
+            binding: digest.binding.clone(),
         },
         digest,
         arguments: &call.arguments,
@@ -460,7 +504,7 @@ pub async fn gated(
         Ok(other) => {
             let (text, kind) = outcome::refusal_text(&call.name, approvals.namespace(), &other)
                 .expect("only Approved has no refusal text");
-            tracing::info!(server = %up.label, tool = %call.name, outcome = ?kind, args_sha256 = %gated_call.key.sha256, "gated call not forwarded");
+            tracing::info!(server = %up.label, tool = %call.name, outcome = ?kind, args_hash = %gated_call.key.binding, "gated call not forwarded");
             metrics.call(kind);
             return GatedResult::Refused(text);
         }

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
 use axum::serve::ListenerExt;
 
 use super::approval::{ApprovalSettings, Approvals};
 use super::config::GateConfig;
 use super::decision::{Clock, SystemClock};
+use super::hash::BindingKey;
 use super::legacy::{self, LegacyRoute};
 use super::metrics::Metrics;
 use super::proxy;
@@ -52,9 +54,11 @@ pub fn http_client() -> Result<reqwest::Client> {
         .map_err(|e| invalid("params", format!("cannot build the HTTP client: {e}")))
 }
 
-/// The gate's MCP router and its metrics, from its configuration and a Kubernetes client.
+/// The gate's MCP router and its metrics, from its configuration, the Agent's binding key and a
+/// Kubernetes client.
 pub fn build(
     config: &GateConfig,
+    key: BindingKey,
     client: kube::Client,
     clock: Arc<dyn Clock>,
     pod: String,
@@ -72,6 +76,7 @@ pub fn build(
     };
     let shared = Shared {
         http: http_client()?,
+        key,
         approvals: Approvals::new(client, config.agent.clone(), settings, clock),
         metrics: metrics.clone(),
     };
@@ -103,7 +108,10 @@ pub fn build(
             }
         };
     }
-    Ok((router, metrics))
+    Ok((
+        router.layer(DefaultBodyLimit::max(proxy::MAX_MESSAGE_BYTES)),
+        metrics,
+    ))
 }
 
 /// `/healthz` and `/metrics`.
@@ -168,10 +176,11 @@ async fn bind(addr: &str) -> Result<tokio::net::TcpListener> {
 
 /// Runs the gate until SIGTERM or Ctrl-C: MCP on `listen`, health and metrics on
 /// `metrics_listen`, the in-cluster (or kubeconfig) Kubernetes client.
-pub async fn run(config: GateConfig) -> Result<()> {
+pub async fn run(config: GateConfig, key: BindingKey) -> Result<()> {
     let client = kube::Client::try_default().await?;
     let (router, metrics) = build(
         &config,
+        key,
         client,
         Arc::new(SystemClock),
         pod_name(),

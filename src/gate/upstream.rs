@@ -12,6 +12,7 @@ use futures::{Stream, StreamExt};
 
 use super::approval::Approvals;
 use super::config::GateServer;
+use super::hash::BindingKey;
 use super::metrics::Metrics;
 
 /// What every route shares: the upstream HTTP client (one pool), approvals and metrics.
@@ -19,6 +20,8 @@ use super::metrics::Metrics;
 pub struct Shared {
     /// Pooled upstream client.
     pub http: reqwest::Client,
+    /// Keys the hash that binds an approval to a call's arguments.
+    pub key: BindingKey,
     /// ApprovalRequests of the agent.
     pub approvals: Approvals,
     /// Metrics.
@@ -84,6 +87,9 @@ pub enum UpstreamError {
     /// A body the gate reads whole was longer than [`MAX_BODY_BYTES`].
     #[error("sent an answer longer than {} MiB, the gate's limit", MAX_BODY_BYTES >> 20)]
     TooLarge,
+    /// The answer holds a message other parsers could read differently from the gate.
+    #[error("sent an answer the gate cannot read unambiguously: {0}")]
+    Unreadable(String),
 }
 
 impl From<reqwest::Error> for UpstreamError {
@@ -99,7 +105,7 @@ impl UpstreamError {
     pub fn tell(&self, label: &str) -> String {
         match self {
             Self::Unreachable(_) => format!("upstream {label} unreachable"),
-            Self::TimedOut(_) | Self::Body(_) | Self::TooLarge => {
+            Self::TimedOut(_) | Self::Body(_) | Self::TooLarge | Self::Unreadable(_) => {
                 format!("upstream {label} {self}")
             }
         }
@@ -110,7 +116,7 @@ impl UpstreamError {
     pub fn may_have_reached(&self) -> bool {
         match self {
             Self::Unreachable(e) => !e.is_connect(),
-            Self::TimedOut(_) | Self::Body(_) | Self::TooLarge => true,
+            Self::TimedOut(_) | Self::Body(_) | Self::TooLarge | Self::Unreadable(_) => true,
         }
     }
 
@@ -118,7 +124,9 @@ impl UpstreamError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
-            Self::Unreachable(_) | Self::Body(_) | Self::TooLarge => StatusCode::BAD_GATEWAY,
+            Self::Unreachable(_) | Self::Body(_) | Self::TooLarge | Self::Unreadable(_) => {
+                StatusCode::BAD_GATEWAY
+            }
         }
     }
 }
@@ -274,9 +282,9 @@ impl Upstream {
     }
 }
 
-/// The longest upstream body the gate reads whole (a `tools/list` answer in JSON, the JSON
-/// answer of a gated call relayed as an event), 16 MiB. Bodies relayed as they come are not
-/// held, so they have no limit of the gate's; events are limited by [`sse::MAX_EVENT_BYTES`].
+/// The longest upstream JSON answer, 16 MiB: the gate reads every JSON answer to a message
+/// whole, to filter any tool list in it. Event streams are relayed event by event, each limited
+/// by [`sse::MAX_EVENT_BYTES`].
 ///
 /// [`sse::MAX_EVENT_BYTES`]: crate::sse::MAX_EVENT_BYTES
 pub const MAX_BODY_BYTES: usize = 16 << 20;

@@ -42,6 +42,12 @@ const CONFIG_DIR: &str = "/config";
 const GATE_CONFIG_DIR: &str = "/etc/hitl-gate";
 /// The gate's default `--config`: gate.json as mounted from the agent's Secret.
 pub const GATE_CONFIG_PATH: &str = "/etc/hitl-gate/gate.json";
+/// Where the gate reads the Agent's binding key.
+const BINDING_KEY_DIR: &str = "/etc/hitl-gate-key";
+/// The gate's default `--binding-key`: the key as mounted from the binding-key Secret.
+pub const BINDING_KEY_PATH: &str = "/etc/hitl-gate-key/key";
+/// Key of the binding key in its Secret.
+pub const BINDING_KEY_ITEM: &str = "key";
 /// Where in-cluster clients look for the ServiceAccount token.
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Lifetime requested for the gate's projected token (the kubelet refreshes it).
@@ -267,6 +273,8 @@ fn gate_container(inputs: &ObjectInputs<'_>) -> Container {
             "gate".to_owned(),
             "--config".to_owned(),
             GATE_CONFIG_PATH.to_owned(),
+            "--binding-key".to_owned(),
+            BINDING_KEY_PATH.to_owned(),
         ]),
         restart_policy: Some("Always".to_owned()),
         env: Some(vec![
@@ -305,6 +313,7 @@ fn gate_container(inputs: &ObjectInputs<'_>) -> Container {
         }),
         volume_mounts: Some(vec![
             mount("gate-config", GATE_CONFIG_DIR),
+            mount("binding-key", BINDING_KEY_DIR),
             mount("gate-token", SERVICE_ACCOUNT_DIR),
         ]),
         ..Container::default()
@@ -416,6 +425,11 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
     volumes.extend(inputs.model.volumes.iter().cloned());
     let init_containers = if inputs.mode.uses_gate() {
         volumes.push(secret_items_volume("gate-config", &name, &["gate.json"]));
+        volumes.push(secret_items_volume(
+            "binding-key",
+            &binding_key_secret_name(agent),
+            &[BINDING_KEY_ITEM],
+        ));
         volumes.push(gate_token_volume());
         Some(vec![gate_container(inputs)])
     } else {
@@ -453,6 +467,27 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
             ..DeploymentSpec::default()
         }),
         status: None,
+    }
+}
+
+/// Name of the Secret holding the Agent's binding key.
+pub fn binding_key_secret_name(agent: &Agent) -> String {
+    format!("{}-binding-key", agent.name_any())
+}
+
+/// The Secret holding the Agent's binding key (`key`), which only the gate mounts. The
+/// controller creates it once with a random key and keeps it while the Agent exists, so every
+/// gate replica, and every restart, hashes a call alike.
+pub fn binding_key_secret(agent: &Agent, key: &[u8]) -> Secret {
+    Secret {
+        metadata: metadata(agent, binding_key_secret_name(agent)),
+        type_: Some("Opaque".to_owned()),
+        data: Some(BTreeMap::from([(
+            BINDING_KEY_ITEM.to_owned(),
+            ByteString(key.to_vec()),
+        )])),
+        immutable: Some(true),
+        ..Secret::default()
     }
 }
 

@@ -68,7 +68,17 @@ fn own(obj: &mut Value, manager: &str, written: &Value) {
         None => entries.push(json!({"manager": manager, "operation": "Update",
             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": spec}})),
     }
+    for entry in entries.iter_mut().filter(|e| e["manager"] == manager) {
+        entry["time"] = json!(server_now());
+    }
     obj["metadata"]["managedFields"] = Value::Array(entries);
+}
+
+/// The apiserver's clock, as it writes times: whole seconds.
+fn server_now() -> String {
+    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+        .expect("now is a valid time")
+        .to_string()
 }
 
 fn merge(target: &mut Value, patch: &Value) {
@@ -322,7 +332,7 @@ async fn create(State(api): State<FakeApi>, method: Method, uri: Uri, body: Byte
     s.rv += 1;
     obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
     obj["metadata"]["uid"] = json!(format!("uid-{}", s.rv));
-    obj["metadata"]["creationTimestamp"] = json!("2026-11-22T00:00:00Z");
+    obj["metadata"]["creationTimestamp"] = json!(server_now());
     obj["metadata"]["managedFields"] = json!([]);
     let spec = obj["spec"].clone();
     own(&mut obj, "hitl-gate", &spec);

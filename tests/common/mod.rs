@@ -21,6 +21,7 @@ use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::gate::config::{AgentIdentity, GateApproval, GateConfig, GateServer};
 use hitl_operator::gate::decision::SystemClock;
+use hitl_operator::gate::hash::BindingKey;
 use hitl_operator::gate::server;
 use hitl_operator::render::config::McpParams;
 use serde_json::Value;
@@ -318,6 +319,11 @@ pub fn config(servers: Vec<GateServer>, timeout: f64, wait: f64) -> GateConfig {
     }
 }
 
+/// The binding key of the gates the tests start.
+pub fn test_key() -> BindingKey {
+    BindingKey::from_bytes(&[7; 32]).expect("32 bytes make a key")
+}
+
 /// A running in-process gate.
 pub struct Gate {
     /// `http://127.0.0.1:port`.
@@ -331,6 +337,7 @@ impl Gate {
     pub async fn start(config: &GateConfig, api: &FakeApi) -> Self {
         let (router, metrics) = server::build(
             config,
+            test_key(),
             api.client(),
             Arc::new(SystemClock),
             "gate-pod-0".into(),

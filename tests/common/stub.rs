@@ -3,7 +3,8 @@
 //! byte as they arrived); it answers
 //! after `delay_ms` milliseconds when the params or the arguments hold that field, with the id
 //! `answer_id` instead of the request's, the result under the key `result_key` instead of
-//! `result`, and as an SSE event when `answer_sse` is true, when the params hold those; its GET
+//! `result`, as an SSE event when `answer_sse` is true, and with its tool list whatever the
+//! request when `answer_tools` is true (in the params or the arguments); its GET
 //! stream replays one `tools/list` response, as a resumed stream would; session `expired`
 //! gets 404. Used by the benchmark
 //! as a fast upstream and by tests of JSON (non-SSE) responses.
@@ -92,6 +93,11 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("stub-session")
         .to_string();
+    let result = if params["answer_tools"] == true || params["arguments"]["answer_tools"] == true {
+        serde_json::from_str(TOOLS).unwrap()
+    } else {
+        result
+    };
     let id = params.get("answer_id").cloned().unwrap_or(id);
     let key = params["result_key"].as_str().unwrap_or("result");
     let answer = serde_json::to_string(&json!({"jsonrpc": "2.0", "id": id, key: result})).unwrap();

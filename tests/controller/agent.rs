@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use hitl_operator::api::{Agent, ApprovalRequest, ModelConfig, RemoteMCPServer};
 use hitl_operator::controller::agent::reconcile;
+use hitl_operator::render::objects::binding_key_secret;
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{RenderOptions, render_agent};
 use http::Method;
@@ -83,6 +84,29 @@ fn rendered(agent: &Agent, server: &RemoteMCPServer) -> hitl_operator::render::A
         .objects
 }
 
+/// Where the controller creates the binding-key Secret.
+const KEY_CREATE: &str = "/api/v1/namespaces/ns/secrets?&fieldManager=hitl-operator";
+
+/// A binding-key Secret as the controller creates it: immutable, owned by the Agent, with 32
+/// random bytes that no other Secret shares.
+fn assert_fresh_binding_key(body: &Value) {
+    assert_eq!(body["metadata"]["name"], "a-binding-key");
+    assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "agent-uid");
+    assert_eq!(body["immutable"], true);
+    let key = body["data"]["key"].as_str().expect("a key");
+    let bytes = base64_len(key);
+    assert_eq!(bytes, 32, "{key}");
+    assert_ne!(
+        key,
+        serde_json::to_value(binding_key_secret(&agent(), &[7; 32])).unwrap()["data"]["key"]
+    );
+}
+
+/// Length of the bytes a standard base64 text encodes.
+fn base64_len(text: &str) -> usize {
+    text.trim_end_matches('=').len() * 3 / 4
+}
+
 fn json_of<T: serde::Serialize>(object: &T) -> Value {
     serde_json::to_value(object).unwrap()
 }
@@ -108,7 +132,7 @@ fn ready_deployment(objects: &hitl_operator::render::AgentObjects) -> Deployment
 fn applied_cache(objects: &hitl_operator::render::AgentObjects, agent: &Agent) -> Cache {
     Cache {
         agents: vec![agent.clone()],
-        secrets: vec![objects.secret.clone()],
+        secrets: vec![objects.secret.clone(), binding_key_secret(agent, &[7; 32])],
         service_accounts: objects.service_account.iter().cloned().collect(),
         roles: objects.role.iter().cloned().collect(),
         role_bindings: objects.role_binding.iter().cloned().collect(),
@@ -141,6 +165,7 @@ spec:
     let mut script = ref_reads(&server);
     script.extend([
         expect(Method::PATCH, &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"), json_of(&objects.secret)),
+        expect(Method::POST, KEY_CREATE, json!({})),
         expect(Method::PATCH, &format!("/api/v1/namespaces/ns/serviceaccounts/a{APPLY}"), json!({})),
         expect(
             Method::PATCH,
@@ -172,21 +197,23 @@ spec:
     .await;
     result.expect("reconcile succeeds");
 
-    // Each object is applied exactly as rendered.
+    // Each object is applied exactly as rendered; the binding key is created before the
+    // Deployment that mounts it.
     assert_eq!(requests[2].body, json_of(&objects.secret));
+    assert_fresh_binding_key(&requests[3].body);
     assert_eq!(
-        requests[3].body,
+        requests[4].body,
         json_of(objects.service_account.as_ref().unwrap())
     );
-    assert_eq!(requests[4].body, json_of(objects.role.as_ref().unwrap()));
+    assert_eq!(requests[5].body, json_of(objects.role.as_ref().unwrap()));
     assert_eq!(
-        requests[5].body,
+        requests[6].body,
         json_of(objects.role_binding.as_ref().unwrap())
     );
-    assert_eq!(requests[6].body, json_of(&objects.deployment));
-    assert_eq!(requests[7].body, json_of(&objects.service));
+    assert_eq!(requests[7].body, json_of(&objects.deployment));
+    assert_eq!(requests[8].body, json_of(&objects.service));
 
-    let status = &requests[8].body;
+    let status = &requests[9].body;
     assert_eq!(status["apiVersion"], "kagent.dev/v1alpha2");
     assert_eq!(status["kind"], "Agent");
     assert_eq!(status["metadata"], json!({"name": "a"}));
@@ -217,7 +244,7 @@ spec:
             .unwrap()["kagent.dev/config-hash"],
         hash
     );
-    let event = &requests[9].body;
+    let event = &requests[10].body;
     assert_eq!(event["reason"], "Reconciled");
     assert_eq!(event["regarding"]["name"], "a");
 }
@@ -508,4 +535,37 @@ async fn agent_being_deleted_is_left_to_the_garbage_collector() {
     .await;
     result.unwrap();
     assert!(requests.is_empty());
+}
+
+#[tokio::test]
+async fn an_unusable_binding_key_is_replaced_and_a_concurrent_create_is_fine() {
+    let server = server(&["delete_file", "read_file"]);
+    let mut agent = agent();
+    let objects = rendered(&agent, &server);
+    let mut cache = applied_cache(&objects, &agent);
+    // Someone put a 4-byte key there (the Secret is immutable, so it is deleted and made anew).
+    cache.secrets[1] = binding_key_secret(&agent, b"weak");
+    agent.status = None;
+    let key_path = "/api/v1/namespaces/ns/secrets/a-binding-key";
+    let mut script = ref_reads(&server);
+    script.extend([
+        expect(Method::DELETE, &format!("{key_path}?"), json!({})),
+        already_exists(KEY_CREATE),
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ]);
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.expect("an AlreadyExists on create means another writer made the key");
+    assert_fresh_binding_key(&requests[3].body);
 }

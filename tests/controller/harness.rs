@@ -50,6 +50,13 @@ pub fn failure(method: Method, path: &str, status: StatusCode) -> Exchange {
     }
 }
 
+/// Expects a create (`POST path`) and answers 409 AlreadyExists.
+pub fn already_exists(path: &str) -> Exchange {
+    let mut exchange = failure(Method::POST, path, StatusCode::CONFLICT);
+    exchange.response["reason"] = json!("AlreadyExists");
+    exchange
+}
+
 /// A request the reconciler made.
 #[derive(Debug)]
 pub struct Recorded {

@@ -283,10 +283,15 @@ ok "Deployment $AGENT: $(elapsed "$W_AGENT" "$W_DEPLOY") s from the Agent's watc
 figure "apply -> Deployment (watch event Agent -> Deployment)" "$(elapsed "$W_AGENT" "$W_DEPLOY") s"
 figure "apply -> Deployment (kubectl apply start -> get finds it)" "$(elapsed "$T_APPLY" "$T_DEPLOY") s"
 
-for object in secret/$AGENT serviceaccount/$AGENT service/$AGENT role/$AGENT-approval-gate rolebinding/$AGENT-approval-gate; do
+for object in secret/$AGENT secret/$AGENT-binding-key serviceaccount/$AGENT service/$AGENT role/$AGENT-approval-gate rolebinding/$AGENT-approval-gate; do
   wait_for "$object" 10 has "$object" '{.metadata.ownerReferences[0].name}' "$AGENT"
 done
-ok "Secret, ServiceAccount, Service, Role, RoleBinding rendered and owned by Agent/$AGENT"
+ok "Secret, binding-key Secret, ServiceAccount, Service, Role, RoleBinding rendered and owned by Agent/$AGENT"
+has "secret/$AGENT-binding-key" '{.immutable}' true || fail "the binding-key Secret is not immutable"
+[ "$(jp "secret/$AGENT-binding-key" '{.data.key}' | base64 -d | wc -c)" -ge 32 ] || fail "the binding key is shorter than 32 bytes"
+[ "$(kubectl auth can-i get "secrets/$AGENT-binding-key" -n "$NS" --as "system:serviceaccount:$NS:$AGENT" 2>/dev/null)" = no ] ||
+  fail "the Agent's ServiceAccount can read its binding key through the API"
+ok "binding-key Secret: immutable, 32 random bytes, not readable by the Agent's ServiceAccount"
 wait_for "Agent Accepted=True" 15 eval '[ "$(condition agent/$AGENT Accepted)" = True ]'
 wait_for "Agent ToolsAvailable=True (tool discovery of both servers)" 30 \
   eval '[ "$(condition agent/$AGENT ToolsAvailable)" = True ]'
@@ -355,6 +360,7 @@ AGENT_USER=system:serviceaccount:$NS:$AGENT
 start_gate() {
   stop gate
   jp "secret/$AGENT" '{.data.gate\.json}' | base64 -d >"$WORK/gate.json"
+  jp "secret/$AGENT-binding-key" '{.data.key}' | base64 -d >"$WORK/binding-key"
   jp "deployment/$AGENT" '{.spec.template.spec.initContainers[?(@.name=="approval-gate")]}' >"$WORK/gate-container.json"
   [ -s "$WORK/gate-container.json" ] || fail "no approval-gate container in Deployment $AGENT"
   python3 tests/e2e/container.py args "$WORK/gate-container.json" >"$WORK/gate.args" || fail "gate container args"
@@ -363,12 +369,16 @@ start_gate() {
   GATE_METRICS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("metrics_listen","0.0.0.0:9099"))' "$WORK/gate.json")
   ! http_up "http://$GATE_LISTEN/" || fail "something already listens on $GATE_LISTEN (the gate's MCP address)"
   ! http_up "http://127.0.0.1:${GATE_METRICS##*:}/" || fail "something already listens on port ${GATE_METRICS##*:} (the gate's metrics)"
-  local args=() envs=(KUBECONFIG="$WORK/agent.kubeconfig") a v mount
-  mount=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print([m["mountPath"] for m in c["volumeMounts"] if m["name"]=="gate-config"][0])' "$WORK/gate-container.json")
+  local args=() envs=(KUBECONFIG="$WORK/agent.kubeconfig") a v mount key_mount
+  mount_of() { python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print([m["mountPath"] for m in c["volumeMounts"] if m["name"]==sys.argv[2]][0])' "$WORK/gate-container.json" "$1"; }
+  mount=$(mount_of gate-config)
+  key_mount=$(mount_of binding-key)
   while IFS= read -r a; do
     case $a in
       "$mount/gate.json") a=$WORK/gate.json ;;
       "--config=$mount/gate.json") a=--config=$WORK/gate.json ;;
+      "$key_mount/key") a=$WORK/binding-key ;;
+      "--binding-key=$key_mount/key") a=--binding-key=$WORK/binding-key ;;
     esac
     args+=("$a")
   done <"$WORK/gate.args"
@@ -432,6 +442,16 @@ mcp_bg sum everything '[{"op":"call","name":"get-sum","args":{"a":2,"b":3}}]'
 await_request SUM get-sum '@.spec.argumentsPreview.a==2'
 has "approvalrequest/$SUM" '{.spec.requestedBy}' "$AGENT_USER" || fail "requestedBy is not $AGENT_USER"
 has "approvalrequest/$SUM" '{.spec.toolServer.name}' everything || fail "toolServer is not everything"
+# The binding hash is the HMAC of the canonical arguments under the Agent's key, not their
+# plain SHA-256, which anyone could test guesses of a redacted secret against.
+python3 - "$(jp "approvalrequest/$SUM" '{.spec.argumentsSha256}')" "$WORK/binding-key" <<'PY' || fail "argumentsSha256 is not the keyed hash of the arguments"
+import hashlib, hmac, sys
+canonical = b'{"a":2,"b":3}'
+key = open(sys.argv[2], "rb").read()
+assert sys.argv[1] == hmac.new(key, canonical, "sha256").hexdigest(), sys.argv[1]
+assert sys.argv[1] != hashlib.sha256(canonical).hexdigest()
+PY
+ok "argumentsSha256 is HMAC-SHA256 under the Agent's binding key (not a plain digest)"
 KUBECONFIG=$ALICE kubectl hitl approve "$SUM" -n "$NS" --reason "e2e: sums are harmless"
 finished sum
 out=$(output sum)

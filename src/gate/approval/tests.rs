@@ -11,7 +11,7 @@ use tower_test::mock;
 use super::*;
 use crate::api::agent::ToolServerKind;
 use crate::gate::decision::Refusal;
-use crate::gate::hash::digest;
+use crate::gate::hash::{BindingKey, digest};
 
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
@@ -63,7 +63,8 @@ fn args() -> Value {
 }
 
 fn call(arguments: &Value) -> GatedCall<'_> {
-    let digest = digest(arguments).unwrap();
+    let key = BindingKey::from_bytes(&[7; 32]).unwrap();
+    let digest = digest(&key, arguments).unwrap();
     GatedCall {
         key: CallKey {
             agent: "agent-a".into(),
@@ -71,7 +72,7 @@ fn call(arguments: &Value) -> GatedCall<'_> {
             server_namespace: "tools".into(),
             server_name: "fs".into(),
             tool: "delete_file".into(),
-            sha256: digest.sha256.clone(),
+            binding: digest.binding.clone(),
         },
         digest,
         arguments,
@@ -89,6 +90,7 @@ fn stored(created: &Value, rv: &str) -> Value {
     let mut obj = created.clone();
     obj["metadata"]["resourceVersion"] = json!(rv);
     obj["metadata"]["uid"] = json!("req-uid");
+    obj["metadata"]["creationTimestamp"] = json!(now());
     let owned: serde_json::Map<String, Value> = obj["spec"]
         .as_object()
         .unwrap()
@@ -247,7 +249,7 @@ async fn create_watch_consume_exact_requests() {
             "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "tools"},
             "toolName": "delete_file",
             "argumentsPreview": {"path": "/data/report.csv", "password": "[REDACTED]", "note": "[REDACTED]"},
-            "argumentsSha256": c.digest.sha256,
+            "argumentsSha256": c.digest.binding,
             "argumentsBytes": c.digest.bytes,
             "requestedBy": "system:serviceaccount:team:agent-a-sa",
             "message": "NOTE: 2 values were redacted (at /password, /note); the approved call runs with the real values. Run 'delete_file' on RemoteMCPServer tools/fs with arguments {\"path\":\"/data/report.csv\",\"password\":\"[REDACTED]\",\"note\":\"[REDACTED]\"}?",
@@ -488,6 +490,139 @@ async fn a_request_created_with_its_approval_is_not_adopted() {
     respond(send, 201, &stored(&body, "10"));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.name, Some(expected_name(&c, 1)));
+}
+
+/// Runs `find_or_create` for `c` while the test answers the list with `items`; returns the
+/// name the gate then tries to create (answered 201) and what it resolved to.
+async fn created_after_listing(items: Vec<Value>) -> (String, String) {
+    let arguments = args();
+    let (a, mut handle) = approvals(now());
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { a.find_or_create(&call(&arguments)).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(items));
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    respond(send, 201, &stored(&body, "10"));
+    let (req, _) = task.await.unwrap().unwrap();
+    let tried = body["metadata"]["name"].as_str().unwrap().to_string();
+    (tried, req.metadata.name.unwrap())
+}
+
+#[tokio::test]
+async fn a_request_that_shows_something_else_than_the_call_is_not_adopted() {
+    let arguments = args();
+    let c = call(&arguments);
+    let (a, _handle) = approvals(now());
+    let genuine = stored(
+        &serde_json::to_value(a.build(&c, &expected_name(&c, 0)).unwrap()).unwrap(),
+        "5",
+    );
+    // Planted by another identity (no admission policies): the call's hash, copied from an
+    // earlier request, with a harmless-looking preview, message or size, or an expiry far
+    // beyond the approval timeout. Each would make an approver approve what they did not see.
+    type Edit = fn(&mut Value);
+    let lies: [Edit; 4] = [
+        |o| o["spec"]["argumentsPreview"] = json!({"path": "/tmp/scratch.txt"}),
+        |o| o["spec"]["message"] = json!("Run 'delete_file' with arguments {\"path\":\"/tmp/x\"}?"),
+        |o| o["spec"]["argumentsBytes"] = json!(3),
+        |o| o["spec"]["expiresAt"] = json!("2027-01-01T00:00:00Z"),
+    ];
+    for lie in lies {
+        let mut planted = genuine.clone();
+        lie(&mut planted);
+        let (tried, got) = created_after_listing(vec![planted]).await;
+        assert_eq!(tried, expected_name(&c, 0));
+        assert_eq!(got, expected_name(&c, 0));
+    }
+    // The genuine one is reused (numbers as the apiserver stores them compare equal).
+    assert!(
+        a.unfaithful(&serde_json::from_value(genuine).unwrap(), &c)
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_squatted_name_is_skipped_for_a_random_generation() {
+    let arguments = args();
+    let c = call(&arguments);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let mut squatter = stored(
+        &serde_json::to_value(a.build(&c, &name).unwrap()).unwrap(),
+        "3",
+    );
+    squatter["spec"]["argumentsPreview"] = json!({"path": "/tmp/scratch.txt"});
+    let task = tokio::spawn({
+        let arguments = arguments.clone();
+        async move { a.find_or_create(&call(&arguments)).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![]));
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 409, &status(409, "AlreadyExists"));
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
+    respond(send, 200, &squatter);
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    let next_name = body["metadata"]["name"].as_str().unwrap().to_string();
+    let generation = next_name
+        .strip_prefix(&format!("{}-", base_name(&c.key)))
+        .and_then(|g| g.parse::<u64>().ok())
+        .expect("a generation of the call's name");
+    assert_ne!(generation, 1, "the next name is not the predictable one");
+    respond(send, 201, &stored(&body, "10"));
+    let (req, _) = task.await.unwrap().unwrap();
+    assert_eq!(req.metadata.name, Some(next_name));
+}
+
+#[test]
+fn creations_are_limited_to_a_burst_then_a_steady_rate() {
+    let start = Instant::now();
+    let mut budget = CreationBudget::new(start);
+    for _ in 0..CREATE_BURST {
+        assert!(budget.take(start));
+    }
+    assert!(!budget.take(start));
+    assert!(!budget.take(start + Duration::from_millis(500)));
+    assert!(budget.take(start + Duration::from_millis(1500)));
+    assert!(!budget.take(start + Duration::from_millis(1600)));
+}
+
+#[tokio::test]
+async fn a_gate_over_its_creation_budget_refuses_without_creating() {
+    let arguments = args();
+    let (a, mut handle) = approvals(now());
+    *a.budget.lock().unwrap() = CreationBudget {
+        tokens: 0.0,
+        updated: Instant::now(),
+    };
+    let task = spawn_resolve(a, &arguments);
+    let (m, _, _, send) = next(&mut handle).await;
+    assert_eq!(m, "GET");
+    respond(send, 200, &list_of(vec![]));
+    let err = task.await.unwrap().unwrap_err();
+    assert_eq!(err.reason(), "ApprovalRateLimited");
+    assert!(handle.next_request().await.is_none(), "nothing created");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_apiserver_refuses_the_call_after_the_wait_and_grace() {
+    let arguments = args();
+    let (a, mut handle) = approvals(now());
+    let task = spawn_resolve(a, &arguments);
+    // The list is sent but never answered.
+    let (m, _, _, _send) = next(&mut handle).await;
+    assert_eq!(m, "GET");
+    let err = task.await.unwrap().unwrap_err();
+    assert_eq!(err.reason(), "ApiTimeout");
+    assert_eq!(
+        err.to_string(),
+        "the Kubernetes API did not answer within 40s (approval.waitTimeout plus 10s)"
+    );
 }
 
 #[tokio::test]
