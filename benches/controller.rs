@@ -140,6 +140,7 @@ fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<S
                 .filter_map(|o| o.role_binding.clone())
                 .collect(),
         ),
+        network_policies: store_of(vec![]),
     };
     let ctx = Context::new(
         client,

@@ -3,6 +3,7 @@
 use hitl_operator::cli::render::{RenderReport, render_documents};
 use hitl_operator::manifest::parse_documents;
 use hitl_operator::render::RenderOptions;
+use serde_json::json;
 
 const MODEL: &str = r#"
 apiVersion: kagent.dev/v1alpha2
@@ -238,4 +239,98 @@ fn only_the_gate_sees_credentials_and_a_token() {
     assert!(!config_volume.to_string().contains("gate.json"));
     let env = pod["containers"][0]["env"].to_string();
     assert!(env.contains("OPENAI_API_KEY") && env.contains("secretKeyRef"));
+}
+
+#[test]
+fn gateway_placement_needs_a_gate() {
+    let tools =
+        "tools: [{type: McpServer, mcpServer: {name: fs, toolNames: [rm], requireApproval: [rm]}}]";
+    let yaml = format!(
+        "{MODEL}---\n{SERVER}---\n{}",
+        agent(&format!(
+            "{tools}\napproval: {{mode: Runtime, placement: Gateway}}"
+        ))
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.placement: Invalid value: \"Gateway\": approval mode Runtime runs no gate to place; use mode Gate or Both, or remove placement"
+        ]
+    );
+    // The same when Runtime is the operator's default rather than the Agent's choice.
+    let yaml = format!(
+        "{MODEL}---\n{SERVER}---\n{}",
+        agent(&format!("{tools}\napproval: {{placement: Gateway}}"))
+    );
+    let options = RenderOptions {
+        default_approval_mode: hitl_operator::api::ApprovalMode::Runtime,
+        ..RenderOptions::default()
+    };
+    let report = render_documents(parse_documents("t.yaml", &yaml).unwrap(), "ns", &options);
+    assert!(report.objects.is_empty());
+    assert_eq!(
+        report.problems,
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.placement: Invalid value: \"Gateway\": approval mode Runtime (the operator's default) runs no gate to place; use mode Gate or Both, or remove placement"
+        ]
+    );
+}
+
+#[test]
+fn the_gate_pod_label_is_reserved() {
+    let yaml = format!(
+        "{MODEL}---\n{}",
+        agent("deployment: {labels: {kagent.dev/approval-gate: other}}")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.deployment.labels: Forbidden: \"kagent.dev/approval-gate\" is reserved for the approval gate's pods"
+        ]
+    );
+}
+
+#[test]
+fn in_gateway_placement_only_the_gate_pods_hold_the_token_and_the_rights() {
+    let yaml = format!(
+        "{MODEL}---\n{SERVER}---\n{}",
+        agent(
+            "tools: [{type: McpServer, mcpServer: {name: fs, toolNames: [rm], requireApproval: [rm]}}]\napproval: {placement: Gateway}"
+        )
+    );
+    let report = render(&yaml);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let find = |kind: &str, name: &str| {
+        report
+            .objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} rendered"))
+    };
+    let agent_pod = &find("Deployment", "a")["spec"]["template"];
+    assert!(agent_pod["spec"].get("initContainers").is_none());
+    assert!(!agent_pod.to_string().contains("gate-token"));
+    let gate = &find("Deployment", "a-gate")["spec"];
+    let gate_labels = gate["template"]["metadata"]["labels"].as_object().unwrap();
+    assert!(!gate_labels.contains_key("kagent.dev/agent"));
+    assert_eq!(gate_labels["kagent.dev/approval-gate"], "a");
+    assert_eq!(
+        gate["selector"]["matchLabels"],
+        json!({"kagent.dev/approval-gate": "a"})
+    );
+    assert_eq!(gate["template"]["spec"]["serviceAccountName"], "a-gate");
+    let container = &gate["template"]["spec"]["containers"][0];
+    assert_eq!(container["name"], "approval-gate");
+    assert!(container.get("restartPolicy").is_none());
+    assert_eq!(
+        find("RoleBinding", "a-approval-gate")["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "a-gate", "namespace": "ns"}])
+    );
+    assert_eq!(
+        find("Service", "a-gate")["spec"]["sessionAffinity"],
+        "ClientIP"
+    );
+    find("ServiceAccount", "a-gate");
+    find("NetworkPolicy", "a-gate");
+    find("NetworkPolicy", "a-egress");
 }

@@ -126,6 +126,7 @@ fn rendering_is_byte_identical_across_runs() {
         "examples/two-databases-agent.yaml",
         "examples/service-tool-server.yaml",
         "examples/sse-payments-agent.yaml",
+        "examples/gateway-agent.yaml",
     ];
     let options = RenderOptions::default();
     let first = render_documents(documents(&files), "default", &options);
@@ -135,4 +136,12 @@ fn rendering_is_byte_identical_across_runs() {
         hitl_operator::cli::render::format_objects(&first.objects, format),
         hitl_operator::cli::render::format_objects(&second.objects, format)
     );
+}
+
+#[test]
+fn gateway_placement_runs_the_gate_behind_network_policies() {
+    insta::assert_snapshot!(render(
+        &["examples/model-openai.yaml", "examples/gateway-agent.yaml"],
+        ApprovalMode::Gate
+    ));
 }

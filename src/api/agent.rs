@@ -282,6 +282,10 @@ pub struct ApprovalSettings {
     /// confirmation only) or `Both` (two-person rule). Default: the operator's default (Gate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ApprovalMode>,
+    /// Where the gate runs: `Sidecar` (default; in the agent's pod) or `Gateway` (a Deployment
+    /// of its own, with NetworkPolicies so the agent can reach tool servers only through it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<GatePlacement>,
     /// How long an ApprovalRequest can be decided before it expires (default 1h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
@@ -338,6 +342,29 @@ impl ApprovalMode {
             Self::Gate => "Gate",
             Self::Runtime => "Runtime",
             Self::Both => "Both",
+        }
+    }
+}
+
+/// Where the approval gate runs.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum GatePlacement {
+    /// A native sidecar in the agent's pod: one network namespace with the agent container.
+    #[default]
+    Sidecar,
+    /// A Deployment and Service `<agent>-gate` of its own; NetworkPolicies let the agent pods
+    /// reach it and the world outside the cluster, but no other in-cluster address.
+    Gateway,
+}
+
+impl GatePlacement {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sidecar => "Sidecar",
+            Self::Gateway => "Gateway",
         }
     }
 }

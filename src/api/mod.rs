@@ -6,7 +6,7 @@ pub mod common;
 pub mod model_config;
 pub mod remote_mcp_server;
 
-pub use agent::{Agent, AgentSpec, AgentStatus, ApprovalMode};
+pub use agent::{Agent, AgentSpec, AgentStatus, ApprovalMode, GatePlacement};
 pub use approval_request::{ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, Phase};
 pub use model_config::{ModelConfig, ModelConfigSpec};
 pub use remote_mcp_server::{RemoteMCPServer, RemoteMCPServerSpec};

@@ -9,8 +9,11 @@ use serde_json::Value;
 
 use crate::api::{self, Agent, ApprovalMode, ModelConfig, RemoteMCPServer};
 use crate::manifest::{self, Document};
+use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::refs::RefStore;
-use crate::render::{DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions, render_agent};
+use crate::render::{
+    DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions, describe_agent, render_agent,
+};
 use crate::validate::Schemas;
 
 /// Output format of `render`.
@@ -46,6 +49,10 @@ pub struct RenderArgs {
     /// Approval gate image.
     #[arg(long, default_value = DEFAULT_GATE_IMAGE)]
     pub gate_image: String,
+    /// The cluster's internal address ranges, comma-separated or repeated: closed to agent
+    /// pods in Gateway placement (the controller's --cluster-cidrs).
+    #[arg(long, value_delimiter = ',', default_values_t = default_cluster_cidrs())]
+    pub cluster_cidrs: Vec<Cidr>,
 }
 
 /// What a render produced: objects to print, or problems (one line each), plus warnings.
@@ -154,6 +161,15 @@ pub fn render_documents(
                 report
                     .warnings
                     .extend(rendered.warnings.iter().map(|w| format!("{file}: {w}")));
+                // What the controller reports as GateIsolated=False.
+                if let Some(isolation) = rendered.isolation.filter(|i| !i.isolated) {
+                    report.warnings.push(format!(
+                        "{file}: {}: GateIsolated=False ({}): {}",
+                        describe_agent(agent),
+                        isolation.reason,
+                        isolation.message
+                    ));
+                }
                 match rendered.objects.to_values() {
                     Ok(values) => report.objects.extend(values),
                     Err(error) => report.problems.push(format!("{file}: {error}")),
@@ -190,6 +206,7 @@ pub fn run(args: &RenderArgs) -> u8 {
         default_approval_mode: args.approval_mode,
         agent_image: args.agent_image.clone(),
         gate_image: args.gate_image.clone(),
+        cluster_cidrs: args.cluster_cidrs.clone(),
     };
     let documents = match manifest::load(&args.paths, args.recursive) {
         Ok(documents) => documents,

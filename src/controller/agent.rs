@@ -22,8 +22,9 @@ use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::{Agent, ModelConfig, RemoteMCPServer};
 use crate::gate::hash::BindingKey;
 use crate::kube::apply::FIELD_MANAGER;
-use crate::kube::conditions::find;
+use crate::kube::conditions::{find, remove_condition};
 use crate::kube::{Applicable, apply, apply_status, is_applied, new_condition, set_condition};
+use crate::render::isolation::Isolation;
 use crate::render::objects::{BINDING_KEY_ITEM, binding_key_secret, binding_key_secret_name};
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
 use crate::render::{RenderedAgent, render_agent};
@@ -33,8 +34,12 @@ use crate::{Error, Result};
 pub const CONTROLLER: &str = "agent";
 /// Condition: whether the Agent's objects are rendered and applied.
 pub const ACCEPTED: &str = "Accepted";
-/// Condition: whether the Deployment has all replicas available.
+/// Condition: whether the Deployments (the agent's, and the gate's in Gateway placement) have
+/// all replicas available.
 pub const READY: &str = "Ready";
+/// Condition: whether the agent can reach its gated tool servers only through the gate.
+/// Present only when the gate runs and some tool requires approval.
+pub const GATE_ISOLATED: &str = "GateIsolated";
 /// Condition: whether every tool in toolNames is offered by its RemoteMCPServer.
 pub const TOOLS_AVAILABLE: &str = "ToolsAvailable";
 /// Periodic resync, in case a watch event was missed.
@@ -78,37 +83,54 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
     };
 
     let mut failure = None;
+    // The Deployments Ready waits for: the rendered ones, else (nothing renders) the agent's.
+    let mut deployments = vec![agent.name_any()];
     let accepted = match render_agent(agent, &refs, &ctx.render) {
-        Ok(rendered) => match apply_objects(ctx, agent, &rendered).await {
-            Ok(()) => {
-                status.config_hash = Some(rendered.config_hash.clone());
-                set_condition(
-                    &mut status.conditions,
-                    tools_available(agent, &refs, generation, now),
-                );
-                let message = if rendered.warnings.is_empty() {
-                    "rendered and applied".to_string()
-                } else {
-                    format!(
-                        "rendered and applied; warnings: {}",
-                        rendered.warnings.join("; ")
-                    )
-                };
-                new_condition(ACCEPTED, true, "Reconciled", message, generation, now)
+        Ok(rendered) => {
+            deployments = rendered
+                .objects
+                .deployments()
+                .iter()
+                .map(|d| d.name_any())
+                .collect();
+            match apply_objects(ctx, agent, &rendered).await {
+                Ok(()) => {
+                    status.config_hash = Some(rendered.config_hash.clone());
+                    set_condition(
+                        &mut status.conditions,
+                        tools_available(agent, &refs, generation, now),
+                    );
+                    match &rendered.isolation {
+                        Some(isolation) => set_condition(
+                            &mut status.conditions,
+                            gate_isolated(isolation, generation, now),
+                        ),
+                        None => remove_condition(&mut status.conditions, GATE_ISOLATED),
+                    }
+                    let message = if rendered.warnings.is_empty() {
+                        "rendered and applied".to_string()
+                    } else {
+                        format!(
+                            "rendered and applied; warnings: {}",
+                            rendered.warnings.join("; ")
+                        )
+                    };
+                    new_condition(ACCEPTED, true, "Reconciled", message, generation, now)
+                }
+                Err(error) => {
+                    let condition = new_condition(
+                        ACCEPTED,
+                        false,
+                        "ReconcileFailed",
+                        error.to_string(),
+                        generation,
+                        now,
+                    );
+                    failure = Some(error);
+                    condition
+                }
             }
-            Err(error) => {
-                let condition = new_condition(
-                    ACCEPTED,
-                    false,
-                    "ReconcileFailed",
-                    error.to_string(),
-                    generation,
-                    now,
-                );
-                failure = Some(error);
-                condition
-            }
-        },
+        }
         Err(error @ (Error::InvalidSpec { .. } | Error::RefNotFound { .. })) => new_condition(
             ACCEPTED,
             false,
@@ -124,10 +146,20 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
             != (&accepted.status, &accepted.reason, &accepted.message)
     });
     set_condition(&mut status.conditions, accepted.clone());
-    let deployment = owned_by(&ctx.stores.deployments, agent);
+    let deployments: Vec<(String, Option<Arc<Deployment>>)> = deployments
+        .into_iter()
+        .map(|name| {
+            let cached = owned_named(&ctx.stores.deployments, agent, &name);
+            (name, cached)
+        })
+        .collect();
+    let deployments: Vec<(&str, Option<&Deployment>)> = deployments
+        .iter()
+        .map(|(name, cached)| (name.as_str(), cached.as_deref()))
+        .collect();
     set_condition(
         &mut status.conditions,
-        ready_condition(deployment.as_deref(), generation, now),
+        ready_condition(&deployments, generation, now),
     );
 
     if status != current {
@@ -218,9 +250,12 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
     Ok(())
 }
 
-/// Applies each rendered object that the cache does not already hold, in dependency order,
-/// and deletes optional objects (ServiceAccount, Role, RoleBinding) no longer rendered. With a
-/// gate, its binding key exists before the Deployment that mounts it.
+/// Applies each rendered object that the cache does not already hold, in dependency order
+/// (NetworkPolicies before the pods they confine), and deletes the objects of each kind the
+/// Agent controls that are no longer rendered: a ServiceAccount, Role or RoleBinding after a
+/// switch to Runtime mode or to an own ServiceAccount, the gate's objects after a switch
+/// back to Sidecar placement. The Secret is never pruned. With a gate, its binding key
+/// exists before the Deployment that mounts it.
 async fn apply_objects(ctx: &Context, agent: &Agent, rendered: &RenderedAgent) -> Result<()> {
     let stores = &ctx.stores;
     let objects = &rendered.objects;
@@ -228,23 +263,26 @@ async fn apply_objects(ctx: &Context, agent: &Agent, rendered: &RenderedAgent) -
     if rendered.gate.is_some() {
         ensure_binding_key(ctx, agent).await?;
     }
-    apply_or_prune(
+    apply_and_prune(
         ctx,
         agent,
-        objects.service_account.as_ref(),
+        &objects.service_accounts(),
         &stores.service_accounts,
     )
     .await?;
-    apply_or_prune(ctx, agent, objects.role.as_ref(), &stores.roles).await?;
-    apply_or_prune(
+    let role: Vec<_> = objects.role.iter().collect();
+    apply_and_prune(ctx, agent, &role, &stores.roles).await?;
+    let role_binding: Vec<_> = objects.role_binding.iter().collect();
+    apply_and_prune(ctx, agent, &role_binding, &stores.role_bindings).await?;
+    apply_and_prune(
         ctx,
         agent,
-        objects.role_binding.as_ref(),
-        &stores.role_bindings,
+        &objects.network_policies(),
+        &stores.network_policies,
     )
     .await?;
-    apply_changed(ctx, &objects.deployment, &stores.deployments).await?;
-    apply_changed(ctx, &objects.service, &stores.services).await?;
+    apply_and_prune(ctx, agent, &objects.deployments(), &stores.deployments).await?;
+    apply_and_prune(ctx, agent, &objects.services(), &stores.services).await?;
     Ok(())
 }
 
@@ -294,49 +332,114 @@ async fn apply_changed<K: Applicable>(ctx: &Context, desired: &K, store: &Store<
     Ok(())
 }
 
-async fn apply_or_prune<K: Applicable>(
+/// Applies each of `desired` the cache does not already hold, then deletes the cached objects
+/// of the kind that `agent` controls and `desired` does not name (in name order).
+async fn apply_and_prune<K: Applicable>(
     ctx: &Context,
     agent: &Agent,
-    desired: Option<&K>,
+    desired: &[&K],
     store: &Store<K>,
 ) -> Result<()> {
-    if let Some(desired) = desired {
-        return apply_changed(ctx, desired, store).await;
+    for object in desired {
+        apply_changed(ctx, *object, store).await?;
     }
-    if let Some(stale) = owned_by(store, agent) {
+    let mut stale: Vec<Arc<K>> = owned_by(store, agent)
+        .into_iter()
+        .filter(|object| !desired.iter().any(|d| d.name_any() == object.name_any()))
+        .collect();
+    stale.sort_by_key(|object| object.name_any());
+    for object in stale {
         let api: Api<K> =
-            Api::namespaced(ctx.client.clone(), &stale.namespace().unwrap_or_default());
-        api.delete(&stale.name_any(), &DeleteParams::default())
-            .await?;
+            Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
+        match api
+            .delete(&object.name_any(), &DeleteParams::default())
+            .await
+        {
+            // Already gone (the cache lags a delete of an earlier reconcile).
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            result => {
+                result?;
+            }
+        }
     }
     Ok(())
 }
 
-/// The cached object controlled by `agent`.
-fn owned_by<K: Resource<DynamicType = ()> + Clone>(
-    store: &Store<K>,
-    agent: &Agent,
-) -> Option<Arc<K>> {
-    let uid = agent.uid()?;
-    store.find(|object| {
-        object
-            .owner_references()
-            .iter()
-            .any(|owner| owner.uid == uid && owner.controller == Some(true))
-    })
+fn controlled_by<K: Resource>(object: &K, agent: &Agent) -> bool {
+    let uid = agent.uid();
+    object
+        .owner_references()
+        .iter()
+        .any(|owner| Some(&owner.uid) == uid.as_ref() && owner.controller == Some(true))
 }
 
-/// `Ready` from the Deployment's status.
+/// The cached objects controlled by `agent`.
+fn owned_by<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>, agent: &Agent) -> Vec<Arc<K>> {
+    if agent.uid().is_none() {
+        return Vec::new();
+    }
+    store
+        .state()
+        .into_iter()
+        .filter(|object| controlled_by(object.as_ref(), agent))
+        .collect()
+}
+
+/// The cached object `name` (in the Agent's namespace), if `agent` controls it.
+fn owned_named<K: Resource<DynamicType = ()> + Clone>(
+    store: &Store<K>,
+    agent: &Agent,
+    name: &str,
+) -> Option<Arc<K>> {
+    let key = ObjectRef::new(name).within(&agent.namespace().unwrap_or_default());
+    store
+        .get(&key)
+        .filter(|object| controlled_by(object.as_ref(), agent))
+}
+
+/// `Ready` from the status of each `(name, cached)` Deployment: True when all of them have
+/// every replica updated and available; otherwise False, naming the ones that are not.
 pub fn ready_condition(
-    deployment: Option<&Deployment>,
+    deployments: &[(&str, Option<&Deployment>)],
     generation: Option<i64>,
     now: Timestamp,
 ) -> Condition {
-    let not_ready = |message: String| {
-        new_condition(READY, false, "DeploymentNotReady", message, generation, now)
-    };
+    let mut ready = Vec::new();
+    let mut not_ready = Vec::new();
+    for (name, deployment) in deployments {
+        match deployment_readiness(name, *deployment) {
+            Ok(message) => ready.push(message),
+            Err(message) => not_ready.push(message),
+        }
+    }
+    if not_ready.is_empty() {
+        new_condition(
+            READY,
+            true,
+            "DeploymentReady",
+            ready.join("; "),
+            generation,
+            now,
+        )
+    } else {
+        new_condition(
+            READY,
+            false,
+            "DeploymentNotReady",
+            not_ready.join("; "),
+            generation,
+            now,
+        )
+    }
+}
+
+/// Whether one Deployment is ready, and a sentence saying so or why not.
+fn deployment_readiness(
+    name: &str,
+    deployment: Option<&Deployment>,
+) -> std::result::Result<String, String> {
     let Some(deployment) = deployment else {
-        return not_ready("the Deployment does not exist yet".into());
+        return Err(format!("Deployment {name} does not exist yet"));
     };
     let wanted = deployment
         .spec
@@ -345,22 +448,29 @@ pub fn ready_condition(
         .unwrap_or(1);
     let status = deployment.status.clone().unwrap_or_default();
     if status.observed_generation < deployment.metadata.generation {
-        return not_ready(format!(
-            "Deployment {} rollout not observed yet",
-            deployment.name_any()
-        ));
+        return Err(format!("Deployment {name} rollout not observed yet"));
     }
     let updated = status.updated_replicas.unwrap_or(0);
     let available = status.available_replicas.unwrap_or(0);
-    let message = format!(
-        "Deployment {}: {available}/{wanted} replicas available, {updated} updated",
-        deployment.name_any()
-    );
+    let message =
+        format!("Deployment {name}: {available}/{wanted} replicas available, {updated} updated");
     if updated >= wanted && available >= wanted {
-        new_condition(READY, true, "DeploymentReady", message, generation, now)
+        Ok(message)
     } else {
-        not_ready(message)
+        Err(message)
     }
+}
+
+/// `GateIsolated` from the renderer's verdict.
+fn gate_isolated(isolation: &Isolation, generation: Option<i64>, now: Timestamp) -> Condition {
+    new_condition(
+        GATE_ISOLATED,
+        isolation.isolated,
+        isolation.reason,
+        isolation.message.clone(),
+        generation,
+        now,
+    )
 }
 
 /// `ToolsAvailable`: False naming the tools a RemoteMCPServer does not offer (per its last

@@ -20,6 +20,7 @@ use tracing::Instrument;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
@@ -77,6 +78,8 @@ pub struct Stores {
     pub roles: Store<Role>,
     /// Rendered RoleBindings.
     pub role_bindings: Store<RoleBinding>,
+    /// Rendered NetworkPolicies (Gateway placement).
+    pub network_policies: Store<NetworkPolicy>,
 }
 
 /// Whether every cache has listed its objects once. Any number of tasks may wait on it at once.
@@ -556,6 +559,7 @@ mod tests {
             service_accounts: reflector::store().0,
             roles: reflector::store().0,
             role_bindings: reflector::store().0,
+            network_policies: reflector::store().0,
         };
         let ctx = Context::new(
             Client::new(service, "default"),

@@ -17,6 +17,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -34,6 +35,7 @@ use super::{
 };
 use crate::api::common::ValueSourceType;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, ModelConfig, RemoteMCPServer};
+use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::{DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions};
 use crate::{Error, Result};
 
@@ -58,6 +60,15 @@ pub struct ControllerArgs {
     /// Approval gate sidecar image.
     #[arg(long, env = "GATE_IMAGE", default_value = DEFAULT_GATE_IMAGE)]
     pub gate_image: String,
+    /// The cluster's internal address ranges (pod, Service and node CIDRs), comma-separated or
+    /// repeated: closed to agent pods in Gateway placement.
+    #[arg(
+        long,
+        env = "CLUSTER_CIDRS",
+        value_delimiter = ',',
+        default_values_t = default_cluster_cidrs()
+    )]
+    pub cluster_cidrs: Vec<Cidr>,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -450,6 +461,8 @@ async fn run_controllers(
         owned::<ServiceAccount>(&client, namespace, &caches);
     let (roles, role_events) = owned::<Role>(&client, namespace, &caches);
     let (role_bindings, role_binding_events) = owned::<RoleBinding>(&client, namespace, &caches);
+    let (network_policies, network_policy_events) =
+        owned::<NetworkPolicy>(&client, namespace, &caches);
     let stores = Stores {
         agents: agents.clone(),
         approvals: approvals.clone(),
@@ -459,11 +472,13 @@ async fn run_controllers(
         service_accounts,
         roles,
         role_bindings,
+        network_policies,
     };
     let render = RenderOptions {
         default_approval_mode: args.default_approval_mode,
         agent_image: args.agent_image.clone(),
         gate_image: args.gate_image.clone(),
+        cluster_cidrs: args.cluster_cidrs.clone(),
     };
     let instance = std::env::var("POD_NAME").ok();
     let ctx = Arc::new(Context::new(
@@ -496,6 +511,7 @@ async fn run_controllers(
             .owns_stream(service_account_events)
             .owns_stream(role_events)
             .owns_stream(role_binding_events)
+            .owns_stream(network_policy_events)
             .owns_stream(deployment_events)
             .owns_stream(service_events)
             .watches(
@@ -675,6 +691,7 @@ mod tests {
         assert!(args.leader_election);
         assert_eq!(args.lease_name, "hitl-operator");
         assert!(args.gate_image.ends_with(env!("CARGO_PKG_VERSION")));
+        assert_eq!(args.cluster_cidrs, default_cluster_cidrs());
         let args = Cli::try_parse_from([
             "controller",
             "--default-approval-mode",
@@ -684,9 +701,23 @@ mod tests {
             "json",
             "--namespace",
             "demo",
+            "--cluster-cidrs",
+            "10.0.0.0/8,fd00::/8",
+            "--cluster-cidrs=100.64.0.0/10",
         ])
         .unwrap()
         .args;
+        assert_eq!(
+            args.cluster_cidrs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["10.0.0.0/8", "fd00::/8", "100.64.0.0/10"]
+        );
+        assert!(
+            Cli::try_parse_from(["controller", "--cluster-cidrs", "10.0.0.1/8"]).is_err(),
+            "host bits are refused"
+        );
         assert_eq!(args.default_approval_mode, ApprovalMode::Both);
         assert!(!args.leader_election);
         assert_eq!(args.log_format, LogFormat::Json);
@@ -996,6 +1027,7 @@ mod wiring_tests {
             "/apis/apps/v1/namespaces/demo/deployments?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
             "/api/v1/namespaces/demo/secrets?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
             "/apis/rbac.authorization.k8s.io/v1/namespaces/demo/rolebindings?&labelSelector=",
+            "/apis/networking.k8s.io/v1/namespaces/demo/networkpolicies?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
             "metadata /api/v1/namespaces/demo/secrets?",
             "metadata /api/v1/namespaces/demo/configmaps?",
             "metadata /api/v1/namespaces/demo/services?",

@@ -7,8 +7,12 @@ use crate::api::agent::{ApprovalMode, ToolServerKind};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::render::config::McpParams;
 
-/// Address the gate serves MCP on, inside the pod only.
+/// Address the gate serves MCP on, inside the pod only (Sidecar placement).
 pub const GATE_LISTEN: &str = "127.0.0.1:8099";
+/// Address the gate serves MCP on in Gateway placement: every interface, for the Service.
+pub const GATEWAY_LISTEN: &str = "0.0.0.0:8099";
+/// Port of [`GATE_LISTEN`] and [`GATEWAY_LISTEN`].
+pub const GATE_PORT: i32 = 8099;
 /// Address of the gate's `/healthz` and `/metrics` (reachable by the kubelet and Prometheus).
 pub const GATE_METRICS_LISTEN: &str = "0.0.0.0:9099";
 /// Port of [`GATE_METRICS_LISTEN`].

@@ -37,6 +37,11 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) 
     }
 }
 
+/// Removes the condition of `type_`, if present (a condition that no longer applies).
+pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
+    conditions.retain(|c| c.type_ != type_);
+}
+
 /// The condition of `type_`, if present.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
@@ -48,6 +53,18 @@ mod tests {
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(seconds).unwrap()
+    }
+
+    #[test]
+    fn removes_only_the_named_condition() {
+        let mut conditions = vec![
+            new_condition("Ready", true, "A", "m", Some(1), at(10)),
+            new_condition("Other", true, "A", "m", Some(1), at(10)),
+        ];
+        remove_condition(&mut conditions, "Ready");
+        remove_condition(&mut conditions, "Absent");
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].type_, "Other");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! byte-identical output.
 
 pub mod config;
+pub mod isolation;
 pub mod model;
+pub mod network;
 pub mod objects;
 pub mod refs;
 pub mod tools;
@@ -14,15 +16,19 @@ use kube::ResourceExt;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use crate::api::agent::DeclarativeAgentSpec;
 use crate::api::agent::{AgentType, ApprovalSettings};
 use crate::api::common::parse_duration_seconds;
 use crate::api::remote_mcp_server::McpProtocol;
-use crate::api::{Agent, ApprovalMode};
+use crate::api::{Agent, ApprovalMode, GatePlacement};
 use crate::gate::config::{
-    AgentIdentity, GATE_LISTEN, GATE_METRICS_LISTEN, GateApproval, GateConfig, GateServer,
+    AgentIdentity, GATE_LISTEN, GATE_METRICS_LISTEN, GATE_PORT, GATEWAY_LISTEN, GateApproval,
+    GateConfig, GateServer,
 };
 use crate::{Error, Result};
 use config::{AgentConfig, McpParams, McpToolServer};
+use isolation::Isolation;
+use network::Cidr;
 pub use objects::AgentObjects;
 use refs::{DEFAULT_MODEL_CONFIG, RefStore};
 use tools::ResolvedServer;
@@ -52,6 +58,9 @@ pub struct RenderOptions {
     pub agent_image: String,
     /// Approval gate image.
     pub gate_image: String,
+    /// The cluster's internal address ranges (pods, Services, nodes): closed to the agent
+    /// pods in Gateway placement, and where a tool server counts as in-cluster.
+    pub cluster_cidrs: Vec<Cidr>,
 }
 
 impl Default for RenderOptions {
@@ -60,6 +69,7 @@ impl Default for RenderOptions {
             default_approval_mode: ApprovalMode::Gate,
             agent_image: DEFAULT_AGENT_IMAGE.to_owned(),
             gate_image: DEFAULT_GATE_IMAGE.to_owned(),
+            cluster_cidrs: network::default_cluster_cidrs(),
         }
     }
 }
@@ -69,6 +79,8 @@ impl Default for RenderOptions {
 pub struct RenderedAgent {
     /// The effective approval mode.
     pub mode: ApprovalMode,
+    /// Where the gate runs (meaningful when `mode` uses the gate).
+    pub placement: GatePlacement,
     /// config.json.
     pub config: AgentConfig,
     /// gate.json, in Gate and Both modes.
@@ -79,6 +91,9 @@ pub struct RenderedAgent {
     pub objects: AgentObjects,
     /// Things that render but deserve a look (shown by `render`, put in conditions).
     pub warnings: Vec<String>,
+    /// Whether the agent can reach gated servers only through the gate; `None` without a
+    /// gate or without gated tools.
+    pub isolation: Option<Isolation>,
 }
 
 /// The Agent's approval settings with defaults applied, in seconds.
@@ -193,6 +208,7 @@ pub fn render_agent(
         .and_then(|approval| approval.mode)
         .unwrap_or(options.default_approval_mode);
     let timings = approval_timings(&object, declarative.approval.as_ref())?;
+    let placement = gate_placement(&object, declarative, mode)?;
 
     let model_name = declarative
         .model_config
@@ -222,16 +238,16 @@ pub fn render_agent(
     let servers =
         tools::resolve_servers(&object, &namespace, &declarative.tools, refs, &mut warnings)?;
     let stream = declarative.stream.unwrap_or(false);
+    let gate_url = gate_base_url(agent, placement);
     let config = agent_config(
         model.model.clone(),
         agent.spec.description.clone().unwrap_or_default(),
         instruction,
         stream,
         &servers,
-        mode,
-        timings,
+        |server| runtime_entry(server, mode, timings, &gate_url),
     );
-    let service_account = objects::service_account_name(agent);
+    let service_account = objects::gate_service_account_name(agent, placement);
     let gate = mode.uses_gate().then(|| GateConfig {
         agent: AgentIdentity {
             namespace: namespace.clone(),
@@ -245,7 +261,11 @@ pub fn render_agent(
             wait_timeout_seconds: timings.wait_timeout,
             ttl_after_finished_seconds: timings.ttl_after_finished,
         },
-        listen: GATE_LISTEN.to_owned(),
+        listen: match placement {
+            GatePlacement::Sidecar => GATE_LISTEN,
+            GatePlacement::Gateway => GATEWAY_LISTEN,
+        }
+        .to_owned(),
         metrics_listen: GATE_METRICS_LISTEN.to_owned(),
         servers: servers.iter().map(gate_server).collect(),
     });
@@ -270,18 +290,83 @@ pub fn render_agent(
         agent,
         options,
         mode,
+        placement,
         model: &model,
         secret_data,
         config_hash: &config_hash,
     });
+    let isolation = gate.as_ref().and_then(|gate| {
+        isolation::isolation(
+            placement,
+            &gate.servers,
+            &objects::gate_name(agent),
+            &options.cluster_cidrs,
+        )
+    });
     Ok(RenderedAgent {
         mode,
+        placement,
         config,
         gate,
         config_hash,
         objects,
         warnings,
+        isolation,
     })
+}
+
+/// The Agent's gate placement (default Sidecar). Refuses Gateway where no gate runs, and the
+/// label reserved for the gate pods on the agent pods (it would make them gate endpoints).
+fn gate_placement(
+    object: &str,
+    declarative: &DeclarativeAgentSpec,
+    mode: ApprovalMode,
+) -> Result<GatePlacement> {
+    let approval = declarative.approval.as_ref();
+    let placement = approval.and_then(|a| a.placement).unwrap_or_default();
+    if placement == GatePlacement::Gateway && !mode.uses_gate() {
+        let whose = if approval.and_then(|a| a.mode).is_some() {
+            ""
+        } else {
+            " (the operator's default)"
+        };
+        return Err(Error::InvalidSpec {
+            object: object.to_owned(),
+            field: "spec.declarative.approval.placement".into(),
+            message: format!(
+                "Invalid value: \"Gateway\": approval mode {}{whose} runs no gate to place; use mode Gate or Both, or remove placement",
+                mode.as_str()
+            ),
+        });
+    }
+    let reserved = declarative
+        .deployment
+        .as_ref()
+        .is_some_and(|d| d.labels.contains_key(objects::GATE_POD_LABEL));
+    if reserved {
+        return Err(Error::InvalidSpec {
+            object: object.to_owned(),
+            field: "spec.declarative.deployment.labels".into(),
+            message: format!(
+                "Forbidden: {:?} is reserved for the approval gate's pods",
+                objects::GATE_POD_LABEL
+            ),
+        });
+    }
+    Ok(placement)
+}
+
+/// Where config.json points tool URLs in Gate and Both modes: the sidecar on loopback, or the
+/// gate Service.
+fn gate_base_url(agent: &Agent, placement: GatePlacement) -> String {
+    match placement {
+        GatePlacement::Sidecar => format!("http://{GATE_LISTEN}"),
+        GatePlacement::Gateway => format!(
+            "http://{}.{}.svc:{GATE_PORT}",
+            objects::gate_name(agent),
+            agent.namespace().unwrap_or_default()
+        ),
+    }
 }
 
 /// SHA-256 (hex) of the Secret's content and the model API key's hash.
@@ -303,13 +388,12 @@ fn agent_config(
     instruction: String,
     stream: bool,
     servers: &[ResolvedServer],
-    mode: ApprovalMode,
-    timings: ApprovalTimings,
+    entry_of: impl Fn(&ResolvedServer) -> McpToolServer,
 ) -> AgentConfig {
     let mut http_tools = Vec::new();
     let mut sse_tools = Vec::new();
     for server in servers {
-        let entry = runtime_entry(server, mode, timings);
+        let entry = entry_of(server);
         match server.protocol {
             McpProtocol::StreamableHttp => http_tools.push(entry),
             McpProtocol::Sse => sse_tools.push(entry),
@@ -333,6 +417,7 @@ fn runtime_entry(
     server: &ResolvedServer,
     mode: ApprovalMode,
     timings: ApprovalTimings,
+    gate_url: &str,
 ) -> McpToolServer {
     let require_approval = if mode.uses_runtime() {
         server.require_approval.clone()
@@ -352,7 +437,7 @@ fn runtime_entry(
         };
         McpParams {
             url: format!(
-                "http://{GATE_LISTEN}{}",
+                "{gate_url}{}",
                 GateServer::route_for(&server.namespace, &server.name)
             ),
             headers: BTreeMap::new(),

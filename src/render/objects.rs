@@ -1,5 +1,6 @@
 //! The Kubernetes objects of an Agent: Secret, ServiceAccount, Role, RoleBinding, Deployment
-//! (agent container plus the approval gate as a native sidecar) and Service.
+//! and Service. The approval gate runs as a native sidecar in the agent's pods (Sidecar
+//! placement) or as a Deployment and Service of its own behind two NetworkPolicies (Gateway).
 
 use std::collections::BTreeMap;
 
@@ -13,16 +14,18 @@ use k8s_openapi::api::core::v1::{
     ServiceAccountTokenProjection, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
     VolumeProjection,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{Agent, ApprovalMode};
-use crate::gate::config::GATE_METRICS_PORT;
+use crate::api::{Agent, ApprovalMode, GatePlacement};
+use crate::gate::config::{GATE_METRICS_PORT, GATE_PORT};
 use crate::render::RenderOptions;
 use crate::render::model::RenderedModel;
+use crate::render::network::{self, PolicyInputs};
 
 /// Port of the agent runtime (A2A).
 pub const AGENT_PORT: i32 = 8080;
@@ -30,6 +33,10 @@ pub const AGENT_PORT: i32 = 8080;
 pub const CONFIG_HASH_ANNOTATION: &str = "kagent.dev/config-hash";
 /// Label carrying the agent name on everything rendered (and the pod selector).
 pub const AGENT_LABEL: &str = "kagent.dev/agent";
+/// Label carrying the agent name on the gate pods of Gateway placement (and their selector);
+/// they never carry [`AGENT_LABEL`], so neither the agent's Deployment nor its Service and
+/// NetworkPolicy selects them. Reserved: an Agent's `deployment.labels` may not set it.
+pub const GATE_POD_LABEL: &str = "kagent.dev/approval-gate";
 /// Name of the agent container.
 pub const AGENT_CONTAINER: &str = "agent";
 /// Name of the approval gate sidecar.
@@ -70,23 +77,70 @@ pub struct AgentObjects {
     pub deployment: Deployment,
     /// The agent's A2A endpoint.
     pub service: Service,
+    /// The gate's own objects, in Gateway placement.
+    pub gateway: Option<GatewayObjects>,
+}
+
+/// What Gateway placement adds: the gate as a Deployment and Service `<agent>-gate` with a
+/// ServiceAccount of its own, and the NetworkPolicies `<agent>-gate` and `<agent>-egress`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GatewayObjects {
+    /// The gate pods' identity, the only one bound to the ApprovalRequest Role.
+    pub service_account: ServiceAccount,
+    /// The gate pods.
+    pub deployment: Deployment,
+    /// The gate's MCP endpoint (ClientIP affinity: an MCP session lives in one gate process).
+    pub service: Service,
+    /// Ingress to the gate pods and egress of the agent pods.
+    pub network_policies: [NetworkPolicy; 2],
 }
 
 impl AgentObjects {
-    /// Every object as JSON, in apply order (dependencies first).
+    /// The ServiceAccounts: the agent's (unless it names its own) and the gate's.
+    pub fn service_accounts(&self) -> Vec<&ServiceAccount> {
+        let gate = self.gateway.as_ref().map(|g| &g.service_account);
+        self.service_account.iter().chain(gate).collect()
+    }
+
+    /// The NetworkPolicies (Gateway placement only).
+    pub fn network_policies(&self) -> Vec<&NetworkPolicy> {
+        self.gateway
+            .iter()
+            .flat_map(|g| &g.network_policies)
+            .collect()
+    }
+
+    /// The Deployments: the agent's, and the gate's.
+    pub fn deployments(&self) -> Vec<&Deployment> {
+        let gate = self.gateway.as_ref().map(|g| &g.deployment);
+        std::iter::once(&self.deployment).chain(gate).collect()
+    }
+
+    /// The Services: the agent's, and the gate's.
+    pub fn services(&self) -> Vec<&Service> {
+        let gate = self.gateway.as_ref().map(|g| &g.service);
+        std::iter::once(&self.service).chain(gate).collect()
+    }
+
+    /// Every object as JSON, in apply order: dependencies first, and the NetworkPolicies
+    /// before the pods they confine.
     pub fn to_values(&self) -> serde_json::Result<Vec<serde_json::Value>> {
+        fn push<T: serde::Serialize>(
+            values: &mut Vec<serde_json::Value>,
+            objects: impl IntoIterator<Item = T>,
+        ) -> serde_json::Result<()> {
+            for object in objects {
+                values.push(serde_json::to_value(object)?);
+            }
+            Ok(())
+        }
         let mut values = vec![serde_json::to_value(&self.secret)?];
-        if let Some(service_account) = &self.service_account {
-            values.push(serde_json::to_value(service_account)?);
-        }
-        if let Some(role) = &self.role {
-            values.push(serde_json::to_value(role)?);
-        }
-        if let Some(role_binding) = &self.role_binding {
-            values.push(serde_json::to_value(role_binding)?);
-        }
-        values.push(serde_json::to_value(&self.deployment)?);
-        values.push(serde_json::to_value(&self.service)?);
+        push(&mut values, self.service_accounts())?;
+        push(&mut values, &self.role)?;
+        push(&mut values, &self.role_binding)?;
+        push(&mut values, self.network_policies())?;
+        push(&mut values, self.deployments())?;
+        push(&mut values, self.services())?;
         Ok(values)
     }
 }
@@ -99,12 +153,36 @@ pub struct ObjectInputs<'a> {
     pub options: &'a RenderOptions,
     /// Effective approval mode.
     pub mode: ApprovalMode,
+    /// Where the gate runs (when `mode` uses it).
+    pub placement: GatePlacement,
     /// Model environment and volumes.
     pub model: &'a RenderedModel,
     /// Content of the Secret.
     pub secret_data: BTreeMap<String, Vec<u8>>,
     /// Value of the config-hash annotation.
     pub config_hash: &'a str,
+}
+
+impl ObjectInputs<'_> {
+    /// Whether the gate runs, and where.
+    fn gate_placement(&self) -> Option<GatePlacement> {
+        self.mode.uses_gate().then_some(self.placement)
+    }
+}
+
+/// Name of the gate's Deployment, Service, ServiceAccount and NetworkPolicy in Gateway
+/// placement: `<agent>-gate`.
+pub fn gate_name(agent: &Agent) -> String {
+    format!("{}-gate", agent.name_any())
+}
+
+/// The ServiceAccount the gate runs as: the agent pods' in Sidecar placement, its own in
+/// Gateway placement.
+pub fn gate_service_account_name(agent: &Agent, placement: GatePlacement) -> String {
+    match placement {
+        GatePlacement::Sidecar => service_account_name(agent),
+        GatePlacement::Gateway => gate_name(agent),
+    }
 }
 
 /// The ServiceAccount the agent pods run as.
@@ -154,6 +232,40 @@ fn metadata(agent: &Agent, name: String) -> ObjectMeta {
 
 fn selector_labels(agent: &Agent) -> BTreeMap<String, String> {
     BTreeMap::from([(AGENT_LABEL.to_owned(), agent.name_any())])
+}
+
+/// Labels of the gate's own objects (Gateway placement): the Agent's, named `approval-gate`.
+fn gate_metadata(agent: &Agent) -> ObjectMeta {
+    let mut meta = metadata(agent, gate_name(agent));
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.insert(
+            "app.kubernetes.io/name".to_owned(),
+            "approval-gate".to_owned(),
+        );
+    }
+    meta
+}
+
+/// Selector of the gate pods (Gateway placement).
+fn gate_selector_labels(agent: &Agent) -> BTreeMap<String, String> {
+    BTreeMap::from([(GATE_POD_LABEL.to_owned(), agent.name_any())])
+}
+
+/// Labels of the gate pods: never [`AGENT_LABEL`].
+fn gate_pod_labels(agent: &Agent) -> BTreeMap<String, String> {
+    let mut labels = gate_selector_labels(agent);
+    labels.extend([
+        (
+            "app.kubernetes.io/name".to_owned(),
+            "approval-gate".to_owned(),
+        ),
+        ("app.kubernetes.io/instance".to_owned(), agent.name_any()),
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            MANAGED_BY.to_owned(),
+        ),
+    ]);
+    labels
 }
 
 fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
@@ -251,6 +363,19 @@ fn gate_token_volume() -> Volume {
         }),
         ..Volume::default()
     }
+}
+
+/// The volumes the gate container mounts: gate.json from the Agent's Secret, and the token.
+fn gate_volumes(agent: &Agent) -> Vec<Volume> {
+    vec![
+        secret_items_volume("gate-config", &agent.name_any(), &["gate.json"]),
+        secret_items_volume(
+            "binding-key",
+            &binding_key_secret_name(agent),
+            &[BINDING_KEY_ITEM],
+        ),
+        gate_token_volume(),
+    ]
 }
 
 /// The gate sidecar: a native sidecar (init container with restartPolicy Always) so it is up
@@ -423,14 +548,8 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
         &["config.json", "agent-card.json"],
     )];
     volumes.extend(inputs.model.volumes.iter().cloned());
-    let init_containers = if inputs.mode.uses_gate() {
-        volumes.push(secret_items_volume("gate-config", &name, &["gate.json"]));
-        volumes.push(secret_items_volume(
-            "binding-key",
-            &binding_key_secret_name(agent),
-            &[BINDING_KEY_ITEM],
-        ));
-        volumes.push(gate_token_volume());
+    let init_containers = if inputs.gate_placement() == Some(GatePlacement::Sidecar) {
+        volumes.extend(gate_volumes(agent));
         Some(vec![gate_container(inputs)])
     } else {
         None
@@ -491,6 +610,102 @@ pub fn binding_key_secret(agent: &Agent, key: &[u8]) -> Secret {
     }
 }
 
+/// The gate as a Deployment of its own: the same container as the sidecar, as the pod's main
+/// container, serving MCP on [`GATE_PORT`] for the gate Service.
+fn gate_deployment(inputs: &ObjectInputs<'_>) -> Deployment {
+    let agent = inputs.agent;
+    let spec = agent
+        .spec
+        .declarative
+        .as_ref()
+        .and_then(|d| d.deployment.clone())
+        .unwrap_or_default();
+    let mut container = gate_container(inputs);
+    // restartPolicy is for init containers only; a main container restarts with its pod.
+    container.restart_policy = None;
+    container.ports.get_or_insert_with(Vec::new).insert(
+        0,
+        ContainerPort {
+            name: Some("mcp".to_owned()),
+            container_port: GATE_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        },
+    );
+    Deployment {
+        metadata: gate_metadata(agent),
+        spec: Some(DeploymentSpec {
+            replicas: Some(spec.replicas.unwrap_or(1)),
+            selector: LabelSelector {
+                match_labels: Some(gate_selector_labels(agent)),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(gate_pod_labels(agent)),
+                    annotations: Some(BTreeMap::from([(
+                        CONFIG_HASH_ANNOTATION.to_owned(),
+                        inputs.config_hash.to_owned(),
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(gate_name(agent)),
+                    automount_service_account_token: Some(false),
+                    containers: vec![container],
+                    volumes: Some(gate_volumes(agent)),
+                    image_pull_secrets: non_empty(spec.image_pull_secrets),
+                    node_selector: non_empty_map(spec.node_selector),
+                    tolerations: non_empty(spec.tolerations),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The objects of Gateway placement.
+fn gateway(inputs: &ObjectInputs<'_>) -> GatewayObjects {
+    let agent = inputs.agent;
+    let service = Service {
+        metadata: gate_metadata(agent),
+        spec: Some(ServiceSpec {
+            selector: Some(gate_selector_labels(agent)),
+            ports: Some(vec![ServicePort {
+                name: Some("mcp".to_owned()),
+                port: GATE_PORT,
+                target_port: Some(IntOrString::Int(GATE_PORT)),
+                protocol: Some("TCP".to_owned()),
+                ..ServicePort::default()
+            }]),
+            session_affinity: Some("ClientIP".to_owned()),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    };
+    let network_policies = network::policies(PolicyInputs {
+        gate_metadata: gate_metadata(agent),
+        egress_metadata: metadata(agent, format!("{}-egress", agent.name_any())),
+        agent_pods: selector_labels(agent),
+        gate_pods: gate_selector_labels(agent),
+        gate_port: GATE_PORT,
+        metrics_port: GATE_METRICS_PORT,
+        cluster_cidrs: &inputs.options.cluster_cidrs,
+    });
+    GatewayObjects {
+        service_account: ServiceAccount {
+            metadata: gate_metadata(agent),
+            automount_service_account_token: Some(false),
+            ..ServiceAccount::default()
+        },
+        deployment: gate_deployment(inputs),
+        service,
+        network_policies,
+    }
+}
+
 /// Builds every object of an Agent.
 pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
     let agent = inputs.agent;
@@ -518,7 +733,7 @@ pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
         automount_service_account_token: Some(false),
         ..ServiceAccount::default()
     });
-    let (role, role_binding) = if inputs.mode.uses_gate() {
+    let (role, role_binding) = if let Some(placement) = inputs.gate_placement() {
         let role = Role {
             metadata: metadata(agent, format!("{name}-approval-gate")),
             rules: Some(vec![
@@ -547,7 +762,7 @@ pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
             },
             subjects: Some(vec![Subject {
                 kind: "ServiceAccount".to_owned(),
-                name: service_account_name(agent),
+                name: gate_service_account_name(agent, placement),
                 namespace: agent.namespace(),
                 api_group: None,
             }]),
@@ -578,5 +793,6 @@ pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
         role_binding,
         deployment: deployment(inputs),
         service,
+        gateway: (inputs.gate_placement() == Some(GatePlacement::Gateway)).then(|| gateway(inputs)),
     }
 }

@@ -190,6 +190,7 @@ def test_default_deployment(chart):
         "--default-approval-mode": "Gate",
         "--agent-image": "cr.kagent.dev/kagent-dev/kagent/app:0.7.4",
         "--gate-image": "ghcr.io/hitl-operator/hitl-operator:0.1.0",
+        "--cluster-cidrs": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16",
         "--leader-election": "true",
         "--lease-name": FULLNAME,
         "--lease-namespace": NAMESPACE,
@@ -251,6 +252,7 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
         (("",), ("services", "serviceaccounts", "secrets"), ("get", "list", "watch", "create", "patch", "delete")),
         (("rbac.authorization.k8s.io",), ("roles", "rolebindings"),
          ("get", "list", "watch", "create", "patch", "delete")),
+        (("networking.k8s.io",), ("networkpolicies",), ("get", "list", "watch", "create", "patch", "delete")),
         (("",), ("configmaps",), ("get", "list", "watch")),
         (("", "events.k8s.io"), ("events",), ("create", "patch")),
     ])
@@ -360,6 +362,11 @@ def test_custom_images_and_mode(chart):
     assert args_map(controller(docs))["--gate-image"] == "registry.example/gate:7"
 
 
+def test_cluster_cidrs_reach_the_controller(chart):
+    docs = objects(chart, {"networkPolicy": {"clusterCIDRs": ["10.42.0.0/16", "10.43.0.0/16", "fd00::/8"]}})
+    assert args_map(controller(docs))["--cluster-cidrs"] == "10.42.0.0/16,10.43.0.0/16,fd00::/8"
+
+
 def test_single_replica_without_leader_election(chart):
     docs = objects(chart, {"replicaCount": 1, "leaderElection": {"enabled": False}})
     assert one(docs, "Deployment")["spec"]["replicas"] == 1
@@ -439,6 +446,9 @@ def test_notes_name_next_commands(chart):
         ({"admissionPolicy": {"extraStatusWriters": ['a"b']}}, "extraStatusWriters"),
         ({"unknownKey": 1}, "unknownKey"),
         ({"rbac": {"approverRoleName": "Bad Name"}}, "approverRoleName"),
+        ({"networkPolicy": {"clusterCIDRs": []}}, "clusterCIDRs"),
+        ({"networkPolicy": {"clusterCIDRs": ["10.0.0.0"]}}, "clusterCIDRs"),
+        ({"networkPolicy": {"clusterCIDRs": "10.0.0.0/8"}}, "clusterCIDRs"),
     ],
 )
 def test_schema_rejects_bad_values(chart, values, message):

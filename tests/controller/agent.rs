@@ -225,9 +225,19 @@ spec:
                 "True".into(),
                 "ToolsOffered".into()
             ),
+            (
+                "GateIsolated".into(),
+                "False".into(),
+                "SidecarSharesNetwork".into()
+            ),
             ("Accepted".into(), "True".into(), "Reconciled".into()),
             ("Ready".into(), "False".into(), "DeploymentNotReady".into()),
         ]
+    );
+    assert!(
+        condition_message(status, "GateIsolated")
+            .contains("can call RemoteMCPServer ns/fs (delete_file) directly"),
+        "{status:#}"
     );
     assert_eq!(status["status"]["observedGeneration"], 3);
     assert_eq!(status["status"]["pendingApprovals"], 1);
@@ -535,6 +545,290 @@ async fn agent_being_deleted_is_left_to_the_garbage_collector() {
     .await;
     result.unwrap();
     assert!(requests.is_empty());
+}
+
+/// The fixture Agent with its gate in Gateway placement, and a server addressed in-cluster.
+fn gateway_agent() -> (Agent, RemoteMCPServer) {
+    let mut agent = agent();
+    let declarative = agent.spec.declarative.as_mut().unwrap();
+    declarative.approval = Some(yaml("{placement: Gateway}"));
+    let mut server = server(&["delete_file", "read_file"]);
+    server.spec.url = "http://fs.ns.svc:8080/mcp".into();
+    (agent, server)
+}
+
+const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/ns";
+const NETPOL: &str = "/apis/networking.k8s.io/v1/namespaces/ns/networkpolicies";
+
+#[tokio::test]
+async fn gateway_placement_applies_the_gate_its_service_account_and_network_policies() {
+    let (agent, server) = gateway_agent();
+    let objects = rendered(&agent, &server);
+    let gateway = objects.gateway.as_ref().expect("Gateway objects rendered");
+    let mut script = ref_reads(&server);
+    script.extend([
+        expect(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"),
+            json!({}),
+        ),
+        expect(Method::POST, KEY_CREATE, json!({})),
+        expect(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/ns/serviceaccounts/a{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/ns/serviceaccounts/a-gate{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("{RBAC}/roles/a-approval-gate{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("{RBAC}/rolebindings/a-approval-gate{APPLY}"),
+            json!({}),
+        ),
+        expect(Method::PATCH, &format!("{NETPOL}/a-gate{APPLY}"), json!({})),
+        expect(
+            Method::PATCH,
+            &format!("{NETPOL}/a-egress{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/apis/apps/v1/namespaces/ns/deployments/a-gate{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/ns/services/a{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/ns/services/a-gate{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ]);
+    let cache = Cache {
+        agents: vec![agent.clone()],
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.expect("reconcile succeeds");
+
+    // Each object exactly as rendered, the NetworkPolicies before the pods they confine.
+    assert_fresh_binding_key(&requests[3].body);
+    let bodies: Vec<&Value> = requests[2..14]
+        .iter()
+        .filter(|r| r.method != Method::POST)
+        .map(|r| &r.body)
+        .collect();
+    assert_eq!(
+        bodies,
+        [
+            &json_of(&objects.secret),
+            &json_of(objects.service_account.as_ref().unwrap()),
+            &json_of(&gateway.service_account),
+            &json_of(objects.role.as_ref().unwrap()),
+            &json_of(objects.role_binding.as_ref().unwrap()),
+            &json_of(&gateway.network_policies[0]),
+            &json_of(&gateway.network_policies[1]),
+            &json_of(&objects.deployment),
+            &json_of(&gateway.deployment),
+            &json_of(&objects.service),
+            &json_of(&gateway.service),
+        ]
+    );
+    // Only the gate's ServiceAccount may touch ApprovalRequests; only the gate pods hold a token.
+    assert_eq!(
+        requests[7].body["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "a-gate", "namespace": "ns"}])
+    );
+    assert!(requests[10].body["spec"]["template"]["spec"]["initContainers"].is_null());
+    // The gate pods mount the binding key.
+    assert!(
+        requests[11].body["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "a-binding-key")
+    );
+
+    let status = &requests[14].body;
+    assert!(conditions(status).contains(&(
+        "GateIsolated".into(),
+        "True".into(),
+        "GatewayIsolated".into()
+    )));
+    assert!(conditions(status).contains(&(
+        "Ready".into(),
+        "False".into(),
+        "DeploymentNotReady".into()
+    )));
+    assert_eq!(
+        condition_message(status, "Ready"),
+        "Deployment a does not exist yet; Deployment a-gate does not exist yet"
+    );
+}
+
+#[tokio::test]
+async fn gateway_ready_needs_both_deployments_and_names_the_one_that_is_not() {
+    let (agent, server) = gateway_agent();
+    let objects = rendered(&agent, &server);
+    let gateway = objects.gateway.clone().unwrap();
+    let mut cache = applied_cache(&objects, &agent);
+    cache.service_accounts.push(gateway.service_account);
+    cache.network_policies = gateway.network_policies.to_vec();
+    let mut gate = gateway.deployment;
+    gate.metadata.generation = Some(1);
+    gate.status = Some(yaml(
+        "{observedGeneration: 1, replicas: 1, updatedReplicas: 1, availableReplicas: 0}",
+    ));
+    cache.deployments.push(gate);
+    cache.services.push(gateway.service);
+    let mut script = ref_reads(&server);
+    script.extend([
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ]);
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.unwrap();
+    let status = &requests[2].body;
+    assert!(conditions(status).contains(&(
+        "Ready".into(),
+        "False".into(),
+        "DeploymentNotReady".into()
+    )));
+    assert_eq!(
+        condition_message(status, "Ready"),
+        "Deployment a-gate: 0/1 replicas available, 1 updated"
+    );
+}
+
+#[tokio::test]
+async fn switching_back_to_sidecar_prunes_the_gate_objects_by_name() {
+    let (gateway_agent, server) = gateway_agent();
+    let before = rendered(&gateway_agent, &server);
+    let gateway = before.gateway.clone().unwrap();
+    let mut cache = applied_cache(&before, &gateway_agent);
+    cache.service_accounts.push(gateway.service_account);
+    cache.network_policies = gateway.network_policies.to_vec();
+    cache.deployments.push(gateway.deployment);
+    cache.services.push(gateway.service);
+
+    let agent = agent();
+    let after = rendered(&agent, &server);
+    let deleted =
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}});
+    let mut script = ref_reads(&server);
+    script.extend([
+        expect(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::DELETE,
+            "/api/v1/namespaces/ns/serviceaccounts/a-gate?",
+            deleted.clone(),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("{RBAC}/rolebindings/a-approval-gate{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::DELETE,
+            &format!("{NETPOL}/a-egress?"),
+            deleted.clone(),
+        ),
+        expect(
+            Method::DELETE,
+            &format!("{NETPOL}/a-gate?"),
+            deleted.clone(),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"),
+            json!({}),
+        ),
+        expect(
+            Method::DELETE,
+            "/apis/apps/v1/namespaces/ns/deployments/a-gate?",
+            deleted.clone(),
+        ),
+        expect(
+            Method::DELETE,
+            "/api/v1/namespaces/ns/services/a-gate?",
+            deleted,
+        ),
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ]);
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.expect("reconcile succeeds");
+    assert_eq!(
+        requests[4].body["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "a", "namespace": "ns"}])
+    );
+    assert_eq!(requests[7].body, json_of(&after.deployment));
+    assert_eq!(
+        requests[7].body["spec"]["template"]["spec"]["initContainers"][0]["name"],
+        "approval-gate"
+    );
+    // The agent's own Deployment, Service and ServiceAccount, owned alike, are kept.
+    let status = &requests[10].body;
+    assert!(conditions(status).contains(&(
+        "GateIsolated".into(),
+        "False".into(),
+        "SidecarSharesNetwork".into()
+    )));
 }
 
 #[tokio::test]

@@ -162,6 +162,7 @@ pub struct Cache {
     pub service_accounts: Vec<k8s_openapi::api::core::v1::ServiceAccount>,
     pub roles: Vec<k8s_openapi::api::rbac::v1::Role>,
     pub role_bindings: Vec<k8s_openapi::api::rbac::v1::RoleBinding>,
+    pub network_policies: Vec<k8s_openapi::api::networking::v1::NetworkPolicy>,
 }
 
 impl Cache {
@@ -176,6 +177,7 @@ impl Cache {
             service_accounts: store_of(self.service_accounts),
             roles: store_of(self.roles),
             role_bindings: store_of(self.role_bindings),
+            network_policies: store_of(self.network_policies),
         };
         Arc::new(Context::new(
             client,

@@ -631,7 +631,43 @@ for object in deployment/$AGENT service/$AGENT secret/$AGENT serviceaccount/$AGE
 done
 ok "Deployment, Service, Secret, ServiceAccount, Role, RoleBinding and ApprovalRequests of $AGENT deleted"
 
-step "17. figures ($(date -u +%Y-%m-%dT%H:%MZ), $(kubectl version -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])' 2>/dev/null || echo unknown server))"
+step "17. Gateway placement: the gate's own Deployment, Service, ServiceAccount and NetworkPolicies; back to Sidecar, none left"
+# No kubelet and no CNI here: this proves what the apiserver accepts and what the controller
+# prunes, not that a CNI enforces the policies.
+GW=gateway
+GW_OBJECTS="deployment/$GW-gate service/$GW-gate networkpolicy/$GW-gate networkpolicy/$GW-egress serviceaccount/$GW-gate"
+gateway_agent() { agent "$GW" | sed "s/^\(    approval: {.*\)}\$/\1, placement: $1}/"; }
+gateway_agent Gateway | grep -q "placement: Gateway}" || fail "gateway_agent did not set placement"
+gateway_agent Gateway | kubectl apply -n "$NS" -f - >/dev/null
+for object in $GW_OBJECTS; do
+  wait_for "$object" 15 has "$object" '{.metadata.ownerReferences[0].name}' "$GW"
+done
+wait_for "Agent $GW Accepted=True" 15 eval '[ "$(condition agent/$GW Accepted)" = True ]'
+has "rolebinding/$GW-approval-gate" '{.subjects[*].name}' "$GW-gate" ||
+  fail "RoleBinding $GW-approval-gate binds $(jp "rolebinding/$GW-approval-gate" '{.subjects[*].name}'), not $GW-gate"
+[ -z "$(jp "deployment/$GW" '{.spec.template.spec.initContainers}')" ] || fail "the agent pods of $GW still have the gate sidecar"
+has "deployment/$GW-gate" '{.spec.template.metadata.labels.kagent\.dev/agent}' "" ||
+  fail "the gate pods carry kagent.dev/agent (the agent's selector would take them)"
+has "service/$GW-gate" '{.spec.sessionAffinity}' ClientIP || fail "service/$GW-gate has no ClientIP affinity"
+expect_in "config.json of $GW" "\"http://$GW-gate.$NS.svc:8099/servers/$NS/everything/mcp\"" \
+  "$(jp "secret/$GW" '{.data.config\.json}' | base64 -d)"
+# The story's servers listen on 127.0.0.1: outside the cluster CIDRs, without credentials.
+wait_for "Agent $GW GateIsolated=False (ExternalServerReachable)" 15 \
+  has "agent/$GW" '{.status.conditions[?(@.type=="GateIsolated")].reason}' ExternalServerReachable
+expect_in "Ready of $GW" "Deployment $GW-gate" \
+  "$(jp "agent/$GW" '{.status.conditions[?(@.type=="Ready")].message}')"
+ok "$GW_OBJECTS accepted and owned by Agent/$GW; RoleBinding subject $GW-gate; no sidecar; tool URLs at service/$GW-gate; GateIsolated=False naming the 127.0.0.1 servers"
+gateway_agent Sidecar | kubectl apply -n "$NS" -f - >/dev/null
+for object in $GW_OBJECTS; do
+  wait_for "$object to be pruned" 15 gone "$object"
+done
+wait_for "RoleBinding $GW-approval-gate back on $GW" 15 has "rolebinding/$GW-approval-gate" '{.subjects[*].name}' "$GW"
+has "deployment/$GW" '{.spec.template.spec.initContainers[0].name}' approval-gate || fail "no gate sidecar after the switch back"
+wait_for "Agent $GW GateIsolated=False (SidecarSharesNetwork)" 15 \
+  has "agent/$GW" '{.status.conditions[?(@.type=="GateIsolated")].reason}' SidecarSharesNetwork
+ok "switched back to Sidecar: the five gate objects are deleted, the sidecar and the RoleBinding subject $GW are back"
+
+step "18. figures ($(date -u +%Y-%m-%dT%H:%MZ), $(kubectl version -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])' 2>/dev/null || echo unknown server))"
 cat "$FIGURES"
 echo
 echo "PASS: story e2e"
