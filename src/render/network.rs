@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::str::FromStr;
 
+use ipnet::IpNet;
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
     NetworkPolicyPort, NetworkPolicySpec,
@@ -19,36 +20,17 @@ pub const DEFAULT_CLUSTER_CIDRS: [&str; 3] = ["10.0.0.0/8", "172.16.0.0/12", "19
 
 /// An IP range in CIDR notation (`10.0.0.0/8`, `fd00::/8`), host bits cleared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(IpNet);
 
 impl Cidr {
-    /// `ip` with the bits outside the prefix cleared; `None` for the other address family.
-    fn masked(&self, ip: IpAddr) -> Option<IpAddr> {
-        let prefix = u32::from(self.prefix);
-        match (self.network, ip) {
-            (IpAddr::V4(_), IpAddr::V4(ip)) => {
-                let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
-                Some(Ipv4Addr::from(u32::from(ip) & mask).into())
-            }
-            (IpAddr::V6(_), IpAddr::V6(ip)) => {
-                let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
-                Some(Ipv6Addr::from(u128::from(ip) & mask).into())
-            }
-            _ => None,
-        }
-    }
-
     /// Whether `ip` lies in this range (an IPv4 address is never in an IPv6 range).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        self.masked(ip) == Some(self.network)
+        self.0.contains(&ip)
     }
 
     /// Whether this is an IPv4 range.
     pub fn is_ipv4(&self) -> bool {
-        self.network.is_ipv4()
+        matches!(self.0, IpNet::V4(_))
     }
 }
 
@@ -56,28 +38,23 @@ impl FromStr for Cidr {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let invalid = || format!("{text:?} is not a CIDR such as 10.0.0.0/8");
-        let (address, prefix) = text.trim().split_once('/').ok_or_else(invalid)?;
-        let network: IpAddr = address.parse().map_err(|_| invalid())?;
-        let prefix: u8 = prefix.parse().map_err(|_| invalid())?;
-        let bits = if network.is_ipv4() { 32 } else { 128 };
-        if prefix > bits {
-            return Err(invalid());
+        let net: IpNet = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not a CIDR such as 10.0.0.0/8"))?;
+        if net != net.trunc() {
+            return Err(format!(
+                "{text:?} has host bits set; write its network address, such as {}",
+                net.trunc()
+            ));
         }
-        let cidr = Self { network, prefix };
-        match cidr.masked(network) {
-            Some(first) if first == network => Ok(cidr),
-            first => Err(format!(
-                "{text:?} has host bits set; write its network address, such as {}/{prefix}",
-                first.unwrap_or(network)
-            )),
-        }
+        Ok(Self(net))
     }
 }
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
+        self.0.fmt(f)
     }
 }
 
