@@ -62,6 +62,7 @@ fn fixture() -> (Agent, RefStore) {
                 ..DeclarativeAgentSpec::default()
             }),
             byo: None,
+            allowed_namespaces: None,
         },
     );
     agent.metadata.namespace = Some("bench".into());

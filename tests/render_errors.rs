@@ -334,3 +334,82 @@ fn in_gateway_placement_only_the_gate_pods_hold_the_token_and_the_rights() {
     find("NetworkPolicy", "a-gate");
     find("NetworkPolicy", "a-egress");
 }
+
+/// An Agent in `ns` using RemoteMCPServer `tools/shared`, which says `allowed` (YAML flow).
+fn cross_namespace(allowed: &str) -> String {
+    let allowed = if allowed.is_empty() {
+        String::new()
+    } else {
+        format!(", allowedNamespaces: {allowed}")
+    };
+    format!(
+        "{MODEL}---\napiVersion: kagent.dev/v1alpha2\nkind: RemoteMCPServer\nmetadata: {{name: shared, namespace: tools}}\nspec: {{url: \"http://shared.tools.svc:8080/mcp\"{allowed}}}\n---\n{}",
+        agent(
+            "systemMessage: hi\ntools:\n  - type: McpServer\n    mcpServer: {name: shared, namespace: tools, toolNames: [list]}"
+        )
+    )
+}
+
+#[test]
+fn a_tool_server_in_another_namespace_must_allow_the_agents_namespace() {
+    let refused = |why: &str| {
+        vec![format!(
+            "t.yaml: Agent ns/a: spec.declarative.tools[0].mcpServer.namespace: Forbidden: cross-namespace reference to RemoteMCPServer tools/shared is not allowed from namespace ns{why}"
+        )]
+    };
+    // Unset or Same: only the server's own namespace (kagent's default).
+    assert_eq!(
+        problems(&cross_namespace("")),
+        refused(" (its spec.allowedNamespaces is unset, which allows only its own namespace)")
+    );
+    assert_eq!(
+        problems(&cross_namespace("{from: Same}")),
+        refused(" (its spec.allowedNamespaces does not include it)")
+    );
+    // All: allowed, and the server's headers reach only gate.json.
+    let report = render(&cross_namespace("{from: All}"));
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert!(!report.objects.is_empty());
+    // Selector: the Agent's namespace's labels decide; without the Namespace, say what is missing.
+    let selector = "{from: Selector, selector: {matchLabels: {team: tools-users}}}";
+    assert_eq!(
+        problems(&cross_namespace(selector)),
+        ["t.yaml: Agent ns/a: spec.declarative.tools[0].mcpServer.namespace: Namespace ns (its labels decide whether RemoteMCPServer tools/shared allows the reference) not found"]
+    );
+    let namespace = |labels: &str| {
+        format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: ns, labels: {labels}}}\n---\n")
+    };
+    let matching = format!("{}{}", namespace("{team: tools-users}"), cross_namespace(selector));
+    assert!(render(&matching).problems.is_empty());
+    let other = format!("{}{}", namespace("{team: billing}"), cross_namespace(selector));
+    assert_eq!(
+        problems(&other),
+        refused(" (its spec.allowedNamespaces does not include it)")
+    );
+}
+
+#[test]
+fn a_service_in_another_namespace_is_refused() {
+    let yaml = format!(
+        "{MODEL}---\n{}",
+        agent(
+            "systemMessage: hi\ntools:\n  - type: McpServer\n    mcpServer: {kind: Service, apiGroup: \"\", name: fs, namespace: tools, toolNames: [list]}"
+        )
+    );
+    assert_eq!(
+        problems(&yaml),
+        ["t.yaml: Agent ns/a: spec.declarative.tools[0].mcpServer.namespace: Forbidden: cross-namespace reference to Service tools/fs is not allowed from namespace ns: Service does not support cross-namespace references (use a RemoteMCPServer with spec.allowedNamespaces)"]
+    );
+}
+
+#[test]
+fn allowed_namespaces_from_selector_needs_a_selector() {
+    let yaml = "apiVersion: kagent.dev/v1alpha2\nkind: RemoteMCPServer\nmetadata: {name: shared, namespace: tools}\nspec: {url: \"http://x:1/mcp\", allowedNamespaces: {from: Selector}}\n";
+    let problems = render(yaml).problems;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("spec.allowedNamespaces: Invalid value") && p.contains("selector must be specified when from is Selector")),
+        "{problems:?}"
+    );
+}

@@ -118,6 +118,7 @@ fn fixture(servers: &[ServerCase], mode: Option<ApprovalMode>) -> (Agent, RefSto
                 ..DeclarativeAgentSpec::default()
             }),
             byo: None,
+            allowed_namespaces: None,
         },
     );
     agent.metadata.namespace = Some("ns".into());

@@ -10,7 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::common::{DURATION_PATTERN, ValueRef, ValueSource, preserve_unknown_object};
+use super::common::{
+    AllowedNamespaces, DURATION_PATTERN, ValueRef, ValueSource, preserve_unknown_object,
+};
 
 /// Maximum number of tool servers an Agent may reference.
 pub const MAX_TOOLS: usize = 20;
@@ -53,6 +55,9 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserve_unknown_object")]
     pub byo: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Namespaces whose Agents may use this agent as a tool (unset: only its own namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_namespaces: Option<AllowedNamespaces>,
 }
 
 /// Kind of agent.

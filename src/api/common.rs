@@ -1,5 +1,6 @@
 //! Types shared by several kinds: value references and Go-style durations.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +53,34 @@ pub struct ValueRef {
     /// Read the value from a Secret or ConfigMap key instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_from: Option<ValueSource>,
+}
+
+/// Which namespaces may reference an object across namespaces: kagent's handshake, after the
+/// Gateway API's cross-namespace route attachment. Unset means `Same`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!(self.from == 'Selector' && !has(self.selector))").message("selector must be specified when from is Selector"))]
+pub struct AllowedNamespaces {
+    /// Where references may come from: `All`, `Same` (default) or `Selector`.
+    #[serde(default)]
+    pub from: FromNamespaces,
+    /// The namespaces, by their labels, allowed when `from` is `Selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// Origin of allowed references.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum FromNamespaces {
+    /// Every namespace.
+    All,
+    /// Only the object's own namespace.
+    #[default]
+    Same,
+    /// Namespaces whose labels match `selector`.
+    Selector,
 }
 
 /// Schema of a free-form JSON object kept as written (`x-kubernetes-preserve-unknown-fields`).

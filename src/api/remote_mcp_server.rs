@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::common::{DURATION_PATTERN, ValueRef};
+use super::common::{AllowedNamespaces, DURATION_PATTERN, ValueRef};
 
 /// Desired state of a RemoteMCPServer.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -50,6 +50,9 @@ pub struct RemoteMCPServerSpec {
     /// Close the MCP session when the client disconnects (Streamable HTTP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminate_on_close: Option<bool>,
+    /// Namespaces whose Agents may use this server (unset: only its own namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_namespaces: Option<AllowedNamespaces>,
 }
 
 /// MCP transport.

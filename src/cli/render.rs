@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use serde_json::Value;
 
 use crate::api::{self, Agent, ApprovalMode, ModelConfig, RemoteMCPServer};
@@ -148,6 +148,9 @@ pub fn render_documents(
             }
             (false, "Service") if api_version == "v1" => {
                 typed::<Service>(document).map(|o| store.insert_service(o))
+            }
+            (false, "Namespace") if api_version == "v1" => {
+                typed::<Namespace>(document).map(|o| store.insert_namespace(o))
             }
             _ => Ok(()),
         };

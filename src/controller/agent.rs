@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -236,6 +236,11 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
                 .await?
             {
                 store.insert_secret(o);
+            }
+        }
+        RefKind::Namespace => {
+            if let Some(o) = Api::<Namespace>::all(client).get_opt(name).await? {
+                store.insert_namespace(o);
             }
         }
         RefKind::ConfigMap => {

@@ -585,6 +585,7 @@ mod tests {
             description: None,
             declarative: None,
             byo: None,
+            allowed_namespaces: None,
         };
         let mut agent = Agent::new(name, spec);
         agent.metadata.namespace = Some("ns".into());

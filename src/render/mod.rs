@@ -3,6 +3,7 @@
 //! byte-identical output.
 
 pub mod config;
+pub mod cross_namespace;
 pub mod isolation;
 pub mod model;
 pub mod network;

@@ -2,11 +2,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use kube::ResourceExt;
 
 use crate::api::agent::ToolServerKind;
-use crate::api::common::{ValueRef, ValueSource, ValueSourceType};
+use crate::api::common::{FromNamespaces, ValueRef, ValueSource, ValueSourceType};
 use crate::api::{Agent, ModelConfig, RemoteMCPServer};
 
 /// Name of the ModelConfig used when an Agent names none.
@@ -25,6 +25,9 @@ pub enum RefKind {
     Secret,
     /// core/v1 ConfigMap.
     ConfigMap,
+    /// core/v1 Namespace (cluster-scoped: its key has an empty namespace), read for its labels
+    /// when a tool server allows namespaces by selector.
+    Namespace,
 }
 
 impl RefKind {
@@ -36,6 +39,7 @@ impl RefKind {
             Self::Service => "Service",
             Self::Secret => "Secret",
             Self::ConfigMap => "ConfigMap",
+            Self::Namespace => "Namespace",
         }
     }
 }
@@ -95,6 +99,7 @@ pub struct RefStore {
     services: ByName<Service>,
     secrets: ByName<Secret>,
     config_maps: ByName<ConfigMap>,
+    namespaces: BTreeMap<String, Namespace>,
 }
 
 fn key_of<K: kube::Resource>(object: &K) -> (String, String) {
@@ -131,6 +136,18 @@ impl RefStore {
         self.config_maps.insert(key_of(&object), object);
     }
 
+    /// Adds or replaces a Namespace.
+    pub fn insert_namespace(&mut self, object: Namespace) {
+        self.namespaces.insert(object.name_any(), object);
+    }
+
+    /// The labels of Namespace `name`, if it is at hand.
+    pub fn namespace_labels(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.namespaces
+            .get(name)
+            .map(|namespace| namespace.labels())
+    }
+
     /// A ModelConfig by namespace and name.
     pub fn model_config(&self, namespace: &str, name: &str) -> Option<&ModelConfig> {
         lookup(&self.model_configs, namespace, name)
@@ -165,6 +182,7 @@ impl RefStore {
             RefKind::Service => self.service(ns, name).is_some(),
             RefKind::Secret => self.secret(ns, name).is_some(),
             RefKind::ConfigMap => self.config_map(ns, name).is_some(),
+            RefKind::Namespace => self.namespaces.contains_key(name),
         }
     }
 }
@@ -211,6 +229,16 @@ pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
             && let Some(remote) = store.remote_mcp_server(server_namespace, &server.name)
         {
             keys.extend(header_keys(&remote.spec.headers_from, server_namespace));
+            // A server in another namespace that allows namespaces by label: the Agent's own
+            // namespace decides, by its labels.
+            let by_selector = remote
+                .spec
+                .allowed_namespaces
+                .as_ref()
+                .is_some_and(|allowed| allowed.from == FromNamespaces::Selector);
+            if server_namespace != namespace && by_selector {
+                keys.insert(ObjectKey::new(RefKind::Namespace, "", &namespace));
+            }
         }
     }
     keys.into_iter().collect()

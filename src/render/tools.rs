@@ -6,8 +6,10 @@ use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 
 use crate::api::agent::{McpServerTool, Tool, ToolServerKind};
-use crate::api::common::{ValueRef, parse_duration_seconds};
+use crate::api::RemoteMCPServer;
+use crate::api::common::{AllowedNamespaces, ValueRef, parse_duration_seconds};
 use crate::api::remote_mcp_server::McpProtocol;
+use crate::render::cross_namespace::{self, Verdict};
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
 
@@ -15,7 +17,7 @@ use crate::{Error, Result};
 pub const SERVICE_PATH_ANNOTATION: &str = "kagent.dev/mcp-service-path";
 /// Annotation of a Service giving the MCP port.
 pub const SERVICE_PORT_ANNOTATION: &str = "kagent.dev/mcp-service-port";
-/// Annotation of a Service giving the protocol (`STREAMABLE_HTTP` or `SSE`).
+/// Annotation of a Service giving the protocol (`STREAMABLE_HTTP`, `streamable-http` or `SSE`).
 pub const SERVICE_PROTOCOL_ANNOTATION: &str = "kagent.dev/mcp-service-protocol";
 
 /// A tool server of the agent with everything needed to reach it.
@@ -94,9 +96,27 @@ pub fn resolve_servers(
         }
         let endpoint = match kind {
             ToolServerKind::RemoteMCPServer => {
-                remote_endpoint(object, &field, &namespace, &server.name, refs)?
+                let remote = refs
+                    .remote_mcp_server(&namespace, &server.name)
+                    .ok_or_else(|| {
+                        not_found(object, &field, "RemoteMCPServer", &namespace, &server.name)
+                    })?;
+                let target = format!("RemoteMCPServer {namespace}/{}", server.name);
+                let allowed = remote.spec.allowed_namespaces.as_ref();
+                may_reference(object, &field, &target, allowed, agent_namespace, &namespace, refs)?;
+                remote_endpoint(&namespace, &server.name, remote)?
             }
             ToolServerKind::Service => {
+                if namespace != agent_namespace {
+                    return Err(Error::InvalidSpec {
+                        object: object.to_owned(),
+                        field: format!("{field}.namespace"),
+                        message: format!(
+                            "Forbidden: cross-namespace reference to Service {namespace}/{} is not allowed from namespace {agent_namespace}: Service does not support cross-namespace references (use a RemoteMCPServer with spec.allowedNamespaces)",
+                            server.name
+                        ),
+                    });
+                }
                 let service = refs.service(&namespace, &server.name).ok_or_else(|| {
                     not_found(object, &field, "Service", &namespace, &server.name)
                 })?;
@@ -185,16 +205,47 @@ fn duration_field(object: &str, field: &str, value: &Option<String>) -> Result<O
         .transpose()
 }
 
-fn remote_endpoint(
+/// Refuses a reference from `object` (in `source`) at `field` to `target` (in `target_ns`)
+/// unless the target's `spec.allowedNamespaces` allows it (kagent's rule).
+pub fn may_reference(
     object: &str,
     field: &str,
-    namespace: &str,
-    name: &str,
+    target: &str,
+    allowed: Option<&AllowedNamespaces>,
+    source: &str,
+    target_ns: &str,
     refs: &RefStore,
-) -> Result<Endpoint> {
-    let remote = refs
-        .remote_mcp_server(namespace, name)
-        .ok_or_else(|| not_found(object, field, "RemoteMCPServer", namespace, name))?;
+) -> Result<()> {
+    let refused = |why: String| Error::InvalidSpec {
+        object: object.to_owned(),
+        field: format!("{field}.namespace"),
+        message: format!(
+            "Forbidden: cross-namespace reference to {target} is not allowed from namespace {source}{why}"
+        ),
+    };
+    match cross_namespace::verdict(allowed, source, target_ns, refs.namespace_labels(source)) {
+        Verdict::Allowed => Ok(()),
+        Verdict::Refused => Err(refused(format!(
+            " (its spec.allowedNamespaces {})",
+            match allowed {
+                None => "is unset, which allows only its own namespace".to_owned(),
+                Some(_) => "does not include it".to_owned(),
+            }
+        ))),
+        Verdict::BadSelector(why) => Err(refused(format!(
+            ": its spec.allowedNamespaces.selector: {why}"
+        ))),
+        Verdict::NeedsLabels => Err(Error::RefNotFound {
+            object: object.to_owned(),
+            field: format!("{field}.namespace"),
+            missing: format!(
+                "Namespace {source} (its labels decide whether {target} allows the reference)"
+            ),
+        }),
+    }
+}
+
+fn remote_endpoint(namespace: &str, name: &str, remote: &RemoteMCPServer) -> Result<Endpoint> {
     let server_object = format!("RemoteMCPServer {namespace}/{name}");
     let spec = &remote.spec;
     Ok(Endpoint {
@@ -223,6 +274,8 @@ fn service_endpoint(service: &Service, warnings: &mut Vec<String>) -> Result<End
         .map(String::as_str)
     {
         None | Some("STREAMABLE_HTTP") => McpProtocol::StreamableHttp,
+        // How kagent's own docs and examples spell it.
+        Some(other) if other.eq_ignore_ascii_case("streamable-http") => McpProtocol::StreamableHttp,
         Some("SSE") => McpProtocol::Sse,
         Some(other) => {
             warnings.push(format!(
@@ -304,4 +357,32 @@ fn resolve_headers(
         headers.insert(header.name.clone(), value);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(protocol: &str) -> Service {
+        serde_saphyr::from_str(&format!(
+            "metadata: {{name: fs, namespace: ns, annotations: {{kagent.dev/mcp-service-protocol: {protocol}}}}}\nspec: {{ports: [{{port: 3000}}]}}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn service_protocols_are_read_as_kagent_reads_them() {
+        for (annotation, protocol, warned) in [
+            ("STREAMABLE_HTTP", McpProtocol::StreamableHttp, false),
+            ("streamable-http", McpProtocol::StreamableHttp, false),
+            ("SSE", McpProtocol::Sse, false),
+            ("websocket", McpProtocol::StreamableHttp, true),
+        ] {
+            let mut warnings = Vec::new();
+            let endpoint = service_endpoint(&service(annotation), &mut warnings).unwrap();
+            assert_eq!(endpoint.protocol, protocol, "{annotation}");
+            assert_eq!(endpoint.url, "http://fs.ns:3000/mcp");
+            assert_eq!(!warnings.is_empty(), warned, "{annotation}: {warnings:?}");
+        }
+    }
 }

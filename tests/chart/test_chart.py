@@ -253,6 +253,7 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
         (("rbac.authorization.k8s.io",), ("roles", "rolebindings"),
          ("get", "list", "watch", "create", "patch", "delete")),
         (("networking.k8s.io",), ("networkpolicies",), ("get", "list", "watch", "create", "patch", "delete")),
+        (("",), ("namespaces",), ("get",)),
         (("",), ("configmaps",), ("get", "list", "watch")),
         (("", "events.k8s.io"), ("events",), ("create", "patch")),
     ])
