@@ -34,7 +34,7 @@ fmt:
 ## Regenerate crds/ and the chart's copy from the Rust types (tests fail when they drift).
 crds:
 	$(CARGO) run -q -- crds --output-dir crds
-	$(CARGO) run -q -- crds --output-dir charts/hitl-operator/crds
+	$(CARGO) run -q -- crds --output-dir charts/hitl-operator/files/crds
 
 ## Render the examples offline (no cluster needed).
 render:

@@ -111,6 +111,16 @@ pub enum Error {
         /// Seconds allowed beyond the wait timeout.
         grace: u64,
     },
+    /// An object the controller would write exists and belongs to another controller or person.
+    #[error(
+        "{object} exists and is not hitl-operator's ({owner}); it was left alone: delete it, or hand the Agent to hitl-operator as docs/kagent.md says"
+    )]
+    OwnedElsewhere {
+        /// `Kind namespace/name`.
+        object: String,
+        /// Whose it is.
+        owner: String,
+    },
     /// The operating system's random source failed.
     #[error("random source: {0}")]
     Random(#[from] getrandom::Error),
@@ -138,6 +148,7 @@ impl Error {
             Self::ApiTimeout { .. } => "ApiTimeout",
             Self::TooManyRequests { .. } => "ApprovalRateLimited",
             Self::Random(_) => "RandomSourceFailed",
+            Self::OwnedElsewhere { .. } => "OwnedByAnotherController",
             Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
             Self::CreateRace { .. } => "ApprovalRequestCreateRace",
             Self::Bind { .. } => "BindError",

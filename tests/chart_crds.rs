@@ -1,6 +1,6 @@
-//! The Helm chart's `crds/` are `hitl-operator crds --output-dir charts/hitl-operator/crds`:
-//! byte-for-byte the generated CRDs (and so equal to `crds/`). Helm installs them before the
-//! templates and never upgrades or deletes them (docs/install.md says how to upgrade).
+//! The Helm chart's `files/crds/` are `hitl-operator crds --output-dir charts/hitl-operator/files/crds`:
+//! byte-for-byte the generated CRDs (and so equal to `crds/`). `templates/crds.yaml` installs and
+//! upgrades them with the release unless `crds.install=false`, and keeps them on uninstall.
 //! `HITL_BLESS=1 cargo test --test chart_crds` rewrites them.
 
 use std::path::Path;
@@ -9,7 +9,7 @@ use hitl_operator::cli::crds::{crd_files, write_crds};
 
 #[test]
 fn chart_crds_equal_the_generated_crds() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/hitl-operator/crds");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/hitl-operator/files/crds");
     if std::env::var("HITL_BLESS").as_deref() == Ok("1") {
         write_crds(&dir).unwrap();
     }
@@ -23,13 +23,13 @@ fn chart_crds_equal_the_generated_crds() {
     names.sort();
     assert_eq!(
         on_disk, names,
-        "charts/hitl-operator/crds holds exactly one file per CRD"
+        "charts/hitl-operator/files/crds holds exactly one file per CRD"
     );
     for (name, yaml) in &expected {
         let text = std::fs::read_to_string(dir.join(name)).unwrap();
         assert!(
             text == *yaml,
-            "charts/hitl-operator/crds/{name} is stale: run `make chart-bless` \
+            "charts/hitl-operator/files/crds/{name} is stale: run `make chart-bless` \
              (or HITL_BLESS=1 cargo test --test chart_crds)"
         );
     }

@@ -374,14 +374,24 @@ fn a_tool_server_in_another_namespace_must_allow_the_agents_namespace() {
     let selector = "{from: Selector, selector: {matchLabels: {team: tools-users}}}";
     assert_eq!(
         problems(&cross_namespace(selector)),
-        ["t.yaml: Agent ns/a: spec.declarative.tools[0].mcpServer.namespace: Namespace ns (its labels decide whether RemoteMCPServer tools/shared allows the reference) not found"]
+        [
+            "t.yaml: Agent ns/a: spec.declarative.tools[0].mcpServer.namespace: Namespace ns (its labels decide whether RemoteMCPServer tools/shared allows the reference) not found"
+        ]
     );
     let namespace = |labels: &str| {
         format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: ns, labels: {labels}}}\n---\n")
     };
-    let matching = format!("{}{}", namespace("{team: tools-users}"), cross_namespace(selector));
+    let matching = format!(
+        "{}{}",
+        namespace("{team: tools-users}"),
+        cross_namespace(selector)
+    );
     assert!(render(&matching).problems.is_empty());
-    let other = format!("{}{}", namespace("{team: billing}"), cross_namespace(selector));
+    let other = format!(
+        "{}{}",
+        namespace("{team: billing}"),
+        cross_namespace(selector)
+    );
     assert_eq!(
         problems(&other),
         refused(" (its spec.allowedNamespaces does not include it)")
@@ -398,7 +408,9 @@ fn a_service_in_another_namespace_is_refused() {
     );
     assert_eq!(
         problems(&yaml),
-        ["t.yaml: Agent ns/a: spec.declarative.tools[0].mcpServer.namespace: Forbidden: cross-namespace reference to Service tools/fs is not allowed from namespace ns: Service does not support cross-namespace references (use a RemoteMCPServer with spec.allowedNamespaces)"]
+        [
+            "t.yaml: Agent ns/a: spec.declarative.tools[0].mcpServer.namespace: Forbidden: cross-namespace reference to Service tools/fs is not allowed from namespace ns: Service does not support cross-namespace references (use a RemoteMCPServer with spec.allowedNamespaces)"
+        ]
     );
 }
 
@@ -409,7 +421,8 @@ fn allowed_namespaces_from_selector_needs_a_selector() {
     assert!(
         problems
             .iter()
-            .any(|p| p.contains("spec.allowedNamespaces: Invalid value") && p.contains("selector must be specified when from is Selector")),
+            .any(|p| p.contains("spec.allowedNamespaces: Invalid value")
+                && p.contains("selector must be specified when from is Selector")),
         "{problems:?}"
     );
 }

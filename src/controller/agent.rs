@@ -23,6 +23,7 @@ use crate::api::{Agent, ModelConfig, RemoteMCPServer};
 use crate::gate::hash::BindingKey;
 use crate::kube::apply::FIELD_MANAGER;
 use crate::kube::conditions::{find, remove_condition};
+use crate::kube::ownership::foreign_owner;
 use crate::kube::{Applicable, apply, apply_status, is_applied, new_condition, set_condition};
 use crate::render::isolation::Isolation;
 use crate::render::objects::{BINDING_KEY_ITEM, binding_key_secret, binding_key_secret_name};
@@ -118,14 +119,13 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
                     new_condition(ACCEPTED, true, "Reconciled", message, generation, now)
                 }
                 Err(error) => {
-                    let condition = new_condition(
-                        ACCEPTED,
-                        false,
-                        "ReconcileFailed",
-                        error.to_string(),
-                        generation,
-                        now,
-                    );
+                    // Another controller's object is a lasting state, named as such.
+                    let reason = match error {
+                        Error::OwnedElsewhere { .. } => error.reason(),
+                        _ => "ReconcileFailed",
+                    };
+                    let condition =
+                        new_condition(ACCEPTED, false, reason, error.to_string(), generation, now);
                     failure = Some(error);
                     condition
                 }
@@ -264,7 +264,7 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
 async fn apply_objects(ctx: &Context, agent: &Agent, rendered: &RenderedAgent) -> Result<()> {
     let stores = &ctx.stores;
     let objects = &rendered.objects;
-    apply_changed(ctx, &objects.secret, &stores.secrets).await?;
+    apply_changed(ctx, agent, &objects.secret, &stores.secrets).await?;
     if rendered.gate.is_some() {
         ensure_binding_key(ctx, agent).await?;
     }
@@ -323,18 +323,53 @@ async fn ensure_binding_key(ctx: &Context, agent: &Agent) -> Result<()> {
         ..PostParams::default()
     };
     match api.create(&post, &binding_key_secret(agent, &key)).await {
-        // AlreadyExists: created since the cache was filled; the watch event brings it.
-        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+        // AlreadyExists: ours, created since the cache was filled (the watch event brings it),
+        // or someone else's, whose key the gate must never use.
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {
+            refuse_foreign(&api.get(&name).await?, agent)
+        }
         created => created.map(|_| ()).map_err(Error::from),
     }
 }
 
-async fn apply_changed<K: Applicable>(ctx: &Context, desired: &K, store: &Store<K>) -> Result<()> {
-    let key = ObjectRef::new(&desired.name_any()).within(&desired.namespace().unwrap_or_default());
-    if !is_applied(desired, store.get(&key).as_deref()) {
+/// Applies `desired` unless the cache already holds it. An object the cache does not hold (it
+/// caches only what carries our managed-by label) is read first: if it exists and is another
+/// controller's (kagent's, say), it is left alone and the error says whose it is.
+async fn apply_changed<K: Applicable>(
+    ctx: &Context,
+    agent: &Agent,
+    desired: &K,
+    store: &Store<K>,
+) -> Result<()> {
+    let namespace = desired.namespace().unwrap_or_default();
+    let key = ObjectRef::new(&desired.name_any()).within(&namespace);
+    let cached = store.get(&key);
+    if cached.is_none() {
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+        if let Some(existing) = api.get_opt(&desired.name_any()).await? {
+            refuse_foreign(&existing, agent)?;
+        }
+    }
+    if !is_applied(desired, cached.as_deref()) {
         apply(&ctx.client, desired).await?;
     }
     Ok(())
+}
+
+/// An error if `existing` belongs to someone else than this operator and `agent`.
+fn refuse_foreign<K: Resource<DynamicType = ()>>(existing: &K, agent: &Agent) -> Result<()> {
+    match foreign_owner(existing.meta(), agent.uid().as_deref()) {
+        Some(owner) => Err(Error::OwnedElsewhere {
+            object: format!(
+                "{} {}/{}",
+                K::kind(&()),
+                existing.namespace().unwrap_or_default(),
+                existing.name_any()
+            ),
+            owner,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Applies each of `desired` the cache does not already hold, then deletes the cached objects
@@ -346,7 +381,7 @@ async fn apply_and_prune<K: Applicable>(
     store: &Store<K>,
 ) -> Result<()> {
     for object in desired {
-        apply_changed(ctx, *object, store).await?;
+        apply_changed(ctx, agent, *object, store).await?;
     }
     let mut stale: Vec<Arc<K>> = owned_by(store, agent)
         .into_iter()

@@ -19,7 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -45,6 +45,10 @@ pub struct ControllerArgs {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Reconcile only the Agents matching this label selector (default: every Agent), for
+    /// example `kagent.dev/controller=hitl-operator` when kagent runs in the same namespaces.
+    #[arg(long, env = "AGENT_SELECTOR")]
+    pub agent_selector: Option<String>,
     /// Approval mode of Agents that set none.
     #[arg(
         long,
@@ -90,6 +94,27 @@ pub struct ControllerArgs {
     /// Namespace of the Lease (default: --namespace, else the kubeconfig's namespace).
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
+}
+
+/// Refuses to start with an `--agent-selector` the apiserver cannot parse (one list of at most
+/// one Agent's metadata), rather than watching with it and failing forever.
+async fn check_agent_selector(client: &Client, args: &ControllerArgs) -> Result<()> {
+    let Some(selector) = &args.agent_selector else {
+        return Ok(());
+    };
+    let params = ListParams::default().labels(selector).limit(1);
+    match api::<Agent>(client, args.namespace.as_deref())
+        .list_metadata(&params)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 400 => Err(Error::InvalidSpec {
+            object: "hitl-operator controller".into(),
+            field: "--agent-selector".into(),
+            message: format!("{selector:?}: {}", status.message),
+        }),
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Health of the process, served on `/healthz` and `/readyz`.
@@ -154,6 +179,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
     logging::install_tls_provider();
     logging::init(args.log_format);
     let client = Client::try_default().await?;
+    check_agent_selector(&client, &args).await?;
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
 
@@ -435,9 +461,13 @@ async fn run_controllers(
     let agents_for_agents = agent_writer.subscribe().expect("shared store");
     let agents_for_requests = agent_writer.subscribe().expect("shared store");
     let caches = CacheSync::default();
+    let agent_config = match &args.agent_selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
     let agent_root = caches.track(
         "Agent",
-        watcher(api::<Agent>(&client, namespace), watcher::Config::default())
+        watcher(api::<Agent>(&client, namespace), agent_config)
             .default_backoff()
             .reflect_shared(agent_writer),
     );

@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod conditions;
+pub mod ownership;
 
 pub use apply::{Applicable, FIELD_MANAGER, apply, apply_params, apply_status, is_applied};
 pub use conditions::{new_condition, set_condition};

@@ -41,7 +41,9 @@ pub fn verdict(
         FromNamespaces::Same => Verdict::Refused,
         FromNamespaces::Selector => {
             let Some(selector) = allowed.selector.clone() else {
-                return Verdict::BadSelector("selector must be specified when from is Selector".into());
+                return Verdict::BadSelector(
+                    "selector must be specified when from is Selector".into(),
+                );
             };
             let selector = match Selector::try_from(selector) {
                 Ok(selector) => selector,

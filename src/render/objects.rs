@@ -23,6 +23,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::{Agent, ApprovalMode, GatePlacement};
 use crate::gate::config::{GATE_METRICS_PORT, GATE_PORT};
+use crate::kube::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::render::RenderOptions;
 use crate::render::model::RenderedModel;
 use crate::render::network::{self, PolicyInputs};
@@ -41,8 +42,6 @@ pub const GATE_POD_LABEL: &str = "kagent.dev/approval-gate";
 pub const AGENT_CONTAINER: &str = "agent";
 /// Name of the approval gate sidecar.
 pub const GATE_CONTAINER: &str = "approval-gate";
-/// Field manager of everything the operator applies.
-pub const MANAGED_BY: &str = "hitl-operator";
 /// Where the agent container reads config.json and agent-card.json.
 const CONFIG_DIR: &str = "/config";
 /// Where the gate reads gate.json.
@@ -201,10 +200,7 @@ pub fn common_labels(agent: &Agent) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), "agent".to_owned()),
         ("app.kubernetes.io/instance".to_owned(), agent.name_any()),
-        (
-            "app.kubernetes.io/managed-by".to_owned(),
-            MANAGED_BY.to_owned(),
-        ),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
         (AGENT_LABEL.to_owned(), agent.name_any()),
     ])
 }
@@ -260,10 +256,7 @@ fn gate_pod_labels(agent: &Agent) -> BTreeMap<String, String> {
             "approval-gate".to_owned(),
         ),
         ("app.kubernetes.io/instance".to_owned(), agent.name_any()),
-        (
-            "app.kubernetes.io/managed-by".to_owned(),
-            MANAGED_BY.to_owned(),
-        ),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
     ]);
     labels
 }

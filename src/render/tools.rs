@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 
-use crate::api::agent::{McpServerTool, Tool, ToolServerKind};
 use crate::api::RemoteMCPServer;
+use crate::api::agent::{McpServerTool, Tool, ToolServerKind};
 use crate::api::common::{AllowedNamespaces, ValueRef, parse_duration_seconds};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::render::cross_namespace::{self, Verdict};
@@ -103,7 +103,15 @@ pub fn resolve_servers(
                     })?;
                 let target = format!("RemoteMCPServer {namespace}/{}", server.name);
                 let allowed = remote.spec.allowed_namespaces.as_ref();
-                may_reference(object, &field, &target, allowed, agent_namespace, &namespace, refs)?;
+                may_reference(
+                    object,
+                    &field,
+                    &target,
+                    allowed,
+                    agent_namespace,
+                    &namespace,
+                    refs,
+                )?;
                 remote_endpoint(&namespace, &server.name, remote)?
             }
             ToolServerKind::Service => {

@@ -110,22 +110,34 @@ def test_chart_metadata_matches_crate(chart):
     assert meta["appVersion"] == crate_version
 
 
-def test_chart_ships_every_crd(chart):
-    names = sorted(yaml.safe_load(text)["metadata"]["name"] for text in crd_texts(chart))
-    assert names == [
+def rendered_crds(chart, values=None):
+    return [d for d in objects(chart, values) if d["kind"] == "CustomResourceDefinition"]
+
+
+def test_chart_ships_every_crd_kept_on_uninstall(chart):
+    crds = rendered_crds(chart)
+    assert sorted(crd["metadata"]["name"] for crd in crds) == [
         "agents.kagent.dev",
         "approvalrequests.kagent.dev",
         "modelconfigs.kagent.dev",
         "remotemcpservers.kagent.dev",
     ]
+    files = {f.name: yaml.safe_load(f.read_text()) for f in (CHART / "files" / "crds").glob("*.yaml")}
+    for crd in crds:
+        # Deleting the release never deletes the CRDs (and so every Agent).
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        generated = files[f"{crd['metadata']['name']}.yaml"]
+        assert crd["spec"] == generated["spec"], "the template changes nothing but the annotation"
+    # No crds/ directory: Helm would install those itself, whatever crds.install says.
+    assert not (CHART / "crds").exists()
 
 
-def crd_texts(chart):
-    files = sorted((CHART / "crds").glob("*.yaml"))
-    assert files, "charts/hitl-operator/crds is empty"
-    loaded = chart.crds
-    assert len(loaded) == len(files), "Helm did not load every CRD file"
-    return [f.read_text() for f in files]
+def test_crds_can_be_left_to_kagent(chart):
+    # Where kagent installed the CRDs, the chart installs none (with a lookup of an existing CRD
+    # not of this release, `helm install` fails and says to set crds.install=false).
+    assert rendered_crds(chart, {"crds": {"install": False}}) == []
+    text = (CHART / "templates" / "crds.yaml").read_text()
+    assert "crds.install=false" in text and "lookup" in text
 
 
 @pytest.mark.parametrize(
@@ -155,6 +167,10 @@ def test_default_objects(chart):
             "ClusterRole",  # hitl-approver
             "ClusterRole",  # hitl-viewer
             "ClusterRoleBinding",
+            "CustomResourceDefinition",  # Agent
+            "CustomResourceDefinition",  # ApprovalRequest
+            "CustomResourceDefinition",  # ModelConfig
+            "CustomResourceDefinition",  # RemoteMCPServer
             "Deployment",
             "PodDisruptionBudget",
             "Role",  # leader election
@@ -170,8 +186,8 @@ def test_default_objects(chart):
         ]
     )
     for d in docs:
-        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
-                             "ValidatingAdmissionPolicyBinding"):
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
             assert d["metadata"]["namespace"] == NAMESPACE, d["kind"]
 
 
@@ -368,6 +384,12 @@ def test_cluster_cidrs_reach_the_controller(chart):
     assert args_map(controller(docs))["--cluster-cidrs"] == "10.42.0.0/16,10.43.0.0/16,fd00::/8"
 
 
+def test_agent_selector_reaches_the_controller(chart):
+    assert "--agent-selector" not in args_map(controller(objects(chart)))
+    docs = objects(chart, {"agentSelector": "kagent.dev/controller=hitl-operator"})
+    assert args_map(controller(docs))["--agent-selector"] == "kagent.dev/controller=hitl-operator"
+
+
 def test_single_replica_without_leader_election(chart):
     docs = objects(chart, {"replicaCount": 1, "leaderElection": {"enabled": False}})
     assert one(docs, "Deployment")["spec"]["replicas"] == 1
@@ -477,8 +499,8 @@ def test_manifests_match_kubernetes_schemas(chart, values):
 
 
 def test_crds_match_kubernetes_schemas(chart):
-    for text in crd_texts(chart):
-        kubernetes_validate.validate(yaml.safe_load(text), KUBE_VERSION, strict=True)
+    for crd in rendered_crds(chart):
+        kubernetes_validate.validate(crd, KUBE_VERSION, strict=True)
 
 
 # ---------------------------------------------------------------- rendered policy copies

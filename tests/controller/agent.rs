@@ -84,6 +84,24 @@ fn rendered(agent: &Agent, server: &RemoteMCPServer) -> hitl_operator::render::A
         .objects
 }
 
+/// A create of an object the cache does not hold: the controller reads it first (404: nobody
+/// else's), then applies it.
+fn created(path: &str) -> [Exchange; 2] {
+    [
+        not_found(path),
+        expect(Method::PATCH, &format!("{path}{APPLY}"), json!({})),
+    ]
+}
+
+/// The bodies of the writes among `requests`, in order.
+fn writes(requests: &[Recorded]) -> Vec<&Value> {
+    requests
+        .iter()
+        .filter(|r| r.is_write())
+        .map(|r| &r.body)
+        .collect()
+}
+
 /// Where the controller creates the binding-key Secret.
 const KEY_CREATE: &str = "/api/v1/namespaces/ns/secrets?&fieldManager=hitl-operator";
 
@@ -163,28 +181,29 @@ spec:
 "#,
     );
     let mut script = ref_reads(&server);
+    script.extend([]);
+    script.extend(created("/api/v1/namespaces/ns/secrets/a"));
+    script.push(expect(Method::POST, KEY_CREATE, json!({})));
+    for path in [
+        "/api/v1/namespaces/ns/serviceaccounts/a",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/a-approval-gate",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings/a-approval-gate",
+        "/apis/apps/v1/namespaces/ns/deployments/a",
+        "/api/v1/namespaces/ns/services/a",
+    ] {
+        script.extend(created(path));
+    }
     script.extend([
-        expect(Method::PATCH, &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"), json_of(&objects.secret)),
-        expect(Method::POST, KEY_CREATE, json!({})),
-        expect(Method::PATCH, &format!("/api/v1/namespaces/ns/serviceaccounts/a{APPLY}"), json!({})),
-        expect(
-            Method::PATCH,
-            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/a-approval-gate{APPLY}"),
-            json!({}),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings/a-approval-gate{APPLY}"),
-            json!({}),
-        ),
-        expect(Method::PATCH, &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"), json!({})),
-        expect(Method::PATCH, &format!("/api/v1/namespaces/ns/services/a{APPLY}"), json!({})),
         expect(
             Method::PATCH,
             &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
             json_of(&agent),
         ),
-        expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events?", event_created()),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
     ]);
     let cache = Cache {
         agents: vec![agent.clone()],
@@ -199,21 +218,19 @@ spec:
 
     // Each object is applied exactly as rendered; the binding key is created before the
     // Deployment that mounts it.
-    assert_eq!(requests[2].body, json_of(&objects.secret));
-    assert_fresh_binding_key(&requests[3].body);
+    let written = writes(&requests);
+    assert_eq!(written[0], &json_of(&objects.secret));
+    assert_fresh_binding_key(written[1]);
     assert_eq!(
-        requests[4].body,
-        json_of(objects.service_account.as_ref().unwrap())
+        written[2],
+        &json_of(objects.service_account.as_ref().unwrap())
     );
-    assert_eq!(requests[5].body, json_of(objects.role.as_ref().unwrap()));
-    assert_eq!(
-        requests[6].body,
-        json_of(objects.role_binding.as_ref().unwrap())
-    );
-    assert_eq!(requests[7].body, json_of(&objects.deployment));
-    assert_eq!(requests[8].body, json_of(&objects.service));
+    assert_eq!(written[3], &json_of(objects.role.as_ref().unwrap()));
+    assert_eq!(written[4], &json_of(objects.role_binding.as_ref().unwrap()));
+    assert_eq!(written[5], &json_of(&objects.deployment));
+    assert_eq!(written[6], &json_of(&objects.service));
 
-    let status = &requests[9].body;
+    let status = written[7];
     assert_eq!(status["apiVersion"], "kagent.dev/v1alpha2");
     assert_eq!(status["kind"], "Agent");
     assert_eq!(status["metadata"], json!({"name": "a"}));
@@ -254,7 +271,7 @@ spec:
             .unwrap()["kagent.dev/config-hash"],
         hash
     );
-    let event = &requests[10].body;
+    let event = written[8];
     assert_eq!(event["reason"], "Reconciled");
     assert_eq!(event["regarding"]["name"], "a");
 }
@@ -450,6 +467,7 @@ async fn failed_apply_reports_reconcile_failed() {
     let server = server(&[]);
     let agent = agent();
     let mut script = ref_reads(&server);
+    script.push(not_found("/api/v1/namespaces/ns/secrets/a"));
     script.push(failure(
         Method::PATCH,
         &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"),
@@ -474,7 +492,7 @@ async fn failed_apply_reports_reconcile_failed() {
     })
     .await;
     assert_eq!(result.unwrap_err().reason(), "KubeError");
-    assert!(conditions(&requests[3].body).contains(&(
+    assert!(conditions(writes(&requests)[1]).contains(&(
         "Accepted".into(),
         "False".into(),
         "ReconcileFailed".into()
@@ -566,59 +584,23 @@ async fn gateway_placement_applies_the_gate_its_service_account_and_network_poli
     let objects = rendered(&agent, &server);
     let gateway = objects.gateway.as_ref().expect("Gateway objects rendered");
     let mut script = ref_reads(&server);
+    script.extend(created("/api/v1/namespaces/ns/secrets/a"));
+    script.push(expect(Method::POST, KEY_CREATE, json!({})));
+    for path in [
+        "/api/v1/namespaces/ns/serviceaccounts/a".to_owned(),
+        "/api/v1/namespaces/ns/serviceaccounts/a-gate".to_owned(),
+        format!("{RBAC}/roles/a-approval-gate"),
+        format!("{RBAC}/rolebindings/a-approval-gate"),
+        format!("{NETPOL}/a-gate"),
+        format!("{NETPOL}/a-egress"),
+        "/apis/apps/v1/namespaces/ns/deployments/a".to_owned(),
+        "/apis/apps/v1/namespaces/ns/deployments/a-gate".to_owned(),
+        "/api/v1/namespaces/ns/services/a".to_owned(),
+        "/api/v1/namespaces/ns/services/a-gate".to_owned(),
+    ] {
+        script.extend(created(&path));
+    }
     script.extend([
-        expect(
-            Method::PATCH,
-            &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"),
-            json!({}),
-        ),
-        expect(Method::POST, KEY_CREATE, json!({})),
-        expect(
-            Method::PATCH,
-            &format!("/api/v1/namespaces/ns/serviceaccounts/a{APPLY}"),
-            json!({}),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("/api/v1/namespaces/ns/serviceaccounts/a-gate{APPLY}"),
-            json!({}),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("{RBAC}/roles/a-approval-gate{APPLY}"),
-            json!({}),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("{RBAC}/rolebindings/a-approval-gate{APPLY}"),
-            json!({}),
-        ),
-        expect(Method::PATCH, &format!("{NETPOL}/a-gate{APPLY}"), json!({})),
-        expect(
-            Method::PATCH,
-            &format!("{NETPOL}/a-egress{APPLY}"),
-            json!({}),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"),
-            json!({}),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("/apis/apps/v1/namespaces/ns/deployments/a-gate{APPLY}"),
-            json!({}),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("/api/v1/namespaces/ns/services/a{APPLY}"),
-            json!({}),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("/api/v1/namespaces/ns/services/a-gate{APPLY}"),
-            json!({}),
-        ),
         expect(
             Method::PATCH,
             &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
@@ -641,14 +623,12 @@ async fn gateway_placement_applies_the_gate_its_service_account_and_network_poli
     result.expect("reconcile succeeds");
 
     // Each object exactly as rendered, the NetworkPolicies before the pods they confine.
-    assert_fresh_binding_key(&requests[3].body);
-    let bodies: Vec<&Value> = requests[2..14]
-        .iter()
-        .filter(|r| r.method != Method::POST)
-        .map(|r| &r.body)
-        .collect();
+    let written = writes(&requests);
+    assert_fresh_binding_key(written[1]);
+    let mut bodies = written.clone();
+    bodies.remove(1);
     assert_eq!(
-        bodies,
+        bodies[..11],
         [
             &json_of(&objects.secret),
             &json_of(objects.service_account.as_ref().unwrap()),
@@ -665,20 +645,20 @@ async fn gateway_placement_applies_the_gate_its_service_account_and_network_poli
     );
     // Only the gate's ServiceAccount may touch ApprovalRequests; only the gate pods hold a token.
     assert_eq!(
-        requests[7].body["subjects"],
+        bodies[4]["subjects"],
         json!([{"kind": "ServiceAccount", "name": "a-gate", "namespace": "ns"}])
     );
-    assert!(requests[10].body["spec"]["template"]["spec"]["initContainers"].is_null());
+    assert!(bodies[7]["spec"]["template"]["spec"]["initContainers"].is_null());
     // The gate pods mount the binding key.
     assert!(
-        requests[11].body["spec"]["template"]["spec"]["volumes"]
+        bodies[8]["spec"]["template"]["spec"]["volumes"]
             .as_array()
             .unwrap()
             .iter()
             .any(|v| v["secret"]["secretName"] == "a-binding-key")
     );
 
-    let status = &requests[14].body;
+    let status = bodies[11];
     assert!(conditions(status).contains(&(
         "GateIsolated".into(),
         "True".into(),
@@ -845,6 +825,12 @@ async fn an_unusable_binding_key_is_replaced_and_a_concurrent_create_is_fine() {
     script.extend([
         expect(Method::DELETE, &format!("{key_path}?"), json!({})),
         already_exists(KEY_CREATE),
+        // Made by another replica meanwhile: labelled and owned as ours, so it is used.
+        expect(
+            Method::GET,
+            key_path,
+            json_of(&binding_key_secret(&agent, &[9; 32])),
+        ),
         expect(
             Method::PATCH,
             &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
@@ -862,4 +848,99 @@ async fn an_unusable_binding_key_is_replaced_and_a_concurrent_create_is_fine() {
     .await;
     result.expect("an AlreadyExists on create means another writer made the key");
     assert_fresh_binding_key(&requests[3].body);
+}
+
+/// What an Agent whose objects someone else holds gets: nothing written to them, and
+/// Accepted=False naming the object and its owner.
+async fn left_alone(cache: Cache, script_middle: Vec<Exchange>, agent: &Agent) -> Value {
+    let server = server(&["delete_file", "read_file"]);
+    let mut script = ref_reads(&server);
+    script.extend(script_middle);
+    script.extend([
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ]);
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    assert_eq!(result.unwrap_err().reason(), "OwnedByAnotherController");
+    let written = writes(&requests);
+    let status = written[written.len() - 2].clone();
+    assert!(conditions(&status).contains(&(
+        "Accepted".into(),
+        "False".into(),
+        "OwnedByAnotherController".into()
+    )));
+    status
+}
+
+#[tokio::test]
+async fn objects_another_controller_made_are_left_alone() {
+    let server = server(&["delete_file", "read_file"]);
+    let mut agent = agent();
+    agent.status = None;
+    let objects = rendered(&agent, &server);
+    // kagent rendered Deployment a for the same Agent (same name, its own managed-by label).
+    let mut cache = applied_cache(&objects, &agent);
+    cache.deployments.clear();
+    let mut kagents: Deployment = objects.deployment.clone();
+    kagents
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("app.kubernetes.io/managed-by".into(), "kagent".into());
+    let status = left_alone(
+        cache,
+        vec![expect(
+            Method::GET,
+            "/apis/apps/v1/namespaces/ns/deployments/a",
+            json_of(&kagents),
+        )],
+        &agent,
+    )
+    .await;
+    assert_eq!(
+        condition_message(&status, "Accepted"),
+        "Deployment ns/a exists and is not hitl-operator's (app.kubernetes.io/managed-by=kagent); it was left alone: delete it, or hand the Agent to hitl-operator as docs/kagent.md says"
+    );
+}
+
+#[tokio::test]
+async fn a_binding_key_someone_else_made_is_never_used() {
+    let server = server(&["delete_file", "read_file"]);
+    let mut agent = agent();
+    agent.status = None;
+    let objects = rendered(&agent, &server);
+    let mut cache = applied_cache(&objects, &agent);
+    cache.secrets.truncate(1);
+    // Planted before the controller made one: a key its maker knows.
+    let mut planted = binding_key_secret(&agent, &[1; 32]);
+    planted.metadata.labels = None;
+    planted.metadata.owner_references = None;
+    let status = left_alone(
+        cache,
+        vec![
+            already_exists(KEY_CREATE),
+            expect(
+                Method::GET,
+                "/api/v1/namespaces/ns/secrets/a-binding-key",
+                json_of(&planted),
+            ),
+        ],
+        &agent,
+    )
+    .await;
+    assert!(condition_message(&status, "Accepted").starts_with(
+        "Secret ns/a-binding-key exists and is not hitl-operator's (no app.kubernetes.io/managed-by label)"
+    ));
 }

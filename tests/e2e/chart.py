@@ -3,7 +3,7 @@
 Usage: python chart.py OUTDIR RELEASE NAMESPACE   (run with the .venv of `make chart-test`)
 
 Writes, from one `helm install`-style render with the default values:
-  OUTDIR/crds.yaml            the chart's crds/ (Helm installs them before the templates)
+  OUTDIR/crds.yaml            the chart's CRDs (templates/crds.yaml), applied first
   OUTDIR/manifests.yaml       every template (apply with -n NAMESPACE, as Helm does), the
                               controller Deployment with replicas 0: its replicas run as local
                               processes instead (a cluster without a kubelet runs no pods, and
@@ -26,12 +26,13 @@ def main(outdir, release, namespace):
     out = pathlib.Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     chart = helm_python.Chart.load(CHART)
-    (out / "crds.yaml").write_text("".join(crd["data"] for crd in chart.crds))
-
     docs = []
     for path, text in sorted(chart.render({}, name=release, namespace=namespace, is_install=True).items()):
         if not path.endswith("NOTES.txt"):
             docs.extend(d for d in yaml.safe_load_all(text) if d)
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    docs = [d for d in docs if d["kind"] != "CustomResourceDefinition"]
+    (out / "crds.yaml").write_text(yaml.safe_dump_all(crds, sort_keys=False))
     deployments = [d for d in docs if d["kind"] == "Deployment"]
     if len(deployments) != 1:
         sys.exit(f"chart.py: {len(deployments)} Deployments rendered, want 1")
