@@ -12,6 +12,7 @@ use criterion::{Criterion, criterion_group};
 use hitl_operator::api::Agent;
 use hitl_operator::controller::agent::reconcile;
 use hitl_operator::controller::{CacheSync, Context, Metrics, Stores, SystemClock};
+use hitl_operator::render::objects::binding_key_secret;
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{AgentObjects, RenderOptions, render_agent};
 use http::{Method, Request, Response};
@@ -74,8 +75,19 @@ async fn serve(
         let answer = if method == Method::GET {
             if path.contains("/modelconfigs/") {
                 model_config.clone()
-            } else {
+            } else if path.contains("/remotemcpservers/") {
                 server.clone()
+            } else {
+                // An object the caches lack does not exist yet.
+                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "NotFound", "code": 404, "message": "not found"});
+                send.send_response(
+                    Response::builder()
+                        .status(404)
+                        .body(Body::from(serde_json::to_vec(&status).unwrap()))
+                        .unwrap(),
+                );
+                continue;
             }
         } else {
             seen.writes.fetch_add(1, Ordering::Relaxed);
@@ -126,7 +138,12 @@ fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<S
         approvals: store_of(vec![]),
         deployments: store_of(objects.iter().map(|o| o.deployment.clone()).collect()),
         services: store_of(objects.iter().map(|o| o.service.clone()).collect()),
-        secrets: store_of(objects.iter().map(|o| o.secret.clone()).collect()),
+        secrets: store_of(
+            objects
+                .iter()
+                .flat_map(|o| [o.secret.clone(), binding_key_secret(agent, &[7; 32])])
+                .collect(),
+        ),
         service_accounts: store_of(
             objects
                 .iter()
