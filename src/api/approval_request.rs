@@ -98,6 +98,12 @@ impl ApprovalRequest {
         if let Some(Time(at)) = self.status.as_ref().and_then(|s| s.decided_at.clone()) {
             return Some(at);
         }
+        self.decision_write_times().min()
+    }
+
+    /// When the apiserver, by its own clock, recorded writes of `spec.decision`: the `time` of
+    /// each managedFields entry (not of a subresource) that owns it.
+    pub fn decision_write_times(&self) -> impl Iterator<Item = Timestamp> + '_ {
         self.meta()
             .managed_fields
             .iter()
@@ -111,7 +117,6 @@ impl ApprovalRequest {
                     .is_some()
             })
             .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
-            .min()
     }
 
     /// The phase implied by spec, status and the clock, whoever looks (controller, plugin):

@@ -130,6 +130,27 @@ pub fn evaluate(request: &ApprovalRequest, required: bool, now: Timestamp) -> Ev
     }
 }
 
+/// How long a fresh approval is left to the gate. Its claim (status Executed, guarded by the
+/// request's resourceVersion) is then the only status write, so it never conflicts with the
+/// controller's; a request still unclaimed after this is recorded as Approved.
+pub const CLAIM_GRACE: Duration = Duration::from_secs(5);
+
+/// How long to leave `evaluation`'s approval to the gate before recording it, if it is a fresh
+/// one: Approved, not recorded yet (`recorded` is the status phase), decided less than
+/// [`CLAIM_GRACE`] ago.
+pub fn left_to_gate(
+    recorded: Option<Phase>,
+    evaluation: &Evaluation,
+    now: Timestamp,
+) -> Option<Duration> {
+    if evaluation.phase != Phase::Approved || recorded == Some(Phase::Approved) {
+        return None;
+    }
+    let grace = SignedDuration::try_from(CLAIM_GRACE).ok()?;
+    let settled = evaluation.decided_at?.checked_add(grace).ok()?;
+    (now < settled).then(|| until(now, settled))
+}
+
 /// The instant a finished request may be deleted: `ttl` after it finished. Approved requests
 /// that are never used count as finished at `expiresAt`.
 pub fn delete_at(
@@ -200,6 +221,10 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     let required = still_required(request, agent.as_deref(), ctx.render.default_approval_mode);
     let evaluation = evaluate(request, required, now);
     let current = request.status.clone().unwrap_or_default();
+    if let Some(wait) = left_to_gate(current.phase, &evaluation, now) {
+        update_pending_gauge(ctx, request, evaluation.phase);
+        return Ok(Action::requeue(wait));
+    }
     let mut status = ApprovalRequestStatus {
         phase: Some(evaluation.phase),
         decided_at: evaluation.decided_at.map(Time),

@@ -139,7 +139,7 @@ pub fn decide(req: &ApprovalRequest, key: &CallKey, gate: &str, now: Timestamp) 
         Some(_)
             if now >= expires_at
                 || phase == Some(Phase::Expired)
-                || decision_written_at(req).is_some_and(|t| t >= expires_at) =>
+                || req.decision_write_times().any(|t| t >= expires_at) =>
         {
             Verdict::Refuse(Refusal::Expired { expires_at })
         }
@@ -210,25 +210,6 @@ fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String>
         );
     }
     None
-}
-
-/// When the apiserver recorded the decision of `req` (by its own clock): the latest `time` of
-/// the managedFields entries owning `spec.decision`. Real apiservers always record it.
-fn decision_written_at(req: &ApprovalRequest) -> Option<Timestamp> {
-    req.metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|entry| {
-            entry
-                .fields_v1
-                .as_ref()
-                .and_then(|fields| fields.0.get("f:spec"))
-                .and_then(|spec| spec.get("f:decision"))
-                .is_some()
-        })
-        .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
-        .max()
 }
 
 /// Whether a call may still be decided through `req` (it is neither finished nor expired), so

@@ -158,13 +158,41 @@ async fn undecided_request_expires_at_expires_at() {
     );
 }
 
-#[tokio::test]
-async fn approval_records_decision_time_and_latency() {
-    let request = request(
+/// A request approved by alice, the decision written at `at(90)` by the apiserver's clock.
+fn approved_at_90() -> ApprovalRequest {
+    let mut request = request(
         "decision: {type: Approve, reason: ok, decidedBy: alice}",
         "status: {phase: Pending}",
         true,
     );
+    request.metadata.managed_fields = Some(vec![yaml(&format!(
+        "{{manager: kubectl-hitl, operation: Update, time: \"{}\", fieldsType: FieldsV1, fieldsV1: {{f:spec: {{f:decision: {{}}}}}}}}",
+        at(90)
+    ))]);
+    request
+}
+
+#[tokio::test]
+async fn a_fresh_approval_is_left_to_the_gate_for_a_while() {
+    // Within CLAIM_GRACE of the decision the gate's claim is the only status write: the
+    // controller writes nothing and looks again when the grace is over.
+    let request = approved_at_90();
+    let cache = Cache {
+        agents: vec![agent("delete_file", "24h")],
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(vec![], |client| {
+        reconcile(Arc::new(request.clone()), cache.context(client, at(92)))
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(3 + 1)));
+    assert!(requests.is_empty());
+}
+
+#[tokio::test]
+async fn approval_records_decision_time_and_latency() {
+    // Unclaimed after the grace: recorded as Approved, decided when the apiserver says.
+    let request = approved_at_90();
     let mut script = vec![status_patch(&request)];
     script.extend(events(2));
     let cache = Cache {
@@ -172,7 +200,7 @@ async fn approval_records_decision_time_and_latency() {
         ..Cache::default()
     };
     let (result, requests) = run_script(script, |client| {
-        let ctx = cache.context(client, at(90));
+        let ctx = cache.context(client, at(95));
         let request = request.clone();
         async move { (reconcile(Arc::new(request), ctx.clone()).await, ctx) }
     })
@@ -181,7 +209,7 @@ async fn approval_records_decision_time_and_latency() {
     // Unused approvals are deleted ttlAfterFinished after expiresAt.
     assert_eq!(
         action.unwrap(),
-        Action::requeue(Duration::from_secs(3600 - 90 + 86400 + 1))
+        Action::requeue(Duration::from_secs(3600 - 95 + 86400 + 1))
     );
     let body = &requests[0].body;
     assert_eq!(phase(body), "Approved");
