@@ -25,18 +25,13 @@ const AWAITING_SUPPORT: &[&str] = &[
     "agent_with_code",
     "agent_with_context_config",
     "agent_with_cross_namespace_tools",
-    "agent_with_embedding_provider",
     "agent_with_git_skills",
-    "agent_with_memory",
     "agent_with_nested_agent",
     "agent_with_proxy",
     "agent_with_proxy_mcpserver",
     "agent_with_proxy_mcpserver_custom_timeout",
     "agent_with_proxy_service",
     "agent_with_skills",
-    "tls-with-custom-ca",
-    "tls-with-disabled-verify",
-    "tls-with-system-cas-disabled",
 ];
 
 fn awaiting_support(case: &Path) -> bool {

@@ -426,3 +426,104 @@ fn allowed_namespaces_from_selector_needs_a_selector() {
         "{problems:?}"
     );
 }
+
+/// A ModelConfig named `default-model-config` in `ns` with the given spec (flow YAML).
+fn model(spec: &str) -> String {
+    format!(
+        "apiVersion: kagent.dev/v1alpha2\nkind: ModelConfig\nmetadata: {{name: default-model-config, namespace: ns}}\nspec: {spec}\n"
+    )
+}
+
+#[test]
+fn a_decimal_parameter_that_is_no_number_is_named() {
+    let yaml = format!(
+        "{}---\n{}",
+        model("{provider: OpenAI, model: gpt-4o, openAI: {temperature: hot}}"),
+        agent("systemMessage: hi")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: ModelConfig ns/default-model-config: spec.openAI.temperature: Invalid value: \"hot\": must be a finite decimal number"
+        ]
+    );
+}
+
+#[test]
+fn a_provider_without_its_block_is_named() {
+    let yaml = format!(
+        "{}---\n{}",
+        model("{provider: AzureOpenAI, model: gpt-4o}"),
+        agent("systemMessage: hi")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: ModelConfig ns/default-model-config: spec.azureOpenAI: Required value: azureOpenAI is required when provider is AzureOpenAI"
+        ]
+    );
+}
+
+#[test]
+fn bedrock_credentials_must_be_in_the_secret() {
+    let bedrock = model(
+        "{provider: Bedrock, model: claude, apiKeySecret: aws, bedrock: {region: us-east-1}}",
+    );
+    let yaml = format!("{bedrock}---\n{}", agent("systemMessage: hi"));
+    assert_eq!(
+        problems(&yaml),
+        ["t.yaml: ModelConfig ns/default-model-config: spec.apiKeySecret: Secret ns/aws not found"]
+    );
+    let yaml = format!(
+        "{bedrock}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: aws, namespace: ns}}\nstringData: {{AWS_ACCESS_KEY_ID: x}}\n---\n{}",
+        agent("systemMessage: hi")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: ModelConfig ns/default-model-config: spec.apiKeySecret: Secret ns/aws key \"AWS_SECRET_ACCESS_KEY\" (or key \"AWS_BEARER_TOKEN_BEDROCK\") not found"
+        ]
+    );
+}
+
+#[test]
+fn tls_ca_without_its_key_is_refused_as_the_apiserver_would() {
+    let yaml = format!(
+        "{}---\n{}",
+        model("{provider: OpenAI, model: gpt-4o, tls: {caCertSecretRef: corp-ca}}"),
+        agent("systemMessage: hi")
+    );
+    assert_eq!(
+        problems(&yaml)[0],
+        "t.yaml: The ModelConfig \"default-model-config\" is invalid: spec: Invalid value: caCertSecretRef requires caCertSecretKey (unless disableVerify is true)"
+    );
+}
+
+#[test]
+fn memory_names_its_model_config() {
+    let yaml = format!(
+        "{MODEL}---\n{}",
+        agent("systemMessage: hi\nmemory: {modelConfig: embeddings}")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.memory.modelConfig: ModelConfig ns/embeddings not found"
+        ]
+    );
+}
+
+#[test]
+fn memory_with_a_different_key_for_the_same_variable_is_refused() {
+    let embeddings = "apiVersion: kagent.dev/v1alpha2\nkind: ModelConfig\nmetadata: {name: embeddings, namespace: ns}\nspec: {provider: OpenAI, model: text-embedding-3-small, apiKeySecret: other, apiKeySecretKey: k}\n";
+    let yaml = format!(
+        "{MODEL}---\n{embeddings}---\n{}",
+        agent("systemMessage: hi\nmemory: {modelConfig: embeddings}")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.memory.modelConfig: Invalid value: environment variable OPENAI_API_KEY is needed with a different value by the agent's own ModelConfig; the runtime has one of each"
+        ]
+    );
+}

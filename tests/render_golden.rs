@@ -127,6 +127,8 @@ fn rendering_is_byte_identical_across_runs() {
         "examples/service-tool-server.yaml",
         "examples/sse-payments-agent.yaml",
         "examples/gateway-agent.yaml",
+        "examples/tls-memory-agent.yaml",
+        "examples/bedrock-agent.yaml",
     ];
     let options = RenderOptions::default();
     let first = render_documents(documents(&files), "default", &options);
@@ -143,5 +145,36 @@ fn gateway_placement_runs_the_gate_behind_network_policies() {
     insta::assert_snapshot!(render(
         &["examples/model-openai.yaml", "examples/gateway-agent.yaml"],
         ApprovalMode::Gate
+    ));
+}
+
+#[test]
+fn tls_ca_and_memory_mount_only_into_the_agent_container() {
+    let files = [
+        "examples/model-openai.yaml",
+        "examples/tls-memory-agent.yaml",
+    ];
+    let options = RenderOptions::default();
+    let report = render_documents(documents(&files), "default", &options);
+    let deployment = report
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let gate = &pod["initContainers"][0];
+    assert_eq!(gate["name"], "approval-gate");
+    assert!(
+        !gate.to_string().contains("tls-ca-cert") && !gate.to_string().contains("OPENAI_API_KEY"),
+        "the gate gets neither the CA nor the model key: {gate}"
+    );
+    insta::assert_snapshot!(render(&files, ApprovalMode::Gate));
+}
+
+#[test]
+fn bedrock_credentials_come_from_the_aws_secret() {
+    insta::assert_snapshot!(render(
+        &["examples/bedrock-agent.yaml"],
+        ApprovalMode::Runtime
     ));
 }

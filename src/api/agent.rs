@@ -97,6 +97,9 @@ pub struct DeclarativeAgentSpec {
     /// Stream model responses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// Long-term memory, with the ModelConfig that embeds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemorySpec>,
     /// MCP tool servers the agent may call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
@@ -392,4 +395,16 @@ pub struct AgentStatus {
     /// Number of this agent's ApprovalRequests waiting for a decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_approvals: Option<i32>,
+}
+
+/// Long-term memory of an agent (kagent's `spec.declarative.memory`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemorySpec {
+    /// Name of the ModelConfig, in the Agent's namespace, whose model embeds the memories.
+    pub model_config: String,
+    /// Days a memory is kept before it may be pruned (the runtime's default, 15, when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub ttl_days: Option<i64>,
 }

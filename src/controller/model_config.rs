@@ -1,21 +1,24 @@
-//! ModelConfig reconciler: checks the API-key Secret and records the SHA-256 of the key in
-//! `status.secretHash`, which the renderer folds into the agents' config hash so a key rotation
-//! rolls their pods.
+//! ModelConfig reconciler: checks the Secrets a ModelConfig names (API key or Bedrock AWS
+//! credentials, TLS CA certificate) and records a SHA-256 over what the agent gets from them
+//! in `status.secretHash`, which the renderer folds into the agents' config hash so a
+//! rotation rolls their pods.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use super::{Context, fetch_value_source, measured};
+use super::{Context, measured};
 use crate::api::ModelConfig;
 use crate::api::common::{ValueSource, ValueSourceType};
-use crate::api::model_config::ModelConfigStatus;
+use crate::api::model_config::{ModelConfigStatus, TlsConfig};
 use crate::kube::{apply_status, new_condition, set_condition};
+use crate::render::model::{bedrock_secret, describe};
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
 
@@ -74,35 +77,60 @@ async fn reconcile_inner(model_config: &ModelConfig, ctx: &Context) -> Result<Ac
     Ok(Action::requeue(Duration::from_secs(3600)))
 }
 
-/// The hex SHA-256 of the API key, or `None` when the ModelConfig needs no key.
+/// Fetches the Secrets the ModelConfig names and hashes them ([`secrets_hash`]).
 async fn check_secret(
     model_config: &ModelConfig,
     ctx: &Context,
     namespace: &str,
 ) -> Result<Option<String>> {
-    let (Some(name), Some(key)) = (
-        model_config.spec.api_key_secret.clone(),
-        model_config.spec.api_key_secret_key.clone(),
-    ) else {
-        return Ok(None);
-    };
-    let source = ValueSource {
-        source_type: ValueSourceType::Secret,
-        name,
-        key,
-    };
     let mut refs = RefStore::default();
-    fetch_value_source(&ctx.client, &source, namespace, &mut refs).await?;
-    let value = refs.value(&source, namespace).map_err(|missing| {
-        missing.into_error(
-            &format!("ModelConfig {namespace}/{}", model_config.name_any()),
-            "spec.apiKeySecret",
-        )
-    })?;
-    Ok(Some(hex::encode(Sha256::digest(value.as_bytes()))))
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    for name in model_config.spec.secret_names() {
+        if let Some(secret) = api.get_opt(name).await? {
+            refs.insert_secret(secret);
+        }
+    }
+    secrets_hash(model_config, &refs)
 }
 
-/// The ModelConfigs in `store` whose API key lives in the Secret `namespace/name`.
+/// The hex SHA-256 of what the agent container gets from the ModelConfig's Secrets in
+/// `refs` (the API key, a Bedrock ModelConfig's AWS credentials, the TLS CA certificate), or
+/// `None` when it names none. With an API key alone it is the SHA-256 of the key. A missing
+/// Secret or key is refused naming the field that references it.
+pub fn secrets_hash(model_config: &ModelConfig, refs: &RefStore) -> Result<Option<String>> {
+    let spec = &model_config.spec;
+    let namespace = model_config.namespace().unwrap_or_default();
+    let object = describe(model_config);
+    let read = |name: &str, key: &str, field: &str| {
+        let source = ValueSource {
+            source_type: ValueSourceType::Secret,
+            name: name.to_owned(),
+            key: key.to_owned(),
+        };
+        refs.value(&source, &namespace)
+            .map_err(|missing| missing.into_error(&object, field))
+    };
+    let mut hasher = Sha256::new();
+    let mut any = false;
+    if let Some(secret) = spec.bedrock_secret() {
+        for key in bedrock_secret(model_config, secret, refs)?.1 {
+            hasher.update(format!("\0{key}\0"));
+            hasher.update(read(secret, key, "spec.apiKeySecret")?);
+        }
+        any = true;
+    } else if let Some((secret, key)) = spec.key_secret().zip(spec.api_key_secret_key.as_deref()) {
+        hasher.update(read(secret, key, "spec.apiKeySecret")?);
+        any = true;
+    }
+    if let Some((secret, key)) = spec.tls.as_ref().and_then(TlsConfig::ca_cert) {
+        hasher.update("\0tls.caCert\0");
+        hasher.update(read(secret, key, "spec.tls.caCertSecretRef")?);
+        any = true;
+    }
+    Ok(any.then(|| hex::encode(hasher.finalize())))
+}
+
+/// The ModelConfigs in `store` that name the Secret `namespace/name` (key or TLS CA).
 pub fn using_secret(
     store: &Store<ModelConfig>,
     namespace: &str,
@@ -112,8 +140,7 @@ pub fn using_secret(
         .state()
         .iter()
         .filter(|mc| {
-            mc.namespace().as_deref() == Some(namespace)
-                && mc.spec.api_key_secret.as_deref() == Some(name)
+            mc.namespace().as_deref() == Some(namespace) && mc.spec.secret_names().contains(&name)
         })
         .map(|mc| ObjectRef::from_obj(mc.as_ref()))
         .collect()
@@ -123,6 +150,99 @@ pub fn using_secret(
 mod tests {
     use super::*;
     use kube::runtime::{reflector, watcher};
+
+    fn model_config(spec: serde_json::Value) -> ModelConfig {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kagent.dev/v1alpha2", "kind": "ModelConfig",
+            "metadata": {"name": "m", "namespace": "a"}, "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn secrets(secrets: &[(&str, &[(&str, &str)])]) -> RefStore {
+        let mut refs = RefStore::default();
+        for (name, data) in secrets {
+            let data: serde_json::Map<String, serde_json::Value> = data
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+                .collect();
+            refs.insert_secret(
+                serde_json::from_value(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": name, "namespace": "a"}, "stringData": data,
+                }))
+                .unwrap(),
+            );
+        }
+        refs
+    }
+
+    #[test]
+    fn the_hash_covers_the_key_the_aws_credentials_and_the_ca() {
+        let openai = model_config(serde_json::json!({"provider": "OpenAI", "model": "g",
+            "apiKeySecret": "key", "apiKeySecretKey": "k"}));
+        let refs = secrets(&[("key", &[("k", "sk-1")])]);
+        // An API key alone hashes as before TLS support: no roll on upgrade.
+        assert_eq!(
+            secrets_hash(&openai, &refs).unwrap(),
+            Some(hex::encode(Sha256::digest(b"sk-1")))
+        );
+        let mut with_ca = openai.clone();
+        with_ca.spec.tls = Some(TlsConfig {
+            ca_cert_secret_ref: Some("ca".into()),
+            ca_cert_secret_key: Some("ca.crt".into()),
+            ..TlsConfig::default()
+        });
+        let error = secrets_hash(&with_ca, &refs).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "ModelConfig a/m: spec.tls.caCertSecretRef: Secret a/ca not found"
+        );
+        let one = secrets(&[("key", &[("k", "sk-1")]), ("ca", &[("ca.crt", "one")])]);
+        let two = secrets(&[("key", &[("k", "sk-1")]), ("ca", &[("ca.crt", "two")])]);
+        assert_ne!(
+            secrets_hash(&with_ca, &one).unwrap(),
+            secrets_hash(&with_ca, &two).unwrap(),
+            "a new CA rolls the pods"
+        );
+        let bedrock = model_config(serde_json::json!({"provider": "Bedrock", "model": "c",
+            "apiKeySecret": "aws", "bedrock": {"region": "us-east-1"}}));
+        let iam = |secret: &str| {
+            secrets(&[(
+                "aws",
+                &[
+                    ("AWS_ACCESS_KEY_ID", "id"),
+                    ("AWS_SECRET_ACCESS_KEY", secret),
+                ],
+            )])
+        };
+        assert_ne!(
+            secrets_hash(&bedrock, &iam("s1")).unwrap(),
+            secrets_hash(&bedrock, &iam("s2")).unwrap()
+        );
+        assert!(secrets_hash(&bedrock, &secrets(&[("aws", &[])])).is_err());
+        let passthrough = model_config(
+            serde_json::json!({"provider": "OpenAI", "model": "g", "apiKeyPassthrough": true}),
+        );
+        assert_eq!(
+            secrets_hash(&passthrough, &RefStore::default()).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn ca_secrets_map_to_their_model_configs() {
+        let (store, mut writer) = reflector::store::<ModelConfig>();
+        writer.apply_watcher_event(&watcher::Event::Apply(model_config(serde_json::json!({
+            "provider": "OpenAI", "model": "g",
+            "tls": {"caCertSecretRef": "corp-ca", "caCertSecretKey": "ca.crt"}
+        }))));
+        let names: Vec<String> = using_secret(&store, "a", "corp-ca")
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, vec!["m"]);
+    }
 
     #[test]
     fn secrets_map_to_the_model_configs_using_them() {

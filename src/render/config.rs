@@ -24,6 +24,9 @@ pub struct AgentConfig {
     pub execute_code: Option<bool>,
     /// Stream model responses.
     pub stream: bool,
+    /// Long-term memory: the embedding model and how long memories live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<serde_json::Value>,
 }
 
 /// One tool server entry of config.json.

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod cross_namespace;
 pub mod isolation;
+pub mod memory;
 pub mod model;
 pub mod network;
 pub mod objects;
@@ -222,7 +223,19 @@ pub fn render_agent(
                 field: "spec.declarative.modelConfig".into(),
                 missing: format!("ModelConfig {namespace}/{model_name}"),
             })?;
-    let model = model::render_model(model_config)?;
+    let mut model = model::render_model(model_config, refs)?;
+    let mut model_hashes = vec![model::secret_hash(model_config)];
+    let memory = match &declarative.memory {
+        Some(spec) => {
+            let memory = memory::render_memory(&object, &namespace, spec, refs)?;
+            if spec.model_config != model_name {
+                model_hashes.push(memory.secret_hash.clone());
+            }
+            model.merge(memory.model, &object, memory::MEMORY_MODEL_FIELD)?;
+            Some(memory.config)
+        }
+        None => None,
+    };
 
     let instruction = match (
         &declarative.system_message,
@@ -235,12 +248,12 @@ pub fn render_agent(
         (None, None) => String::new(),
     };
 
-    let mut warnings = Vec::new();
+    let mut warnings = std::mem::take(&mut model.warnings);
     let servers =
         tools::resolve_servers(&object, &namespace, &declarative.tools, refs, &mut warnings)?;
     let stream = declarative.stream.unwrap_or(false);
     let gate_url = gate_base_url(agent, placement);
-    let config = agent_config(
+    let mut config = agent_config(
         model.model.clone(),
         agent.spec.description.clone().unwrap_or_default(),
         instruction,
@@ -248,6 +261,7 @@ pub fn render_agent(
         &servers,
         |server| runtime_entry(server, mode, timings, &gate_url),
     );
+    config.memory = memory;
     let service_account = objects::gate_service_account_name(agent, placement);
     let gate = mode.uses_gate().then(|| GateConfig {
         agent: AgentIdentity {
@@ -281,12 +295,7 @@ pub fn render_agent(
     if let Some(gate) = &gate {
         secret_data.insert("gate.json".to_owned(), serde_json::to_vec(gate)?);
     }
-    let model_key_hash = model_config
-        .status
-        .as_ref()
-        .and_then(|status| status.secret_hash.clone())
-        .unwrap_or_default();
-    let config_hash = config_hash(&secret_data, &model_key_hash);
+    let config_hash = config_hash(&secret_data, &model_hashes.concat());
     let objects = objects::build(&objects::ObjectInputs {
         agent,
         options,
@@ -370,7 +379,7 @@ fn gate_base_url(agent: &Agent, placement: GatePlacement) -> String {
     }
 }
 
-/// SHA-256 (hex) of the Secret's content and the model API key's hash.
+/// SHA-256 (hex) of the Secret's content and the model Secrets' hashes.
 fn config_hash(secret_data: &BTreeMap<String, Vec<u8>>, model_key_hash: &str) -> String {
     let mut hasher = Sha256::new();
     for (key, value) in secret_data {
@@ -409,6 +418,7 @@ fn agent_config(
         remote_agents: None,
         execute_code: None,
         stream,
+        memory: None,
     }
 }
 

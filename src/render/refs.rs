@@ -74,7 +74,8 @@ pub struct ObjectKey {
 }
 
 impl ObjectKey {
-    fn new(kind: RefKind, namespace: &str, name: &str) -> Self {
+    /// The key of `kind` `namespace/name`.
+    pub fn new(kind: RefKind, namespace: &str, name: &str) -> Self {
         Self {
             kind,
             namespace: namespace.to_owned(),
@@ -202,7 +203,7 @@ fn header_keys<'a>(
 }
 
 /// Every object the Agent references directly, plus those referenced by the tool servers
-/// already in `store` (their headersFrom). Sorted and without duplicates.
+/// and ModelConfigs already in `store` (headersFrom, Bedrock credentials). Sorted and without duplicates.
 pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
     let namespace = agent.namespace().unwrap_or_default();
     let mut keys = BTreeSet::new();
@@ -213,7 +214,17 @@ pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
         .model_config
         .as_deref()
         .unwrap_or(DEFAULT_MODEL_CONFIG);
-    keys.insert(ObjectKey::new(RefKind::ModelConfig, &namespace, model));
+    let memory = declarative.memory.as_ref().map(|m| m.model_config.as_str());
+    for name in std::iter::once(model).chain(memory) {
+        keys.insert(ObjectKey::new(RefKind::ModelConfig, &namespace, name));
+        // Rendering reads which keys a Bedrock credentials Secret holds.
+        if let Some(secret) = store
+            .model_config(&namespace, name)
+            .and_then(|model| model.spec.bedrock_secret())
+        {
+            keys.insert(ObjectKey::new(RefKind::Secret, &namespace, secret));
+        }
+    }
     if let Some(source) = &declarative.system_message_from {
         keys.insert(value_source_key(source, &namespace));
     }
@@ -312,5 +323,49 @@ impl RefStore {
                 .cloned()
                 .ok_or_else(|| missing_key(key)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn memory_models_and_bedrock_credentials_are_references() {
+        let agent: Agent = serde_json::from_value(json!({
+            "apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
+            "metadata": {"name": "a", "namespace": "ns"},
+            "spec": {"declarative": {"modelConfig": "claude", "memory": {"modelConfig": "emb"}}},
+        }))
+        .unwrap();
+        let mut store = RefStore::default();
+        let names = |store: &RefStore| -> Vec<String> {
+            agent_references(&agent, store)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(
+            names(&store),
+            ["ModelConfig ns/claude", "ModelConfig ns/emb"]
+        );
+        store.insert_model_config(
+            serde_json::from_value(json!({
+                "apiVersion": "kagent.dev/v1alpha2", "kind": "ModelConfig",
+                "metadata": {"name": "claude", "namespace": "ns"},
+                "spec": {"provider": "Bedrock", "model": "c", "apiKeySecret": "aws",
+                    "bedrock": {"region": "us-east-1"}},
+            }))
+            .unwrap(),
+        );
+        assert_eq!(
+            names(&store),
+            [
+                "ModelConfig ns/claude",
+                "ModelConfig ns/emb",
+                "Secret ns/aws"
+            ]
+        );
     }
 }

@@ -251,10 +251,15 @@ impl Schemas {
                 "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".into(),
             ));
         }
-        let body = without_envelope(object);
+        let mut body = without_envelope(object);
+        schema::apply_defaults(schema, &mut body);
         schema::check(schema, &body, "", &mut errors);
         if errors.is_empty() {
-            let old_body = old.map(without_envelope);
+            let old_body = old.map(|old| {
+                let mut body = without_envelope(old);
+                schema::apply_defaults(schema, &mut body);
+                body
+            });
             if let Err(failures) =
                 self.validator
                     .validate_compiled(compiled, &body, old_body.as_ref())

@@ -1,7 +1,7 @@
 //! Structural validation of an object against a CRD's `openAPIV3Schema`, with the field
 //! paths and wording kube-apiserver uses.
 //!
-//! Covers what our CRDs use: types (incl. int-or-string), required, enum, string length and
+//! Covers what our CRDs use: defaults, types (incl. int-or-string), required, enum, string length and
 //! pattern, `date-time`, numeric bounds, item and property counts, `x-kubernetes-list-type`
 //! set/map uniqueness, nullability, and unknown fields (the apiserver's strict field
 //! validation, which `kubectl apply` uses by default). General JSON-Schema validators cannot
@@ -238,6 +238,43 @@ fn check_object(
         } else if !preserve {
             errors.push(FieldError::unknown(&join(path, name)));
         }
+    }
+}
+
+/// Fills in the schema's `default` of every absent property, as the apiserver does when it
+/// decodes an object, before validation and CEL rules see it.
+pub fn apply_defaults(schema: &Value, value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (name, property) in properties {
+                    if let Some(default) = property.get("default")
+                        && !map.contains_key(name)
+                    {
+                        map.insert(name.clone(), default.clone());
+                    }
+                }
+                for (name, child) in map.iter_mut() {
+                    if let Some(property) = properties.get(name) {
+                        apply_defaults(property, child);
+                    }
+                }
+            } else if let Some(additional) =
+                schema.get("additionalProperties").filter(|v| v.is_object())
+            {
+                for child in map.values_mut() {
+                    apply_defaults(additional, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    apply_defaults(item_schema, item);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
