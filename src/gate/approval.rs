@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use super::config::AgentIdentity;
 use super::decision::{CallKey, Clock, Refusal, Verdict, decide, is_live};
 use super::hash::ArgsDigest;
+use super::metrics::Metrics;
 use super::redact;
 use crate::api::approval_request::{
     AgentRef, ApprovalRequest, ApprovalRequestSpec, CallContext, LABEL_AGENT, LABEL_ARGS_HASH,
@@ -105,6 +106,7 @@ pub struct Approvals {
     pod: String,
     clock: Arc<dyn Clock>,
     budget: Arc<std::sync::Mutex<CreationBudget>>,
+    metrics: Arc<Metrics>,
 }
 
 /// A token bucket bounding how fast a gate creates ApprovalRequests, so a looping or hostile
@@ -149,6 +151,8 @@ pub struct ApprovalSettings {
     pub progress_every: Duration,
     /// This gate's name in `status.consumedBy`.
     pub pod: String,
+    /// Where claim conflicts are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Approvals {
@@ -168,6 +172,7 @@ impl Approvals {
             agent,
             clock,
             budget: Arc::new(std::sync::Mutex::new(CreationBudget::new(Instant::now()))),
+            metrics: settings.metrics,
         }
     }
 
@@ -227,6 +232,7 @@ impl Approvals {
                         if s.is_conflict() && conflicts < MAX_CONFLICTS =>
                     {
                         conflicts += 1;
+                        self.metrics.claim_conflict();
                         tracing::info!(request = %name, "request changed while consuming; re-reading");
                         req = self.api.get(&name).await?;
                     }

@@ -40,6 +40,7 @@ pub struct Metrics {
     calls: Family<CallLabels, Counter>,
     approval_wait: Histogram,
     upstream_latency: Histogram,
+    claim_conflicts: Counter,
 }
 
 impl Default for Metrics {
@@ -63,16 +64,28 @@ impl Default for Metrics {
             "Time until the upstream MCP server answered (response headers)",
             upstream_latency.clone(),
         );
+        let claim_conflicts = Counter::default();
+        registry.register(
+            "claim_conflicts",
+            "Claims of an approval (the resourceVersion-guarded status write) answered 409 Conflict",
+            claim_conflicts.clone(),
+        );
         Self {
             registry,
             calls,
             approval_wait,
             upstream_latency,
+            claim_conflicts,
         }
     }
 }
 
 impl Metrics {
+    /// Counts a claim that got 409 Conflict (the request changed since the gate read it).
+    pub fn claim_conflict(&self) {
+        self.claim_conflicts.inc();
+    }
+
     /// Counts a `tools/call` outcome.
     pub fn call(&self, outcome: Outcome) {
         self.calls.get_or_create(&CallLabels { outcome }).inc();

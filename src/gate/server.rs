@@ -73,6 +73,7 @@ pub fn build(
         )?,
         progress_every,
         pod,
+        metrics: metrics.clone(),
     };
     let shared = Shared {
         http: http_client()?,

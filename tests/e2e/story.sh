@@ -511,6 +511,12 @@ ok "mallory and $AGENT_USER refused; alice's deny reached the client with its re
 
 step "11. $APPROVALS approvals timed: decision PATCH -> the tool server receives the call"
 KUBECONFIG=$ALICE kubectl config view --raw --minify --flatten -o json >"$WORK/alice.kubeconfig.json"
+# claim_conflicts: the gate's count of 409s on its claims so far.
+claim_conflicts() {
+  curl -fsS "http://127.0.0.1:${GATE_METRICS##*:}/metrics" | awk '$1 == "hitl_gate_claim_conflicts_total" { print $2 }'
+}
+CONFLICTS_BEFORE=$(claim_conflicts)
+[ -n "$CONFLICTS_BEFORE" ] || fail "the gate exports no hitl_gate_claim_conflicts_total"
 track_log bench "$WORK/bench.log"
 timeout 300 env GATE_URL="$(route recorder)" RECORDER_URL="http://127.0.0.1:$RECORDER_PORT" NAMESPACE="$NS" \
   AGENT="$AGENT" TOOL=delete_file COUNT="$APPROVALS" DECIDED_BY=alice KUBECONFIG_JSON="$WORK/alice.kubeconfig.json" \
@@ -523,7 +529,9 @@ for k in ("decisionToUpstream", "decisionToResult", "decisionToWatch", "decision
     print("%s_p50=%.1f %s_p99=%.1f" % (k, s[k]["p50"], k, s[k]["p99"]))
 print("ratio=%.1f" % s["ratioUpstreamP50ToPlainPatchP50"])' "$WORK/bench.json" >"$WORK/bench.env" || fail "no figures in $WORK/bench.json"
 source "$WORK/bench.env"
-ok "$APPROVALS approvals, each ran exactly once"
+CONFLICTS=$(($(claim_conflicts) - CONFLICTS_BEFORE))
+ok "$APPROVALS approvals, each ran exactly once; $CONFLICTS claims answered 409 Conflict"
+figure "claim conflicts (409 on the gate's claim) over $APPROVALS approvals" "$CONFLICTS"
 figure "plain PATCH round-trip p50 (baseline, alice)" "${plainPatch_p50} ms"
 figure "decision PATCH round-trip p50 / p99" "${decisionPatch_p50} / ${decisionPatch_p99} ms"
 figure "decision PATCH sent -> a watch of the request sees it p50 / p99" "${decisionToWatch_p50} / ${decisionToWatch_p99} ms"

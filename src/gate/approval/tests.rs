@@ -50,6 +50,7 @@ fn approvals_with_clock(at: Timestamp) -> (Approvals, Handle, Arc<Manual>) {
         wait: Duration::from_secs(30),
         progress_every: Duration::from_secs(3600),
         pod: "gate-pod-0".into(),
+        metrics: Arc::new(Metrics::default()),
     };
     (
         Approvals::new(client, agent, settings, clock.clone()),
@@ -366,6 +367,7 @@ async fn conflict_on_consume_rereads_and_does_not_forward() {
     let c = call(&arguments);
     let name = expected_name(&c, 0);
     let (a, mut handle) = approvals(now());
+    let metrics = a.metrics.clone();
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &c).await;
     let (_, _, _, send) = next(&mut handle).await;
@@ -384,6 +386,12 @@ async fn conflict_on_consume_rereads_and_does_not_forward() {
     let res = task.await.unwrap().unwrap();
     assert!(
         matches!(res, Resolution::Refused { refusal: Refusal::Consumed { by: Some(ref b) }, .. } if b == "gate-pod-1")
+    );
+    assert!(
+        metrics
+            .encode()
+            .contains("hitl_gate_claim_conflicts_total 1"),
+        "the conflict is counted"
     );
 }
 
