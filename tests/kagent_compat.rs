@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use hitl_operator::api::ApprovalMode;
 use hitl_operator::cli::render::render_documents;
-use hitl_operator::manifest::parse_documents;
+use hitl_operator::manifest::{Document, parse_documents};
 use hitl_operator::render::RenderOptions;
 use serde_json::Value;
 
@@ -18,33 +18,29 @@ fn compat_dir() -> PathBuf {
 }
 
 /// Cases whose kagent features are not supported yet (issue 11). `render` refuses them, naming
-/// the field (never dropping it silently), except `agent_with_proxy_service`, whose difference
-/// is kagent's controller-wide tool proxy rather than a field of the case. A case that comes to
-/// equal kagent's rendering must leave this list and then meet the same bar as every other case.
+/// the field (never dropping it silently). A case that comes to equal kagent's rendering must
+/// leave this list and then meet the same bar as every other case.
 const AWAITING_SUPPORT: &[&str] = &[
-    "agent_with_code",
-    "agent_with_context_config",
     "agent_with_cross_namespace_tools",
     "agent_with_embedding_provider",
-    "agent_with_git_skills",
     "agent_with_memory",
-    "agent_with_nested_agent",
-    "agent_with_proxy",
-    "agent_with_proxy_mcpserver",
-    "agent_with_proxy_mcpserver_custom_timeout",
-    "agent_with_proxy_service",
-    "agent_with_skills",
     "tls-with-custom-ca",
     "tls-with-disabled-verify",
     "tls-with-system-cas-disabled",
 ];
 
+/// Cases kagent's test renders with its controller-wide proxy (their `proxyURL`), and that URL.
+const PROXIED: &[&str] = &[
+    "agent_with_proxy",
+    "agent_with_proxy_external_remotemcp",
+    "agent_with_proxy_mcpserver",
+    "agent_with_proxy_mcpserver_custom_timeout",
+    "agent_with_proxy_service",
+];
+const KAGENT_TEST_PROXY: &str = "http://proxy.kagent.svc.cluster.local:8080";
+
 fn awaiting_support(case: &Path) -> bool {
-    let stem = case
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or_default();
-    AWAITING_SUPPORT.contains(&stem)
+    AWAITING_SUPPORT.contains(&stem(case))
 }
 
 /// The cases `render` supports.
@@ -108,8 +104,12 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// A key of the rendered Secret of the case's agent: the last Agent of the case, as in kagent's
+/// test (the Agents before it are its tools).
 fn secret_key(objects: &[Value], key: &str) -> Option<Value> {
-    let secret = objects.iter().find(|o| o["kind"] == "Secret")?;
+    let secret = objects
+        .iter()
+        .rfind(|o| o["kind"] == "Secret" && o["data"].get("config.json").is_some())?;
     let encoded: Vec<u8> =
         serde_json::from_value::<k8s_openapi::ByteString>(secret["data"][key].clone())
             .ok()?
@@ -117,11 +117,38 @@ fn secret_key(objects: &[Value], key: &str) -> Option<Value> {
     serde_json::from_slice(&encoded).ok()
 }
 
+fn stem(case: &Path) -> &str {
+    case.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default()
+}
+
+/// The Namespaces kagent's test creates besides those of the objects: the `name.namespace`
+/// hosts of RemoteMCPServer URLs (whether such a URL is in the cluster depends on them).
+fn url_namespaces(documents: &[Document]) -> Vec<Document> {
+    documents
+        .iter()
+        .filter(|d| d.kind() == "RemoteMCPServer")
+        .filter_map(|d| d.value["spec"]["url"].as_str())
+        .filter_map(|url| reqwest::Url::parse(url).ok()?.host_str().map(str::to_owned))
+        .filter_map(|host| host.split('.').nth(1).map(str::to_owned))
+        .map(|namespace| Document {
+            file: "kagent-test-namespaces".into(),
+            value: serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+        })
+        .collect()
+}
+
 fn render_report(case: &Path, mode: ApprovalMode) -> hitl_operator::cli::render::RenderReport {
     let text = std::fs::read_to_string(case).unwrap();
-    let documents = parse_documents(&case.display().to_string(), &text).unwrap();
+    let mut documents = parse_documents(&case.display().to_string(), &text).unwrap();
+    let proxied = PROXIED.contains(&stem(case));
+    if proxied {
+        documents.extend(url_namespaces(&documents));
+    }
     let options = RenderOptions {
         default_approval_mode: mode,
+        proxy_url: proxied.then(|| KAGENT_TEST_PROXY.parse().unwrap()),
         ..RenderOptions::default()
     };
     render_documents(documents, "default", &options)
@@ -177,9 +204,15 @@ fn gate_mode_differs_only_where_design_allows() {
                 continue;
             };
             for entry in entries {
+                // Through a proxy, servers share a URL: the routing header tells them apart.
                 let server = servers
                     .iter()
-                    .find(|s| s["params"]["url"] == entry["params"]["url"])
+                    .find(|s| s["params"] == entry["params"])
+                    .or_else(|| {
+                        servers
+                            .iter()
+                            .find(|s| s["params"]["url"] == entry["params"]["url"])
+                    })
                     .expect("every runtime server has a gate entry");
                 // The upstream identity and credentials move to gate.json...
                 assert_eq!(server["params"]["headers"], entry["params"]["headers"]);

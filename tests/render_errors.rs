@@ -194,11 +194,11 @@ fn a_custom_service_account_is_bound_not_created() {
 
 #[test]
 fn kagent_kinds_we_do_not_serve_are_refused() {
-    let yaml = "apiVersion: kagent.dev/v1alpha1\nkind: MCPServer\nmetadata: {name: m, namespace: ns}\nspec: {}\n";
+    let yaml = "apiVersion: kagent.dev/v1alpha1\nkind: ToolServer\nmetadata: {name: m, namespace: ns}\nspec: {}\n";
     assert_eq!(
         problems(yaml),
         [
-            "t.yaml: MCPServer ns/m: apiVersion \"kagent.dev/v1alpha1\" kind \"MCPServer\" is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig and ApprovalRequest in kagent.dev/v1alpha2)"
+            "t.yaml: ToolServer ns/m: apiVersion \"kagent.dev/v1alpha1\" kind \"ToolServer\" is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig and ApprovalRequest in kagent.dev/v1alpha2)"
         ]
     );
 }

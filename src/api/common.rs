@@ -1,5 +1,8 @@
 //! Types shared by several kinds: value references and Go-style durations.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +55,81 @@ pub struct ValueRef {
     /// Read the value from a Secret or ConfigMap key instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_from: Option<ValueSource>,
+}
+
+/// Which namespaces may reference an object from another namespace (kagent's Gateway-API-style
+/// rule). Absent means the object's own namespace only.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!(self.from == 'Selector' && !has(self.selector))").message("selector must be specified when from is Selector"))]
+pub struct AllowedNamespaces {
+    /// `All`, `Same` (default) or `Selector`.
+    #[serde(default)]
+    pub from: FromNamespaces,
+    /// Labels of the namespaces allowed when `from` is `Selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// Where references may come from.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum FromNamespaces {
+    /// Every namespace.
+    All,
+    /// The object's own namespace only.
+    #[default]
+    Same,
+    /// Namespaces whose labels match `selector`.
+    Selector,
+}
+
+impl AllowedNamespaces {
+    /// Whether an object in `source` may reference one in `target` that carries these rules;
+    /// `source_labels` are the labels of namespace `source` (`None` when it is unknown).
+    pub fn allows(
+        rules: Option<&Self>,
+        source: &str,
+        target: &str,
+        source_labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        if source == target {
+            return true;
+        }
+        let Some(rules) = rules else {
+            return false;
+        };
+        match rules.from {
+            FromNamespaces::All => true,
+            FromNamespaces::Same => false,
+            FromNamespaces::Selector => match (&rules.selector, source_labels) {
+                (Some(selector), Some(labels)) => selector_matches(selector, labels),
+                _ => false,
+            },
+        }
+    }
+}
+
+/// Whether `labels` match a label selector (matchLabels and matchExpressions, ANDed).
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(key, value)| labels.get(key) == Some(value));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|expr| {
+        let values = expr.values.as_deref().unwrap_or_default();
+        let value = labels.get(&expr.key);
+        match expr.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    by_labels && by_expressions
 }
 
 /// Schema of a free-form JSON object kept as written (`x-kubernetes-preserve-unknown-fields`).

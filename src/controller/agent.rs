@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -19,7 +19,7 @@ use kube::{Resource, ResourceExt};
 use super::approval_request::pending_for;
 use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
-use crate::api::{Agent, ModelConfig, RemoteMCPServer};
+use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 use crate::gate::hash::BindingKey;
 use crate::kube::apply::FIELD_MANAGER;
 use crate::kube::conditions::{find, remove_condition};
@@ -244,6 +244,30 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
                 .await?
             {
                 store.insert_config_map(o);
+            }
+        }
+        RefKind::Agent => {
+            if let Some(o) = Api::<Agent>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
+                store.insert_agent(o);
+            }
+        }
+        RefKind::MCPServer => {
+            if let Some(o) = Api::<MCPServer>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
+                store.insert_mcp_server(o);
+            }
+        }
+        RefKind::Namespace => {
+            // Namespaces only decide whether a server URL is in the cluster (for the proxy)
+            // and allowedNamespaces selectors; without the RBAC to read them (a namespaced
+            // install), they are unknown, which proxies less and allows nothing by selector.
+            if let Ok(Some(o)) = Api::<Namespace>::all(client).get_opt(name).await {
+                store.insert_namespace(o);
             }
         }
     }

@@ -36,6 +36,8 @@ use super::{
 use crate::api::common::ValueSourceType;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, ModelConfig, RemoteMCPServer};
 use crate::render::network::{Cidr, default_cluster_cidrs};
+use crate::render::proxy::ProxyUrl;
+use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
 use crate::render::{DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions};
 use crate::{Error, Result};
 
@@ -69,6 +71,14 @@ pub struct ControllerArgs {
         default_values_t = default_cluster_cidrs()
     )]
     pub cluster_cidrs: Vec<Cidr>,
+    /// kagent's proxy for in-cluster tool servers and agents, such as
+    /// `http://proxy.kagent.svc.cluster.local:8080`. Where a gate runs, only the gate's calls
+    /// to servers use it; config.json keeps pointing gated servers at the gate.
+    #[arg(long, env = "PROXY_URL")]
+    pub proxy_url: Option<ProxyUrl>,
+    /// Image of the init container that fetches an Agent's skills.
+    #[arg(long, env = "SKILLS_INIT_IMAGE", default_value = DEFAULT_SKILLS_INIT_IMAGE)]
+    pub skills_init_image: String,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -479,6 +489,8 @@ async fn run_controllers(
         agent_image: args.agent_image.clone(),
         gate_image: args.gate_image.clone(),
         cluster_cidrs: args.cluster_cidrs.clone(),
+        proxy_url: args.proxy_url.clone(),
+        skills_init_image: args.skills_init_image.clone(),
     };
     let instance = std::env::var("POD_NAME").ok();
     let ctx = Arc::new(Context::new(

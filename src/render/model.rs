@@ -32,6 +32,30 @@ pub struct RenderedModel {
 }
 
 impl RenderedModel {
+    /// Adds what `other` (a second model of the agent) needs to the pod, skipping environment
+    /// variables and volumes already there by name and mounts by path, as kagent merges them.
+    pub fn merge_deployment(&mut self, other: &RenderedModel) {
+        for var in &other.env {
+            if !self.env.iter().any(|v| v.name == var.name) {
+                self.env.push(var.clone());
+            }
+        }
+        for volume in &other.volumes {
+            if !self.volumes.iter().any(|v| v.name == volume.name) {
+                self.volumes.push(volume.clone());
+            }
+        }
+        for mount in &other.volume_mounts {
+            if !self
+                .volume_mounts
+                .iter()
+                .any(|m| m.mount_path == mount.mount_path)
+            {
+                self.volume_mounts.push(mount.clone());
+            }
+        }
+    }
+
     fn plain_env(&mut self, name: &str, value: &str) {
         self.env.push(EnvVar {
             name: name.to_owned(),

@@ -26,6 +26,7 @@ use crate::gate::config::{GATE_METRICS_PORT, GATE_PORT};
 use crate::render::RenderOptions;
 use crate::render::model::RenderedModel;
 use crate::render::network::{self, PolicyInputs};
+use crate::render::skills::SkillsPod;
 
 /// Port of the agent runtime (A2A).
 pub const AGENT_PORT: i32 = 8080;
@@ -157,6 +158,8 @@ pub struct ObjectInputs<'a> {
     pub placement: GatePlacement,
     /// Model environment and volumes.
     pub model: &'a RenderedModel,
+    /// What the Agent's skills add to the pod.
+    pub skills: Option<&'a SkillsPod>,
     /// Content of the Secret.
     pub secret_data: BTreeMap<String, Vec<u8>>,
     /// Value of the config-hash annotation.
@@ -474,6 +477,18 @@ fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
     let mut volume_mounts = vec![mount("config", CONFIG_DIR)];
     volume_mounts.extend(inputs.model.volume_mounts.iter().cloned());
     volume_mounts.extend(deployment.volume_mounts);
+    let mut security_context = deployment.security_context;
+    if let Some(skills) = inputs.skills {
+        env.push(skills.env.clone());
+        volume_mounts.push(skills.mount.clone());
+        // kagent runs skills in a sandbox that needs a privileged container. Only without a
+        // gate: a privileged container can reach the node, and from there gate.json.
+        if !inputs.mode.uses_gate() {
+            security_context
+                .get_or_insert_with(SecurityContext::default)
+                .privileged = Some(true);
+        }
+    }
     Container {
         name: AGENT_CONTAINER.to_owned(),
         image: Some(
@@ -520,7 +535,7 @@ fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
             period_seconds: Some(10),
             ..Probe::default()
         }),
-        security_context: deployment.security_context,
+        security_context,
         volume_mounts: Some(volume_mounts),
         ..Container::default()
     }
@@ -548,13 +563,16 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
         &["config.json", "agent-card.json"],
     )];
     volumes.extend(inputs.model.volumes.iter().cloned());
-    let init_containers = if inputs.gate_placement() == Some(GatePlacement::Sidecar) {
+    let mut init_containers = Vec::new();
+    if inputs.gate_placement() == Some(GatePlacement::Sidecar) {
         volumes.extend(gate_volumes(agent));
-        Some(vec![gate_container(inputs)])
-    } else {
-        None
-    };
+        init_containers.push(gate_container(inputs));
+    }
     volumes.extend(spec.volumes.iter().cloned());
+    if let Some(skills) = inputs.skills {
+        init_containers.push(skills.init_container.clone());
+        volumes.extend(skills.volumes.iter().cloned());
+    }
     Deployment {
         metadata: metadata(agent, name),
         spec: Some(DeploymentSpec {
@@ -572,7 +590,7 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
                 spec: Some(PodSpec {
                     service_account_name: Some(service_account_name(agent)),
                     automount_service_account_token: Some(false),
-                    init_containers,
+                    init_containers: non_empty(init_containers),
                     containers: vec![agent_container(inputs)],
                     volumes: Some(volumes),
                     image_pull_secrets: non_empty(spec.image_pull_secrets.clone()),

@@ -2,12 +2,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use kube::ResourceExt;
 
 use crate::api::agent::ToolServerKind;
 use crate::api::common::{ValueRef, ValueSource, ValueSourceType};
-use crate::api::{Agent, ModelConfig, RemoteMCPServer};
+use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 
 /// Name of the ModelConfig used when an Agent names none.
 pub const DEFAULT_MODEL_CONFIG: &str = "default-model-config";
@@ -25,6 +25,12 @@ pub enum RefKind {
     Secret,
     /// core/v1 ConfigMap.
     ConfigMap,
+    /// kagent.dev/v1alpha2 Agent (used as a tool).
+    Agent,
+    /// kmcp's kagent.dev/v1alpha1 MCPServer.
+    MCPServer,
+    /// core/v1 Namespace (cluster-scoped: its key has an empty namespace).
+    Namespace,
 }
 
 impl RefKind {
@@ -36,6 +42,9 @@ impl RefKind {
             Self::Service => "Service",
             Self::Secret => "Secret",
             Self::ConfigMap => "ConfigMap",
+            Self::Agent => "Agent",
+            Self::MCPServer => "MCPServer",
+            Self::Namespace => "Namespace",
         }
     }
 }
@@ -45,6 +54,7 @@ impl From<ToolServerKind> for RefKind {
         match kind {
             ToolServerKind::RemoteMCPServer => Self::RemoteMCPServer,
             ToolServerKind::Service => Self::Service,
+            ToolServerKind::MCPServer => Self::MCPServer,
         }
     }
 }
@@ -81,7 +91,11 @@ impl ObjectKey {
 
 impl std::fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+        if self.kind == RefKind::Namespace {
+            write!(f, "Namespace {}", self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+        }
     }
 }
 
@@ -95,6 +109,9 @@ pub struct RefStore {
     services: ByName<Service>,
     secrets: ByName<Secret>,
     config_maps: ByName<ConfigMap>,
+    agents: ByName<Agent>,
+    mcp_servers: ByName<MCPServer>,
+    namespaces: BTreeMap<String, Namespace>,
 }
 
 fn key_of<K: kube::Resource>(object: &K) -> (String, String) {
@@ -131,6 +148,36 @@ impl RefStore {
         self.config_maps.insert(key_of(&object), object);
     }
 
+    /// Adds or replaces an Agent (one used as a tool).
+    pub fn insert_agent(&mut self, object: Agent) {
+        self.agents.insert(key_of(&object), object);
+    }
+
+    /// Adds or replaces a kmcp MCPServer.
+    pub fn insert_mcp_server(&mut self, object: MCPServer) {
+        self.mcp_servers.insert(key_of(&object), object);
+    }
+
+    /// Adds or replaces a Namespace.
+    pub fn insert_namespace(&mut self, object: Namespace) {
+        self.namespaces.insert(object.name_any(), object);
+    }
+
+    /// An Agent by namespace and name.
+    pub fn agent(&self, namespace: &str, name: &str) -> Option<&Agent> {
+        lookup(&self.agents, namespace, name)
+    }
+
+    /// A kmcp MCPServer by namespace and name.
+    pub fn mcp_server(&self, namespace: &str, name: &str) -> Option<&MCPServer> {
+        lookup(&self.mcp_servers, namespace, name)
+    }
+
+    /// A Namespace by name.
+    pub fn namespace(&self, name: &str) -> Option<&Namespace> {
+        self.namespaces.get(name)
+    }
+
     /// A ModelConfig by namespace and name.
     pub fn model_config(&self, namespace: &str, name: &str) -> Option<&ModelConfig> {
         lookup(&self.model_configs, namespace, name)
@@ -165,6 +212,9 @@ impl RefStore {
             RefKind::Service => self.service(ns, name).is_some(),
             RefKind::Secret => self.secret(ns, name).is_some(),
             RefKind::ConfigMap => self.config_map(ns, name).is_some(),
+            RefKind::Agent => self.agent(ns, name).is_some(),
+            RefKind::MCPServer => self.mcp_server(ns, name).is_some(),
+            RefKind::Namespace => self.namespace(name).is_some(),
         }
     }
 }
@@ -183,8 +233,10 @@ fn header_keys<'a>(
         .map(move |source| value_source_key(source, namespace))
 }
 
-/// Every object the Agent references directly, plus those referenced by the tool servers
-/// already in `store` (their headersFrom). Sorted and without duplicates.
+/// Every object the Agent references directly, plus those referenced by the objects already
+/// in `store`: a tool server's headersFrom, the namespace a server URL names (for the proxy),
+/// and, through Agents used as tools, the whole chain of agent tools (to check it for
+/// cycles). Sorted and without duplicates.
 pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
     let namespace = agent.namespace().unwrap_or_default();
     let mut keys = BTreeSet::new();
@@ -196,24 +248,98 @@ pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
         .as_deref()
         .unwrap_or(DEFAULT_MODEL_CONFIG);
     keys.insert(ObjectKey::new(RefKind::ModelConfig, &namespace, model));
+    if let Some(summarizer) = declarative
+        .context
+        .as_ref()
+        .and_then(|c| c.compaction.as_ref())
+        .and_then(|c| c.summarizer.as_ref())
+        .and_then(|s| s.model_config.as_deref())
+        .filter(|name| !name.is_empty())
+    {
+        keys.insert(ObjectKey::new(RefKind::ModelConfig, &namespace, summarizer));
+    }
     if let Some(source) = &declarative.system_message_from {
         keys.insert(value_source_key(source, &namespace));
     }
+    for source in declarative
+        .prompt_template
+        .iter()
+        .flat_map(|t| &t.data_sources)
+    {
+        keys.insert(ObjectKey::new(RefKind::ConfigMap, &namespace, &source.name));
+    }
     for tool in &declarative.tools {
         keys.extend(header_keys(&tool.headers_from, &namespace));
-        let Some(server) = &tool.mcp_server else {
-            continue;
-        };
-        let server_namespace = server.namespace.as_deref().unwrap_or(&namespace);
-        let kind = server.kind.unwrap_or_default();
-        keys.insert(ObjectKey::new(kind.into(), server_namespace, &server.name));
-        if kind == ToolServerKind::RemoteMCPServer
-            && let Some(remote) = store.remote_mcp_server(server_namespace, &server.name)
-        {
-            keys.extend(header_keys(&remote.spec.headers_from, server_namespace));
+        if let Some(server) = &tool.mcp_server {
+            let server_namespace = server.namespace.as_deref().unwrap_or(&namespace);
+            let kind = server.kind.unwrap_or_default();
+            keys.insert(ObjectKey::new(kind.into(), server_namespace, &server.name));
+            if kind == ToolServerKind::RemoteMCPServer
+                && let Some(remote) = store.remote_mcp_server(server_namespace, &server.name)
+            {
+                keys.extend(header_keys(&remote.spec.headers_from, server_namespace));
+                if let Some(host_namespace) = url_namespace(&remote.spec.url) {
+                    keys.insert(ObjectKey::new(RefKind::Namespace, "", &host_namespace));
+                }
+            }
         }
     }
+    agent_tool_chain(agent, store, &mut keys);
     keys.into_iter().collect()
+}
+
+/// Adds the Agents reachable through agent tools, and the namespaces they are called from
+/// when that crosses namespaces (their labels decide `allowedNamespaces` selectors).
+fn agent_tool_chain(agent: &Agent, store: &RefStore, keys: &mut BTreeSet<ObjectKey>) {
+    let mut queue = vec![agent.clone()];
+    let mut seen = BTreeSet::new();
+    while let Some(caller) = queue.pop() {
+        let caller_namespace = caller.namespace().unwrap_or_default();
+        if !seen.insert((caller_namespace.clone(), caller.name_any())) {
+            continue;
+        }
+        for target in agent_tool_targets(&caller) {
+            keys.insert(ObjectKey::new(RefKind::Agent, &target.0, &target.1));
+            if target.0 != caller_namespace {
+                keys.insert(ObjectKey::new(RefKind::Namespace, "", &caller_namespace));
+            }
+            if let Some(next) = store.agent(&target.0, &target.1) {
+                queue.push(next.clone());
+            }
+        }
+    }
+}
+
+/// (namespace, name) of every Agent that `agent` uses as a tool.
+pub fn agent_tool_targets(agent: &Agent) -> Vec<(String, String)> {
+    let namespace = agent.namespace().unwrap_or_default();
+    agent
+        .spec
+        .declarative
+        .iter()
+        .flat_map(|d| &d.tools)
+        .filter_map(|tool| tool.agent.as_ref())
+        .map(|target| {
+            (
+                target
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| namespace.clone()),
+                target.name.clone(),
+            )
+        })
+        .collect()
+}
+
+/// The namespace a `http://name.namespace[:port]/...` URL names, as kagent reads it: a host of
+/// exactly two labels. Whether it is one depends on that Namespace existing.
+pub fn url_namespace(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let host = parsed.host_str()?;
+    match host.split('.').collect::<Vec<_>>().as_slice() {
+        [_, namespace] => Some((*namespace).to_owned()),
+        _ => None,
+    }
 }
 
 /// The references of `agent` that are not in `store` yet. Fetch them, insert them and call

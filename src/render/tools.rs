@@ -5,11 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 
-use crate::api::agent::{McpServerTool, Tool, ToolServerKind};
+use crate::api::agent::{McpServerTool, Tool, ToolServerKind, ToolType};
 use crate::api::common::{ValueRef, parse_duration_seconds};
 use crate::api::remote_mcp_server::McpProtocol;
+use crate::render::proxy::{ProxyUrl, is_internal_url};
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
+
+/// Timeout of a kmcp MCPServer that sets none (kmcp's CRD default).
+const DEFAULT_MCP_SERVER_TIMEOUT: f64 = 30.0;
 
 /// Annotation of a Service giving the MCP path (default `/mcp`).
 pub const SERVICE_PATH_ANNOTATION: &str = "kagent.dev/mcp-service-path";
@@ -57,22 +61,29 @@ struct Endpoint {
     terminate_on_close: Option<bool>,
 }
 
-/// Resolves every tool entry of an Agent. `object` names the Agent in errors and warnings.
+/// Resolves every MCP server entry of an Agent (Agent tools are [`super::agents`]'). `object`
+/// names the Agent in errors and warnings. With a `proxy`, servers in the cluster are reached
+/// through it, as kagent reaches them: the resolved URL and headers are the proxied ones.
 pub fn resolve_servers(
     object: &str,
     agent_namespace: &str,
     tools: &[Tool],
     refs: &RefStore,
+    proxy: Option<&ProxyUrl>,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<ResolvedServer>> {
     let mut seen = BTreeSet::new();
     let mut servers = Vec::with_capacity(tools.len());
     for (index, tool) in tools.iter().enumerate() {
         let field = format!("spec.declarative.tools[{index}]");
+        if tool.tool_type == ToolType::Agent {
+            continue;
+        }
         let server = tool.mcp_server.as_ref().ok_or_else(|| Error::InvalidSpec {
             object: object.to_owned(),
-            field: format!("{field}.mcpServer"),
-            message: "Required value: mcpServer is required when type is McpServer".into(),
+            field: field.clone(),
+            message: "Invalid value: type.mcpServer must be specified for McpServer filter.type"
+                .into(),
         })?;
         let field = format!("{field}.mcpServer");
         let kind = server_kind(object, &field, server)?;
@@ -92,16 +103,22 @@ pub fn resolve_servers(
                 ),
             });
         }
-        let endpoint = match kind {
+        let (endpoint, proxied) = match kind {
             ToolServerKind::RemoteMCPServer => {
-                remote_endpoint(object, &field, &namespace, &server.name, refs)?
+                let endpoint = remote_endpoint(object, &field, &namespace, &server.name, refs)?;
+                let internal = is_internal_url(&endpoint.url, refs);
+                (endpoint, internal)
             }
             ToolServerKind::Service => {
                 let service = refs.service(&namespace, &server.name).ok_or_else(|| {
                     not_found(object, &field, "Service", &namespace, &server.name)
                 })?;
-                service_endpoint(service, warnings)?
+                (service_endpoint(service, warnings)?, true)
             }
+            ToolServerKind::MCPServer => (
+                mcp_server_endpoint(object, &field, &namespace, &server.name, refs)?,
+                true,
+            ),
         };
         let mut headers = BTreeMap::new();
         resolve_headers(
@@ -120,12 +137,27 @@ pub fn resolve_servers(
             &format!("spec.declarative.tools[{index}].headersFrom"),
             &mut headers,
         )?;
+        let url = match proxy.filter(|_| proxied) {
+            Some(proxy) => {
+                let (url, proxied_headers) =
+                    proxy
+                        .route(&endpoint.url, &headers)
+                        .ok_or_else(|| Error::InvalidSpec {
+                            object: format!("{} {namespace}/{}", kind.as_str(), server.name),
+                            field: "spec.url".into(),
+                            message: format!("Invalid value: {:?}: not a URL", endpoint.url),
+                        })?;
+                headers = proxied_headers;
+                url
+            }
+            None => endpoint.url,
+        };
         servers.push(ResolvedServer {
             namespace,
             name: server.name.clone(),
             kind,
             protocol: endpoint.protocol,
-            url: endpoint.url,
+            url,
             headers,
             timeout: endpoint.timeout,
             sse_read_timeout: endpoint.sse_read_timeout,
@@ -153,6 +185,7 @@ fn server_kind(object: &str, field: &str, server: &McpServerTool) -> Result<Tool
     let group_fits = match kind {
         ToolServerKind::RemoteMCPServer => matches!(group, "" | "kagent.dev"),
         ToolServerKind::Service => matches!(group, "" | "core"),
+        ToolServerKind::MCPServer => matches!(group, "" | "kagent.dev"),
     };
     if group_fits {
         Ok(kind)
@@ -164,7 +197,7 @@ fn server_kind(object: &str, field: &str, server: &McpServerTool) -> Result<Tool
                 "Unsupported value: {group:?}: kind {} belongs to API group {:?}",
                 kind.as_str(),
                 match kind {
-                    ToolServerKind::RemoteMCPServer => "kagent.dev",
+                    ToolServerKind::RemoteMCPServer | ToolServerKind::MCPServer => "kagent.dev",
                     ToolServerKind::Service => "",
                 }
             ),
@@ -208,6 +241,41 @@ fn remote_endpoint(
             &spec.sse_read_timeout,
         )?,
         terminate_on_close: spec.terminate_on_close,
+    })
+}
+
+/// A kmcp MCPServer as an MCP endpoint, the way kagent reads it: Streamable HTTP on
+/// `http://<name>.<namespace>:<deployment.port>/mcp`, timeout 30s unless set.
+fn mcp_server_endpoint(
+    object: &str,
+    field: &str,
+    namespace: &str,
+    name: &str,
+    refs: &RefStore,
+) -> Result<Endpoint> {
+    let server = refs
+        .mcp_server(namespace, name)
+        .ok_or_else(|| not_found(object, field, "MCPServer", namespace, name))?;
+    let server_object = format!("MCPServer {namespace}/{name}");
+    let port = server
+        .spec
+        .deployment
+        .port
+        .filter(|port| (1..=65535).contains(port))
+        .ok_or_else(|| Error::InvalidSpec {
+            object: server_object.clone(),
+            field: "spec.deployment.port".into(),
+            message: "Required value: the port of the MCP server is needed to reach it".into(),
+        })?;
+    let timeout = duration_field(&server_object, "spec.timeout", &server.spec.timeout)?
+        .unwrap_or(DEFAULT_MCP_SERVER_TIMEOUT);
+    Ok(Endpoint {
+        protocol: McpProtocol::StreamableHttp,
+        url: format!("http://{name}.{namespace}:{port}/mcp"),
+        headers_from: Vec::new(),
+        timeout: Some(timeout),
+        sse_read_timeout: None,
+        terminate_on_close: None,
     })
 }
 
@@ -279,7 +347,7 @@ fn service_endpoint(service: &Service, warnings: &mut Vec<String>) -> Result<End
 }
 
 /// Adds resolved headers to `headers`; later entries win, as in kagent.
-fn resolve_headers(
+pub fn resolve_headers(
     headers_from: &[ValueRef],
     namespace: &str,
     refs: &RefStore,
