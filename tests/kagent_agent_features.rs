@@ -475,3 +475,32 @@ fn bad_agent_feature_input_is_refused_naming_the_field() {
     );
     assert!(secret_json(&report, "a", "config.json").is_some());
 }
+
+#[test]
+fn image_registry_and_service_account_config_apply_as_in_kagent() {
+    let yaml = format!(
+        "{BASE}{}",
+        agent(
+            "a",
+            "declarative:\n  systemMessage: hi\n  deployment:\n    imageRegistry: mirror.example.com\n    serviceAccountConfig: {labels: {team: blue}, annotations: {iam.example.com/role: agent}}\n"
+        )
+    );
+    let report = render(&yaml, ApprovalMode::Gate, false);
+    ok(&report);
+    let pod = &deployment(&report, "a")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["image"],
+        "mirror.example.com/kagent-dev/kagent/app:0.7.4"
+    );
+    let account = report
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "ServiceAccount" && o["metadata"]["name"] == "a")
+        .unwrap();
+    assert_eq!(account["metadata"]["labels"]["team"], "blue");
+    assert_eq!(account["metadata"]["labels"]["kagent.dev/agent"], "a");
+    assert_eq!(
+        account["metadata"]["annotations"]["iam.example.com/role"],
+        "agent"
+    );
+}

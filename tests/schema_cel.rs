@@ -244,6 +244,19 @@ fn agent_tools_follow_kagents_type_rules() {
 }
 
 #[test]
+fn service_account_name_and_config_are_mutually_exclusive() {
+    assert_rejected(
+        &agent(
+            "a",
+            json!({"systemMessage": "hi", "deployment": {"serviceAccountName": "sa",
+                   "serviceAccountConfig": {"labels": {"a": "b"}}}}),
+        ),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.deployment: Invalid value: serviceAccountName and serviceAccountConfig are mutually exclusive",
+    );
+}
+
+#[test]
 fn unsupported_tool_server_kinds_are_rejected() {
     assert_rejected(
         &agent_with_server(json!({"name": "fs", "kind": "Pod", "toolNames": ["t"]})),

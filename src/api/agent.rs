@@ -432,7 +432,16 @@ impl ToolServerKind {
 /// Pod-level settings of the agent's Deployment.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!(has(self.serviceAccountName) && has(self.serviceAccountConfig))").message("serviceAccountName and serviceAccountConfig are mutually exclusive"))]
 pub struct DeclarativeDeploymentSpec {
+    /// Registry of the default agent image (kagent's field): replaces the registry of the
+    /// operator's `--agent-image`; `image` wins over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub image_registry: Option<String>,
+    /// Labels and annotations of the ServiceAccount the operator creates for the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_config: Option<ServiceAccountConfig>,
     /// Number of agent pods (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
@@ -484,6 +493,18 @@ pub struct DeclarativeDeploymentSpec {
     /// Security context of the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_security_context: Option<PodSecurityContext>,
+}
+
+/// Metadata of the agent's ServiceAccount.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceAccountConfig {
+    /// Extra labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Extra annotations (for example a cloud IAM role).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Image pull policy.

@@ -456,6 +456,16 @@ fn non_empty_map<V>(map: BTreeMap<String, V>) -> Option<BTreeMap<String, V>> {
     (!map.is_empty()).then_some(map)
 }
 
+/// The default agent image, with its registry replaced by `registry` (kagent's imageRegistry).
+fn agent_image(default: &str, registry: Option<&str>) -> String {
+    match (registry.filter(|r| !r.is_empty()), default.split_once('/')) {
+        (Some(registry), Some((_, repository))) => {
+            format!("{}/{repository}", registry.trim_end_matches('/'))
+        }
+        _ => default.to_owned(),
+    }
+}
+
 fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
     let agent = inputs.agent;
     let deployment = agent
@@ -491,11 +501,12 @@ fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
     }
     Container {
         name: AGENT_CONTAINER.to_owned(),
-        image: Some(
-            deployment
-                .image
-                .unwrap_or_else(|| inputs.options.agent_image.clone()),
-        ),
+        image: Some(deployment.image.clone().unwrap_or_else(|| {
+            agent_image(
+                &inputs.options.agent_image,
+                deployment.image_registry.as_deref(),
+            )
+        })),
         image_pull_policy: deployment
             .image_pull_policy
             .map(|policy| policy.as_str().to_owned()),
@@ -746,10 +757,25 @@ pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
         .as_ref()
         .and_then(|d| d.deployment.as_ref())
         .is_some_and(|d| d.service_account_name.is_some());
-    let service_account = (!custom_service_account).then(|| ServiceAccount {
-        metadata: metadata(agent, name.clone()),
-        automount_service_account_token: Some(false),
-        ..ServiceAccount::default()
+    let service_account = (!custom_service_account).then(|| {
+        let mut meta = metadata(agent, name.clone());
+        if let Some(config) = agent
+            .spec
+            .declarative
+            .as_ref()
+            .and_then(|d| d.deployment.as_ref())
+            .and_then(|d| d.service_account_config.as_ref())
+        {
+            let mut labels = config.labels.clone();
+            labels.extend(meta.labels.take().unwrap_or_default());
+            meta.labels = Some(labels);
+            meta.annotations = non_empty_map(config.annotations.clone());
+        }
+        ServiceAccount {
+            metadata: meta,
+            automount_service_account_token: Some(false),
+            ..ServiceAccount::default()
+        }
     });
     let (role, role_binding) = if let Some(placement) = inputs.gate_placement() {
         let role = Role {
