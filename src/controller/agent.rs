@@ -182,7 +182,7 @@ async fn fetch_refs(agent: &Agent, ctx: &Context) -> Result<RefStore> {
     let mut store = RefStore::default();
     let mut fetched = BTreeSet::new();
     loop {
-        let missing: Vec<ObjectKey> = missing_refs(agent, &store)
+        let missing: Vec<ObjectKey> = missing_refs(agent, &store, ctx.render.proxy_url.is_some())
             .into_iter()
             .filter(|key| !fetched.contains(key))
             .collect();
@@ -194,7 +194,7 @@ async fn fetch_refs(agent: &Agent, ctx: &Context) -> Result<RefStore> {
             fetched.insert(key);
         }
     }
-    let keys: Vec<RefKey> = agent_references(agent, &store)
+    let keys: Vec<RefKey> = agent_references(agent, &store, ctx.render.proxy_url.is_some())
         .into_iter()
         .map(|key| (key.kind.as_str(), key.namespace, key.name))
         .collect();

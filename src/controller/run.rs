@@ -440,10 +440,12 @@ async fn run_controllers(
         }
     };
 
-    // Agents and ApprovalRequests are each watched once and shared by two controllers.
+    // Agents and ApprovalRequests are each watched once and shared by the controllers.
     let (agents, agent_writer) = reflector::store_shared::<Agent>(256);
     let agents_for_agents = agent_writer.subscribe().expect("shared store");
     let agents_for_requests = agent_writer.subscribe().expect("shared store");
+    // An Agent used as a tool by others: its changes requeue them (description, cycles).
+    let agents_for_callers = agent_writer.subscribe().expect("shared store");
     let caches = CacheSync::default();
     let agent_root = caches.track(
         "Agent",
@@ -548,6 +550,10 @@ async fn run_controllers(
                 metadata::<ConfigMap>(&client, namespace),
                 by_ref(&ctx, "ConfigMap"),
             )
+            .watches_shared_stream(agents_for_callers, {
+                let by_agent = by_ref(&ctx, "Agent");
+                move |agent: Arc<Agent>| by_agent(agent.as_ref().clone())
+            })
             .watches_shared_stream(requests_for_agents, |request: Arc<ApprovalRequest>| {
                 Some(
                     ObjectRef::new(&request.spec.agent_ref.name)

@@ -234,10 +234,10 @@ fn header_keys<'a>(
 }
 
 /// Every object the Agent references directly, plus those referenced by the objects already
-/// in `store`: a tool server's headersFrom, the namespace a server URL names (for the proxy),
-/// and, through Agents used as tools, the whole chain of agent tools (to check it for
-/// cycles). Sorted and without duplicates.
-pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
+/// in `store`: a tool server's headersFrom, the namespace a server URL names (only `proxied`:
+/// it decides whether the proxy is used), and, through Agents used as tools, the whole chain
+/// of agent tools (to check it for cycles). Sorted and without duplicates.
+pub fn agent_references(agent: &Agent, store: &RefStore, proxied: bool) -> Vec<ObjectKey> {
     let namespace = agent.namespace().unwrap_or_default();
     let mut keys = BTreeSet::new();
     let Some(declarative) = &agent.spec.declarative else {
@@ -278,7 +278,7 @@ pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
                 && let Some(remote) = store.remote_mcp_server(server_namespace, &server.name)
             {
                 keys.extend(header_keys(&remote.spec.headers_from, server_namespace));
-                if let Some(host_namespace) = url_namespace(&remote.spec.url) {
+                if let Some(host_namespace) = url_namespace(&remote.spec.url).filter(|_| proxied) {
                     keys.insert(ObjectKey::new(RefKind::Namespace, "", &host_namespace));
                 }
             }
@@ -344,9 +344,9 @@ pub fn url_namespace(url: &str) -> Option<String> {
 
 /// The references of `agent` that are not in `store` yet. Fetch them, insert them and call
 /// again until it returns nothing: a RemoteMCPServer's own references only appear once the
-/// server is in the store.
-pub fn missing_refs(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
-    agent_references(agent, store)
+/// server is in the store. `proxied`: whether the operator has a proxy URL.
+pub fn missing_refs(agent: &Agent, store: &RefStore, proxied: bool) -> Vec<ObjectKey> {
+    agent_references(agent, store, proxied)
         .into_iter()
         .filter(|key| !store.contains(key))
         .collect()
