@@ -47,6 +47,7 @@ fn fixture() -> (Agent, RefStore) {
                 tool_names,
                 ..McpServerTool::default()
             }),
+            agent: None,
             headers_from: Vec::new(),
         });
     }
@@ -61,8 +62,7 @@ fn fixture() -> (Agent, RefStore) {
                 approval: Some(ApprovalSettings::default()),
                 ..DeclarativeAgentSpec::default()
             }),
-            byo: None,
-            allowed_namespaces: None,
+            ..AgentSpec::default()
         },
     );
     agent.metadata.namespace = Some("bench".into());

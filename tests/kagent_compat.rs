@@ -1,13 +1,12 @@
-//! kagent compatibility: every supported case of `../shared/compat/kagent/` renders, in Runtime
-//! mode, to the config.json kagent renders (keys whose value is null, "", [] or {} dropped on
-//! both sides), and in Gate mode differs only as DESIGN.md §3 allows; the cases not supported
-//! yet are refused, naming the field.
+//! kagent compatibility: every case of `../shared/compat/kagent/` renders, in Runtime mode, to
+//! the config.json kagent renders (keys whose value is null, "", [] or {} dropped on both
+//! sides), and in Gate mode differs only as DESIGN.md §3 allows.
 
 use std::path::{Path, PathBuf};
 
 use hitl_operator::api::ApprovalMode;
 use hitl_operator::cli::render::render_documents;
-use hitl_operator::manifest::parse_documents;
+use hitl_operator::manifest::{Document, parse_documents};
 use hitl_operator::render::RenderOptions;
 use serde_json::Value;
 
@@ -17,40 +16,18 @@ fn compat_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/compat/kagent"))
 }
 
-/// Cases whose kagent features are not supported yet (issue 11). `render` refuses them, naming
-/// the field (never dropping it silently), except `agent_with_proxy_service`, whose difference
-/// is kagent's controller-wide tool proxy rather than a field of the case. A case that comes to
-/// equal kagent's rendering must leave this list and then meet the same bar as every other case.
-const AWAITING_SUPPORT: &[&str] = &[
-    "agent_with_code",
-    "agent_with_context_config",
-    "agent_with_cross_namespace_tools",
-    "agent_with_git_skills",
-    "agent_with_nested_agent",
+/// Cases kagent's test renders with its controller-wide proxy (their `proxyURL`), and that URL.
+const PROXIED: &[&str] = &[
     "agent_with_proxy",
+    "agent_with_proxy_external_remotemcp",
     "agent_with_proxy_mcpserver",
     "agent_with_proxy_mcpserver_custom_timeout",
     "agent_with_proxy_service",
-    "agent_with_skills",
 ];
+const KAGENT_TEST_PROXY: &str = "http://proxy.kagent.svc.cluster.local:8080";
 
-fn awaiting_support(case: &Path) -> bool {
-    let stem = case
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or_default();
-    AWAITING_SUPPORT.contains(&stem)
-}
-
-/// The cases `render` supports.
+/// Every case of the shared directory.
 fn cases() -> Vec<PathBuf> {
-    all_cases()
-        .into_iter()
-        .filter(|case| !awaiting_support(case))
-        .collect()
-}
-
-fn all_cases() -> Vec<PathBuf> {
     let dir = compat_dir();
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e} (set KAGENT_COMPAT_DIR)", dir.display()))
@@ -59,8 +36,8 @@ fn all_cases() -> Vec<PathBuf> {
         .collect();
     cases.sort();
     assert!(
-        cases.len() >= 10,
-        "expected kagent's cases in {}",
+        cases.len() >= 26,
+        "expected kagent's 26 cases in {}",
         dir.display()
     );
     cases
@@ -103,8 +80,12 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// A key of the rendered Secret of the case's agent: the last Agent of the case, as in kagent's
+/// test (the Agents before it are its tools).
 fn secret_key(objects: &[Value], key: &str) -> Option<Value> {
-    let secret = objects.iter().find(|o| o["kind"] == "Secret")?;
+    let secret = objects
+        .iter()
+        .rfind(|o| o["kind"] == "Secret" && o["data"].get("config.json").is_some())?;
     let encoded: Vec<u8> =
         serde_json::from_value::<k8s_openapi::ByteString>(secret["data"][key].clone())
             .ok()?
@@ -112,11 +93,71 @@ fn secret_key(objects: &[Value], key: &str) -> Option<Value> {
     serde_json::from_slice(&encoded).ok()
 }
 
+fn stem(case: &Path) -> &str {
+    case.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default()
+}
+
+/// The Namespaces kagent's test creates besides those of the objects: the `name.namespace`
+/// hosts of RemoteMCPServer URLs (whether such a URL is in the cluster depends on them).
+fn url_namespaces(documents: &[Document]) -> Vec<Document> {
+    documents
+        .iter()
+        .filter(|d| d.kind() == "RemoteMCPServer")
+        .filter_map(|d| d.value["spec"]["url"].as_str())
+        .filter_map(|url| reqwest::Url::parse(url).ok()?.host_str().map(str::to_owned))
+        .filter_map(|host| host.split('.').nth(1).map(str::to_owned))
+        .map(|namespace| Document {
+            file: "kagent-test-namespaces".into(),
+            value: serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+        })
+        .collect()
+}
+
+/// kagent's test translates only the case's agent; the Agents it uses as tools are only read.
+/// `render` renders every Agent it is given, so each tool Agent gets the case's ModelConfigs
+/// (and their Secrets) in its own namespace when that namespace has none.
+fn tool_agent_models(documents: &[Document]) -> Vec<Document> {
+    let namespace_of = |d: &Document| d.value["metadata"]["namespace"].as_str().map(str::to_owned);
+    let has_model = |ns: &str| {
+        documents
+            .iter()
+            .any(|d| d.kind() == "ModelConfig" && namespace_of(d).as_deref() == Some(ns))
+    };
+    let needing: std::collections::BTreeSet<String> = documents
+        .iter()
+        .filter(|d| d.kind() == "Agent")
+        .filter_map(namespace_of)
+        .filter(|ns| !has_model(ns))
+        .collect();
+    needing
+        .iter()
+        .flat_map(|ns| {
+            documents
+                .iter()
+                .filter(|d| matches!(d.kind(), "ModelConfig" | "Secret"))
+                .map(move |d| {
+                    let mut copy = d.clone();
+                    copy.value["metadata"]["namespace"] = serde_json::json!(ns);
+                    copy
+                })
+        })
+        .collect()
+}
+
 fn render_report(case: &Path, mode: ApprovalMode) -> hitl_operator::cli::render::RenderReport {
     let text = std::fs::read_to_string(case).unwrap();
-    let documents = parse_documents(&case.display().to_string(), &text).unwrap();
+    let mut documents = parse_documents(&case.display().to_string(), &text).unwrap();
+    let models = tool_agent_models(&documents);
+    documents.extend(models);
+    let proxied = PROXIED.contains(&stem(case));
+    if proxied {
+        documents.extend(url_namespaces(&documents));
+    }
     let options = RenderOptions {
         default_approval_mode: mode,
+        proxy_url: proxied.then(|| KAGENT_TEST_PROXY.parse().unwrap()),
         ..RenderOptions::default()
     };
     render_documents(documents, "default", &options)
@@ -172,9 +213,15 @@ fn gate_mode_differs_only_where_design_allows() {
                 continue;
             };
             for entry in entries {
+                // Through a proxy, servers share a URL: the routing header tells them apart.
                 let server = servers
                     .iter()
-                    .find(|s| s["params"]["url"] == entry["params"]["url"])
+                    .find(|s| s["params"] == entry["params"])
+                    .or_else(|| {
+                        servers
+                            .iter()
+                            .find(|s| s["params"]["url"] == entry["params"]["url"])
+                    })
                     .expect("every runtime server has a gate entry");
                 // The upstream identity and credentials move to gate.json...
                 assert_eq!(server["params"]["headers"], entry["params"]["headers"]);
@@ -211,41 +258,5 @@ fn gate_mode_differs_only_where_design_allows() {
             without_empty(&gated),
             without_empty(&expected)
         );
-    }
-}
-
-#[test]
-fn unsupported_kagent_features_are_refused_by_field_and_still_listed() {
-    let pending: Vec<PathBuf> = all_cases()
-        .into_iter()
-        .filter(|case| awaiting_support(case))
-        .collect();
-    assert_eq!(
-        pending.len(),
-        AWAITING_SUPPORT.len(),
-        "every listed case exists"
-    );
-    for case in pending {
-        let report = render_report(&case, ApprovalMode::Runtime);
-        if report.problems.is_empty() {
-            let expected: Value = serde_json::from_str(
-                &std::fs::read_to_string(case.with_extension("config.json")).unwrap(),
-            )
-            .unwrap();
-            let (config, _) = render(&case, ApprovalMode::Runtime);
-            assert!(
-                !same(&without_empty(&config), &without_empty(&expected)),
-                "{} renders as kagent does now: take it off AWAITING_SUPPORT",
-                case.display()
-            );
-            continue;
-        }
-        for problem in &report.problems {
-            assert!(
-                problem.contains(": spec.") || problem.contains("is not served"),
-                "{}: the refusal names no field: {problem}",
-                case.display()
-            );
-        }
     }
 }

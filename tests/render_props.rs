@@ -100,6 +100,7 @@ fn fixture(servers: &[ServerCase], mode: Option<ApprovalMode>) -> (Agent, RefSto
                 require_approval: case.gated.clone(),
                 ..McpServerTool::default()
             }),
+            agent: None,
             headers_from: Vec::new(),
         });
     }
@@ -117,8 +118,7 @@ fn fixture(servers: &[ServerCase], mode: Option<ApprovalMode>) -> (Agent, RefSto
                 }),
                 ..DeclarativeAgentSpec::default()
             }),
-            byo: None,
-            allowed_namespaces: None,
+            ..AgentSpec::default()
         },
     );
     agent.metadata.namespace = Some("ns".into());

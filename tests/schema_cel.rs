@@ -205,24 +205,111 @@ fn go_durations_are_accepted() {
 }
 
 #[test]
-fn only_mcp_server_tools_are_supported() {
+fn agent_tools_follow_kagents_type_rules() {
+    let with_tools = |tools: Value| agent("a", json!({"systemMessage": "hi", "tools": tools}));
+    assert_valid(&with_tools(
+        json!([{"type": "Agent", "agent": {"name": "b"}}]),
+    ));
+    for (tools, message) in [
+        (
+            json!([{"type": "Agent"}]),
+            "type.agent must be specified for Agent filter.type",
+        ),
+        (
+            json!([{"type": "McpServer"}]),
+            "type.mcpServer must be specified for McpServer filter.type",
+        ),
+        (
+            json!([{"type": "McpServer", "mcpServer": {"name": "s"}, "agent": {"name": "b"}}]),
+            "type.agent must be nil if the type is not Agent",
+        ),
+        (
+            json!([{"type": "Agent", "agent": {"name": "b"}, "mcpServer": {"name": "s"}}]),
+            "type.mcpServer must be nil if the type is not McpServer",
+        ),
+    ] {
+        assert_rejected(
+            &with_tools(tools),
+            None,
+            &format!(
+                "The Agent \"a\" is invalid: spec.declarative.tools[0]: Invalid value: {message}"
+            ),
+        );
+    }
+    assert_rejected(
+        &with_tools(json!([{"type": "Script"}])),
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].type: Unsupported value: \"Script\": supported values: \"McpServer\", \"Agent\"",
+    );
+}
+
+#[test]
+fn service_account_name_and_config_are_mutually_exclusive() {
     assert_rejected(
         &agent(
             "a",
-            json!({"systemMessage": "hi", "tools": [{"type": "Agent"}]}),
+            json!({"systemMessage": "hi", "deployment": {"serviceAccountName": "sa",
+                   "serviceAccountConfig": {"labels": {"a": "b"}}}}),
         ),
         None,
-        "The Agent \"a\" is invalid: spec.declarative.tools[0].type: Unsupported value: \"Agent\": supported values: \"McpServer\"",
+        "The Agent \"a\" is invalid: spec.declarative.deployment: Invalid value: serviceAccountName and serviceAccountConfig are mutually exclusive",
     );
 }
 
 #[test]
 fn unsupported_tool_server_kinds_are_rejected() {
     assert_rejected(
-        &agent_with_server(json!({"name": "fs", "kind": "MCPServer", "toolNames": ["t"]})),
+        &agent_with_server(json!({"name": "fs", "kind": "Pod", "toolNames": ["t"]})),
         None,
-        "The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer.kind: Unsupported value: \"MCPServer\": supported values: \"RemoteMCPServer\", \"Service\"",
+        "The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer.kind: Unsupported value: \"Pod\": supported values: \"RemoteMCPServer\", \"Service\", \"MCPServer\"",
     );
+}
+
+#[test]
+fn skills_context_and_allowed_namespaces_follow_kagents_schema() {
+    let with_spec = |extra: Value| {
+        let mut object = agent("a", json!({"systemMessage": "hi"}));
+        object["spec"]
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        object
+    };
+    assert_valid(&with_spec(json!({
+        "skills": {"refs": ["foo:latest"], "gitRefs": [{"url": "https://g/o/r", "ref": "v1"}],
+                   "gitAuthSecretRef": {"name": "token"}},
+        "allowedNamespaces": {"from": "Selector", "selector": {"matchLabels": {"team": "a"}}}
+    })));
+    assert_rejected(
+        &with_spec(json!({"skills": {"insecureSkipVerify": true}})),
+        None,
+        "The Agent \"a\" is invalid: spec.skills: Invalid value: at least one of the fields in [refs gitRefs] must be set",
+    );
+    assert_rejected(
+        &with_spec(json!({"allowedNamespaces": {"from": "Selector"}})),
+        None,
+        "The Agent \"a\" is invalid: spec.allowedNamespaces: Invalid value: selector must be specified when from is Selector",
+    );
+    assert_rejected(
+        &with_spec(json!({"skills": {"gitRefs": [{"ref": "main"}]}})),
+        None,
+        "The Agent \"a\" is invalid: spec.skills.gitRefs[0].url: Required value",
+    );
+    let compaction = agent(
+        "a",
+        json!({"systemMessage": "hi", "context": {"compaction": {"compactionInterval": 0}}}),
+    );
+    assert_rejected(
+        &compaction,
+        None,
+        "The Agent \"a\" is invalid: spec.declarative.context.compaction.compactionInterval: Invalid value: 0: spec.declarative.context.compaction.compactionInterval in body should be greater than or equal to 1",
+    );
+    assert_valid(&agent(
+        "a",
+        json!({"systemMessage": "hi", "executeCodeBlocks": true,
+               "promptTemplate": {"dataSources": [{"kind": "ConfigMap", "name": "frags", "alias": "f"}]},
+               "a2aConfig": {"skills": [{"id": "s", "name": "S", "tags": ["t"]}]}}),
+    ));
 }
 
 #[test]

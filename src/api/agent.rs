@@ -22,7 +22,7 @@ pub const MAX_TOOL_NAMES: usize = 50;
 pub const MAX_TOOL_NAME_LENGTH: usize = 128;
 
 /// Desired state of an Agent.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "kagent.dev",
     version = "v1alpha2",
@@ -55,9 +55,56 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserve_unknown_object")]
     pub byo: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Namespaces whose Agents may use this agent as a tool (unset: only its own namespace).
+    /// Skills fetched into `/skills` of the agent pod before it starts (OCI images, git
+    /// repositories).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Skills>,
+    /// Namespaces whose Agents may use this Agent as a tool (default: its own namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_namespaces: Option<AllowedNamespaces>,
+}
+
+/// Skills of an agent: OCI images and git repositories, each unpacked into `/skills/<name>`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("has(self.refs) || has(self.gitRefs)").message("at least one of the fields in [refs gitRefs] must be set"))]
+pub struct Skills {
+    /// Pull the skill images over plain HTTP or without verifying TLS (development only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure_skip_verify: Option<bool>,
+    /// Skill images (OCI references such as `ghcr.io/org/skill:v1`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 20), inner(length(min = 1, max = 512)))]
+    pub refs: Vec<String>,
+    /// Secret with git credentials (`token` for HTTPS, `ssh-privatekey` for SSH), used for
+    /// every git reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_auth_secret_ref: Option<LocalObjectReference>,
+    /// Git repositories holding skills.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 20))]
+    pub git_refs: Vec<GitSkill>,
+}
+
+/// One git repository of skills.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitSkill {
+    /// Repository URL (HTTPS or SSH).
+    #[schemars(length(min = 1, max = 2048))]
+    pub url: String,
+    /// Branch, tag or full commit SHA (default `main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub r#ref: Option<String>,
+    /// Directory of the repository to use as the skill (default: the whole repository).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub path: Option<String>,
+    /// Name of the skill directory under `/skills` (default: the repository name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub name: Option<String>,
 }
 
 /// Kind of agent.
@@ -100,7 +147,21 @@ pub struct DeclarativeAgentSpec {
     /// Long-term memory, with the ModelConfig that embeds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemorySpec>,
-    /// MCP tool servers the agent may call.
+    /// Treat the system message as a template with `{{include "source/key"}}` and the agent's
+    /// variables, reading fragments from these ConfigMaps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_template: Option<PromptTemplate>,
+    /// kagent's code execution switch. kagent renders it as `execute_code: false` whatever
+    /// its value (its runtime cannot run code blocks yet), and so does hitl-operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execute_code_blocks: Option<bool>,
+    /// Context management: compaction of the conversation history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextConfig>,
+    /// Skills advertised in the agent's A2A card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a2a_config: Option<A2aConfig>,
+    /// Tools of the agent: MCP tool servers and other Agents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub tools: Vec<Tool>,
@@ -112,18 +173,27 @@ pub struct DeclarativeAgentSpec {
     pub approval: Option<ApprovalSettings>,
 }
 
-/// One tool provider of an agent.
+/// One tool provider of an agent: an MCP server or another Agent.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new("self.type != 'McpServer' || has(self.mcpServer)").message("mcpServer is required when type is McpServer"))]
+#[x_kube(
+    validation = kube::core::Rule::new("!(has(self.mcpServer) && self.type != 'McpServer')").message("type.mcpServer must be nil if the type is not McpServer"),
+    validation = kube::core::Rule::new("!(!has(self.mcpServer) && self.type == 'McpServer')").message("type.mcpServer must be specified for McpServer filter.type"),
+    validation = kube::core::Rule::new("!(has(self.agent) && self.type != 'Agent')").message("type.agent must be nil if the type is not Agent"),
+    validation = kube::core::Rule::new("!(!has(self.agent) && self.type == 'Agent')").message("type.agent must be specified for Agent filter.type")
+)]
 pub struct Tool {
-    /// Provider type. Only `McpServer` is supported.
+    /// Provider type: `McpServer` or `Agent`.
     #[serde(rename = "type")]
     pub tool_type: ToolType,
     /// The MCP server and which of its tools the agent uses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_server: Option<McpServerTool>,
-    /// Extra HTTP headers sent to this tool server (inline or from Secrets/ConfigMaps).
+    /// Another Agent the agent may call over A2A (it runs its tools behind its own gate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentReference>,
+    /// Extra HTTP headers sent to this tool server or agent (inline or from
+    /// Secrets/ConfigMaps in the Agent's namespace).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub headers_from: Vec<ValueRef>,
@@ -132,8 +202,164 @@ pub struct Tool {
 /// Kind of tool provider.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 pub enum ToolType {
-    /// An MCP server (RemoteMCPServer or annotated Service).
+    /// An MCP server (RemoteMCPServer, MCPServer or annotated Service).
     McpServer,
+    /// Another Agent, called over A2A.
+    Agent,
+}
+
+/// Reference to an Agent used as a tool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentReference {
+    /// API group: `kagent.dev` or empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub api_group: Option<String>,
+    /// Kind: `Agent` or empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub kind: Option<String>,
+    /// Name of the Agent.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the Agent (default: the referring Agent's); another namespace must be
+    /// allowed by the target's `spec.allowedNamespaces`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// Prompt template settings: where `{{include "source/key"}}` reads from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptTemplate {
+    /// ConfigMaps in the Agent's namespace whose keys the system message can include.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub data_sources: Vec<PromptSource>,
+}
+
+/// A ConfigMap whose keys are prompt fragments, included as `alias/key` (or `name/key`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptSource {
+    /// Kind of the source: `ConfigMap` (default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub kind: Option<String>,
+    /// API group of the source: empty (core).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub api_group: Option<String>,
+    /// Name of the ConfigMap.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Short name used in include directives instead of the ConfigMap's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub alias: Option<String>,
+}
+
+/// Context management of an agent.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextConfig {
+    /// Compaction of older conversation events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
+}
+
+/// Event history compaction (kagent's ADK settings of the same names).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Compaction {
+    /// New user invocations that trigger a compaction (default 5).
+    #[serde(
+        default = "default_compaction_interval",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1), extend("default" = 5))]
+    pub compaction_interval: Option<i64>,
+    /// Invocations of the previous compacted range repeated in the next (default 2).
+    #[serde(
+        default = "default_overlap_size",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0), extend("default" = 2))]
+    pub overlap_size: Option<i64>,
+    /// Summarize compacted events with a model (otherwise they are dropped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summarizer: Option<Summarizer>,
+    /// Prompt token count from which a compaction runs after an invocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_threshold: Option<i64>,
+    /// Most recent events always kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_retention_size: Option<i64>,
+}
+
+fn default_compaction_interval() -> Option<i64> {
+    Some(5)
+}
+
+fn default_overlap_size() -> Option<i64> {
+    Some(2)
+}
+
+/// The model that summarizes compacted events.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Summarizer {
+    /// ModelConfig in the Agent's namespace (default: the agent's own model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub model_config: Option<String>,
+    /// Prompt of the summarizer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub prompt_template: Option<String>,
+}
+
+/// A2A settings of an agent.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct A2aConfig {
+    /// Skills listed in the agent card.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 64))]
+    pub skills: Vec<A2aSkill>,
+}
+
+/// One skill of the A2A agent card.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct A2aSkill {
+    /// Identifier of the skill.
+    #[schemars(length(max = 253))]
+    pub id: String,
+    /// Name of the skill.
+    #[schemars(length(max = 253))]
+    pub name: String,
+    /// What the skill does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub description: Option<String>,
+    /// Tags of the skill.
+    #[schemars(length(max = 64), inner(length(max = 253)))]
+    pub tags: Vec<String>,
+    /// Example prompts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 4096)))]
+    pub examples: Vec<String>,
+    /// Input MIME types.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 253)))]
+    pub input_modes: Vec<String>,
+    /// Output MIME types.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 253)))]
+    pub output_modes: Vec<String>,
 }
 
 /// Reference to an MCP tool server plus the tools used from it and the ones that need approval.
@@ -146,7 +372,7 @@ pub struct McpServerTool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub api_group: Option<String>,
-    /// Kind of the tool server: `RemoteMCPServer` (default) or `Service`.
+    /// Kind of the tool server: `RemoteMCPServer` (default), `MCPServer` or `Service`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ToolServerKind>,
     /// Name of the tool server.
@@ -191,6 +417,8 @@ pub enum ToolServerKind {
     RemoteMCPServer,
     /// A core/v1 Service annotated with `kagent.dev/mcp-service-*`.
     Service,
+    /// A kmcp `kagent.dev/v1alpha1` MCPServer (an MCP server kmcp deploys).
+    MCPServer,
 }
 
 impl ToolServerKind {
@@ -199,6 +427,7 @@ impl ToolServerKind {
         match self {
             Self::RemoteMCPServer => "RemoteMCPServer",
             Self::Service => "Service",
+            Self::MCPServer => "MCPServer",
         }
     }
 }
@@ -206,7 +435,16 @@ impl ToolServerKind {
 /// Pod-level settings of the agent's Deployment.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!(has(self.serviceAccountName) && has(self.serviceAccountConfig))").message("serviceAccountName and serviceAccountConfig are mutually exclusive"))]
 pub struct DeclarativeDeploymentSpec {
+    /// Registry of the default agent image (kagent's field): replaces the registry of the
+    /// operator's `--agent-image`; `image` wins over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub image_registry: Option<String>,
+    /// Labels and annotations of the ServiceAccount the operator creates for the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_config: Option<ServiceAccountConfig>,
     /// Number of agent pods (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
@@ -258,6 +496,18 @@ pub struct DeclarativeDeploymentSpec {
     /// Security context of the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_security_context: Option<PodSecurityContext>,
+}
+
+/// Metadata of the agent's ServiceAccount.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceAccountConfig {
+    /// Extra labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Extra annotations (for example a cloud IAM role).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Image pull policy.

@@ -3,11 +3,13 @@
 pub mod agent;
 pub mod approval_request;
 pub mod common;
+pub mod mcp_server;
 pub mod model_config;
 pub mod remote_mcp_server;
 
 pub use agent::{Agent, AgentSpec, AgentStatus, ApprovalMode, GatePlacement};
 pub use approval_request::{ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, Phase};
+pub use mcp_server::MCPServer;
 pub use model_config::{ModelConfig, ModelConfigSpec};
 pub use remote_mcp_server::{RemoteMCPServer, RemoteMCPServerSpec};
 

@@ -7,10 +7,12 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use serde_json::Value;
 
-use crate::api::{self, Agent, ApprovalMode, ModelConfig, RemoteMCPServer};
+use crate::api::{self, Agent, ApprovalMode, MCPServer, ModelConfig, RemoteMCPServer};
 use crate::manifest::{self, Document};
 use crate::render::network::{Cidr, default_cluster_cidrs};
+use crate::render::proxy::ProxyUrl;
 use crate::render::refs::RefStore;
+use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
 use crate::render::{
     DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions, describe_agent, render_agent,
 };
@@ -53,6 +55,12 @@ pub struct RenderArgs {
     /// pods in Gateway placement (the controller's --cluster-cidrs).
     #[arg(long, value_delimiter = ',', default_values_t = default_cluster_cidrs())]
     pub cluster_cidrs: Vec<Cidr>,
+    /// kagent's proxy for in-cluster tool servers and agents (the controller's --proxy-url).
+    #[arg(long)]
+    pub proxy_url: Option<ProxyUrl>,
+    /// Image of the init container that fetches skills (the controller's --skills-init-image).
+    #[arg(long, default_value = DEFAULT_SKILLS_INIT_IMAGE)]
+    pub skills_init_image: String,
 }
 
 /// What a render produced: objects to print, or problems (one line each), plus warnings.
@@ -89,7 +97,13 @@ fn typed<T: serde::de::DeserializeOwned>(document: &Document) -> Result<T, Strin
     })
 }
 
-/// Validates and renders `documents`.
+/// Whether a document is a kmcp MCPServer, which hitl-operator reads as a tool server.
+fn is_kmcp(api_version: &str, kind: &str) -> bool {
+    api_version == "kagent.dev/v1alpha1" && kind == "MCPServer"
+}
+
+/// Validates and renders `documents`. Every namespace an object is in counts as existing
+/// (the apiserver would not hold the object otherwise), as do Namespace documents.
 pub fn render_documents(
     mut documents: Vec<Document>,
     namespace: &str,
@@ -99,14 +113,19 @@ pub fn render_documents(
     let mut report = RenderReport::default();
     let mut store = RefStore::default();
     let mut agents = Vec::new();
+    let mut namespaces = std::collections::BTreeSet::new();
     for document in &mut documents {
         if let Some(meta) = document
             .value
             .get_mut("metadata")
             .and_then(Value::as_object_mut)
         {
-            meta.entry("namespace")
+            let object_namespace = meta
+                .entry("namespace")
                 .or_insert_with(|| Value::String(namespace.to_owned()));
+            if let Some(name) = object_namespace.as_str() {
+                namespaces.insert(name.to_owned());
+            }
         }
         let (api_version, kind) = (document.api_version(), document.kind());
         let ours = api_version == format!("{}/{}", api::GROUP, api::VERSION);
@@ -120,7 +139,9 @@ pub fn render_documents(
                 );
                 continue;
             }
-        } else if api_version.starts_with(&format!("{}/", api::GROUP)) {
+        } else if api_version.starts_with(&format!("{}/", api::GROUP))
+            && !is_kmcp(api_version, kind)
+        {
             report.problems.push(format!(
                 "{}: {kind} {}: apiVersion {api_version:?} kind {kind:?} is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig and ApprovalRequest in {}/{})",
                 document.file,
@@ -131,8 +152,15 @@ pub fn render_documents(
             continue;
         }
         let added = match (ours, kind) {
-            (true, "Agent") => {
-                typed::<Agent>(document).map(|agent| agents.push((document.file.clone(), agent)))
+            (true, "Agent") => typed::<Agent>(document).map(|agent| {
+                store.insert_agent(agent.clone());
+                agents.push((document.file.clone(), agent))
+            }),
+            (false, "MCPServer") if is_kmcp(api_version, kind) => {
+                typed::<MCPServer>(document).map(|o| store.insert_mcp_server(o))
+            }
+            (false, "Namespace") if api_version == "v1" => {
+                typed::<Namespace>(document).map(|o| store.insert_namespace(o))
             }
             (true, "ModelConfig") => {
                 typed::<ModelConfig>(document).map(|o| store.insert_model_config(o))
@@ -149,13 +177,21 @@ pub fn render_documents(
             (false, "Service") if api_version == "v1" => {
                 typed::<Service>(document).map(|o| store.insert_service(o))
             }
-            (false, "Namespace") if api_version == "v1" => {
-                typed::<Namespace>(document).map(|o| store.insert_namespace(o))
-            }
             _ => Ok(()),
         };
         if let Err(problem) = added {
             report.problems.push(problem);
+        }
+    }
+    for name in namespaces {
+        if store.namespace(&name).is_none() {
+            store.insert_namespace(Namespace {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name),
+                    ..Default::default()
+                },
+                ..Namespace::default()
+            });
         }
     }
     for (file, agent) in &agents {
@@ -210,6 +246,8 @@ pub fn run(args: &RenderArgs) -> u8 {
         agent_image: args.agent_image.clone(),
         gate_image: args.gate_image.clone(),
         cluster_cidrs: args.cluster_cidrs.clone(),
+        proxy_url: args.proxy_url.clone(),
+        skills_init_image: args.skills_init_image.clone(),
     };
     let documents = match manifest::load(&args.paths, args.recursive) {
         Ok(documents) => documents,

@@ -19,7 +19,7 @@ use kube::{Resource, ResourceExt};
 use super::approval_request::pending_for;
 use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
-use crate::api::{Agent, ModelConfig, RemoteMCPServer};
+use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 use crate::gate::hash::BindingKey;
 use crate::kube::apply::FIELD_MANAGER;
 use crate::kube::conditions::{find, remove_condition};
@@ -182,7 +182,7 @@ async fn fetch_refs(agent: &Agent, ctx: &Context) -> Result<RefStore> {
     let mut store = RefStore::default();
     let mut fetched = BTreeSet::new();
     loop {
-        let missing: Vec<ObjectKey> = missing_refs(agent, &store)
+        let missing: Vec<ObjectKey> = missing_refs(agent, &store, ctx.render.proxy_url.is_some())
             .into_iter()
             .filter(|key| !fetched.contains(key))
             .collect();
@@ -194,7 +194,7 @@ async fn fetch_refs(agent: &Agent, ctx: &Context) -> Result<RefStore> {
             fetched.insert(key);
         }
     }
-    let keys: Vec<RefKey> = agent_references(agent, &store)
+    let keys: Vec<RefKey> = agent_references(agent, &store, ctx.render.proxy_url.is_some())
         .into_iter()
         .map(|key| (key.kind.as_str(), key.namespace, key.name))
         .collect();
@@ -238,17 +238,36 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
                 store.insert_secret(o);
             }
         }
-        RefKind::Namespace => {
-            if let Some(o) = Api::<Namespace>::all(client).get_opt(name).await? {
-                store.insert_namespace(o);
-            }
-        }
         RefKind::ConfigMap => {
             if let Some(o) = Api::<ConfigMap>::namespaced(client, namespace)
                 .get_opt(name)
                 .await?
             {
                 store.insert_config_map(o);
+            }
+        }
+        RefKind::Agent => {
+            if let Some(o) = Api::<Agent>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
+                store.insert_agent(o);
+            }
+        }
+        RefKind::MCPServer => {
+            if let Some(o) = Api::<MCPServer>::namespaced(client, namespace)
+                .get_opt(name)
+                .await?
+            {
+                store.insert_mcp_server(o);
+            }
+        }
+        RefKind::Namespace => {
+            // Namespaces only decide whether a server URL is in the cluster (for the proxy)
+            // and allowedNamespaces selectors; without the RBAC to read them (a namespaced
+            // install), they are unknown, which proxies less and allows nothing by selector.
+            if let Ok(Some(o)) = Api::<Namespace>::all(client).get_opt(name).await {
+                store.insert_namespace(o);
             }
         }
     }

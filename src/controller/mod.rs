@@ -584,8 +584,7 @@ mod tests {
             agent_type: Default::default(),
             description: None,
             declarative: None,
-            byo: None,
-            allowed_namespaces: None,
+            ..Default::default()
         };
         let mut agent = Agent::new(name, spec);
         agent.metadata.namespace = Some("ns".into());

@@ -36,6 +36,8 @@ use super::{
 use crate::api::common::ValueSourceType;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, ModelConfig, RemoteMCPServer};
 use crate::render::network::{Cidr, default_cluster_cidrs};
+use crate::render::proxy::ProxyUrl;
+use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
 use crate::render::{DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions};
 use crate::{Error, Result};
 
@@ -73,6 +75,14 @@ pub struct ControllerArgs {
         default_values_t = default_cluster_cidrs()
     )]
     pub cluster_cidrs: Vec<Cidr>,
+    /// kagent's proxy for in-cluster tool servers and agents, such as
+    /// `http://proxy.kagent.svc.cluster.local:8080`. Where a gate runs, only the gate's calls
+    /// to servers use it; config.json keeps pointing gated servers at the gate.
+    #[arg(long, env = "PROXY_URL")]
+    pub proxy_url: Option<ProxyUrl>,
+    /// Image of the init container that fetches an Agent's skills.
+    #[arg(long, env = "SKILLS_INIT_IMAGE", default_value = DEFAULT_SKILLS_INIT_IMAGE)]
+    pub skills_init_image: String,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -456,10 +466,12 @@ async fn run_controllers(
         }
     };
 
-    // Agents and ApprovalRequests are each watched once and shared by two controllers.
+    // Agents and ApprovalRequests are each watched once and shared by the controllers.
     let (agents, agent_writer) = reflector::store_shared::<Agent>(256);
     let agents_for_agents = agent_writer.subscribe().expect("shared store");
     let agents_for_requests = agent_writer.subscribe().expect("shared store");
+    // An Agent used as a tool by others: its changes requeue them (description, cycles).
+    let agents_for_callers = agent_writer.subscribe().expect("shared store");
     let caches = CacheSync::default();
     let agent_config = match &args.agent_selector {
         Some(selector) => watcher::Config::default().labels(selector),
@@ -509,6 +521,8 @@ async fn run_controllers(
         agent_image: args.agent_image.clone(),
         gate_image: args.gate_image.clone(),
         cluster_cidrs: args.cluster_cidrs.clone(),
+        proxy_url: args.proxy_url.clone(),
+        skills_init_image: args.skills_init_image.clone(),
     };
     let instance = std::env::var("POD_NAME").ok();
     let ctx = Arc::new(Context::new(
@@ -566,6 +580,10 @@ async fn run_controllers(
                 metadata::<ConfigMap>(&client, namespace),
                 by_ref(&ctx, "ConfigMap"),
             )
+            .watches_shared_stream(agents_for_callers, {
+                let by_agent = by_ref(&ctx, "Agent");
+                move |agent: Arc<Agent>| by_agent(agent.as_ref().clone())
+            })
             .watches_shared_stream(requests_for_agents, |request: Arc<ApprovalRequest>| {
                 Some(
                     ObjectRef::new(&request.spec.agent_ref.name)

@@ -10,6 +10,7 @@ use crate::api::GatePlacement;
 use crate::api::agent::ToolServerKind;
 use crate::gate::config::GateServer;
 use crate::render::network::{Cidr, host_in_cluster};
+use crate::render::proxy::PROXY_HOST_HEADER;
 
 /// The verdict for the `GateIsolated` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,8 +65,15 @@ pub fn isolation(
     if gated.is_empty() {
         return None;
     }
-    // Any header from headersFrom lives only in gate.json; the agent cannot send it.
-    let open = |server: &&&GateServer| server.params.headers.is_empty();
+    // Any header from headersFrom lives only in gate.json; the agent cannot send it. The
+    // proxy's routing header is no credential: the agent can send it as well as the gate.
+    let open = |server: &&&GateServer| {
+        server
+            .params
+            .headers
+            .keys()
+            .all(|name| name.eq_ignore_ascii_case(PROXY_HOST_HEADER))
+    };
     let names = |servers: Vec<&&GateServer>| {
         servers
             .into_iter()

@@ -2,14 +2,19 @@
 //! the Kubernetes objects the controller applies. No I/O, no clock: identical input gives
 //! byte-identical output.
 
+pub mod agents;
 pub mod config;
+pub mod context;
 pub mod cross_namespace;
 pub mod isolation;
 pub mod memory;
 pub mod model;
 pub mod network;
 pub mod objects;
+pub mod prompt;
+pub mod proxy;
 pub mod refs;
+pub mod skills;
 pub mod tools;
 
 use std::collections::BTreeMap;
@@ -28,10 +33,11 @@ use crate::gate::config::{
     GateConfig, GateServer,
 };
 use crate::{Error, Result};
-use config::{AgentConfig, McpParams, McpToolServer};
+use config::{AgentConfig, McpParams, McpToolServer, RemoteAgent};
 use isolation::Isolation;
 use network::Cidr;
 pub use objects::AgentObjects;
+use proxy::ProxyUrl;
 use refs::{DEFAULT_MODEL_CONFIG, RefStore};
 use tools::ResolvedServer;
 
@@ -63,6 +69,11 @@ pub struct RenderOptions {
     /// The cluster's internal address ranges (pods, Services, nodes): closed to the agent
     /// pods in Gateway placement, and where a tool server counts as in-cluster.
     pub cluster_cidrs: Vec<Cidr>,
+    /// kagent's controller-wide proxy for in-cluster tool servers and agents (`--proxy-url`).
+    /// Where a gate runs, only the gate's leg to a server goes through it.
+    pub proxy_url: Option<ProxyUrl>,
+    /// Image of the init container that fetches skills.
+    pub skills_init_image: String,
 }
 
 impl Default for RenderOptions {
@@ -72,6 +83,8 @@ impl Default for RenderOptions {
             agent_image: DEFAULT_AGENT_IMAGE.to_owned(),
             gate_image: DEFAULT_GATE_IMAGE.to_owned(),
             cluster_cidrs: network::default_cluster_cidrs(),
+            proxy_url: None,
+            skills_init_image: skills::DEFAULT_SKILLS_INIT_IMAGE.to_owned(),
         }
     }
 }
@@ -236,6 +249,13 @@ pub fn render_agent(
         }
         None => None,
     };
+    let context = declarative
+        .context
+        .as_ref()
+        .map(|context| {
+            context::render_context(&object, &namespace, context, model_name, &mut model, refs)
+        })
+        .transpose()?;
 
     let instruction = match (
         &declarative.system_message,
@@ -249,8 +269,42 @@ pub fn render_agent(
     };
 
     let mut warnings = std::mem::take(&mut model.warnings);
-    let servers =
-        tools::resolve_servers(&object, &namespace, &declarative.tools, refs, &mut warnings)?;
+    let proxy = options.proxy_url.as_ref();
+    let servers = tools::resolve_servers(
+        &object,
+        &namespace,
+        &declarative.tools,
+        refs,
+        proxy,
+        &mut warnings,
+    )?;
+    let remote_agents = agents::resolve_remote_agents(
+        &object,
+        agent,
+        refs,
+        proxy,
+        mode,
+        options.default_approval_mode,
+        &mut warnings,
+    )?;
+    let skills_pod = match &agent.spec.skills {
+        Some(skills) => skills::skills_pod(
+            &object,
+            skills,
+            &options.skills_init_image,
+            declarative
+                .deployment
+                .as_ref()
+                .and_then(|d| d.security_context.clone()),
+        )?,
+        None => None,
+    };
+    if skills_pod.is_some() && mode.uses_gate() {
+        warnings.push(format!(
+            "{object}: spec.skills: the agent container is not made privileged for kagent's skill sandbox in approval mode {}: a privileged container could reach the gate's credentials through the node",
+            mode.as_str()
+        ));
+    }
     let stream = declarative.stream.unwrap_or(false);
     let gate_url = gate_base_url(agent, placement);
     let mut config = agent_config(
@@ -259,9 +313,18 @@ pub fn render_agent(
         instruction,
         stream,
         &servers,
+        remote_agents,
         |server| runtime_entry(server, mode, timings, &gate_url),
     );
     config.memory = memory;
+    config.context_config = context.as_ref().map(|c| c.config.clone());
+    if let Some(template) = declarative
+        .prompt_template
+        .as_ref()
+        .filter(|t| !t.data_sources.is_empty())
+    {
+        config.instruction = render_prompt(&object, agent, template, &config, refs)?;
+    }
     let service_account = objects::gate_service_account_name(agent, placement);
     let gate = mode.uses_gate().then(|| GateConfig {
         agent: AgentIdentity {
@@ -295,6 +358,9 @@ pub fn render_agent(
     if let Some(gate) = &gate {
         secret_data.insert("gate.json".to_owned(), serde_json::to_vec(gate)?);
     }
+    if let Some(hash) = context.and_then(|c| c.summarizer_key_hash) {
+        model_hashes.push(hash);
+    }
     let config_hash = config_hash(&secret_data, &model_hashes.concat());
     let objects = objects::build(&objects::ObjectInputs {
         agent,
@@ -302,6 +368,7 @@ pub fn render_agent(
         mode,
         placement,
         model: &model,
+        skills: skills_pod.as_ref(),
         secret_data,
         config_hash: &config_hash,
     });
@@ -392,12 +459,107 @@ fn config_hash(secret_data: &BTreeMap<String, Vec<u8>>, model_key_hash: &str) ->
     hex::encode(hasher.finalize())
 }
 
+/// The system message run as a template over the `dataSources` ConfigMaps.
+fn render_prompt(
+    object: &str,
+    agent: &Agent,
+    template: &crate::api::agent::PromptTemplate,
+    config: &AgentConfig,
+    refs: &RefStore,
+) -> Result<String> {
+    let namespace = agent.namespace().unwrap_or_default();
+    let mut fragments = BTreeMap::new();
+    for (index, source) in template.data_sources.iter().enumerate() {
+        let field = format!("spec.declarative.promptTemplate.dataSources[{index}]");
+        let invalid = |field: String, message: String| Error::InvalidSpec {
+            object: object.to_owned(),
+            field,
+            message,
+        };
+        if let Some(kind) = source
+            .kind
+            .as_deref()
+            .filter(|k| !k.is_empty() && *k != "ConfigMap")
+        {
+            return Err(invalid(
+                format!("{field}.kind"),
+                format!("Unsupported value: {kind:?}: supported values: \"ConfigMap\""),
+            ));
+        }
+        if let Some(group) = source.api_group.as_deref().filter(|g| !g.is_empty()) {
+            return Err(invalid(
+                format!("{field}.apiGroup"),
+                format!("Unsupported value: {group:?}: supported values: \"\""),
+            ));
+        }
+        let config_map =
+            refs.config_map(&namespace, &source.name)
+                .ok_or_else(|| Error::RefNotFound {
+                    object: object.to_owned(),
+                    field: field.clone(),
+                    missing: format!("ConfigMap {namespace}/{}", source.name),
+                })?;
+        let prefix = source
+            .alias
+            .as_deref()
+            .filter(|a| !a.is_empty())
+            .unwrap_or(&source.name);
+        for (key, value) in config_map.data.iter().flatten() {
+            let path = format!("{prefix}/{key}");
+            if fragments.insert(path.clone(), value.clone()).is_some() {
+                return Err(invalid(
+                    field.clone(),
+                    format!(
+                        "Duplicate value: {path:?}: another data source gives the same name; set an alias"
+                    ),
+                ));
+            }
+        }
+    }
+    let context = prompt::TemplateContext {
+        agent_name: agent.name_any(),
+        agent_namespace: namespace,
+        description: agent.spec.description.clone().unwrap_or_default(),
+        tool_names: config
+            .http_tools
+            .iter()
+            .chain(&config.sse_tools)
+            .flatten()
+            .flat_map(|server| server.tools.iter().cloned())
+            .collect(),
+        skill_names: agent
+            .spec
+            .skills
+            .as_ref()
+            .map(skills::skill_names)
+            .unwrap_or_default(),
+    };
+    let field = if agent
+        .spec
+        .declarative
+        .as_ref()
+        .is_some_and(|d| d.system_message_from.is_some() && d.system_message.is_none())
+    {
+        "spec.declarative.systemMessageFrom"
+    } else {
+        "spec.declarative.systemMessage"
+    };
+    prompt::render_template(&config.instruction, &fragments, &context).map_err(|message| {
+        Error::InvalidSpec {
+            object: object.to_owned(),
+            field: field.to_owned(),
+            message: format!("Invalid value: template: {message}"),
+        }
+    })
+}
+
 fn agent_config(
     model: serde_json::Value,
     description: String,
     instruction: String,
     stream: bool,
     servers: &[ResolvedServer],
+    remote_agents: Vec<RemoteAgent>,
     entry_of: impl Fn(&ResolvedServer) -> McpToolServer,
 ) -> AgentConfig {
     let mut http_tools = Vec::new();
@@ -415,10 +577,11 @@ fn agent_config(
         instruction,
         http_tools: (!http_tools.is_empty()).then_some(http_tools),
         sse_tools: (!sse_tools.is_empty()).then_some(sse_tools),
-        remote_agents: None,
+        remote_agents: (!remote_agents.is_empty()).then_some(remote_agents),
         execute_code: None,
         stream,
         memory: None,
+        context_config: None,
     }
 }
 
@@ -515,6 +678,12 @@ fn agent_card(agent: &Agent, stream: bool) -> serde_json::Value {
         "capabilities": {"streaming": stream, "pushNotifications": false, "stateTransitionHistory": true},
         "defaultInputModes": ["text"],
         "defaultOutputModes": ["text"],
-        "skills": []
+        "skills": agent
+            .spec
+            .declarative
+            .as_ref()
+            .and_then(|d| d.a2a_config.as_ref())
+            .map(|a2a| json!(a2a.skills))
+            .unwrap_or_else(|| json!([]))
     })
 }

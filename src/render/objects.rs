@@ -27,6 +27,7 @@ use crate::kube::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::render::RenderOptions;
 use crate::render::model::RenderedModel;
 use crate::render::network::{self, PolicyInputs};
+use crate::render::skills::SkillsPod;
 
 /// Port of the agent runtime (A2A).
 pub const AGENT_PORT: i32 = 8080;
@@ -156,6 +157,8 @@ pub struct ObjectInputs<'a> {
     pub placement: GatePlacement,
     /// Model environment and volumes.
     pub model: &'a RenderedModel,
+    /// What the Agent's skills add to the pod.
+    pub skills: Option<&'a SkillsPod>,
     /// Content of the Secret.
     pub secret_data: BTreeMap<String, Vec<u8>>,
     /// Value of the config-hash annotation.
@@ -446,6 +449,16 @@ fn non_empty_map<V>(map: BTreeMap<String, V>) -> Option<BTreeMap<String, V>> {
     (!map.is_empty()).then_some(map)
 }
 
+/// The default agent image, with its registry replaced by `registry` (kagent's imageRegistry).
+fn agent_image(default: &str, registry: Option<&str>) -> String {
+    match (registry.filter(|r| !r.is_empty()), default.split_once('/')) {
+        (Some(registry), Some((_, repository))) => {
+            format!("{}/{repository}", registry.trim_end_matches('/'))
+        }
+        _ => default.to_owned(),
+    }
+}
+
 fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
     let agent = inputs.agent;
     let deployment = agent
@@ -467,13 +480,26 @@ fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
     let mut volume_mounts = vec![mount("config", CONFIG_DIR)];
     volume_mounts.extend(inputs.model.volume_mounts.iter().cloned());
     volume_mounts.extend(deployment.volume_mounts);
+    let mut security_context = deployment.security_context;
+    if let Some(skills) = inputs.skills {
+        env.push(skills.env.clone());
+        volume_mounts.push(skills.mount.clone());
+        // kagent runs skills in a sandbox that needs a privileged container. Only without a
+        // gate: a privileged container can reach the node, and from there gate.json.
+        if !inputs.mode.uses_gate() {
+            security_context
+                .get_or_insert_with(SecurityContext::default)
+                .privileged = Some(true);
+        }
+    }
     Container {
         name: AGENT_CONTAINER.to_owned(),
-        image: Some(
-            deployment
-                .image
-                .unwrap_or_else(|| inputs.options.agent_image.clone()),
-        ),
+        image: Some(deployment.image.clone().unwrap_or_else(|| {
+            agent_image(
+                &inputs.options.agent_image,
+                deployment.image_registry.as_deref(),
+            )
+        })),
         image_pull_policy: deployment
             .image_pull_policy
             .map(|policy| policy.as_str().to_owned()),
@@ -513,7 +539,7 @@ fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
             period_seconds: Some(10),
             ..Probe::default()
         }),
-        security_context: deployment.security_context,
+        security_context,
         volume_mounts: Some(volume_mounts),
         ..Container::default()
     }
@@ -541,13 +567,16 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
         &["config.json", "agent-card.json"],
     )];
     volumes.extend(inputs.model.volumes.iter().cloned());
-    let init_containers = if inputs.gate_placement() == Some(GatePlacement::Sidecar) {
+    let mut init_containers = Vec::new();
+    if inputs.gate_placement() == Some(GatePlacement::Sidecar) {
         volumes.extend(gate_volumes(agent));
-        Some(vec![gate_container(inputs)])
-    } else {
-        None
-    };
+        init_containers.push(gate_container(inputs));
+    }
     volumes.extend(spec.volumes.iter().cloned());
+    if let Some(skills) = inputs.skills {
+        init_containers.push(skills.init_container.clone());
+        volumes.extend(skills.volumes.iter().cloned());
+    }
     Deployment {
         metadata: metadata(agent, name),
         spec: Some(DeploymentSpec {
@@ -565,7 +594,7 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
                 spec: Some(PodSpec {
                     service_account_name: Some(service_account_name(agent)),
                     automount_service_account_token: Some(false),
-                    init_containers,
+                    init_containers: non_empty(init_containers),
                     containers: vec![agent_container(inputs)],
                     volumes: Some(volumes),
                     image_pull_secrets: non_empty(spec.image_pull_secrets.clone()),
@@ -721,10 +750,25 @@ pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
         .as_ref()
         .and_then(|d| d.deployment.as_ref())
         .is_some_and(|d| d.service_account_name.is_some());
-    let service_account = (!custom_service_account).then(|| ServiceAccount {
-        metadata: metadata(agent, name.clone()),
-        automount_service_account_token: Some(false),
-        ..ServiceAccount::default()
+    let service_account = (!custom_service_account).then(|| {
+        let mut meta = metadata(agent, name.clone());
+        if let Some(config) = agent
+            .spec
+            .declarative
+            .as_ref()
+            .and_then(|d| d.deployment.as_ref())
+            .and_then(|d| d.service_account_config.as_ref())
+        {
+            let mut labels = config.labels.clone();
+            labels.extend(meta.labels.take().unwrap_or_default());
+            meta.labels = Some(labels);
+            meta.annotations = non_empty_map(config.annotations.clone());
+        }
+        ServiceAccount {
+            metadata: meta,
+            automount_service_account_token: Some(false),
+            ..ServiceAccount::default()
+        }
     });
     let (role, role_binding) = if let Some(placement) = inputs.gate_placement() {
         let role = Role {

@@ -7,7 +7,7 @@ use kube::ResourceExt;
 
 use crate::api::agent::ToolServerKind;
 use crate::api::common::{FromNamespaces, ValueRef, ValueSource, ValueSourceType};
-use crate::api::{Agent, ModelConfig, RemoteMCPServer};
+use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 
 /// Name of the ModelConfig used when an Agent names none.
 pub const DEFAULT_MODEL_CONFIG: &str = "default-model-config";
@@ -25,8 +25,12 @@ pub enum RefKind {
     Secret,
     /// core/v1 ConfigMap.
     ConfigMap,
+    /// kagent.dev/v1alpha2 Agent (used as a tool).
+    Agent,
+    /// kmcp's kagent.dev/v1alpha1 MCPServer.
+    MCPServer,
     /// core/v1 Namespace (cluster-scoped: its key has an empty namespace), read for its labels
-    /// when a tool server allows namespaces by selector.
+    /// (`allowedNamespaces` selectors) and its existence (the proxy).
     Namespace,
 }
 
@@ -39,6 +43,8 @@ impl RefKind {
             Self::Service => "Service",
             Self::Secret => "Secret",
             Self::ConfigMap => "ConfigMap",
+            Self::Agent => "Agent",
+            Self::MCPServer => "MCPServer",
             Self::Namespace => "Namespace",
         }
     }
@@ -49,6 +55,7 @@ impl From<ToolServerKind> for RefKind {
         match kind {
             ToolServerKind::RemoteMCPServer => Self::RemoteMCPServer,
             ToolServerKind::Service => Self::Service,
+            ToolServerKind::MCPServer => Self::MCPServer,
         }
     }
 }
@@ -86,7 +93,11 @@ impl ObjectKey {
 
 impl std::fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+        if self.kind == RefKind::Namespace {
+            write!(f, "Namespace {}", self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+        }
     }
 }
 
@@ -100,6 +111,8 @@ pub struct RefStore {
     services: ByName<Service>,
     secrets: ByName<Secret>,
     config_maps: ByName<ConfigMap>,
+    agents: ByName<Agent>,
+    mcp_servers: ByName<MCPServer>,
     namespaces: BTreeMap<String, Namespace>,
 }
 
@@ -137,6 +150,16 @@ impl RefStore {
         self.config_maps.insert(key_of(&object), object);
     }
 
+    /// Adds or replaces an Agent (one used as a tool).
+    pub fn insert_agent(&mut self, object: Agent) {
+        self.agents.insert(key_of(&object), object);
+    }
+
+    /// Adds or replaces a kmcp MCPServer.
+    pub fn insert_mcp_server(&mut self, object: MCPServer) {
+        self.mcp_servers.insert(key_of(&object), object);
+    }
+
     /// Adds or replaces a Namespace.
     pub fn insert_namespace(&mut self, object: Namespace) {
         self.namespaces.insert(object.name_any(), object);
@@ -144,9 +167,22 @@ impl RefStore {
 
     /// The labels of Namespace `name`, if it is at hand.
     pub fn namespace_labels(&self, name: &str) -> Option<&BTreeMap<String, String>> {
-        self.namespaces
-            .get(name)
-            .map(|namespace| namespace.labels())
+        self.namespace(name).map(|namespace| namespace.labels())
+    }
+
+    /// An Agent by namespace and name.
+    pub fn agent(&self, namespace: &str, name: &str) -> Option<&Agent> {
+        lookup(&self.agents, namespace, name)
+    }
+
+    /// A kmcp MCPServer by namespace and name.
+    pub fn mcp_server(&self, namespace: &str, name: &str) -> Option<&MCPServer> {
+        lookup(&self.mcp_servers, namespace, name)
+    }
+
+    /// A Namespace by name.
+    pub fn namespace(&self, name: &str) -> Option<&Namespace> {
+        self.namespaces.get(name)
     }
 
     /// A ModelConfig by namespace and name.
@@ -183,7 +219,9 @@ impl RefStore {
             RefKind::Service => self.service(ns, name).is_some(),
             RefKind::Secret => self.secret(ns, name).is_some(),
             RefKind::ConfigMap => self.config_map(ns, name).is_some(),
-            RefKind::Namespace => self.namespaces.contains_key(name),
+            RefKind::Agent => self.agent(ns, name).is_some(),
+            RefKind::MCPServer => self.mcp_server(ns, name).is_some(),
+            RefKind::Namespace => self.namespace(name).is_some(),
         }
     }
 }
@@ -202,9 +240,13 @@ fn header_keys<'a>(
         .map(move |source| value_source_key(source, namespace))
 }
 
-/// Every object the Agent references directly, plus those referenced by the tool servers
-/// and ModelConfigs already in `store` (headersFrom, Bedrock credentials). Sorted and without duplicates.
-pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
+/// Every object the Agent references directly, plus those referenced by the objects already
+/// in `store`: a tool server's headersFrom, a ModelConfig's Bedrock credentials Secret, the
+/// Agent's own Namespace when a server in another namespace allows namespaces by selector, the
+/// namespace a server URL names (only `proxied`: it decides whether the proxy is used), and,
+/// through Agents used as tools, the whole chain of agent tools (to check it for cycles).
+/// Sorted and without duplicates.
+pub fn agent_references(agent: &Agent, store: &RefStore, proxied: bool) -> Vec<ObjectKey> {
     let namespace = agent.namespace().unwrap_or_default();
     let mut keys = BTreeSet::new();
     let Some(declarative) = &agent.spec.declarative else {
@@ -215,7 +257,14 @@ pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
         .as_deref()
         .unwrap_or(DEFAULT_MODEL_CONFIG);
     let memory = declarative.memory.as_ref().map(|m| m.model_config.as_str());
-    for name in std::iter::once(model).chain(memory) {
+    let summarizer = declarative
+        .context
+        .as_ref()
+        .and_then(|c| c.compaction.as_ref())
+        .and_then(|c| c.summarizer.as_ref())
+        .and_then(|s| s.model_config.as_deref())
+        .filter(|name| !name.is_empty());
+    for name in std::iter::once(model).chain(memory).chain(summarizer) {
         keys.insert(ObjectKey::new(RefKind::ModelConfig, &namespace, name));
         // Rendering reads which keys a Bedrock credentials Secret holds.
         if let Some(secret) = store
@@ -228,38 +277,102 @@ pub fn agent_references(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
     if let Some(source) = &declarative.system_message_from {
         keys.insert(value_source_key(source, &namespace));
     }
+    for source in declarative
+        .prompt_template
+        .iter()
+        .flat_map(|t| &t.data_sources)
+    {
+        keys.insert(ObjectKey::new(RefKind::ConfigMap, &namespace, &source.name));
+    }
     for tool in &declarative.tools {
         keys.extend(header_keys(&tool.headers_from, &namespace));
-        let Some(server) = &tool.mcp_server else {
-            continue;
-        };
-        let server_namespace = server.namespace.as_deref().unwrap_or(&namespace);
-        let kind = server.kind.unwrap_or_default();
-        keys.insert(ObjectKey::new(kind.into(), server_namespace, &server.name));
-        if kind == ToolServerKind::RemoteMCPServer
-            && let Some(remote) = store.remote_mcp_server(server_namespace, &server.name)
-        {
-            keys.extend(header_keys(&remote.spec.headers_from, server_namespace));
-            // A server in another namespace that allows namespaces by label: the Agent's own
-            // namespace decides, by its labels.
-            let by_selector = remote
-                .spec
-                .allowed_namespaces
-                .as_ref()
-                .is_some_and(|allowed| allowed.from == FromNamespaces::Selector);
-            if server_namespace != namespace && by_selector {
-                keys.insert(ObjectKey::new(RefKind::Namespace, "", &namespace));
+        if let Some(server) = &tool.mcp_server {
+            let server_namespace = server.namespace.as_deref().unwrap_or(&namespace);
+            let kind = server.kind.unwrap_or_default();
+            keys.insert(ObjectKey::new(kind.into(), server_namespace, &server.name));
+            if kind == ToolServerKind::RemoteMCPServer
+                && let Some(remote) = store.remote_mcp_server(server_namespace, &server.name)
+            {
+                keys.extend(header_keys(&remote.spec.headers_from, server_namespace));
+                if let Some(host_namespace) = url_namespace(&remote.spec.url).filter(|_| proxied) {
+                    keys.insert(ObjectKey::new(RefKind::Namespace, "", &host_namespace));
+                }
+                // A server in another namespace that allows namespaces by label: the Agent's
+                // own namespace decides, by its labels.
+                let by_selector = remote
+                    .spec
+                    .allowed_namespaces
+                    .as_ref()
+                    .is_some_and(|allowed| allowed.from == FromNamespaces::Selector);
+                if server_namespace != namespace && by_selector {
+                    keys.insert(ObjectKey::new(RefKind::Namespace, "", &namespace));
+                }
             }
         }
     }
+    agent_tool_chain(agent, store, &mut keys);
     keys.into_iter().collect()
+}
+
+/// Adds the Agents reachable through agent tools, and the namespaces they are called from
+/// when that crosses namespaces (their labels decide `allowedNamespaces` selectors).
+fn agent_tool_chain(agent: &Agent, store: &RefStore, keys: &mut BTreeSet<ObjectKey>) {
+    let mut queue = vec![agent.clone()];
+    let mut seen = BTreeSet::new();
+    while let Some(caller) = queue.pop() {
+        let caller_namespace = caller.namespace().unwrap_or_default();
+        if !seen.insert((caller_namespace.clone(), caller.name_any())) {
+            continue;
+        }
+        for target in agent_tool_targets(&caller) {
+            keys.insert(ObjectKey::new(RefKind::Agent, &target.0, &target.1));
+            if target.0 != caller_namespace {
+                keys.insert(ObjectKey::new(RefKind::Namespace, "", &caller_namespace));
+            }
+            if let Some(next) = store.agent(&target.0, &target.1) {
+                queue.push(next.clone());
+            }
+        }
+    }
+}
+
+/// (namespace, name) of every Agent that `agent` uses as a tool.
+pub fn agent_tool_targets(agent: &Agent) -> Vec<(String, String)> {
+    let namespace = agent.namespace().unwrap_or_default();
+    agent
+        .spec
+        .declarative
+        .iter()
+        .flat_map(|d| &d.tools)
+        .filter_map(|tool| tool.agent.as_ref())
+        .map(|target| {
+            (
+                target
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| namespace.clone()),
+                target.name.clone(),
+            )
+        })
+        .collect()
+}
+
+/// The namespace a `http://name.namespace[:port]/...` URL names, as kagent reads it: a host of
+/// exactly two labels. Whether it is one depends on that Namespace existing.
+pub fn url_namespace(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let host = parsed.host_str()?;
+    match host.split('.').collect::<Vec<_>>().as_slice() {
+        [_, namespace] => Some((*namespace).to_owned()),
+        _ => None,
+    }
 }
 
 /// The references of `agent` that are not in `store` yet. Fetch them, insert them and call
 /// again until it returns nothing: a RemoteMCPServer's own references only appear once the
-/// server is in the store.
-pub fn missing_refs(agent: &Agent, store: &RefStore) -> Vec<ObjectKey> {
-    agent_references(agent, store)
+/// server is in the store. `proxied`: whether the operator has a proxy URL.
+pub fn missing_refs(agent: &Agent, store: &RefStore, proxied: bool) -> Vec<ObjectKey> {
+    agent_references(agent, store, proxied)
         .into_iter()
         .filter(|key| !store.contains(key))
         .collect()
@@ -341,7 +454,7 @@ mod tests {
         .unwrap();
         let mut store = RefStore::default();
         let names = |store: &RefStore| -> Vec<String> {
-            agent_references(&agent, store)
+            agent_references(&agent, store, false)
                 .iter()
                 .map(ToString::to_string)
                 .collect()

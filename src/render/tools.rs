@@ -6,12 +6,16 @@ use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 
 use crate::api::RemoteMCPServer;
-use crate::api::agent::{McpServerTool, Tool, ToolServerKind};
+use crate::api::agent::{McpServerTool, Tool, ToolServerKind, ToolType};
 use crate::api::common::{AllowedNamespaces, ValueRef, parse_duration_seconds};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::render::cross_namespace::{self, Verdict};
+use crate::render::proxy::{ProxyUrl, is_internal_url};
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
+
+/// Timeout of a kmcp MCPServer that sets none (kmcp's CRD default).
+const DEFAULT_MCP_SERVER_TIMEOUT: f64 = 30.0;
 
 /// Annotation of a Service giving the MCP path (default `/mcp`).
 pub const SERVICE_PATH_ANNOTATION: &str = "kagent.dev/mcp-service-path";
@@ -59,22 +63,29 @@ struct Endpoint {
     terminate_on_close: Option<bool>,
 }
 
-/// Resolves every tool entry of an Agent. `object` names the Agent in errors and warnings.
+/// Resolves every MCP server entry of an Agent (Agent tools are [`super::agents`]'). `object`
+/// names the Agent in errors and warnings. With a `proxy`, servers in the cluster are reached
+/// through it, as kagent reaches them: the resolved URL and headers are the proxied ones.
 pub fn resolve_servers(
     object: &str,
     agent_namespace: &str,
     tools: &[Tool],
     refs: &RefStore,
+    proxy: Option<&ProxyUrl>,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<ResolvedServer>> {
     let mut seen = BTreeSet::new();
     let mut servers = Vec::with_capacity(tools.len());
     for (index, tool) in tools.iter().enumerate() {
         let field = format!("spec.declarative.tools[{index}]");
+        if tool.tool_type == ToolType::Agent {
+            continue;
+        }
         let server = tool.mcp_server.as_ref().ok_or_else(|| Error::InvalidSpec {
             object: object.to_owned(),
-            field: format!("{field}.mcpServer"),
-            message: "Required value: mcpServer is required when type is McpServer".into(),
+            field: field.clone(),
+            message: "Invalid value: type.mcpServer must be specified for McpServer filter.type"
+                .into(),
         })?;
         let field = format!("{field}.mcpServer");
         let kind = server_kind(object, &field, server)?;
@@ -94,7 +105,21 @@ pub fn resolve_servers(
                 ),
             });
         }
-        let endpoint = match kind {
+        // Services and kmcp MCPServers have no allowedNamespaces: kagent keeps them to their
+        // own namespace.
+        if namespace != agent_namespace && kind != ToolServerKind::RemoteMCPServer {
+            return Err(Error::InvalidSpec {
+                object: object.to_owned(),
+                field: format!("{field}.namespace"),
+                message: format!(
+                    "Forbidden: cross-namespace reference to {} {namespace}/{} is not allowed from namespace {agent_namespace}: {} does not support cross-namespace references (use a RemoteMCPServer with spec.allowedNamespaces)",
+                    kind.as_str(),
+                    server.name,
+                    kind.as_str()
+                ),
+            });
+        }
+        let (endpoint, proxied) = match kind {
             ToolServerKind::RemoteMCPServer => {
                 let remote = refs
                     .remote_mcp_server(&namespace, &server.name)
@@ -112,24 +137,20 @@ pub fn resolve_servers(
                     &namespace,
                     refs,
                 )?;
-                remote_endpoint(&namespace, &server.name, remote)?
+                let endpoint = remote_endpoint(&namespace, &server.name, remote)?;
+                let internal = is_internal_url(&endpoint.url, refs);
+                (endpoint, internal)
             }
             ToolServerKind::Service => {
-                if namespace != agent_namespace {
-                    return Err(Error::InvalidSpec {
-                        object: object.to_owned(),
-                        field: format!("{field}.namespace"),
-                        message: format!(
-                            "Forbidden: cross-namespace reference to Service {namespace}/{} is not allowed from namespace {agent_namespace}: Service does not support cross-namespace references (use a RemoteMCPServer with spec.allowedNamespaces)",
-                            server.name
-                        ),
-                    });
-                }
                 let service = refs.service(&namespace, &server.name).ok_or_else(|| {
                     not_found(object, &field, "Service", &namespace, &server.name)
                 })?;
-                service_endpoint(service, warnings)?
+                (service_endpoint(service, warnings)?, true)
             }
+            ToolServerKind::MCPServer => (
+                mcp_server_endpoint(object, &field, &namespace, &server.name, refs)?,
+                true,
+            ),
         };
         let mut headers = BTreeMap::new();
         resolve_headers(
@@ -148,12 +169,27 @@ pub fn resolve_servers(
             &format!("spec.declarative.tools[{index}].headersFrom"),
             &mut headers,
         )?;
+        let url = match proxy.filter(|_| proxied) {
+            Some(proxy) => {
+                let (url, proxied_headers) =
+                    proxy
+                        .route(&endpoint.url, &headers)
+                        .ok_or_else(|| Error::InvalidSpec {
+                            object: format!("{} {namespace}/{}", kind.as_str(), server.name),
+                            field: "spec.url".into(),
+                            message: format!("Invalid value: {:?}: not a URL", endpoint.url),
+                        })?;
+                headers = proxied_headers;
+                url
+            }
+            None => endpoint.url,
+        };
         servers.push(ResolvedServer {
             namespace,
             name: server.name.clone(),
             kind,
             protocol: endpoint.protocol,
-            url: endpoint.url,
+            url,
             headers,
             timeout: endpoint.timeout,
             sse_read_timeout: endpoint.sse_read_timeout,
@@ -181,6 +217,7 @@ fn server_kind(object: &str, field: &str, server: &McpServerTool) -> Result<Tool
     let group_fits = match kind {
         ToolServerKind::RemoteMCPServer => matches!(group, "" | "kagent.dev"),
         ToolServerKind::Service => matches!(group, "" | "core"),
+        ToolServerKind::MCPServer => matches!(group, "" | "kagent.dev"),
     };
     if group_fits {
         Ok(kind)
@@ -192,7 +229,7 @@ fn server_kind(object: &str, field: &str, server: &McpServerTool) -> Result<Tool
                 "Unsupported value: {group:?}: kind {} belongs to API group {:?}",
                 kind.as_str(),
                 match kind {
-                    ToolServerKind::RemoteMCPServer => "kagent.dev",
+                    ToolServerKind::RemoteMCPServer | ToolServerKind::MCPServer => "kagent.dev",
                     ToolServerKind::Service => "",
                 }
             ),
@@ -270,6 +307,41 @@ fn remote_endpoint(namespace: &str, name: &str, remote: &RemoteMCPServer) -> Res
     })
 }
 
+/// A kmcp MCPServer as an MCP endpoint, the way kagent reads it: Streamable HTTP on
+/// `http://<name>.<namespace>:<deployment.port>/mcp`, timeout 30s unless set.
+fn mcp_server_endpoint(
+    object: &str,
+    field: &str,
+    namespace: &str,
+    name: &str,
+    refs: &RefStore,
+) -> Result<Endpoint> {
+    let server = refs
+        .mcp_server(namespace, name)
+        .ok_or_else(|| not_found(object, field, "MCPServer", namespace, name))?;
+    let server_object = format!("MCPServer {namespace}/{name}");
+    let port = server
+        .spec
+        .deployment
+        .port
+        .filter(|port| (1..=65535).contains(port))
+        .ok_or_else(|| Error::InvalidSpec {
+            object: server_object.clone(),
+            field: "spec.deployment.port".into(),
+            message: "Required value: the port of the MCP server is needed to reach it".into(),
+        })?;
+    let timeout = duration_field(&server_object, "spec.timeout", &server.spec.timeout)?
+        .unwrap_or(DEFAULT_MCP_SERVER_TIMEOUT);
+    Ok(Endpoint {
+        protocol: McpProtocol::StreamableHttp,
+        url: format!("http://{name}.{namespace}:{port}/mcp"),
+        headers_from: Vec::new(),
+        timeout: Some(timeout),
+        sse_read_timeout: None,
+        terminate_on_close: None,
+    })
+}
+
 /// A Service as an MCP endpoint, read from its `kagent.dev/mcp-service-*` annotations the way
 /// kagent reads them: an unrecognised protocol means Streamable HTTP (with a warning here).
 fn service_endpoint(service: &Service, warnings: &mut Vec<String>) -> Result<Endpoint> {
@@ -340,7 +412,7 @@ fn service_endpoint(service: &Service, warnings: &mut Vec<String>) -> Result<End
 }
 
 /// Adds resolved headers to `headers`; later entries win, as in kagent.
-fn resolve_headers(
+pub fn resolve_headers(
     headers_from: &[ValueRef],
     namespace: &str,
     refs: &RefStore,

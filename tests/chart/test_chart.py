@@ -207,6 +207,7 @@ def test_default_deployment(chart):
         "--agent-image": "cr.kagent.dev/kagent-dev/kagent/app:0.7.4",
         "--gate-image": "ghcr.io/hitl-operator/hitl-operator:0.1.0",
         "--cluster-cidrs": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16",
+        "--skills-init-image": "cr.kagent.dev/kagent-dev/kagent/skills-init:0.7.4",
         "--leader-election": "true",
         "--lease-name": FULLNAME,
         "--lease-namespace": NAMESPACE,
@@ -217,6 +218,11 @@ def test_default_deployment(chart):
     assert c["resources"]["requests"] and c["resources"]["limits"]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_proxy_url_is_passed_to_the_controller(chart):
+    docs = objects(chart, {"proxy": {"url": "http://proxy.kagent.svc.cluster.local:8080"}})
+    assert args_map(controller(docs))["--proxy-url"] == "http://proxy.kagent.svc.cluster.local:8080"
 
 
 def test_restricted_security_context(chart):
@@ -272,6 +278,8 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
         (("",), ("namespaces",), ("get",)),
         (("",), ("configmaps",), ("get", "list", "watch")),
         (("", "events.k8s.io"), ("events",), ("create", "patch")),
+        (("kagent.dev",), ("mcpservers",), ("get", "list", "watch")),
+        (("",), ("namespaces",), ("get",)),
     ])
     for r in role["rules"]:
         assert "*" not in r["verbs"] and "*" not in r["resources"] and "*" not in r.get("apiGroups", [])
