@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
+use crate::api::agent::DeclarativeDeploymentSpec;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
 use crate::gate::config::{GATE_METRICS_PORT, GATE_PORT};
 use crate::kube::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
@@ -459,14 +460,19 @@ fn agent_image(default: &str, registry: Option<&str>) -> String {
     }
 }
 
-fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
-    let agent = inputs.agent;
-    let deployment = agent
+/// The Agent's `spec.declarative.deployment`, defaults where unset.
+fn deployment_spec(agent: &Agent) -> DeclarativeDeploymentSpec {
+    agent
         .spec
         .declarative
         .as_ref()
         .and_then(|d| d.deployment.clone())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
+    let agent = inputs.agent;
+    let deployment = deployment_spec(agent);
     let mut env = vec![
         field_env("KAGENT_NAMESPACE", "metadata.namespace"),
         EnvVar {
@@ -548,12 +554,7 @@ fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
 fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
     let agent = inputs.agent;
     let name = agent.name_any();
-    let spec = agent
-        .spec
-        .declarative
-        .as_ref()
-        .and_then(|d| d.deployment.clone())
-        .unwrap_or_default();
+    let spec = deployment_spec(agent);
     let mut pod_labels = spec.labels.clone();
     pod_labels.extend(common_labels(agent));
     let mut pod_annotations = spec.annotations.clone();
@@ -636,12 +637,7 @@ pub fn binding_key_secret(agent: &Agent, key: &[u8]) -> Secret {
 /// container, serving MCP on [`GATE_PORT`] for the gate Service.
 fn gate_deployment(inputs: &ObjectInputs<'_>) -> Deployment {
     let agent = inputs.agent;
-    let spec = agent
-        .spec
-        .declarative
-        .as_ref()
-        .and_then(|d| d.deployment.clone())
-        .unwrap_or_default();
+    let spec = deployment_spec(agent);
     let mut container = gate_container(inputs);
     // restartPolicy is for init containers only; a main container restarts with its pod.
     container.restart_policy = None;

@@ -675,21 +675,27 @@ async fn gateway_placement_applies_the_gate_its_service_account_and_network_poli
     );
 }
 
+/// A cache holding what Gateway placement renders, the gate's objects included.
+fn gateway_cache(objects: &hitl_operator::render::AgentObjects, agent: &Agent) -> Cache {
+    let gateway = objects.gateway.clone().expect("Gateway objects rendered");
+    let mut cache = applied_cache(objects, agent);
+    cache.service_accounts.push(gateway.service_account);
+    cache.network_policies = gateway.network_policies.to_vec();
+    cache.deployments.push(gateway.deployment);
+    cache.services.push(gateway.service);
+    cache
+}
+
 #[tokio::test]
 async fn gateway_ready_needs_both_deployments_and_names_the_one_that_is_not() {
     let (agent, server) = gateway_agent();
     let objects = rendered(&agent, &server);
-    let gateway = objects.gateway.clone().unwrap();
-    let mut cache = applied_cache(&objects, &agent);
-    cache.service_accounts.push(gateway.service_account);
-    cache.network_policies = gateway.network_policies.to_vec();
-    let mut gate = gateway.deployment;
+    let mut cache = gateway_cache(&objects, &agent);
+    let gate = cache.deployments.last_mut().unwrap();
     gate.metadata.generation = Some(1);
     gate.status = Some(yaml(
         "{observedGeneration: 1, replicas: 1, updatedReplicas: 1, availableReplicas: 0}",
     ));
-    cache.deployments.push(gate);
-    cache.services.push(gateway.service);
     let mut script = ref_reads(&server);
     script.extend([
         expect(
@@ -724,12 +730,7 @@ async fn gateway_ready_needs_both_deployments_and_names_the_one_that_is_not() {
 async fn switching_back_to_sidecar_prunes_the_gate_objects_by_name() {
     let (gateway_agent, server) = gateway_agent();
     let before = rendered(&gateway_agent, &server);
-    let gateway = before.gateway.clone().unwrap();
-    let mut cache = applied_cache(&before, &gateway_agent);
-    cache.service_accounts.push(gateway.service_account);
-    cache.network_policies = gateway.network_policies.to_vec();
-    cache.deployments.push(gateway.deployment);
-    cache.services.push(gateway.service);
+    let cache = gateway_cache(&before, &gateway_agent);
 
     let agent = agent();
     let after = rendered(&agent, &server);
