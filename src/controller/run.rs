@@ -188,7 +188,7 @@ async fn termination() {
 pub async fn run(args: ControllerArgs) -> Result<()> {
     logging::install_tls_provider();
     logging::init(args.log_format);
-    let client = Client::try_default().await?;
+    let client = crate::kube::client::nodelay_client().await?;
     check_agent_selector(&client, &args).await?;
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());

@@ -178,7 +178,7 @@ async fn bind(addr: &str) -> Result<tokio::net::TcpListener> {
 /// Runs the gate until SIGTERM or Ctrl-C: MCP on `listen`, health and metrics on
 /// `metrics_listen`, the in-cluster (or kubeconfig) Kubernetes client.
 pub async fn run(config: GateConfig, key: BindingKey) -> Result<()> {
-    let client = kube::Client::try_default().await?;
+    let client = crate::kube::client::nodelay_client().await?;
     let (router, metrics) = build(
         &config,
         key,

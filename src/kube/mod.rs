@@ -2,6 +2,7 @@
 //! status conditions.
 
 pub mod apply;
+pub mod client;
 pub mod conditions;
 pub mod ownership;
 
