@@ -2,7 +2,7 @@
 CARGO ?= cargo
 IMAGE ?= ghcr.io/hitl-operator/hitl-operator:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 
-.PHONY: build test lint fmt crds render bench image e2e peers
+.PHONY: build test lint fmt crds render bench bench-memory image e2e peers
 
 .DEFAULT_GOAL := build
 
@@ -45,6 +45,12 @@ bench:
 
 image:
 	docker build -t $(IMAGE) .
+
+## Controller memory and cold start at N Agents on the cluster in KUBECONFIG (release build).
+N ?= 1000
+bench-memory:
+	$(CARGO) build --release --bin hitl-operator
+	bash tests/e2e/controller-memory.sh $(N)
 
 ## End-to-end suites against the cluster in KUBECONFIG (prints SKIP without one); docs/e2e.md.
 e2e:
