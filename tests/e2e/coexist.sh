@@ -18,19 +18,8 @@ fi
 
 BIN=${HITL_E2E_BIN:-target/debug/hitl-operator}
 [ -x "$BIN" ] || cargo build --quiet --bin hitl-operator
-NS=hitl-e2e-coexist-$(date +%s)
-WORK=$(mktemp -d)
+throwaway hitl-e2e-coexist
 SELECTOR=kagent.dev/controller=hitl-operator
-cleanup() {
-  stop_all
-  if [ "${HITL_E2E_KEEP:-0}" = 1 ]; then
-    echo "kept namespace $NS and $WORK"
-    return
-  fi
-  kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 
 jp() { kubectl -n "$NS" get "$1" -o jsonpath="$2" 2>/dev/null; }
 condition() { jp "$1" "{.status.conditions[?(@.type==\"$2\")].$3}"; }

@@ -19,18 +19,7 @@ fi
 N=${1:-1000}
 BIN=${HITL_E2E_BIN:-target/release/hitl-operator}
 [ -x "$BIN" ] || cargo build --release --quiet --bin hitl-operator
-NS=hitl-bench-$(date +%s)
-WORK=$(mktemp -d)
-cleanup() {
-  stop_all
-  if [ "${HITL_E2E_KEEP:-0}" = 1 ]; then
-    echo "kept namespace $NS"
-  else
-    kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+throwaway hitl-bench
 
 rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 reconciles() {

@@ -152,3 +152,20 @@ config["users"][0]["user"].update({"as": sys.argv[1], "as-groups": [sys.argv[2]]
 json.dump(config, sys.stdout)' "$2" "$3" >"$1"
   chmod 600 "$1"
 }
+
+# throwaway PREFIX: sets NS (PREFIX-<epoch>, not created yet) and WORK (a new directory), and
+# on exit stops the suite's processes, deletes NS and WORK (HITL_E2E_KEEP=1 keeps both).
+throwaway() {
+  NS=$1-$(date +%s)
+  WORK=$(mktemp -d)
+  trap throwaway_cleanup EXIT
+}
+throwaway_cleanup() {
+  stop_all
+  if [ "${HITL_E2E_KEEP:-0}" = 1 ]; then
+    echo "kept namespace $NS and $WORK"
+    return
+  fi
+  kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
