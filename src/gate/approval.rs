@@ -60,13 +60,14 @@ pub const CREATE_PER_SECOND: u32 = 1;
 
 /// A gated call, as the approval flow needs it.
 #[derive(Clone, Debug)]
-pub struct GatedCall<'a> {
+pub struct GatedCall {
     /// What the request must be about.
     pub key: CallKey,
     /// Hash and size of the full arguments.
     pub digest: ArgsDigest,
-    /// Full arguments (only their redacted preview is written).
-    pub arguments: &'a serde_json::Value,
+    /// The redacted preview of the arguments, made once per call: the full arguments never
+    /// reach this module.
+    pub preview: serde_json::Map<String, serde_json::Value>,
     /// Where the call came from.
     pub context: CallContext,
 }
@@ -196,7 +197,7 @@ impl Approvals {
     /// [`API_GRACE`] after the wait timeout.
     pub async fn resolve(
         &self,
-        call: &GatedCall<'_>,
+        call: &GatedCall,
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Resolution> {
         let bound = self.wait + API_GRACE;
@@ -210,7 +211,7 @@ impl Approvals {
 
     async fn resolve_unbounded(
         &self,
-        call: &GatedCall<'_>,
+        call: &GatedCall,
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Resolution> {
         let (mut req, previous) = self.find_or_create(call).await?;
@@ -260,7 +261,7 @@ impl Approvals {
     /// The live request of `call`, created if needed, and the latest finished one before it.
     pub async fn find_or_create(
         &self,
-        call: &GatedCall<'_>,
+        call: &GatedCall,
     ) -> Result<(ApprovalRequest, Option<ApprovalRequest>)> {
         let selector = format!(
             "{LABEL_AGENT}={},{LABEL_TOOL}={},{LABEL_ARGS_HASH}={}",
@@ -361,18 +362,17 @@ impl Approvals {
     /// preview, message or size differ from the call's, or its `expiresAt` lies further from its
     /// creation (by the apiserver's clock) than the approval timeout allows. Such a request was
     /// written by someone else, and is never reused (its approval could be for what it shows).
-    fn unfaithful(&self, req: &ApprovalRequest, call: &GatedCall<'_>) -> Option<String> {
-        let preview = redact::preview(call.arguments);
+    fn unfaithful(&self, req: &ApprovalRequest, call: &GatedCall) -> Option<String> {
         let shown = req.spec.arguments_preview.as_ref();
         if !shown.is_some_and(|shown| {
             same_json(
                 &Value::Object(shown.clone()),
-                &Value::Object(preview.clone()),
+                &Value::Object(call.preview.clone()),
             )
         }) {
             return Some("its argumentsPreview is not the call's".into());
         }
-        if req.spec.message.as_deref() != Some(message(&call.key, &preview).as_str()) {
+        if req.spec.message.as_deref() != Some(message(&call.key, &call.preview).as_str()) {
             return Some("its message is not the call's".into());
         }
         if usize::try_from(req.spec.arguments_bytes).ok() != Some(call.digest.bytes) {
@@ -394,9 +394,9 @@ impl Approvals {
     }
 
     /// The ApprovalRequest object for `call`.
-    fn build(&self, call: &GatedCall<'_>, name: &str) -> Result<ApprovalRequest> {
+    fn build(&self, call: &GatedCall, name: &str) -> Result<ApprovalRequest> {
         let key = &call.key;
-        let preview = redact::preview(call.arguments);
+        let preview = call.preview.clone();
         let expires_at = self
             .clock
             .now()

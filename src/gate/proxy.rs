@@ -21,6 +21,7 @@ use super::hash;
 use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
 use super::metrics::Outcome;
 use super::outcome;
+use super::redact;
 use super::upstream::{Upstream, UpstreamError, is_event_stream, read_all};
 use crate::api::approval_request::CallContext;
 use crate::sse;
@@ -482,7 +483,7 @@ pub async fn gated(
             binding: digest.binding.clone(),
         },
         digest,
-        arguments: &call.arguments,
+        preview: redact::preview(&call.arguments),
         context: CallContext {
             session_id: headers
                 .get(SESSION_HEADER)

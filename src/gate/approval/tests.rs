@@ -63,7 +63,7 @@ fn args() -> Value {
     json!({"path": "/data/report.csv", "password": "canary-pw-123", "note": "sk-canary0123456789"})
 }
 
-fn call(arguments: &Value) -> GatedCall<'_> {
+fn call(arguments: &Value) -> GatedCall {
     let key = BindingKey::from_bytes(&[7; 32]).unwrap();
     let digest = digest(&key, arguments).unwrap();
     GatedCall {
@@ -76,7 +76,7 @@ fn call(arguments: &Value) -> GatedCall<'_> {
             binding: digest.binding.clone(),
         },
         digest,
-        arguments,
+        preview: redact::preview(arguments),
         context: CallContext {
             session_id: Some("sess-1".into()),
             task_id: None,
@@ -173,11 +173,11 @@ async fn next(handle: &mut Handle) -> (String, String, Value, mock::SendResponse
     (method, uri, body, send)
 }
 
-fn expected_name(c: &GatedCall<'_>, generation: u64) -> String {
+fn expected_name(c: &GatedCall, generation: u64) -> String {
     format!("{}-{generation}", base_name(&c.key))
 }
 
-fn list_uri(c: &GatedCall<'_>) -> String {
+fn list_uri(c: &GatedCall) -> String {
     format!(
         "{BASE_PATH}?&labelSelector=kagent.dev%2Fagent%3Dagent-a%2Ckagent.dev%2Ftool%3Ddelete_file%2Ckagent.dev%2Fargs-hash%3D{}",
         c.digest.short()
@@ -190,14 +190,14 @@ fn watch_uri(name: &str, rv: &str) -> String {
     )
 }
 
-async fn resolve(a: &Approvals, c: &GatedCall<'_>) -> Result<Resolution> {
+async fn resolve(a: &Approvals, c: &GatedCall) -> Result<Resolution> {
     let progress = Mutex::new(Vec::<String>::new());
     a.resolve(c, &|m: &str| progress.lock().unwrap().push(m.to_string()))
         .await
 }
 
 /// Expects list (empty) + create; answers them; returns the stored object.
-async fn expect_list_and_create(handle: &mut Handle, c: &GatedCall<'_>) -> Value {
+async fn expect_list_and_create(handle: &mut Handle, c: &GatedCall) -> Value {
     let (m, uri, _, send) = next(handle).await;
     assert_eq!((m.as_str(), uri), ("GET", list_uri(c)));
     respond(send, 200, &list_of(vec![]));
