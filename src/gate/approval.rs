@@ -201,6 +201,7 @@ impl Approvals {
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Resolution> {
         let bound = self.wait + API_GRACE;
+        let _awaiting = self.metrics.awaiting_decision();
         tokio::time::timeout(bound, self.resolve_unbounded(call, progress))
             .await
             .unwrap_or(Err(Error::ApiTimeout {
@@ -536,10 +537,12 @@ impl Approvals {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
+        let sent = Instant::now();
         self.api
             .patch_status(&name, &params, &Patch::Merge(&patch))
             .await?;
-        tracing::info!(request = %name, consumed_by = %self.pod, "approval consumed");
+        let claim_ms = sent.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(request = %name, consumed_by = %self.pod, claim_ms, "approval consumed");
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -41,6 +42,7 @@ pub struct Metrics {
     approval_wait: Histogram,
     upstream_latency: Histogram,
     claim_conflicts: Counter,
+    awaiting_decision: Gauge,
 }
 
 impl Default for Metrics {
@@ -70,12 +72,19 @@ impl Default for Metrics {
             "Claims of an approval (the resourceVersion-guarded status write) answered 409 Conflict",
             claim_conflicts.clone(),
         );
+        let awaiting_decision = Gauge::default();
+        registry.register(
+            "calls_awaiting_decision",
+            "Gated calls in the approval flow now: their request is being found, created or waited on",
+            awaiting_decision.clone(),
+        );
         Self {
             registry,
             calls,
             approval_wait,
             upstream_latency,
             claim_conflicts,
+            awaiting_decision,
         }
     }
 }
@@ -84,6 +93,12 @@ impl Metrics {
     /// Counts a claim that got 409 Conflict (the request changed since the gate read it).
     pub fn claim_conflict(&self) {
         self.claim_conflicts.inc();
+    }
+
+    /// Counts a gated call as awaiting its decision until the returned guard is dropped.
+    pub fn awaiting_decision(&self) -> AwaitingDecision {
+        self.awaiting_decision.inc();
+        AwaitingDecision(self.awaiting_decision.clone())
     }
 
     /// Counts a `tools/call` outcome.
@@ -110,6 +125,16 @@ impl Metrics {
     }
 }
 
+/// A gated call counted in `hitl_gate_calls_awaiting_decision` while this lives.
+#[derive(Debug)]
+pub struct AwaitingDecision(Gauge);
+
+impl Drop for AwaitingDecision {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +156,17 @@ mod tests {
         assert!(text.contains("hitl_gate_approval_wait_seconds_count 1"));
         assert!(text.contains("hitl_gate_upstream_latency_seconds_count 1"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn counts_calls_awaiting_a_decision_while_their_guards_live() {
+        let m = Metrics::default();
+        let first = m.awaiting_decision();
+        let second = m.awaiting_decision();
+        assert!(m.encode().contains("hitl_gate_calls_awaiting_decision 2"));
+        drop(first);
+        assert!(m.encode().contains("hitl_gate_calls_awaiting_decision 1"));
+        drop(second);
+        assert!(m.encode().contains("hitl_gate_calls_awaiting_decision 0"));
     }
 }

@@ -188,5 +188,7 @@ await client.close();
 const out = { count: COUNT, settleMs: SETTLE_MS, samples, stats: {} };
 for (const [k, v] of Object.entries(samples)) out.stats[k] = summary(v);
 out.stats.ratioUpstreamP50ToPlainPatchP50 = out.stats.decisionToUpstream.p50 / out.stats.plainPatch.p50;
+out.stats.ratioUpstreamP99ToPlainPatchP50 = out.stats.decisionToUpstream.p99 / out.stats.plainPatch.p50;
+out.stats.ratioUpstreamP99ToPlainPatchP99 = out.stats.decisionToUpstream.p99 / out.stats.plainPatch.p99;
 console.log(JSON.stringify(out));
 process.exit(0);
