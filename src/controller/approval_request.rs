@@ -18,6 +18,7 @@ use serde_json::json;
 
 use super::{CACHE_SYNC_BOUND, Context, measured};
 use crate::Result;
+use crate::api::agent::RuleAction;
 use crate::api::approval_request::ApprovalRequestStatus;
 use crate::api::common::parse_duration_seconds;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, Phase};
@@ -67,15 +68,30 @@ pub fn still_required(
     }
     let agent_namespace = agent.namespace().unwrap_or_default();
     let target = &request.spec.tool_server;
+    let tool = &request.spec.tool_name;
+    let rules = declarative
+        .approval
+        .iter()
+        .flat_map(|approval| &approval.rules);
     declarative
         .tools
         .iter()
         .filter_map(|t| t.mcp_server.as_ref())
-        .any(|server| {
+        .filter(|server| {
             server.kind.unwrap_or_default() == target.kind
                 && server.name == target.name
                 && server.namespace.as_deref().unwrap_or(&agent_namespace) == target.namespace
-                && server.require_approval.contains(&request.spec.tool_name)
+        })
+        .any(|server| match &request.spec.rule {
+            // The rule that asked still applies to this server and tool and can still ask: it
+            // requires approval, or its condition may fail to evaluate.
+            Some(name) => rules.clone().any(|rule| {
+                &rule.name == name
+                    && &rule.tool == tool
+                    && rule.server.as_ref().is_none_or(|s| *s == server.name)
+                    && (rule.action == RuleAction::RequireApproval || rule.when.is_some())
+            }),
+            None => server.require_approval.contains(tool),
         })
 }
 
@@ -444,6 +460,7 @@ mod tests {
                 requested_by: "system:serviceaccount:ns:a".into(),
                 message: None,
                 context: None,
+                rule: None,
                 expires_at: Time(at(100)),
                 decision: decision.map(|decision_type| Decision {
                     decision_type,

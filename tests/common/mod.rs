@@ -295,6 +295,7 @@ pub fn server(
         tools: tools.iter().map(|s| s.to_string()).collect(),
         require_approval: gated.iter().map(|s| s.to_string()).collect(),
         allowed_headers: vec![],
+        rules: vec![],
     }
 }
 
