@@ -250,8 +250,7 @@ async fn a_gate_whose_rule_does_not_compile_refuses_to_start_naming_it() {
         "gate-pod-0".into(),
         Duration::from_secs(5),
     )
-    .err()
-    .expect("the gate does not start");
+    .expect_err("the gate does not start");
     let message = error.to_string();
     assert!(
         message.starts_with("gate.json: servers[0].rules: rule \"broken\": when: CEL: "),

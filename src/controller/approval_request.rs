@@ -45,8 +45,10 @@ pub struct Evaluation {
     pub message: String,
 }
 
-/// Whether the request's tool still needs approval at its server under its Agent's policy.
-/// `None` for the Agent means it is gone.
+/// Whether the request's tool still needs approval at its server under its Agent's policy: it
+/// is in `requireApproval`, or, for a request an approval rule asked for (`spec.rule`), that
+/// rule still applies to the call's server and tool and can still ask. `None` for the Agent
+/// means it is gone.
 pub fn still_required(
     request: &ApprovalRequest,
     agent: Option<&Agent>,
@@ -588,5 +590,44 @@ mod tests {
             Some(at(70))
         );
         assert_eq!(delete_at(&r, Phase::Approved, None, ttl), Some(at(160)));
+    }
+
+    #[test]
+    fn a_request_a_rule_asked_for_stays_required_while_the_rule_can_ask() {
+        let agent = |rules: &str| -> Agent {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kagent.dev/v1alpha2",
+                "kind": "Agent",
+                "metadata": {"name": "a", "namespace": "ns"},
+                "spec": {"type": "Declarative", "declarative": {
+                    "tools": [{"type": "McpServer", "mcpServer": {"name": "fs", "toolNames": ["delete_file"]}}],
+                    "approval": {"rules": serde_json::from_str::<serde_json::Value>(rules).unwrap()}
+                }}
+            }))
+            .unwrap()
+        };
+        let mut asked = request(None, None);
+        asked.spec.rule = Some("guard".into());
+        let required =
+            |rules: &str| still_required(&asked, Some(&agent(rules)), ApprovalMode::Gate);
+        assert!(required(
+            r#"[{"name": "guard", "tool": "delete_file", "action": "RequireApproval"}]"#
+        ));
+        assert!(
+            required(
+                r#"[{"name": "guard", "tool": "delete_file", "when": "args.x", "action": "Allow"}]"#
+            ),
+            "a condition may fail to evaluate, which asks"
+        );
+        assert!(!required(
+            r#"[{"name": "guard", "tool": "delete_file", "action": "Allow"}]"#
+        ));
+        assert!(!required(
+            r#"[{"name": "other", "tool": "delete_file", "action": "RequireApproval"}]"#
+        ));
+        assert!(
+            !still_required(&request(None, None), Some(&agent("[]")), ApprovalMode::Gate),
+            "not in requireApproval and no rule asked"
+        );
     }
 }
