@@ -157,6 +157,7 @@ fn gate_config(upstream: &str) -> GateConfig {
             tools: vec!["echo".into(), "delete".into()],
             require_approval: vec!["delete".into()],
             allowed_headers: vec![],
+            rules: vec![],
         }],
     }
 }

@@ -526,3 +526,106 @@ fn memory_with_a_different_key_for_the_same_variable_is_refused() {
         ]
     );
 }
+
+/// An Agent on server `fs` (toolNames read_file, write_file) with `rules` (YAML list items).
+fn ruled(rules: &str) -> String {
+    let rules: String = rules.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "{MODEL}---{SERVER}---\n{}",
+        agent(&format!(
+            "systemMessage: hi\ntools:\n- type: McpServer\n  mcpServer: {{name: fs, toolNames: [read_file, write_file]}}\napproval:\n  rules:\n{rules}"
+        ))
+    )
+}
+
+#[test]
+fn approval_rules_must_name_the_agents_servers_and_tools() {
+    assert_eq!(
+        problems(&ruled(
+            "- {name: r, server: db, tool: read_file, action: Allow}"
+        )),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.rules[0].server: Invalid value: \"db\": no tool server in spec.declarative.tools has this name"
+        ]
+    );
+    assert_eq!(
+        problems(&ruled(
+            "- {name: r, tool: read_file, action: Allow}\n- {name: s, server: fs, tool: delete_file, action: Deny}"
+        )),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.rules[1].tool: Invalid value: \"delete_file\": must appear in the toolNames of server \"fs\""
+        ]
+    );
+    assert_eq!(
+        problems(&ruled("- {name: r, tool: exec, action: Allow}")),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.rules[0].tool: Invalid value: \"exec\": must appear in the toolNames of a tool server"
+        ]
+    );
+}
+
+#[test]
+fn approval_rule_conditions_are_compiled_with_their_bounds() {
+    let problem = |when: &str| {
+        problems(&ruled(&format!(
+            "- {{name: r, tool: write_file, action: Allow, when: {when:?}}}"
+        )))
+    };
+    assert_eq!(
+        problem("args.path.startsWith("),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.rules[0].when: Invalid value: \"args.path.startsWith(\": CEL: 1:22: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', ')', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}"
+        ]
+    );
+    assert_eq!(
+        problem("path.startsWith('/tmp/')"),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.rules[0].when: Invalid value: \"path.startsWith('/tmp/')\": undeclared reference to 'path': a condition can use args, agent, namespace, server, tool, session"
+        ]
+    );
+    let nested = problem("args.paths.all(p, args.allowed.exists(a, p.startsWith(a)))");
+    assert!(
+        nested[0].contains("rules[0].when: Invalid value:")
+            && nested[0].contains("inside the body of another one is not allowed"),
+        "{nested:?}"
+    );
+    let long = problem(&format!("args.path == '{}'", "x".repeat(2048)));
+    assert_eq!(
+        long,
+        [
+            "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[0].when: Too long: may not be more than 2048 bytes"
+        ]
+    );
+}
+
+#[test]
+fn approval_rule_names_are_unique_and_quorum_is_not_built_yet() {
+    assert_eq!(
+        problems(&ruled(
+            "- {name: r, tool: read_file, action: Allow}\n- {name: r, tool: write_file, action: Deny}"
+        )),
+        [
+            "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[1]: Duplicate value: {\"name\":\"r\"}"
+        ]
+    );
+    assert_eq!(
+        problems(&ruled(
+            "- {name: r, tool: read_file, action: RequireApproval, requiredApprovals: 2}"
+        )),
+        [
+            "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[0]: Invalid value: requiredApprovals above 1 (quorum) is not supported yet: use 1"
+        ]
+    );
+}
+
+#[test]
+fn approval_rules_need_a_gate() {
+    let yaml = ruled("- {name: r, tool: read_file, action: Allow}")
+        .replace("approval:\n", "approval:\n      mode: Runtime\n");
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.rules: Forbidden: approval rules are enforced by the gate, and approval mode Runtime runs none; use mode Gate or Both, or remove the rules"
+        ]
+    );
+}

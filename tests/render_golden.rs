@@ -119,6 +119,17 @@ fn sse_server_with_secret_headers_anthropic_and_both_mode() {
 }
 
 #[test]
+fn approval_rules_go_to_the_gate_per_server() {
+    insta::assert_snapshot!(render(
+        &[
+            "examples/model-openai.yaml",
+            "examples/approval-rules-agent.yaml"
+        ],
+        ApprovalMode::Gate
+    ));
+}
+
+#[test]
 fn rendering_is_byte_identical_across_runs() {
     let files = [
         "examples/model-openai.yaml",
@@ -129,6 +140,7 @@ fn rendering_is_byte_identical_across_runs() {
         "examples/gateway-agent.yaml",
         "examples/tls-memory-agent.yaml",
         "examples/bedrock-agent.yaml",
+        "examples/approval-rules-agent.yaml",
     ];
     let options = RenderOptions::default();
     let first = render_documents(documents(&files), "default", &options);

@@ -20,6 +20,8 @@ pub const MAX_TOOLS: usize = 20;
 pub const MAX_TOOL_NAMES: usize = 50;
 /// Maximum length of one tool name.
 pub const MAX_TOOL_NAME_LENGTH: usize = 128;
+/// Longest `when` expression of an approval rule, in characters (part of its cost bound).
+pub const MAX_WHEN_LENGTH: usize = 2048;
 
 /// Desired state of an Agent.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -557,6 +559,71 @@ pub struct ApprovalSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
     pub ttl_after_finished: Option<String>,
+    /// Rules that refine `requireApproval` by tool, server and a CEL condition on the call's
+    /// arguments (docs/policies.md). Enforced by the gate, so not in `Runtime` mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub rules: Vec<ApprovalRule>,
+}
+
+/// One approval rule: what happens to calls of `tool` (on `server`, when set) for which `when`
+/// (when set) is true. Deny beats RequireApproval beats Allow; calls no rule matches follow
+/// `requireApproval`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.requiredApprovals) || self.requiredApprovals == 1").message("requiredApprovals above 1 (quorum) is not supported yet: use 1"))]
+pub struct ApprovalRule {
+    /// Name of the rule, unique in the list; ApprovalRequests and refusals name it.
+    #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// Name of the tool server, as in the Agent's tools; unset: every server offering `tool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub server: Option<String>,
+    /// The tool the rule is about; it must be in the server's toolNames.
+    #[schemars(length(min = 1, max = 128))]
+    pub tool: String,
+    /// CEL condition over `args`, `agent`, `namespace`, `server`, `tool` and `session`; unset:
+    /// always. One that cannot be evaluated counts as RequireApproval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub when: Option<String>,
+    /// What happens to a matching call.
+    pub action: RuleAction,
+    /// Approvals a matching call needs (RequireApproval only). Only 1 is supported until
+    /// quorum is built.
+    #[serde(
+        default = "default_required_approvals",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1, max = 5), extend("default" = 1))]
+    pub required_approvals: Option<i32>,
+}
+
+fn default_required_approvals() -> Option<i32> {
+    Some(1)
+}
+
+/// What an approval rule does to the calls it matches.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+pub enum RuleAction {
+    /// The call waits for a human approval (an ApprovalRequest naming the rule).
+    RequireApproval,
+    /// The call is refused without asking anyone.
+    Deny,
+    /// The call is forwarded without approval (unless a Deny or RequireApproval rule matches).
+    Allow,
+}
+
+impl RuleAction {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RequireApproval => "RequireApproval",
+            Self::Deny => "Deny",
+            Self::Allow => "Allow",
+        }
+    }
 }
 
 /// Who asks for approval of gated tool calls.

@@ -32,6 +32,7 @@ pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
     doc = "A gated MCP tool call waiting for, or carrying, a human decision.",
     printcolumn = r#"{"name": "Agent", "type": "string", "jsonPath": ".spec.agentRef.name"}"#,
     printcolumn = r#"{"name": "Tool", "type": "string", "jsonPath": ".spec.toolName"}"#,
+    printcolumn = r#"{"name": "Rule", "type": "string", "priority": 1, "description": "The Agent's approval rule that asked", "jsonPath": ".spec.rule"}"#,
     printcolumn = r#"{"name": "Phase", "type": "string", "jsonPath": ".status.phase"}"#,
     printcolumn = r#"{"name": "Decided-By", "type": "string", "jsonPath": ".spec.decision.decidedBy"}"#,
     printcolumn = r#"{"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt"}"#,
@@ -45,6 +46,7 @@ pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
     validation = kube::core::Rule::new("has(self.message) == has(oldSelf.message) && (!has(self.message) || self.message == oldSelf.message)").message("spec is immutable except spec.decision"),
     validation = kube::core::Rule::new("has(self.context) == has(oldSelf.context) && (!has(self.context) || self.context == oldSelf.context)").message("spec is immutable except spec.decision"),
     validation = kube::core::Rule::new("has(self.argumentsPreview) == has(oldSelf.argumentsPreview)").message("spec is immutable except spec.decision"),
+    validation = kube::core::Rule::new("has(self.rule) == has(oldSelf.rule) && (!has(self.rule) || self.rule == oldSelf.rule)").message("spec is immutable except spec.decision"),
     validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)").message("spec.decision is write-once: it cannot be changed or removed once set"),
     // Runs on create too (optionalOldSelf): oldSelf is then optional.none() in kube-apiserver.
     // `oldSelf != null` is always true there; it is for kube-cel (offline validation), which
@@ -82,6 +84,11 @@ pub struct ApprovalRequestSpec {
     /// Where the call came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<CallContext>,
+    /// The approval rule of the Agent that asked for this approval; unset when the tool's
+    /// `requireApproval` entry asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub rule: Option<String>,
     /// After this instant no decision counts: the request is Expired and the call never runs.
     pub expires_at: Time,
     /// The decision: the only field a person writes. Write-once.
@@ -303,6 +310,7 @@ mod tests {
                 requested_by: "sa".into(),
                 message: None,
                 context: None,
+                rule: None,
                 expires_at: Time(ts("2026-11-22T01:00:00Z")),
                 decision: decision.map(|decision_type| Decision {
                     decision_type,

@@ -18,6 +18,7 @@ use serde_json::json;
 
 use super::{CACHE_SYNC_BOUND, Context, measured};
 use crate::Result;
+use crate::api::agent::RuleAction;
 use crate::api::approval_request::ApprovalRequestStatus;
 use crate::api::common::parse_duration_seconds;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, Phase};
@@ -44,8 +45,10 @@ pub struct Evaluation {
     pub message: String,
 }
 
-/// Whether the request's tool still needs approval at its server under its Agent's policy.
-/// `None` for the Agent means it is gone.
+/// Whether the request's tool still needs approval at its server under its Agent's policy: it
+/// is in `requireApproval`, or, for a request an approval rule asked for (`spec.rule`), that
+/// rule still applies to the call's server and tool and can still ask. `None` for the Agent
+/// means it is gone.
 pub fn still_required(
     request: &ApprovalRequest,
     agent: Option<&Agent>,
@@ -67,15 +70,30 @@ pub fn still_required(
     }
     let agent_namespace = agent.namespace().unwrap_or_default();
     let target = &request.spec.tool_server;
+    let tool = &request.spec.tool_name;
+    let rules = declarative
+        .approval
+        .iter()
+        .flat_map(|approval| &approval.rules);
     declarative
         .tools
         .iter()
         .filter_map(|t| t.mcp_server.as_ref())
-        .any(|server| {
+        .filter(|server| {
             server.kind.unwrap_or_default() == target.kind
                 && server.name == target.name
                 && server.namespace.as_deref().unwrap_or(&agent_namespace) == target.namespace
-                && server.require_approval.contains(&request.spec.tool_name)
+        })
+        .any(|server| match &request.spec.rule {
+            // The rule that asked still applies to this server and tool and can still ask: it
+            // requires approval, or its condition may fail to evaluate.
+            Some(name) => rules.clone().any(|rule| {
+                &rule.name == name
+                    && &rule.tool == tool
+                    && rule.server.as_ref().is_none_or(|s| *s == server.name)
+                    && (rule.action == RuleAction::RequireApproval || rule.when.is_some())
+            }),
+            None => server.require_approval.contains(tool),
         })
 }
 
@@ -444,6 +462,7 @@ mod tests {
                 requested_by: "system:serviceaccount:ns:a".into(),
                 message: None,
                 context: None,
+                rule: None,
                 expires_at: Time(at(100)),
                 decision: decision.map(|decision_type| Decision {
                     decision_type,
@@ -571,5 +590,44 @@ mod tests {
             Some(at(70))
         );
         assert_eq!(delete_at(&r, Phase::Approved, None, ttl), Some(at(160)));
+    }
+
+    #[test]
+    fn a_request_a_rule_asked_for_stays_required_while_the_rule_can_ask() {
+        let agent = |rules: &str| -> Agent {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kagent.dev/v1alpha2",
+                "kind": "Agent",
+                "metadata": {"name": "a", "namespace": "ns"},
+                "spec": {"type": "Declarative", "declarative": {
+                    "tools": [{"type": "McpServer", "mcpServer": {"name": "fs", "toolNames": ["delete_file"]}}],
+                    "approval": {"rules": serde_json::from_str::<serde_json::Value>(rules).unwrap()}
+                }}
+            }))
+            .unwrap()
+        };
+        let mut asked = request(None, None);
+        asked.spec.rule = Some("guard".into());
+        let required =
+            |rules: &str| still_required(&asked, Some(&agent(rules)), ApprovalMode::Gate);
+        assert!(required(
+            r#"[{"name": "guard", "tool": "delete_file", "action": "RequireApproval"}]"#
+        ));
+        assert!(
+            required(
+                r#"[{"name": "guard", "tool": "delete_file", "when": "args.x", "action": "Allow"}]"#
+            ),
+            "a condition may fail to evaluate, which asks"
+        );
+        assert!(!required(
+            r#"[{"name": "guard", "tool": "delete_file", "action": "Allow"}]"#
+        ));
+        assert!(!required(
+            r#"[{"name": "other", "tool": "delete_file", "action": "RequireApproval"}]"#
+        ));
+        assert!(
+            !still_required(&request(None, None), Some(&agent("[]")), ApprovalMode::Gate),
+            "not in requireApproval and no rule asked"
+        );
     }
 }

@@ -68,6 +68,8 @@ pub struct GatedCall {
     /// The redacted preview of the arguments, made once per call: the full arguments never
     /// reach this module.
     pub preview: serde_json::Map<String, serde_json::Value>,
+    /// The approval rule that asked; `None` when `requireApproval` did.
+    pub rule: Option<String>,
     /// Where the call came from.
     pub context: CallContext,
 }
@@ -431,6 +433,7 @@ impl Approvals {
                 requested_by: self.identity(),
                 message: Some(message),
                 context: Some(call.context.clone()),
+                rule: call.rule.clone(),
                 expires_at: Time(expires_at),
                 decision: None,
             },

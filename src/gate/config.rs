@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::agent::{ApprovalMode, ToolServerKind};
+use crate::api::agent::{ApprovalMode, RuleAction, ToolServerKind};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::render::config::McpParams;
 
@@ -84,6 +84,26 @@ pub struct GateServer {
     /// Headers the runtime forwards from its caller (informational for the gate).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_headers: Vec<String>,
+    /// The Agent's approval rules that apply to this server, in the Agent's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<GateRule>,
+}
+
+/// One approval rule as the gate applies it to a server's calls (docs/policies.md).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GateRule {
+    /// Name of the rule in the Agent.
+    pub name: String,
+    /// The tool it is about.
+    pub tool: String,
+    /// CEL condition; unset: always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// What happens to a matching call.
+    pub action: RuleAction,
+    /// Approvals a matching call needs; the gate refuses to start with more than 1 until
+    /// quorum is built.
+    pub required_approvals: u32,
 }
 
 impl GateServer {
@@ -92,7 +112,7 @@ impl GateServer {
         format!("/servers/{namespace}/{name}/mcp")
     }
 
-    /// Whether calls of `tool` on this server need approval.
+    /// Whether calls of `tool` on this server need approval when no rule decides.
     pub fn requires_approval(&self, tool: &str) -> bool {
         self.require_approval.iter().any(|t| t == tool)
     }
@@ -100,5 +120,30 @@ impl GateServer {
     /// Whether `tool` may be listed and called at all.
     pub fn allows(&self, tool: &str) -> bool {
         self.tools.iter().any(|t| t == tool)
+    }
+
+    /// The tools whose calls the gate may hold or refuse although they are offered: those in
+    /// `require_approval` and those of rules that can do more than allow, without repeats.
+    pub fn restricted_tools(&self) -> Vec<&str> {
+        let mut tools: Vec<&str> = self.require_approval.iter().map(String::as_str).collect();
+        for rule in self.rules.iter().filter(|r| r.restricts()) {
+            if !tools.contains(&rule.tool.as_str()) {
+                tools.push(&rule.tool);
+            }
+        }
+        tools
+    }
+}
+
+impl GateRule {
+    /// Whether a call matching the rule can wait for an approval: it requires one, or its
+    /// condition may fail to evaluate.
+    pub fn may_ask(&self) -> bool {
+        self.action == RuleAction::RequireApproval || self.when.is_some()
+    }
+
+    /// Whether the rule can hold or refuse a call (anything but an unconditional Allow).
+    pub fn restricts(&self) -> bool {
+        self.may_ask() || self.action == RuleAction::Deny
     }
 }

@@ -302,6 +302,7 @@ mod tests {
                 requested_by: GATE.into(),
                 message: None,
                 context: None,
+                rule: None,
                 expires_at: Time(t("2026-11-22T01:00:00Z")),
                 decision: decision.map(|(decision_type, by)| Decision {
                     decision_type,

@@ -23,7 +23,8 @@ use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
 use super::proxy::{
-    GatedResult, STREAM_QUEUE, check_body_headers, filter_event, gated, message_body,
+    GatedResult, STREAM_QUEUE, Screened, check_body_headers, filter_event, gated, message_body,
+    screen,
 };
 use super::upstream::Upstream;
 use crate::sse;
@@ -227,27 +228,25 @@ pub async fn message(
         Incoming::ToolsCall(call) => call,
     };
     let metrics = up.shared.metrics.clone();
-    if !up.server.allows(&call.name) {
-        metrics.call(Outcome::refused);
-        let _ = session
-            .inject
-            .send(sse::message(&jsonrpc::tool_error(
-                &call.id,
-                &outcome::unknown_tool(&call.name),
-                None,
-            )))
-            .await;
-        return accepted();
-    }
-    if !up.server.requires_approval(&call.name) {
-        let resp = forward(&up, &session, &headers, body).await;
-        metrics.call(if resp.status().is_success() {
-            Outcome::forwarded
-        } else {
-            Outcome::error
-        });
-        return resp;
-    }
+    let rule = match screen(&up, &headers, &call, body.len()) {
+        Screened::Refused(text) => {
+            let _ = session
+                .inject
+                .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)))
+                .await;
+            return accepted();
+        }
+        Screened::Ask { rule } => rule,
+        Screened::Forward => {
+            let resp = forward(&up, &session, &headers, body).await;
+            metrics.call(if resp.status().is_success() {
+                Outcome::forwarded
+            } else {
+                Outcome::error
+            });
+            return resp;
+        }
+    };
     // Gated: accept now, answer on the stream.
     tokio::spawn(async move {
         let token = call.progress_token.clone();
@@ -260,7 +259,7 @@ pub async fn message(
             }
         };
         let result = tokio::select! {
-            r = gated(&up, session.post_url.clone(), &headers, body, &call, &progress) => r,
+            r = gated(&up, session.post_url.clone(), &headers, body, &call, rule, &progress) => r,
             _ = session.inject.closed() => return,
         };
         match result {

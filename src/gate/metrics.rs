@@ -25,6 +25,8 @@ pub enum Outcome {
     pending,
     /// Refused without asking: tool not listed, approval already used, or request cancelled.
     refused,
+    /// Refused without asking by a Deny approval rule of the Agent.
+    denied_by_rule,
     /// An error (apiserver, upstream, malformed request or decision); not forwarded.
     error,
 }

@@ -1,6 +1,7 @@
 //! The approval gate sidecar: an MCP proxy that holds gated tool calls until a human decides.
 
 pub mod approval;
+pub mod condition;
 pub mod config;
 pub mod decision;
 pub mod hash;
@@ -8,6 +9,7 @@ pub mod jsonrpc;
 pub mod legacy;
 pub mod metrics;
 pub mod outcome;
+pub mod policy;
 pub mod proxy;
 pub mod redact;
 pub mod server;

@@ -17,6 +17,13 @@ pub fn unknown_tool(tool: &str) -> String {
     format!("{NOT_EXECUTED}: tool '{tool}' is not available on this server.")
 }
 
+/// Text for a call a Deny rule of the Agent refuses: nobody can approve it.
+pub fn denied_by_rule(tool: &str, rule: &str) -> String {
+    format!(
+        "{NOT_EXECUTED}: tool '{tool}' is denied for these arguments by approval rule '{rule}' of this agent. No approval can be asked for this call."
+    )
+}
+
 /// Text for an error of the gate, the apiserver or the upstream.
 pub fn error(tool: &str, why: &str) -> String {
     format!(

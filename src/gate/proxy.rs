@@ -21,6 +21,7 @@ use super::hash;
 use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
 use super::metrics::Outcome;
 use super::outcome;
+use super::policy::{PolicyCall, PolicyVerdict};
 use super::redact;
 use super::upstream::{Upstream, UpstreamError, is_event_stream, read_all};
 use crate::api::approval_request::CallContext;
@@ -305,7 +306,7 @@ fn filter_message(up: &Upstream, message: &[u8]) -> Filtered {
     if !may_list_tools {
         return Filtered::Unchanged;
     }
-    jsonrpc::filter_tools(message, |t| up.server.allows(t))
+    jsonrpc::filter_tools(message, |t| up.policy.offers(t))
 }
 
 /// A `tools/call`: refused if the tool is not offered, forwarded if it needs no approval,
@@ -318,41 +319,38 @@ async fn tools_call(
 ) -> Response<Body> {
     let metrics = up.shared.metrics.clone();
     let proto = protocol(&headers).map(str::to_owned);
-    if !up.server.allows(&call.name) {
-        tracing::info!(server = %up.label, tool = %call.name, "refused: tool not offered");
-        metrics.call(Outcome::refused);
-        return json_response(jsonrpc::tool_error(
-            &call.id,
-            &outcome::unknown_tool(&call.name),
-            proto.as_deref(),
-        ));
-    }
-    if !up.server.requires_approval(&call.name) {
-        return match up.send(Method::POST, up.url.clone(), &headers, body).await {
-            Ok(resp) => {
-                metrics.call(Outcome::forwarded);
-                relay_filtered(resp, None, up.clone()).await
-            }
-            Err(e) => {
-                tracing::warn!(server = %up.label, tool = %call.name, error = %e, "upstream failed");
-                metrics.call(Outcome::error);
-                let why = e.tell(&up.label);
-                let text = if e.may_have_reached() {
-                    outcome::upstream_lost(&call.name, None, &why)
-                } else {
-                    outcome::error(&call.name, &why)
-                };
-                json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
-            }
-        };
-    }
+    let rule = match screen(&up, &headers, &call, body.len()) {
+        Screened::Refused(text) => {
+            return json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()));
+        }
+        Screened::Ask { rule } => rule,
+        Screened::Forward => {
+            return match up.send(Method::POST, up.url.clone(), &headers, body).await {
+                Ok(resp) => {
+                    metrics.call(Outcome::forwarded);
+                    relay_filtered(resp, None, up.clone()).await
+                }
+                Err(e) => {
+                    tracing::warn!(server = %up.label, tool = %call.name, error = %e, "upstream failed");
+                    metrics.call(Outcome::error);
+                    let why = e.tell(&up.label);
+                    let text = if e.may_have_reached() {
+                        outcome::upstream_lost(&call.name, None, &why)
+                    } else {
+                        outcome::error(&call.name, &why)
+                    };
+                    json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
+                }
+            };
+        }
+    };
     let streaming = call.progress_token.is_some()
         && headers
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
     if !streaming {
-        return match gated(&up, up.url.clone(), &headers, body, &call, &|_| {}).await {
+        return match gated(&up, up.url.clone(), &headers, body, &call, rule, &|_| {}).await {
             GatedResult::Forwarded(resp, _) => relay_filtered(resp, None, up.clone()).await,
             GatedResult::Refused(text) => {
                 json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
@@ -371,7 +369,7 @@ async fn tools_call(
             let _ = ptx.try_send(sse::message(&jsonrpc::progress(&token, n, msg)));
         };
         let result = tokio::select! {
-            r = gated(&up, up.url.clone(), &headers, body, &call, &progress) => r,
+            r = gated(&up, up.url.clone(), &headers, body, &call, rule, &progress) => r,
             _ = tx.closed() => {
                 tracing::info!(server = %up.label, tool = %call.name, "client went away while waiting; not forwarded");
                 return;
@@ -423,6 +421,63 @@ async fn tools_call(
         .expect("static response parts are valid")
 }
 
+/// What the gate's policy lets a `tools/call` do; refusals are already logged and counted.
+pub enum Screened {
+    /// Not forwarded: the text for the caller.
+    Refused(String),
+    /// Forwarded without approval.
+    Forward,
+    /// Held for an approval, asked by `rule` (`None`: by `requireApproval`).
+    Ask {
+        /// The approval rule that asked.
+        rule: Option<String>,
+    },
+}
+
+/// Applies the server's policy ([`super::policy`]) to `call`, whose message as the gate read
+/// it is `message_bytes` long, before anything is forwarded or asked.
+pub fn screen(
+    up: &Upstream,
+    headers: &HeaderMap,
+    call: &ToolCall,
+    message_bytes: usize,
+) -> Screened {
+    let verdict = up.policy.decide(&PolicyCall {
+        tool: &call.name,
+        args: &call.arguments,
+        message_bytes,
+        session: session_id(headers),
+    });
+    let metrics = &up.shared.metrics;
+    match verdict {
+        PolicyVerdict::NotOffered => {
+            tracing::info!(server = %up.label, tool = %call.name, "refused: tool not offered");
+            metrics.call(Outcome::refused);
+            Screened::Refused(outcome::unknown_tool(&call.name))
+        }
+        PolicyVerdict::Deny { rule } => {
+            tracing::info!(server = %up.label, tool = %call.name, %rule, "refused by an approval rule");
+            metrics.call(Outcome::denied_by_rule);
+            Screened::Refused(outcome::denied_by_rule(&call.name, &rule))
+        }
+        PolicyVerdict::Forward { .. } => Screened::Forward,
+        PolicyVerdict::RequireApproval {
+            rule, unevaluated, ..
+        } => {
+            if let (Some(rule), Some(why)) = (&rule, &unevaluated) {
+                tracing::info!(server = %up.label, tool = %call.name, %rule, %why,
+                    "the rule's condition could not be evaluated; asking for approval");
+            }
+            Screened::Ask { rule }
+        }
+    }
+}
+
+/// The MCP session id the client sent, if any.
+fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+}
+
 /// Relays an upstream body into a client's queue chunk by chunk, waiting while the queue is
 /// full, so the upstream is read no faster than the client reads. A failure becomes the event
 /// `lost` makes of it, which ends the relay, as does a client that went away.
@@ -453,13 +508,15 @@ pub enum GatedResult {
 
 /// Runs the approval of a gated call and forwards it if (and only if) this gate consumed an
 /// approval for exactly these arguments. `body` is the call as the gate read it
-/// ([`jsonrpc::Message::body`]), so it carries the arguments that were hashed and shown.
+/// ([`jsonrpc::Message::body`]), so it carries the arguments that were hashed and shown;
+/// `rule` is the approval rule that asked, named in the request.
 pub async fn gated(
     up: &Upstream,
     url: reqwest::Url,
     headers: &HeaderMap,
     body: Bytes,
     call: &ToolCall,
+    rule: Option<String>,
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> GatedResult {
     let metrics = &up.shared.metrics;
@@ -484,11 +541,9 @@ pub async fn gated(
         },
         digest,
         preview: redact::preview(&call.arguments),
+        rule,
         context: CallContext {
-            session_id: headers
-                .get(SESSION_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .map(|s| s.chars().take(256).collect()),
+            session_id: session_id(headers).map(|s| s.chars().take(256).collect()),
             task_id: None,
             call_id: Some(match &call.id {
                 Value::String(s) => s.chars().take(256).collect(),

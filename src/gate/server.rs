@@ -16,6 +16,7 @@ use super::decision::{Clock, SystemClock};
 use super::hash::BindingKey;
 use super::legacy::{self, LegacyRoute};
 use super::metrics::Metrics;
+use super::policy::ServerPolicy;
 use super::proxy;
 use super::upstream::{Shared, Upstream};
 use crate::api::remote_mcp_server::McpProtocol;
@@ -90,8 +91,10 @@ pub fn build(
                 format!("{:?} must be a unique absolute path", server.route),
             ));
         }
+        let policy = ServerPolicy::compile(&config.agent, server)
+            .map_err(|m| invalid(&format!("servers[{i}].rules"), m))?;
         let up = Arc::new(
-            Upstream::new(server.clone(), &config.agent.name, shared.clone())
+            Upstream::new(server.clone(), policy, &config.agent.name, shared.clone())
                 .map_err(|m| invalid(&format!("servers[{i}].params"), m))?,
         );
         router = match server.protocol {

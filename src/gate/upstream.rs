@@ -14,6 +14,7 @@ use super::approval::Approvals;
 use super::config::GateServer;
 use super::hash::BindingKey;
 use super::metrics::Metrics;
+use super::policy::ServerPolicy;
 
 /// What every route shares: the upstream HTTP client (one pool), approvals and metrics.
 #[derive(Clone)]
@@ -30,8 +31,10 @@ pub struct Shared {
 
 /// One tool server behind the gate.
 pub struct Upstream {
-    /// Policy and identity of the server.
+    /// Identity and configuration of the server.
     pub server: GateServer,
+    /// What its tool calls may do: offered tools, approval rules, `requireApproval`.
+    pub policy: ServerPolicy,
     /// The upstream URL.
     pub url: reqwest::Url,
     /// Headers from `params.headers`, added to every upstream request.
@@ -151,7 +154,12 @@ fn seconds(
 
 impl Upstream {
     /// Builds the upstream of `server`. Errors name the bad URL, header or timeout.
-    pub fn new(server: GateServer, agent: &str, shared: Shared) -> Result<Self, String> {
+    pub fn new(
+        server: GateServer,
+        policy: ServerPolicy,
+        agent: &str,
+        shared: Shared,
+    ) -> Result<Self, String> {
         let url = reqwest::Url::parse(&server.params.url)
             .map_err(|e| format!("{}: params.url {:?}: {e}", server.route, server.params.url))?;
         let mut headers = HeaderMap::new();
@@ -172,6 +180,7 @@ impl Upstream {
                 server.params.sse_read_timeout.as_ref(),
             )?,
             server,
+            policy,
             url,
             headers,
             shared,

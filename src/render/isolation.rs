@@ -39,7 +39,7 @@ fn describe(server: &GateServer) -> String {
         server.kind.as_str(),
         server.namespace,
         server.name,
-        server.require_approval.join(", ")
+        server.restricted_tools().join(", ")
     )
 }
 
@@ -51,7 +51,7 @@ fn host(url: &str) -> String {
 }
 
 /// The verdict for an Agent whose gate guards `servers`; `None` when no server has a tool
-/// that requires approval (there is nothing to go around).
+/// that requires approval or that a rule may hold or deny (there is nothing to go around).
 pub fn isolation(
     placement: GatePlacement,
     servers: &[GateServer],
@@ -60,7 +60,7 @@ pub fn isolation(
 ) -> Option<Isolation> {
     let gated: Vec<&GateServer> = servers
         .iter()
-        .filter(|server| !server.require_approval.is_empty())
+        .filter(|server| !server.restricted_tools().is_empty())
         .collect();
     if gated.is_empty() {
         return None;
@@ -165,6 +165,7 @@ mod tests {
             tools: vec!["read_file".into(), "delete_file".into()],
             require_approval: gated.iter().map(|t| t.to_string()).collect(),
             allowed_headers: Vec::new(),
+            rules: Vec::new(),
         }
     }
 

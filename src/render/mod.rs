@@ -14,6 +14,7 @@ pub mod objects;
 pub mod prompt;
 pub mod proxy;
 pub mod refs;
+pub mod rules;
 pub mod skills;
 pub mod tools;
 
@@ -24,7 +25,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::api::agent::DeclarativeAgentSpec;
-use crate::api::agent::{AgentType, ApprovalSettings};
+use crate::api::agent::{AgentType, ApprovalRule, ApprovalSettings};
 use crate::api::common::parse_duration_seconds;
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
@@ -224,6 +225,18 @@ pub fn render_agent(
         .unwrap_or(options.default_approval_mode);
     let timings = approval_timings(&object, declarative.approval.as_ref())?;
     let placement = gate_placement(&object, declarative, mode)?;
+    let approval_rules = declarative
+        .approval
+        .as_ref()
+        .map(|approval| approval.rules.as_slice())
+        .unwrap_or_default();
+    rules::check_rules(
+        &object,
+        approval_rules,
+        &declarative.tools,
+        mode,
+        declarative.approval.as_ref().and_then(|a| a.mode).is_none(),
+    )?;
 
     let model_name = declarative
         .model_config
@@ -314,7 +327,10 @@ pub fn render_agent(
         stream,
         &servers,
         remote_agents,
-        |server| runtime_entry(server, mode, timings, &gate_url),
+        |server| {
+            let held = rules::may_hold(server, approval_rules);
+            runtime_entry(server, mode, timings, &gate_url, held)
+        },
     );
     config.memory = memory;
     config.context_config = context.as_ref().map(|c| c.config.clone());
@@ -345,7 +361,10 @@ pub fn render_agent(
         }
         .to_owned(),
         metrics_listen: GATE_METRICS_LISTEN.to_owned(),
-        servers: servers.iter().map(gate_server).collect(),
+        servers: servers
+            .iter()
+            .map(|server| gate_server(server, approval_rules))
+            .collect(),
     });
     let agent_card = agent_card(agent, stream);
 
@@ -586,12 +605,14 @@ fn agent_config(
 }
 
 /// The config.json entry of one server: straight to the server in Runtime mode, through the
-/// gate (no upstream headers, runtime confirmation only in Both mode) otherwise.
+/// gate (no upstream headers, runtime confirmation only in Both mode) otherwise. `held`: the
+/// gate may hold its calls for an approval.
 fn runtime_entry(
     server: &ResolvedServer,
     mode: ApprovalMode,
     timings: ApprovalTimings,
     gate_url: &str,
+    held: bool,
 ) -> McpToolServer {
     let require_approval = if mode.uses_runtime() {
         server.require_approval.clone()
@@ -602,11 +623,10 @@ fn runtime_entry(
         // The gate holds a gated call open up to waitTimeout: the runtime must not give up
         // first. An unset timeout means the runtime's short default, so it is set; an unset
         // SSE read timeout means a long default, so it is left alone.
-        let gated = !server.require_approval.is_empty();
         let floor = timings.wait_timeout + GATE_TIMEOUT_MARGIN;
         let at_least = |value: Option<f64>, raise_unset: bool| match value {
-            Some(seconds) if gated && seconds < floor => Some(floor),
-            None if gated && raise_unset => Some(floor),
+            Some(seconds) if held && seconds < floor => Some(floor),
+            None if held && raise_unset => Some(floor),
             other => other,
         };
         McpParams {
@@ -640,7 +660,7 @@ fn upstream_params(server: &ResolvedServer) -> McpParams {
     }
 }
 
-fn gate_server(server: &ResolvedServer) -> GateServer {
+fn gate_server(server: &ResolvedServer, approval_rules: &[ApprovalRule]) -> GateServer {
     GateServer {
         namespace: server.namespace.clone(),
         name: server.name.clone(),
@@ -651,6 +671,7 @@ fn gate_server(server: &ResolvedServer) -> GateServer {
         tools: server.tools.clone(),
         require_approval: server.require_approval.clone(),
         allowed_headers: server.allowed_headers.clone(),
+        rules: rules::gate_rules(server, approval_rules),
     }
 }
 

@@ -116,42 +116,85 @@ pub struct Everything {
 
 impl Everything {
     /// Starts it in `streamableHttp` or `sse` mode and waits until it accepts connections.
-    /// Retries on another port if the chosen one was taken in the meantime.
     pub async fn start(mode: &str) -> Self {
-        for _ in 0..5 {
-            let port = free_port();
-            let mut child = tokio::process::Command::new("node")
-                .arg("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-                .arg(mode)
-                .env("PORT", port.to_string())
-                .current_dir(peers_dir())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("node runs");
-            let mut up = false;
-            for _ in 0..300 {
-                if child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    // Still alive a moment later: the port is its own, not another test's.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    up = child.try_wait().unwrap().is_none();
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            if up {
-                return Self {
-                    _child: child,
-                    port,
-                };
-            }
+        let (child, port) = start_peer(&[
+            "node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+            mode,
+        ])
+        .await;
+        Self {
+            _child: child,
+            port,
         }
-        panic!("the everything server did not start");
     }
+}
+
+/// `recorder.mjs`: an MCP server with read_file, write_file and delete_file that records
+/// every call it runs; killed on drop.
+pub struct Recorder {
+    _child: tokio::process::Child,
+    /// `http://127.0.0.1:port`.
+    pub url: String,
+}
+
+impl Recorder {
+    /// Starts it and waits until it accepts connections.
+    pub async fn start() -> Self {
+        let (child, port) = start_peer(&["recorder.mjs"]).await;
+        Self {
+            _child: child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The calls that ran, in order: `{tool, args, ...}`.
+    pub async fn calls(&self) -> Vec<Value> {
+        reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(format!("{}/calls", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+/// Runs `node ARGS` in tests/mcp-peers with `PORT` set and waits until it accepts
+/// connections. Retries on another port if the chosen one was taken in the meantime.
+async fn start_peer(args: &[&str]) -> (tokio::process::Child, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = tokio::process::Command::new("node")
+            .args(args)
+            .env("PORT", port.to_string())
+            .current_dir(peers_dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node runs");
+        let mut up = false;
+        for _ in 0..300 {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Still alive a moment later: the port is its own, not another test's.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                up = child.try_wait().unwrap().is_none();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if up {
+            return (child, port);
+        }
+    }
+    panic!("the MCP peer {args:?} did not start");
 }
 
 /// A request seen by [`Counter`]: (method, `x-upstream-token`, `mcp-session-id`).
@@ -295,6 +338,7 @@ pub fn server(
         tools: tools.iter().map(|s| s.to_string()).collect(),
         require_approval: gated.iter().map(|s| s.to_string()).collect(),
         allowed_headers: vec![],
+        rules: vec![],
     }
 }
 

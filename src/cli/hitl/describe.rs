@@ -48,6 +48,12 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
             spec.tool_server.name
         ),
     );
+    if let Some(rule) = &spec.rule {
+        field(
+            "Rule",
+            &format!("{rule} (an approval rule of the Agent asked)"),
+        );
+    }
     field("Phase", r.phase_at(now).as_str());
     field("Requested by", &spec.requested_by);
     if let Some(created) = &r.metadata.creation_timestamp {

@@ -77,6 +77,7 @@ fn call(arguments: &Value) -> GatedCall {
         },
         digest,
         preview: redact::preview(arguments),
+        rule: None,
         context: CallContext {
             session_id: Some("sess-1".into()),
             task_id: None,

@@ -1,0 +1,520 @@
+//! What the gate does with a `tools/call`, before anything is forwarded or asked: refuse a
+//! tool that is not offered, then apply the Agent's approval rules, then `requireApproval`.
+//!
+//! Precedence (docs/policies.md): a tool not in `toolNames` is refused before any rule; of
+//! the rules about the call's tool on this server whose `when` holds, any Deny refuses the
+//! call, else any RequireApproval asks (the most approvals any of them requires), else any
+//! Allow forwards it; with no matching rule, `requireApproval` decides. A `when` that cannot
+//! be evaluated matches as RequireApproval, whatever the rule's action. Tools without rules
+//! cost one lookup and no CEL.
+
+use std::collections::{HashMap, HashSet};
+
+use super::condition::{Activation, CallFacts, Condition};
+use super::config::{AgentIdentity, GateRule, GateServer};
+use crate::api::agent::RuleAction;
+
+/// The decision for one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyVerdict {
+    /// The tool is not in the server's `toolNames`: refused.
+    NotOffered,
+    /// A Deny rule matched: refused without asking.
+    Deny {
+        /// The rule.
+        rule: String,
+    },
+    /// The call waits for an approval.
+    RequireApproval {
+        /// The rule that asked; `None` when `requireApproval` did.
+        rule: Option<String>,
+        /// Distinct approvals needed.
+        required_approvals: u32,
+        /// Why the asking rule's `when` could not be evaluated, if that is why it asked.
+        unevaluated: Option<String>,
+    },
+    /// The call is forwarded without approval.
+    Forward {
+        /// The Allow rule that let it through; `None` when no rule matched.
+        rule: Option<String>,
+    },
+}
+
+/// A call as the policy sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct PolicyCall<'a> {
+    /// The tool.
+    pub tool: &'a str,
+    /// Its arguments (`{}` when absent).
+    pub args: &'a serde_json::Value,
+    /// Size in bytes of the call's message as the gate read it (bounds CEL's input).
+    pub message_bytes: usize,
+    /// The MCP session id, when known.
+    pub session: Option<&'a str>,
+}
+
+/// A rule ready to apply.
+#[derive(Debug)]
+struct CompiledRule {
+    name: String,
+    action: RuleAction,
+    required_approvals: u32,
+    when: Option<Condition>,
+}
+
+/// The policy of one tool server of the Agent, compiled once when the gate starts.
+#[derive(Debug)]
+pub struct ServerPolicy {
+    agent: String,
+    namespace: String,
+    server: String,
+    offered: HashSet<String>,
+    gated: HashSet<String>,
+    /// Rules by tool, in the Agent's order; tools without rules have no entry.
+    rules: HashMap<String, Vec<CompiledRule>>,
+}
+
+impl ServerPolicy {
+    /// Compiles the rules of `server`; the error names the rule that cannot be applied.
+    pub fn compile(agent: &AgentIdentity, server: &GateServer) -> Result<Self, String> {
+        let mut rules: HashMap<String, Vec<CompiledRule>> = HashMap::new();
+        for rule in &server.rules {
+            let compiled =
+                compile_rule(rule).map_err(|why| format!("rule {:?}: {why}", rule.name))?;
+            rules.entry(rule.tool.clone()).or_default().push(compiled);
+        }
+        Ok(Self {
+            agent: agent.name.clone(),
+            namespace: agent.namespace.clone(),
+            server: server.name.clone(),
+            offered: server.tools.iter().cloned().collect(),
+            gated: server.require_approval.iter().cloned().collect(),
+            rules,
+        })
+    }
+
+    /// Whether `tool` may be listed and called at all.
+    pub fn offers(&self, tool: &str) -> bool {
+        self.offered.contains(tool)
+    }
+
+    /// What to do with `call`.
+    pub fn decide(&self, call: &PolicyCall) -> PolicyVerdict {
+        if !self.offers(call.tool) {
+            return PolicyVerdict::NotOffered;
+        }
+        let Some(rules) = self.rules.get(call.tool) else {
+            return self.by_default(call.tool);
+        };
+        let mut activation = None;
+        let mut asking: Option<(&CompiledRule, Option<String>)> = None;
+        let mut allowing = None;
+        for rule in rules {
+            let holds = match &rule.when {
+                None => Ok(true),
+                Some(condition) => condition
+                    .evaluate(activation.get_or_insert_with(|| Activation::new(&self.facts(call)))),
+            };
+            match (holds, rule.action) {
+                (Ok(false), _) => {}
+                (Ok(true), RuleAction::Deny) => {
+                    return PolicyVerdict::Deny {
+                        rule: rule.name.clone(),
+                    };
+                }
+                (Ok(true), RuleAction::Allow) => {
+                    allowing.get_or_insert(rule);
+                }
+                (Ok(true), RuleAction::RequireApproval) => ask(&mut asking, rule, None),
+                (Err(why), _) => ask(&mut asking, rule, Some(why)),
+            }
+        }
+        match (asking, allowing) {
+            (Some((rule, unevaluated)), _) => PolicyVerdict::RequireApproval {
+                rule: Some(rule.name.clone()),
+                required_approvals: rule.required_approvals,
+                unevaluated,
+            },
+            (None, Some(rule)) => PolicyVerdict::Forward {
+                rule: Some(rule.name.clone()),
+            },
+            (None, None) => self.by_default(call.tool),
+        }
+    }
+
+    /// `requireApproval` alone decides.
+    fn by_default(&self, tool: &str) -> PolicyVerdict {
+        if self.gated.contains(tool) {
+            PolicyVerdict::RequireApproval {
+                rule: None,
+                required_approvals: 1,
+                unevaluated: None,
+            }
+        } else {
+            PolicyVerdict::Forward { rule: None }
+        }
+    }
+
+    fn facts<'a>(&'a self, call: &PolicyCall<'a>) -> CallFacts<'a> {
+        CallFacts {
+            args: call.args,
+            args_bytes: call.message_bytes,
+            agent: &self.agent,
+            namespace: &self.namespace,
+            server: &self.server,
+            tool: call.tool,
+            session: call.session,
+        }
+    }
+}
+
+/// Keeps the first asking rule, or a later one that needs more approvals: the verdict names
+/// the first rule (in the Agent's order) asking for the most approvals.
+fn ask<'a>(
+    asking: &mut Option<(&'a CompiledRule, Option<String>)>,
+    rule: &'a CompiledRule,
+    unevaluated: Option<String>,
+) {
+    if asking
+        .as_ref()
+        .is_none_or(|(first, _)| rule.required_approvals > first.required_approvals)
+    {
+        *asking = Some((rule, unevaluated));
+    }
+}
+
+fn compile_rule(rule: &GateRule) -> Result<CompiledRule, String> {
+    if rule.required_approvals != 1 {
+        return Err(format!(
+            "requiredApprovals {}: only 1 is supported until quorum is built",
+            rule.required_approvals
+        ));
+    }
+    let when = rule
+        .when
+        .as_deref()
+        .map(Condition::compile)
+        .transpose()
+        .map_err(|why| format!("when: {why}"))?;
+    Ok(CompiledRule {
+        name: rule.name.clone(),
+        action: rule.action,
+        required_approvals: rule.required_approvals,
+        when,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::agent::ToolServerKind;
+    use crate::api::remote_mcp_server::McpProtocol;
+    use crate::render::config::McpParams;
+
+    fn rule(name: &str, tool: &str, when: Option<&str>, action: RuleAction) -> GateRule {
+        GateRule {
+            name: name.into(),
+            tool: tool.into(),
+            when: when.map(str::to_owned),
+            action,
+            required_approvals: 1,
+        }
+    }
+
+    fn policy(gated: &[&str], rules: Vec<GateRule>) -> ServerPolicy {
+        let server = GateServer {
+            namespace: "tools".into(),
+            name: "fs".into(),
+            kind: ToolServerKind::RemoteMCPServer,
+            protocol: McpProtocol::StreamableHttp,
+            route: GateServer::route_for("tools", "fs"),
+            params: McpParams {
+                url: "http://fs/mcp".into(),
+                headers: Default::default(),
+                timeout: None,
+                sse_read_timeout: None,
+                terminate_on_close: None,
+            },
+            tools: ["read_file", "write_file", "delete_file", "transfer_funds"]
+                .map(String::from)
+                .to_vec(),
+            require_approval: gated.iter().map(|t| t.to_string()).collect(),
+            allowed_headers: Vec::new(),
+            rules,
+        };
+        let agent = AgentIdentity {
+            namespace: "team-a".into(),
+            name: "files".into(),
+            uid: String::new(),
+            service_account: "files".into(),
+        };
+        ServerPolicy::compile(&agent, &server).unwrap()
+    }
+
+    fn decide(policy: &ServerPolicy, tool: &str, args: serde_json::Value) -> PolicyVerdict {
+        policy.decide(&PolicyCall {
+            tool,
+            args: &args,
+            message_bytes: args.to_string().len(),
+            session: None,
+        })
+    }
+
+    fn asks(rule: Option<&str>) -> PolicyVerdict {
+        PolicyVerdict::RequireApproval {
+            rule: rule.map(str::to_owned),
+            required_approvals: 1,
+            unevaluated: None,
+        }
+    }
+
+    fn forwards(rule: Option<&str>) -> PolicyVerdict {
+        PolicyVerdict::Forward {
+            rule: rule.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn without_rules_require_approval_decides() {
+        let p = policy(&["delete_file"], Vec::new());
+        assert_eq!(decide(&p, "delete_file", json!({})), asks(None));
+        assert_eq!(decide(&p, "read_file", json!({})), forwards(None));
+        assert_eq!(decide(&p, "exec", json!({})), PolicyVerdict::NotOffered);
+    }
+
+    #[test]
+    fn an_allow_never_opens_a_tool_that_is_not_offered() {
+        let p = policy(&[], vec![rule("open", "exec", None, RuleAction::Allow)]);
+        assert_eq!(decide(&p, "exec", json!({})), PolicyVerdict::NotOffered);
+    }
+
+    #[test]
+    fn the_read_only_paths_example() {
+        let p = policy(
+            &["write_file", "delete_file"],
+            vec![
+                rule("reads", "read_file", None, RuleAction::Allow),
+                rule(
+                    "no-etc",
+                    "delete_file",
+                    Some("args.path.startsWith('/etc/')"),
+                    RuleAction::Deny,
+                ),
+                rule(
+                    "scratch",
+                    "write_file",
+                    Some("args.path.startsWith('/tmp/')"),
+                    RuleAction::Allow,
+                ),
+            ],
+        );
+        assert_eq!(
+            decide(&p, "delete_file", json!({"path": "/etc/passwd"})),
+            PolicyVerdict::Deny {
+                rule: "no-etc".into()
+            }
+        );
+        assert_eq!(
+            decide(&p, "delete_file", json!({"path": "/data/x"})),
+            asks(None)
+        );
+        assert_eq!(
+            decide(&p, "write_file", json!({"path": "/tmp/x"})),
+            forwards(Some("scratch"))
+        );
+        assert_eq!(
+            decide(&p, "write_file", json!({"path": "/data/x"})),
+            asks(None)
+        );
+        assert_eq!(
+            decide(&p, "read_file", json!({"path": "/etc/passwd"})),
+            forwards(Some("reads"))
+        );
+    }
+
+    #[test]
+    fn a_threshold_asks_only_above_it() {
+        let p = policy(
+            &["transfer_funds"],
+            vec![
+                rule(
+                    "big-transfers",
+                    "transfer_funds",
+                    Some("args.amount > 1000"),
+                    RuleAction::RequireApproval,
+                ),
+                rule("small-transfers", "transfer_funds", None, RuleAction::Allow),
+            ],
+        );
+        assert_eq!(
+            decide(&p, "transfer_funds", json!({"amount": 1500})),
+            asks(Some("big-transfers"))
+        );
+        assert_eq!(
+            decide(&p, "transfer_funds", json!({"amount": 20})),
+            forwards(Some("small-transfers"))
+        );
+    }
+
+    #[test]
+    fn a_condition_that_cannot_be_evaluated_asks_whatever_the_action() {
+        for action in [
+            RuleAction::Allow,
+            RuleAction::Deny,
+            RuleAction::RequireApproval,
+        ] {
+            let p = policy(
+                &[],
+                vec![rule("r", "write_file", Some("args.size > 10"), action)],
+            );
+            match decide(&p, "write_file", json!({"path": "/tmp/x"})) {
+                PolicyVerdict::RequireApproval {
+                    rule, unevaluated, ..
+                } => {
+                    assert_eq!(rule.as_deref(), Some("r"));
+                    assert!(unevaluated.unwrap().contains("size"));
+                }
+                other => panic!("{action:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_matching_deny_beats_an_unevaluable_condition_and_an_allow() {
+        let p = policy(
+            &[],
+            vec![
+                rule("broken", "write_file", Some("args.nope"), RuleAction::Allow),
+                rule("ok", "write_file", None, RuleAction::Allow),
+                rule("never", "write_file", None, RuleAction::Deny),
+            ],
+        );
+        assert_eq!(
+            decide(&p, "write_file", json!({})),
+            PolicyVerdict::Deny {
+                rule: "never".into()
+            }
+        );
+    }
+
+    #[test]
+    fn rules_of_other_tools_do_not_apply() {
+        let p = policy(
+            &["delete_file"],
+            vec![rule("w", "write_file", None, RuleAction::Deny)],
+        );
+        assert_eq!(decide(&p, "delete_file", json!({})), asks(None));
+    }
+
+    #[test]
+    fn a_rule_that_does_not_compile_or_asks_for_a_quorum_stops_the_gate() {
+        let agent = AgentIdentity {
+            namespace: "n".into(),
+            name: "a".into(),
+            uid: String::new(),
+            service_account: "a".into(),
+        };
+        let base = GateServer {
+            namespace: "n".into(),
+            name: "fs".into(),
+            kind: ToolServerKind::RemoteMCPServer,
+            protocol: McpProtocol::StreamableHttp,
+            route: "/x".into(),
+            params: McpParams {
+                url: "http://fs/mcp".into(),
+                headers: Default::default(),
+                timeout: None,
+                sse_read_timeout: None,
+                terminate_on_close: None,
+            },
+            tools: vec!["t".into()],
+            require_approval: Vec::new(),
+            allowed_headers: Vec::new(),
+            rules: vec![rule("bad", "t", Some("args.x >"), RuleAction::Allow)],
+        };
+        let why = ServerPolicy::compile(&agent, &base).unwrap_err();
+        assert!(why.starts_with("rule \"bad\": when: CEL: "), "{why}");
+        let mut quorum = base.clone();
+        quorum.rules = vec![GateRule {
+            required_approvals: 2,
+            ..rule("two", "t", None, RuleAction::RequireApproval)
+        }];
+        let why = ServerPolicy::compile(&agent, &quorum).unwrap_err();
+        assert!(why.contains("quorum"), "{why}");
+    }
+
+    /// One rule of the property test: its action and whether its `when` holds, fails, or is
+    /// absent.
+    #[derive(Clone, Debug)]
+    struct Case {
+        action: RuleAction,
+        when: Option<Result<bool, ()>>,
+    }
+
+    fn case() -> impl Strategy<Value = Case> {
+        let action = prop_oneof![
+            Just(RuleAction::Deny),
+            Just(RuleAction::RequireApproval),
+            Just(RuleAction::Allow)
+        ];
+        let when = prop_oneof![
+            Just(None),
+            Just(Some(Ok(true))),
+            Just(Some(Ok(false))),
+            Just(Some(Err(())))
+        ];
+        (action, when).prop_map(|(action, when)| Case { action, when })
+    }
+
+    proptest! {
+        /// Deny beats RequireApproval (an unevaluable condition included) beats Allow beats
+        /// requireApproval, whatever the order of the rules.
+        #[test]
+        fn precedence_holds_in_any_order(cases in prop::collection::vec(case(), 0..8), listed in any::<bool>()) {
+            let rules = cases
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let when = c.when.map(|w| match w {
+                        Ok(true) => "args.n == 1",
+                        Ok(false) => "args.n == 2",
+                        Err(()) => "args.missing == 1",
+                    });
+                    rule(&format!("r{i}"), "write_file", when, c.action)
+                })
+                .collect();
+            let gated: &[&str] = if listed { &["write_file"] } else { &[] };
+            let p = policy(gated, rules);
+            let verdict = decide(&p, "write_file", json!({"n": 1}));
+            let matching = |wanted: RuleAction| {
+                cases.iter().position(|c| c.action == wanted && matches!(c.when, None | Some(Ok(true))))
+            };
+            let asking = cases.iter().position(|c| {
+                matches!(c.when, Some(Err(()))) || (c.action == RuleAction::RequireApproval && matches!(c.when, None | Some(Ok(true))))
+            });
+            let expected = if let Some(i) = matching(RuleAction::Deny) {
+                PolicyVerdict::Deny { rule: format!("r{i}") }
+            } else if let Some(i) = asking {
+                let unevaluated = matches!(cases[i].when, Some(Err(())));
+                match verdict.clone() {
+                    PolicyVerdict::RequireApproval { rule, unevaluated: why, .. } => {
+                        prop_assert_eq!(why.is_some(), unevaluated);
+                        prop_assert_eq!(rule, Some(format!("r{i}")));
+                    }
+                    other => prop_assert!(false, "expected an approval, got {:?}", other),
+                }
+                verdict.clone()
+            } else if let Some(i) = matching(RuleAction::Allow) {
+                forwards(Some(&format!("r{i}")))
+            } else if listed {
+                asks(None)
+            } else {
+                forwards(None)
+            };
+            prop_assert_eq!(verdict, expected);
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The Agent's approval rules (`spec.declarative.approval.rules`): checked against its tools,
+//! their conditions compiled, and handed to the gate per tool server (docs/policies.md).
+
+use crate::api::ApprovalMode;
+use crate::api::agent::{ApprovalRule, Tool};
+use crate::gate::condition::Condition;
+use crate::gate::config::GateRule;
+use crate::{Error, Result};
+
+use super::tools::ResolvedServer;
+
+const FIELD: &str = "spec.declarative.approval.rules";
+
+/// Checks `rules`: only where a gate enforces them (`mode`, `mode_is_default` when it is the
+/// operator's default), each `server` names one of the Agent's tool servers, each `tool` is in
+/// that server's toolNames (any server's without `server`), and each `when` compiles within
+/// its bounds. The error names the rule's field and, for `when`, the CEL error.
+pub fn check_rules(
+    object: &str,
+    rules: &[ApprovalRule],
+    tools: &[Tool],
+    mode: ApprovalMode,
+    mode_is_default: bool,
+) -> Result<()> {
+    let invalid = |field: String, message: String| Error::InvalidSpec {
+        object: object.to_owned(),
+        field,
+        message,
+    };
+    if rules.is_empty() {
+        return Ok(());
+    }
+    if !mode.uses_gate() {
+        let whose = if mode_is_default {
+            " (the operator's default)"
+        } else {
+            ""
+        };
+        return Err(invalid(
+            FIELD.into(),
+            format!(
+                "Forbidden: approval rules are enforced by the gate, and approval mode {}{whose} runs none; use mode Gate or Both, or remove the rules",
+                mode.as_str()
+            ),
+        ));
+    }
+    let servers: Vec<_> = tools.iter().filter_map(|t| t.mcp_server.as_ref()).collect();
+    for (index, rule) in rules.iter().enumerate() {
+        let field = format!("{FIELD}[{index}]");
+        let candidates: Vec<_> = match &rule.server {
+            Some(name) => {
+                let named: Vec<_> = servers.iter().filter(|s| &s.name == name).collect();
+                if named.is_empty() {
+                    return Err(invalid(
+                        format!("{field}.server"),
+                        format!(
+                            "Invalid value: {name:?}: no tool server in spec.declarative.tools has this name"
+                        ),
+                    ));
+                }
+                named
+            }
+            None => servers.iter().collect(),
+        };
+        if !candidates.iter().any(|s| s.tool_names.contains(&rule.tool)) {
+            let whose = match &rule.server {
+                Some(name) => format!("the toolNames of server {name:?}"),
+                None => "the toolNames of a tool server".into(),
+            };
+            return Err(invalid(
+                format!("{field}.tool"),
+                format!("Invalid value: {:?}: must appear in {whose}", rule.tool),
+            ));
+        }
+        if let Some(when) = &rule.when {
+            Condition::compile(when).map_err(|why| {
+                invalid(
+                    format!("{field}.when"),
+                    format!("Invalid value: {when:?}: {why}"),
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The rules that apply to `server`'s calls, in the Agent's order, as gate.json carries them.
+pub fn gate_rules(server: &ResolvedServer, rules: &[ApprovalRule]) -> Vec<GateRule> {
+    rules
+        .iter()
+        .filter(|rule| rule.server.as_ref().is_none_or(|name| *name == server.name))
+        .filter(|rule| server.tools.contains(&rule.tool))
+        .map(|rule| GateRule {
+            name: rule.name.clone(),
+            tool: rule.tool.clone(),
+            when: rule.when.clone(),
+            action: rule.action,
+            required_approvals: rule
+                .required_approvals
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(1),
+        })
+        .collect()
+}
+
+/// Whether the gate may hold calls to `server` for an approval: a tool requires one, or a rule
+/// about one of its tools may ask.
+pub fn may_hold(server: &ResolvedServer, rules: &[ApprovalRule]) -> bool {
+    !server.require_approval.is_empty() || gate_rules(server, rules).iter().any(GateRule::may_ask)
+}
