@@ -339,6 +339,36 @@ async fn a_tool_list_answered_on_another_requests_stream_is_filtered() {
 }
 
 #[tokio::test]
+async fn answers_in_small_chunks_are_filtered_or_passed_on_byte_for_byte() {
+    init();
+    let (gate, counter, _api) = counted_gate(&["echo", "delete"], &["delete"], 1.0).await;
+    let call = |arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+            "name": "echo", "arguments": arguments, "answer_sse": true, "answer_chunk_bytes": 3}})
+        .to_string()
+    };
+    // A tool list cut into 3-byte chunks, with a pause in the middle of the event: filtered.
+    let resp = post(&gate.route("stub"), &call(json!({"answer_tools": true}))).await;
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().await.unwrap();
+    assert!(body.contains(r#""name":"echo""#), "{body}");
+    assert!(!body.contains("hidden"), "{body}");
+    // Answers holding no tool list, one of them with `"tools"` inside a string (so it is read,
+    // and left as it is), reach the client exactly as the server sent them.
+    for arguments in [
+        json!({"message": "x"}),
+        json!({"note": r#"{"tools":[{"name":"hidden"}]}"#}),
+    ] {
+        let message = call(arguments);
+        let direct = post(&format!("{}/mcp", counter.url), &message).await;
+        let direct = direct.bytes().await.unwrap();
+        let gated = post(&gate.route("stub"), &message).await;
+        assert_eq!(gated.status(), 200);
+        assert_eq!(gated.bytes().await.unwrap(), direct, "{message}");
+    }
+}
+
+#[tokio::test]
 async fn an_approved_call_the_upstream_rejects_reports_the_spent_approval() {
     init();
     let upstream = stub::start().await;

@@ -1,6 +1,7 @@
 //! The approval gate sidecar: an MCP proxy that holds gated tool calls until a human decides.
 
 pub mod approval;
+pub mod arrived;
 pub mod condition;
 pub mod config;
 pub mod decision;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode, header};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::approval::{GatedCall, Resolution};
+use super::arrived::arrived_first;
 use super::decision::CallKey;
 use super::hash;
 use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
@@ -59,12 +60,12 @@ pub fn message_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, (Statu
 }
 
 /// Streamable HTTP handler: every method on the server's route.
-pub async fn streamable(
-    State(up): State<Arc<Upstream>>,
-    method: Method,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response<Body> {
+pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Response<Body> {
+    // The request's own headers, moved out rather than copied; the body is read (within the
+    // route's limit) only for a POST that passed the header checks.
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    let method = parts.method.clone();
     if method != Method::POST {
         // Only POST carries messages; other methods are relayed without a body, and methods
         // MCP does not use are refused so no message can slip past the checks.
@@ -97,6 +98,7 @@ pub async fn streamable(
             &format!("approval gate: {why}"),
         );
     }
+    let body = Bytes::from_request(Request::from_parts(parts, body), &()).await;
     let body = match message_body(body) {
         Ok(body) => body,
         Err((status, why)) => return error_status(status, &Value::Null, -32600, &why),
@@ -219,7 +221,7 @@ async fn relay_filtered(
     let sse = is_event_stream(resp.headers());
     let (builder, body) = up.relay_parts(resp);
     if sse {
-        let stream = filter_sse(body, up, request);
+        let stream = filter_sse(arrived_first(body).await, up, request);
         return builder
             .body(Body::from_stream(stream))
             .expect("upstream response parts are valid");

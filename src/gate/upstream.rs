@@ -52,21 +52,23 @@ pub struct Upstream {
     pub shared: Shared,
 }
 
-/// Headers never relayed in either direction (hop-by-hop, or recomputed).
+/// Headers never relayed in either direction (hop-by-hop, or recomputed); `Content-Length`
+/// last, as a body relayed unchanged keeps it.
+static HOP_BY_HOP: [HeaderName; 10] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::HOST,
+    header::ACCEPT_ENCODING,
+    header::CONTENT_LENGTH,
+];
+
 fn hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "transfer-encoding"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "host"
-            | "content-length"
-            | "accept-encoding"
-    )
+    HOP_BY_HOP.contains(name)
 }
 
 /// Headers of the client's request that describe its body: the gate forwards a body of its own
@@ -199,27 +201,26 @@ impl Upstream {
         client_headers: &HeaderMap,
         body: Bytes,
     ) -> Result<reqwest::Response, UpstreamError> {
-        let mut headers = HeaderMap::with_capacity(client_headers.len() + self.headers.len());
+        let mut request = reqwest::Request::new(method, url);
+        let headers = request.headers_mut();
+        headers.reserve(client_headers.len() + self.headers.len() + 1);
         for (k, v) in client_headers {
             if !hop_by_hop(k) && !describes_body(k) && !self.headers.contains_key(k) {
                 headers.append(k.clone(), v.clone());
             }
         }
-        headers.extend(self.headers.clone());
+        for (k, v) in &self.headers {
+            headers.append(k.clone(), v.clone());
+        }
         if !body.is_empty() {
             headers.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
         }
+        *request.body_mut() = Some(body.into());
         let started = Instant::now();
-        let request = self
-            .shared
-            .http
-            .request(method, url)
-            .headers(headers)
-            .body(body)
-            .send();
+        let request = self.shared.http.execute(request);
         let resp = match self.timeout {
             Some(limit) => match tokio::time::timeout(limit, request).await {
                 Ok(resp) => resp.map_err(UpstreamError::from),
@@ -238,16 +239,16 @@ impl Upstream {
         &self,
         resp: reqwest::Response,
     ) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
-        let limit = if is_event_stream(resp.headers()) {
+        let limit = self.idle_limit(resp.headers());
+        limited_body(resp, limit)
+    }
+
+    fn idle_limit(&self, headers: &HeaderMap) -> Option<Duration> {
+        if is_event_stream(headers) {
             self.sse_read_timeout
         } else {
             self.timeout
-        };
-        idle_limited(
-            resp.bytes_stream()
-                .map(|r| r.map_err(|e| io::Error::other(e.without_url()))),
-            limit,
-        )
+        }
     }
 
     /// The whole body of an upstream response, within the same limits as [`Self::body`] and
@@ -258,15 +259,8 @@ impl Upstream {
 
     /// Relays an upstream response unchanged (status, headers, streamed body).
     pub fn relay(&self, resp: reqwest::Response) -> Response<Body> {
-        let mut out = Response::builder().status(resp.status());
-        if let Some(h) = out.headers_mut() {
-            for (k, v) in resp.headers() {
-                if !hop_by_hop(k) || k == header::CONTENT_LENGTH {
-                    h.append(k.clone(), v.clone());
-                }
-            }
-        }
-        out.body(Body::from_stream(self.body(resp)))
+        let (head, body) = self.split(resp, &HOP_BY_HOP[..HOP_BY_HOP.len() - 1]);
+        head.body(Body::from_stream(body))
             .expect("upstream response parts are valid")
     }
 
@@ -279,16 +273,42 @@ impl Upstream {
         axum::http::response::Builder,
         impl Stream<Item = io::Result<Bytes>> + Send + 'static,
     ) {
+        self.split(resp, &HOP_BY_HOP)
+    }
+
+    /// The head of an upstream response without the headers `dropped`, and its body. The
+    /// headers are moved, not copied.
+    fn split(
+        &self,
+        mut resp: reqwest::Response,
+        dropped: &[HeaderName],
+    ) -> (
+        axum::http::response::Builder,
+        impl Stream<Item = io::Result<Bytes>> + Send + 'static,
+    ) {
+        let mut headers = std::mem::take(resp.headers_mut());
+        let limit = self.idle_limit(&headers);
+        for name in dropped {
+            headers.remove(name);
+        }
         let mut builder = Response::builder().status(resp.status());
         if let Some(h) = builder.headers_mut() {
-            for (k, v) in resp.headers() {
-                if !hop_by_hop(k) {
-                    h.append(k.clone(), v.clone());
-                }
-            }
+            *h = headers;
         }
-        (builder, self.body(resp))
+        (builder, limited_body(resp, limit))
     }
+}
+
+/// The body of `resp`, failing and ending after `limit` without a chunk.
+fn limited_body(
+    resp: reqwest::Response,
+    limit: Option<Duration>,
+) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
+    idle_limited(
+        resp.bytes_stream()
+            .map(|r| r.map_err(|e| io::Error::other(e.without_url()))),
+        limit,
+    )
 }
 
 /// The longest upstream JSON answer, 16 MiB: the gate reads every JSON answer to a message

@@ -3,17 +3,19 @@
 //! byte as they arrived); it answers
 //! after `delay_ms` milliseconds when the params or the arguments hold that field, with the id
 //! `answer_id` instead of the request's, the result under the key `result_key` instead of
-//! `result`, as an SSE event when `answer_sse` is true, and with its tool list whatever the
-//! request when `answer_tools` is true (in the params or the arguments); its GET
+//! `result`, as an SSE event when `answer_sse` is true (in pieces of `answer_chunk_bytes` bytes,
+//! each a chunk of its own, with a pause halfway, when that is set), and with its tool list
+//! whatever the request when `answer_tools` is true (in the params or the arguments); its GET
 //! stream replays one `tools/list` response, as a resumed stream would; session `expired`
 //! gets 404. Used by the benchmark
 //! as a fast upstream and by tests of JSON (non-SSE) responses.
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// Starts the stub on 127.0.0.1 and returns its `/mcp` URL.
@@ -109,6 +111,10 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
     } else {
         ("application/json", answer)
     };
+    let body = match params["answer_chunk_bytes"].as_u64() {
+        Some(n) => in_pieces(body.into_bytes(), n as usize),
+        None => Body::from(body),
+    };
     (
         [
             ("content-type", content_type),
@@ -117,4 +123,18 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
         body,
     )
         .into_response()
+}
+
+/// `body` as a stream of `n`-byte chunks, pausing 20 ms before the middle one.
+fn in_pieces(body: Vec<u8>, n: usize) -> Body {
+    let pieces: Vec<Bytes> = body.chunks(n).map(Bytes::copy_from_slice).collect();
+    let middle = pieces.len() / 2;
+    let stream =
+        futures::stream::iter(pieces.into_iter().enumerate()).then(move |(i, piece)| async move {
+            if i == middle {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Ok::<_, std::io::Error>(piece)
+        });
+    Body::from_stream(stream)
 }

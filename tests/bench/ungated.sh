@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Ungated tools/call through the approval gate against the real MCP peers, no cluster needed:
+# starts @modelcontextprotocol/server-everything and `hitl-operator gate` in front of it on free
+# loopback ports, then runs tests/bench/ungated.mjs (the official TypeScript SDK client), which
+# compares direct and gated echo calls in interleaved rounds at 1 and 8 clients.
+#
+# Builds nothing: HITL_BENCH_BIN is the gate binary (default target/release/hitl-operator).
+# CALLS (default 2000) calls per run, ROUNDS (default 3) rounds per client level, CLIENTS
+# (default "1,8") the client levels. Needs `npm ci --prefix tests/mcp-peers` and Node 20.
+# Fails if something does not work; the figures are printed, never asserted on.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+bin=${HITL_BENCH_BIN:-$root/target/release/hitl-operator}
+calls=${CALLS:-2000}
+rounds=${ROUNDS:-3}
+clients=${CLIENTS:-1,8}
+everything=$root/tests/mcp-peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+
+[[ -x $bin ]] || { echo "ungated bench: no gate binary at $bin (cargo build --release first)" >&2; exit 1; }
+[[ -f $everything ]] || { echo "ungated bench: npm peers missing (npm ci --prefix tests/mcp-peers)" >&2; exit 1; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+    node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+}
+server_port=$(free_port)
+gate_port=$(free_port)
+metrics_port=$(free_port)
+
+# Ungated calls never reach the apiserver; the gate only needs a client it can build.
+cat >"$work/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none, namespace: default}}]
+current-context: none
+EOF
+head -c 32 /dev/urandom >"$work/key"
+cat >"$work/gate.json" <<EOF
+{
+  "agent": {"namespace": "default", "name": "bench", "service_account": "bench"},
+  "approval": {"mode": "Gate", "timeout_seconds": 3600, "wait_timeout_seconds": 1,
+               "ttl_after_finished_seconds": 86400},
+  "listen": "127.0.0.1:$gate_port",
+  "metrics_listen": "127.0.0.1:$metrics_port",
+  "servers": [{
+    "namespace": "default", "name": "everything", "kind": "RemoteMCPServer",
+    "protocol": "STREAMABLE_HTTP", "route": "/servers/default/everything/mcp",
+    "params": {"url": "http://127.0.0.1:$server_port/mcp", "headers": {}},
+    "tools": ["echo", "get-sum"], "require_approval": ["get-sum"]
+  }]
+}
+EOF
+
+# server-everything listens on every interface (it has no option for the address).
+PORT=$server_port node "$everything" streamableHttp >"$work/everything.log" 2>&1 &
+pids+=($!)
+KUBECONFIG=$work/kubeconfig "$bin" gate --config "$work/gate.json" --binding-key "$work/key" \
+    >"$work/gate.log" 2>&1 &
+gate_pid=$!
+pids+=("$gate_pid")
+
+echo "gate $bin, $calls calls per run, $rounds rounds, clients $clients"
+if ! node --no-warnings "$root/tests/bench/ungated.mjs" \
+    "http://127.0.0.1:$server_port/mcp" \
+    "http://127.0.0.1:$gate_port/servers/default/everything/mcp" \
+    "$gate_pid" "$calls" "$rounds" "$clients"; then
+    echo "--- server-everything log" >&2
+    tail -n 20 "$work/everything.log" >&2
+    echo "--- gate log" >&2
+    tail -n 20 "$work/gate.log" >&2
+    exit 1
+fi
