@@ -2,7 +2,7 @@
 CARGO ?= cargo
 IMAGE ?= ghcr.io/hitl-operator/hitl-operator:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 
-.PHONY: build test lint fmt crds render bench bench-memory image e2e peers
+.PHONY: build test lint fmt crds render bench bench-memory bench-e2e image e2e peers
 
 .DEFAULT_GOAL := build
 
@@ -50,6 +50,19 @@ image:
 N ?= 1000
 bench-memory:
 	$(CARGO) build --release --bin hitl-operator
+	bash tests/e2e/controller-memory.sh $(N)
+
+## The user's path, measured as ratios (docs/performance.md): decision -> execution against a
+## plain PATCH and the controller at N Agents on the cluster in KUBECONFIG (SKIP without one),
+## ungated calls through the gate against the real npm server direct. Release build.
+APPROVALS ?= 100
+bench-e2e: $(PEERS_STAMP)
+	$(CARGO) build --release --bins
+	@echo "== decision -> execution ($(APPROVALS) approvals)"
+	bash tests/e2e/bench-approval.sh $(APPROVALS)
+	@echo "== ungated calls: gate vs direct"
+	bash tests/bench/ungated.sh
+	@echo "== controller memory and cold start at $(N) Agents"
 	bash tests/e2e/controller-memory.sh $(N)
 
 ## End-to-end suites against the cluster in KUBECONFIG (prints SKIP without one); docs/e2e.md.
