@@ -11,14 +11,16 @@ use std::sync::{Arc, Mutex};
 use criterion::{Criterion, criterion_group};
 use hitl_operator::api::Agent;
 use hitl_operator::controller::agent::reconcile;
+use hitl_operator::controller::rendered::{Rendered, RenderedKind};
 use hitl_operator::controller::{CacheSync, Context, Metrics, Stores, SystemClock};
+use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::objects::binding_key_secret;
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{AgentObjects, RenderOptions, render_agent};
 use http::{Method, Request, Response};
 use kube::Client;
 use kube::client::Body;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
@@ -107,7 +109,7 @@ async fn serve(
     }
 }
 
-fn store_of<K: kube::Resource<DynamicType = ()> + Clone + 'static>(objects: Vec<K>) -> Store<K> {
+fn store_of<K: Lookup<DynamicType = ()> + Clone + 'static>(objects: Vec<K>) -> Store<K> {
     let (reader, mut writer) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Init);
     for object in objects {
@@ -115,6 +117,16 @@ fn store_of<K: kube::Resource<DynamicType = ()> + Clone + 'static>(objects: Vec<
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
     reader
+}
+
+/// The cache of rendered `objects`, each as it is after our apply of it.
+fn rendered_store_of<K: RenderedKind>(objects: Vec<K>) -> Store<Rendered<K>> {
+    store_of(
+        objects
+            .into_iter()
+            .map(|object| Rendered::from(&applied_by_us(object)))
+            .collect(),
+    )
 }
 
 fn rendered(agent: &Agent) -> AgentObjects {
@@ -136,28 +148,28 @@ fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<S
     let stores = Stores {
         agents: store_of(vec![agent.clone()]),
         approvals: store_of(vec![]),
-        deployments: store_of(objects.iter().map(|o| o.deployment.clone()).collect()),
-        services: store_of(objects.iter().map(|o| o.service.clone()).collect()),
-        secrets: store_of(
+        deployments: rendered_store_of(objects.iter().map(|o| o.deployment.clone()).collect()),
+        services: rendered_store_of(objects.iter().map(|o| o.service.clone()).collect()),
+        secrets: rendered_store_of(
             objects
                 .iter()
                 .flat_map(|o| [o.secret.clone(), binding_key_secret(agent, &[7; 32])])
                 .collect(),
         ),
-        service_accounts: store_of(
+        service_accounts: rendered_store_of(
             objects
                 .iter()
                 .filter_map(|o| o.service_account.clone())
                 .collect(),
         ),
-        roles: store_of(objects.iter().filter_map(|o| o.role.clone()).collect()),
-        role_bindings: store_of(
+        roles: rendered_store_of(objects.iter().filter_map(|o| o.role.clone()).collect()),
+        role_bindings: rendered_store_of(
             objects
                 .iter()
                 .filter_map(|o| o.role_binding.clone())
                 .collect(),
         ),
-        network_policies: store_of(vec![]),
+        network_policies: rendered_store_of(vec![]),
     };
     let ctx = Context::new(
         client,

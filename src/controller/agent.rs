@@ -17,16 +17,18 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use super::approval_request::pending_for;
+use super::rendered::{HoldsBindingKey, Readiness, Rendered, RenderedKind};
 use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 use crate::gate::hash::BindingKey;
+use crate::kube::applied::{desired_digest, observed_digest};
 use crate::kube::apply::FIELD_MANAGER;
 use crate::kube::conditions::{find, remove_condition};
 use crate::kube::ownership::foreign_owner;
-use crate::kube::{Applicable, apply, apply_status, is_applied, new_condition, set_condition};
+use crate::kube::{apply, apply_status, is_applied, new_condition, set_condition};
 use crate::render::isolation::Isolation;
-use crate::render::objects::{BINDING_KEY_ITEM, binding_key_secret, binding_key_secret_name};
+use crate::render::objects::{binding_key_secret, binding_key_secret_name};
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
 use crate::render::{RenderedAgent, render_agent};
 use crate::{Error, Result};
@@ -75,7 +77,11 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
         config_hash: current.config_hash.clone(),
         pending_approvals: Some(
             i32::try_from(pending_for(
-                ctx.stores.approvals.state().iter().map(AsRef::as_ref),
+                ctx.stores
+                    .approvals
+                    .state_filter(|r| r.spec.agent_ref.name == agent.name_any())
+                    .iter()
+                    .map(AsRef::as_ref),
                 &namespace,
                 &agent.name_any(),
             ))
@@ -146,16 +152,16 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
             != (&accepted.status, &accepted.reason, &accepted.message)
     });
     set_condition(&mut status.conditions, accepted.clone());
-    let deployments: Vec<(String, Option<Arc<Deployment>>)> = deployments
+    let deployments: Vec<(String, Option<Arc<Rendered<Deployment>>>)> = deployments
         .into_iter()
         .map(|name| {
             let cached = owned_named(&ctx.stores.deployments, agent, &name);
             (name, cached)
         })
         .collect();
-    let deployments: Vec<(&str, Option<&Deployment>)> = deployments
+    let deployments: Vec<(&str, Option<&Readiness>)> = deployments
         .iter()
-        .map(|(name, cached)| (name.as_str(), cached.as_deref()))
+        .map(|(name, cached)| (name.as_str(), cached.as_deref().map(Rendered::facts)))
         .collect();
     set_condition(
         &mut status.conditions,
@@ -320,16 +326,9 @@ async fn ensure_binding_key(ctx: &Context, agent: &Agent) -> Result<()> {
         .stores
         .secrets
         .get(&ObjectRef::new(&name).within(&namespace));
-    let usable = |secret: &Secret| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|data| data.get(BINDING_KEY_ITEM))
-            .is_some_and(|key| BindingKey::from_bytes(&key.0).is_ok())
-    };
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     match cached {
-        Some(secret) if usable(&secret) => return Ok(()),
+        Some(secret) if *secret.facts() == HoldsBindingKey(true) => return Ok(()),
         Some(_) => {
             tracing::warn!(secret = %name, namespace = %namespace, "binding key unusable; replacing it");
             api.delete(&name, &DeleteParams::default()).await?;
@@ -351,27 +350,46 @@ async fn ensure_binding_key(ctx: &Context, agent: &Agent) -> Result<()> {
     }
 }
 
-/// Applies `desired` unless the cache already holds it. An object the cache does not hold (it
-/// caches only what carries our managed-by label) is read first: if it exists and is another
-/// controller's (kagent's, say), it is left alone and the error says whose it is.
-async fn apply_changed<K: Applicable>(
+/// Applies `desired` unless it is applied: the digest of the fields we applied, as cached,
+/// matches it (or matched it when last read back). Otherwise the object is read: one the cache
+/// does not hold (it caches only what carries our managed-by label) that exists and is another
+/// controller's (kagent's, say) is left alone, and the error says whose it is; one that holds
+/// `desired` already (the apiserver defaulted a field inside one we set) is not written.
+async fn apply_changed<K: RenderedKind>(
     ctx: &Context,
     agent: &Agent,
     desired: &K,
-    store: &Store<K>,
+    store: &Store<Rendered<K>>,
 ) -> Result<()> {
     let namespace = desired.namespace().unwrap_or_default();
-    let key = ObjectRef::new(&desired.name_any()).within(&namespace);
-    let cached = store.get(&key);
-    if cached.is_none() {
-        let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-        if let Some(existing) = api.get_opt(&desired.name_any()).await? {
+    let cached = store.get(&ObjectRef::new(&desired.name_any()).within(&namespace));
+    let wanted = desired_digest(desired);
+    if let Some(cached) = &cached
+        && ctx.confirmed.holds(wanted, cached.applied())
+    {
+        return Ok(());
+    }
+    if cached.is_some() {
+        tracing::debug!(
+            kind = %K::kind(&()),
+            name = %desired.name_any(),
+            "applied fields differ from the rendered ones; reading the object"
+        );
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    if let Some(existing) = api.get_opt(&desired.name_any()).await? {
+        if cached.is_none() {
             refuse_foreign(&existing, agent)?;
         }
+        if is_applied(desired, Some(&existing)) {
+            ctx.confirmed
+                .record(wanted, observed_digest(&existing, existing.meta()));
+            return Ok(());
+        }
     }
-    if !is_applied(desired, cached.as_deref()) {
-        apply(&ctx.client, desired).await?;
-    }
+    let applied = apply(&ctx.client, desired).await?;
+    ctx.confirmed
+        .record(wanted, observed_digest(&applied, applied.meta()));
     Ok(())
 }
 
@@ -393,27 +411,22 @@ fn refuse_foreign<K: Resource<DynamicType = ()>>(existing: &K, agent: &Agent) ->
 
 /// Applies each of `desired` the cache does not already hold, then deletes the cached objects
 /// of the kind that `agent` controls and `desired` does not name (in name order).
-async fn apply_and_prune<K: Applicable>(
+async fn apply_and_prune<K: RenderedKind>(
     ctx: &Context,
     agent: &Agent,
     desired: &[&K],
-    store: &Store<K>,
+    store: &Store<Rendered<K>>,
 ) -> Result<()> {
     for object in desired {
         apply_changed(ctx, agent, *object, store).await?;
     }
-    let mut stale: Vec<Arc<K>> = owned_by(store, agent)
-        .into_iter()
-        .filter(|object| !desired.iter().any(|d| d.name_any() == object.name_any()))
-        .collect();
-    stale.sort_by_key(|object| object.name_any());
+    let mut stale: Vec<Arc<Rendered<K>>> = store.state_filter(|object| {
+        object.controlled_by(agent) && !desired.iter().any(|d| d.name_any() == object.name())
+    });
+    stale.sort_by(|a, b| a.name().cmp(b.name()));
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &agent.namespace().unwrap_or_default());
     for object in stale {
-        let api: Api<K> =
-            Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
-        match api
-            .delete(&object.name_any(), &DeleteParams::default())
-            .await
-        {
+        match api.delete(object.name(), &DeleteParams::default()).await {
             // Already gone (the cache lags a delete of an earlier reconcile).
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             result => {
@@ -424,42 +437,20 @@ async fn apply_and_prune<K: Applicable>(
     Ok(())
 }
 
-fn controlled_by<K: Resource>(object: &K, agent: &Agent) -> bool {
-    let uid = agent.uid();
-    object
-        .owner_references()
-        .iter()
-        .any(|owner| Some(&owner.uid) == uid.as_ref() && owner.controller == Some(true))
-}
-
-/// The cached objects controlled by `agent`.
-fn owned_by<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>, agent: &Agent) -> Vec<Arc<K>> {
-    if agent.uid().is_none() {
-        return Vec::new();
-    }
-    store
-        .state()
-        .into_iter()
-        .filter(|object| controlled_by(object.as_ref(), agent))
-        .collect()
-}
-
 /// The cached object `name` (in the Agent's namespace), if `agent` controls it.
-fn owned_named<K: Resource<DynamicType = ()> + Clone>(
-    store: &Store<K>,
+fn owned_named<K: RenderedKind>(
+    store: &Store<Rendered<K>>,
     agent: &Agent,
     name: &str,
-) -> Option<Arc<K>> {
+) -> Option<Arc<Rendered<K>>> {
     let key = ObjectRef::new(name).within(&agent.namespace().unwrap_or_default());
-    store
-        .get(&key)
-        .filter(|object| controlled_by(object.as_ref(), agent))
+    store.get(&key).filter(|object| object.controlled_by(agent))
 }
 
-/// `Ready` from the status of each `(name, cached)` Deployment: True when all of them have
+/// `Ready` from the readiness of each `(name, cached)` Deployment: True when all of them have
 /// every replica updated and available; otherwise False, naming the ones that are not.
 pub fn ready_condition(
-    deployments: &[(&str, Option<&Deployment>)],
+    deployments: &[(&str, Option<&Readiness>)],
     generation: Option<i64>,
     now: Timestamp,
 ) -> Condition {
@@ -495,22 +486,20 @@ pub fn ready_condition(
 /// Whether one Deployment is ready, and a sentence saying so or why not.
 fn deployment_readiness(
     name: &str,
-    deployment: Option<&Deployment>,
+    readiness: Option<&Readiness>,
 ) -> std::result::Result<String, String> {
-    let Some(deployment) = deployment else {
+    let Some(readiness) = readiness else {
         return Err(format!("Deployment {name} does not exist yet"));
     };
-    let wanted = deployment
-        .spec
-        .as_ref()
-        .and_then(|s| s.replicas)
-        .unwrap_or(1);
-    let status = deployment.status.clone().unwrap_or_default();
-    if status.observed_generation < deployment.metadata.generation {
+    let Readiness {
+        wanted,
+        updated,
+        available,
+        ..
+    } = *readiness;
+    if readiness.observed_generation < readiness.generation {
         return Err(format!("Deployment {name} rollout not observed yet"));
     }
-    let updated = status.updated_replicas.unwrap_or(0);
-    let available = status.available_replicas.unwrap_or(0);
     let message =
         format!("Deployment {name}: {available}/{wanted} replicas available, {updated} updated");
     if updated >= wanted && available >= wanted {

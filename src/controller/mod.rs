@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod metrics;
 pub mod model_config;
 pub mod remote_mcp_server;
+pub mod rendered;
 pub mod run;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -34,6 +35,7 @@ use crate::api::{Agent, ApprovalRequest};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
+use rendered::{Confirmed, Rendered};
 
 pub use metrics::Metrics;
 pub use run::{ControllerArgs, run};
@@ -67,19 +69,19 @@ pub struct Stores {
     /// Every ApprovalRequest being watched.
     pub approvals: Store<ApprovalRequest>,
     /// Rendered Deployments.
-    pub deployments: Store<Deployment>,
+    pub deployments: Store<Rendered<Deployment>>,
     /// Rendered Services.
-    pub services: Store<Service>,
+    pub services: Store<Rendered<Service>>,
     /// Rendered Secrets.
-    pub secrets: Store<Secret>,
+    pub secrets: Store<Rendered<Secret>>,
     /// Rendered ServiceAccounts.
-    pub service_accounts: Store<ServiceAccount>,
+    pub service_accounts: Store<Rendered<ServiceAccount>>,
     /// Rendered Roles.
-    pub roles: Store<Role>,
+    pub roles: Store<Rendered<Role>>,
     /// Rendered RoleBindings.
-    pub role_bindings: Store<RoleBinding>,
+    pub role_bindings: Store<Rendered<RoleBinding>>,
     /// Rendered NetworkPolicies (Gateway placement).
-    pub network_policies: Store<NetworkPolicy>,
+    pub network_policies: Store<Rendered<NetworkPolicy>>,
 }
 
 /// Whether every cache has listed its objects once. Any number of tasks may wait on it at once.
@@ -228,6 +230,8 @@ pub struct Context {
     pub discovery_failures: Backoff,
     /// Consecutive failed reconciles by object.
     pub reconcile_failures: Backoff,
+    /// Rendered objects read back as applied although their digests differ.
+    pub confirmed: Confirmed,
 }
 
 impl Context {
@@ -263,6 +267,7 @@ impl Context {
             http: reqwest::Client::new(),
             discovery_failures: Backoff::default(),
             reconcile_failures: Backoff::default(),
+            confirmed: Confirmed::default(),
         }
     }
 }

@@ -13,12 +13,13 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
 use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
@@ -29,6 +30,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use super::rendered::{Rendered, RenderedKind};
 use super::{
     CacheSync, Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request,
     model_config, remote_mcp_server, retry_after_error,
@@ -370,7 +372,7 @@ fn bounded() -> kube::runtime::controller::Config {
 /// What the caches do not keep of an object: its managedFields and the last-applied annotation
 /// of `kubectl apply`, which no reconciler reads. managedFields are most of a server-side
 /// applied object; measured with heaptrack at 1000 Agents, they were the largest share of the
-/// controller's heap. (ApprovalRequests keep theirs: the time of the decision is read there.)
+/// controller's heap. (ApprovalRequests are slimmed by [`slim_request`].)
 fn slim<K: Resource>(object: &mut K) {
     let meta = object.meta_mut();
     meta.managed_fields = None;
@@ -379,27 +381,80 @@ fn slim<K: Resource>(object: &mut K) {
     }
 }
 
-/// A cached watch of the objects the controller renders (selected by label).
+/// Objects per page of the initial lists of rendered objects. A page is decoded whole (with
+/// managedFields) before its objects are summarised: 100 Deployments are about 3 MiB, the
+/// default 500 were 15.
+const OWNED_PAGE_SIZE: u32 = 100;
+
+/// What the cache of ApprovalRequests keeps: no argumentsPreview (up to 32 KiB each, read by
+/// approvers, never by the controller), no last-applied annotation, and of the managedFields
+/// only the time of each write of spec.decision (the decision's time is read there).
+fn slim_request(request: &mut ApprovalRequest) {
+    request.spec.arguments_preview = None;
+    let times: Vec<_> = request.decision_write_times().collect();
+    let meta = request.meta_mut();
+    meta.managed_fields = (!times.is_empty()).then(|| {
+        times
+            .into_iter()
+            .map(|time| ManagedFieldsEntry {
+                time: Some(Time(time)),
+                fields_v1: Some(FieldsV1(serde_json::json!({"f:spec": {"f:decision": {}}}))),
+                ..ManagedFieldsEntry::default()
+            })
+            .collect()
+    });
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// A cached watch of the objects of kind `K` the controller renders (selected by label), kept
+/// as [`Rendered`] summaries, and the Agents to requeue when one changes or goes away.
 fn owned<K>(
     client: &Client,
     namespace: Option<&str>,
     caches: &CacheSync,
 ) -> (
-    Store<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    Store<Rendered<K>>,
+    impl Stream<Item = ObjectRef<Agent>> + Send + 'static,
 )
 where
-    K: Watched,
+    K: Watched + RenderedKind,
 {
     let (reader, writer) = reflector::store();
-    let config = watcher::Config::default().labels(MANAGED_SELECTOR);
+    let config = watcher::Config::default()
+        .labels(MANAGED_SELECTOR)
+        .page_size(OWNED_PAGE_SIZE);
     let events = reflector(
         writer,
-        watcher(api::<K>(client, namespace), config).modify(slim),
-    )
-    .default_backoff();
-    let stream = caches.track(&K::kind(&()), events).touched_objects();
-    (reader, stream)
+        watcher(api::<K>(client, namespace), config)
+            .map_ok(summarize)
+            .default_backoff(),
+    );
+    let controllers = caches
+        .track(&K::kind(&()), events)
+        .touched_objects()
+        .filter_map(|object| async move {
+            match object {
+                Ok(object) => object.controller_ref(),
+                Err(error) => {
+                    tracing::warn!(%error, "watch failed; retrying with backoff");
+                    None
+                }
+            }
+        });
+    (reader, controllers)
+}
+
+/// A watch event of a rendered object, with the object replaced by its cached summary.
+fn summarize<K: RenderedKind>(event: watcher::Event<K>) -> watcher::Event<Rendered<K>> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(Rendered::from(&object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(Rendered::from(&object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(Rendered::from(&object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 /// A cached watch of `K` that triggers only on spec changes (new generation), so the
@@ -518,6 +573,7 @@ async fn run_controllers(
             api::<ApprovalRequest>(&client, namespace),
             watcher::Config::default(),
         )
+        .modify(slim_request)
         .default_backoff()
         .reflect_shared(approval_writer),
     );
@@ -578,13 +634,15 @@ async fn run_controllers(
     let agent_controller = {
         Controller::for_shared_stream(agents_for_agents, agents.clone())
             .with_config(bounded())
-            .owns_stream(secret_events)
-            .owns_stream(service_account_events)
-            .owns_stream(role_events)
-            .owns_stream(role_binding_events)
-            .owns_stream(network_policy_events)
-            .owns_stream(deployment_events)
-            .owns_stream(service_events)
+            .reconcile_on(futures::stream::select_all([
+                secret_events.boxed(),
+                service_account_events.boxed(),
+                role_events.boxed(),
+                role_binding_events.boxed(),
+                network_policy_events.boxed(),
+                deployment_events.boxed(),
+                service_events.boxed(),
+            ]))
             .watches(
                 api::<RemoteMCPServer>(&client, namespace),
                 watcher::Config::default(),
@@ -634,11 +692,10 @@ async fn run_controllers(
             .watches_shared_stream(agents_for_requests, move |agent: Arc<Agent>| {
                 let namespace = agent.namespace();
                 approvals
-                    .state()
-                    .iter()
-                    .filter(|r| {
-                        r.namespace() == namespace && r.spec.agent_ref.name == agent.name_any()
+                    .state_filter(|r| {
+                        r.spec.agent_ref.name == agent.name_any() && r.namespace() == namespace
                     })
+                    .iter()
                     .map(|r| ObjectRef::from_obj(r.as_ref()))
                     .collect::<Vec<_>>()
             })
@@ -1117,5 +1174,106 @@ mod wiring_tests {
                 .all(|s| s.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator")),
             "{seen:#?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod owned_watch_tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::extract::Request;
+    use serde_json::json;
+
+    /// A Deployment `agent-1` controlled by Agent `agent-1`, as the apiserver holds it after our
+    /// apply (our managedFields entry owns its image), with image `image`.
+    fn deployment(image: &str, resource_version: &str) -> serde_json::Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": "agent-1", "namespace": "demo", "resourceVersion": resource_version,
+                "labels": {"app.kubernetes.io/managed-by": "hitl-operator"},
+                "ownerReferences": [{"apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
+                                     "name": "agent-1", "uid": "u1", "controller": true}],
+                "managedFields": [{"manager": "hitl-operator", "operation": "Apply",
+                    "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+                        "k:{\"name\":\"agent\"}": {".": {}, "f:image": {}}}}}}}}],
+            },
+            "spec": {"selector": {}, "template": {"spec": {"containers": [
+                {"name": "agent", "image": image}]}}},
+            "status": {"availableReplicas": 1},
+        })
+    }
+
+    /// Lists the Deployment, then watches: it is modified (another image), then deleted.
+    async fn apiserver() -> SocketAddr {
+        let app = Router::new().fallback(|request: Request| async move {
+            let uri = request.uri().to_string();
+            if !uri.contains("watch=true") {
+                return axum::Json(json!({
+                    "apiVersion": "v1", "kind": "List",
+                    "metadata": {"resourceVersion": "1"}, "items": [deployment("agent:1", "1")],
+                }))
+                .into_response();
+            }
+            let events = [
+                json!({"type": "MODIFIED", "object": deployment("agent:2", "2")}),
+                json!({"type": "DELETED", "object": deployment("agent:2", "3")}),
+            ]
+            .map(|event| Ok::<_, std::io::Error>(bytes::Bytes::from(format!("{event}\n"))));
+            Body::from_stream(futures::stream::iter(events).chain(futures::stream::pending()))
+                .into_response()
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_listed_modified_or_deleted_rendered_object_requeues_its_agent() {
+        logging::install_tls_provider();
+        let config = kube::Config::new(format!("http://{}", apiserver().await).parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let caches = CacheSync::default();
+        let (store, controllers) = owned::<Deployment>(&client, Some("demo"), &caches);
+        let mut controllers = std::pin::pin!(controllers);
+        let agent = ObjectRef::<Agent>::new("agent-1").within("demo");
+        let bound = Duration::from_secs(10);
+
+        assert_eq!(
+            tokio::time::timeout(bound, controllers.next())
+                .await
+                .unwrap(),
+            Some(agent.clone()),
+            "listed"
+        );
+        assert_eq!(
+            tokio::time::timeout(bound, controllers.next())
+                .await
+                .unwrap(),
+            Some(agent.clone()),
+            "modified"
+        );
+        caches.within(Duration::from_secs(1)).await.unwrap();
+        let cached = store.state();
+        assert_eq!(cached.len(), 1);
+        assert_eq!(cached[0].facts().available, 1, "readiness is kept");
+        let listed: Deployment = serde_json::from_value(deployment("agent:1", "1")).unwrap();
+        let listed = Rendered::from(&listed).applied();
+        assert!(listed.is_some(), "the applied fields are digested");
+        assert_ne!(
+            cached[0].applied(),
+            listed,
+            "a changed image changes the digest"
+        );
+
+        assert_eq!(
+            tokio::time::timeout(bound, controllers.next())
+                .await
+                .unwrap(),
+            Some(agent),
+            "deleted"
+        );
+        assert!(store.is_empty(), "a deleted object leaves the cache");
     }
 }

@@ -69,21 +69,24 @@ pub fn is_applied<K: Serialize>(desired: &K, observed: Option<&K>) -> bool {
     let Some(observed) = observed else {
         return false;
     };
-    let (Ok(mut desired), Ok(observed)) = (
-        serde_json::to_value(desired),
-        serde_json::to_value(observed),
-    ) else {
+    let (Some(desired), Ok(observed)) = (applied_form(desired), serde_json::to_value(observed))
+    else {
         return false;
     };
-    let Some(object) = desired.as_object_mut() else {
-        return false;
-    };
+    contains(&observed, &desired)
+}
+
+/// `desired` as an apply of it shows in the stored object: no status, of the metadata only
+/// labels, annotations and owner references, stringData as the base64 data the apiserver
+/// stores.
+pub(super) fn applied_form<K: Serialize>(desired: &K) -> Option<Value> {
+    let mut desired = serde_json::to_value(desired).ok()?;
+    let object = desired.as_object_mut()?;
     object.remove("status");
     if let Some(Value::Object(metadata)) = object.get_mut("metadata") {
         metadata
             .retain(|key, _| matches!(key.as_str(), "labels" | "annotations" | "ownerReferences"));
     }
-    // The apiserver stores stringData as base64 data; compare in that form.
     if let Some(Value::Object(string_data)) = object.remove("stringData") {
         let data = object
             .entry("data")
@@ -98,7 +101,7 @@ pub fn is_applied<K: Serialize>(desired: &K, observed: Option<&K>) -> bool {
             }
         }
     }
-    contains(&observed, &desired)
+    Some(desired)
 }
 
 /// Whether `observed` contains `desired`: objects by key (a missing key equals a zero value,
@@ -168,7 +171,7 @@ fn quantity(text: &str) -> Option<f64> {
     Some(number * factor)
 }
 
-fn is_empty(value: &Value) -> bool {
+pub(super) fn is_empty(value: &Value) -> bool {
     match value {
         Value::Null => true,
         Value::Bool(b) => !b,

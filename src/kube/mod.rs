@@ -1,6 +1,7 @@
-//! Kubernetes helpers shared by the reconcilers: server-side apply with one field manager, and
-//! status conditions.
+//! Kubernetes helpers shared by the reconcilers: server-side apply with one field manager,
+//! digests of what it applied, and status conditions.
 
+pub mod applied;
 pub mod apply;
 pub mod client;
 pub mod conditions;

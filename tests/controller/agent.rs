@@ -327,8 +327,14 @@ async fn drifted_deployment_is_put_back_alone() {
     let mut cache = applied_cache(&objects, &agent);
     let mut drifted = cache.deployments[0].clone();
     drifted.spec.as_mut().unwrap().replicas = Some(5);
-    cache.deployments = vec![drifted];
+    cache.deployments = vec![drifted.clone()];
     let mut script = ref_reads(&server);
+    // The cached digest of the applied fields differs: the object is read, then put back.
+    script.push(expect(
+        Method::GET,
+        "/apis/apps/v1/namespaces/ns/deployments/a",
+        json_of(&drifted),
+    ));
     script.push(expect(
         Method::PATCH,
         &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"),
@@ -349,7 +355,72 @@ async fn drifted_deployment_is_put_back_alone() {
     })
     .await;
     result.unwrap();
-    assert_eq!(requests[2].body["spec"]["replicas"], 1);
+    assert_eq!(requests[3].body["spec"]["replicas"], 1);
+}
+
+/// The Agent as it is after a reconcile that settled its status.
+async fn settled(agent: &Agent, server: &RemoteMCPServer, cache: Cache) -> Agent {
+    let mut script = ref_reads(server);
+    script.push(expect(
+        Method::PATCH,
+        &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+        json_of(agent),
+    ));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+    })
+    .await;
+    result.unwrap();
+    let mut settled = agent.clone();
+    settled.status = Some(serde_json::from_value(requests[2].body["status"].clone()).unwrap());
+    settled
+}
+
+#[tokio::test]
+async fn a_field_the_apiserver_defaulted_costs_one_read_and_no_write() {
+    let server = server(&["delete_file", "read_file"]);
+    let agent = agent();
+    let objects = rendered(&agent, &server);
+    let agent = settled(&agent, &server, applied_cache(&objects, &agent)).await;
+    // The apiserver stored the fieldRef we applied with its default apiVersion: the digest of
+    // our applied fields differs from the rendered Deployment's, yet nothing is to be written.
+    let mut defaulted = ready_deployment(&objects);
+    let containers = &mut defaulted
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap();
+    for env in containers.containers[0].env.iter_mut().flatten() {
+        if let Some(field_ref) = env.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
+            field_ref.api_version = Some("v1".into());
+        }
+    }
+    let mut cache = applied_cache(&objects, &agent);
+    cache.deployments = vec![defaulted.clone()];
+    let mut script = ref_reads(&server);
+    script.push(expect(
+        Method::GET,
+        "/apis/apps/v1/namespaces/ns/deployments/a",
+        json_of(&applied_by_us(defaulted.clone())),
+    ));
+    // The second reconcile remembers that read: it reads only the references.
+    script.extend(ref_reads(&server));
+    let (result, requests) = run_script(script, |client| async move {
+        let ctx = cache.context(client, at(0));
+        reconcile(Arc::new(agent.clone()), ctx.clone()).await?;
+        reconcile(Arc::new(agent), ctx).await
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(requests.iter().filter(|r| r.is_write()).count(), 0);
 }
 
 #[tokio::test]
@@ -512,6 +583,11 @@ async fn api_key_rotation_rolls_the_pods() {
         expect(Method::GET, MC, json_of(&rotated)),
         expect(Method::GET, RMCP, json_of(&server)),
         expect(
+            Method::GET,
+            "/apis/apps/v1/namespaces/ns/deployments/a",
+            json_of(&cache.deployments[0]),
+        ),
+        expect(
             Method::PATCH,
             &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY}"),
             json!({}),
@@ -546,9 +622,9 @@ async fn api_key_rotation_rolls_the_pods() {
         .unwrap()["kagent.dev/config-hash"]
         .clone();
     let new_hash =
-        &requests[2].body["spec"]["template"]["metadata"]["annotations"]["kagent.dev/config-hash"];
+        &requests[3].body["spec"]["template"]["metadata"]["annotations"]["kagent.dev/config-hash"];
     assert_ne!(new_hash.as_str().unwrap(), old_hash);
-    assert_eq!(&requests[3].body["status"]["configHash"], new_hash);
+    assert_eq!(&requests[4].body["status"]["configHash"], new_hash);
 }
 
 #[tokio::test]
@@ -737,7 +813,13 @@ async fn switching_back_to_sidecar_prunes_the_gate_objects_by_name() {
     let deleted =
         json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}});
     let mut script = ref_reads(&server);
+    // Each changed object is read (its applied fields' digest differs), then applied.
     script.extend([
+        expect(
+            Method::GET,
+            "/api/v1/namespaces/ns/secrets/a",
+            json_of(&before.secret),
+        ),
         expect(
             Method::PATCH,
             &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"),
@@ -747,6 +829,11 @@ async fn switching_back_to_sidecar_prunes_the_gate_objects_by_name() {
             Method::DELETE,
             "/api/v1/namespaces/ns/serviceaccounts/a-gate?",
             deleted.clone(),
+        ),
+        expect(
+            Method::GET,
+            &format!("{RBAC}/rolebindings/a-approval-gate"),
+            json_of(before.role_binding.as_ref().unwrap()),
         ),
         expect(
             Method::PATCH,
@@ -762,6 +849,11 @@ async fn switching_back_to_sidecar_prunes_the_gate_objects_by_name() {
             Method::DELETE,
             &format!("{NETPOL}/a-gate?"),
             deleted.clone(),
+        ),
+        expect(
+            Method::GET,
+            "/apis/apps/v1/namespaces/ns/deployments/a",
+            json_of(&before.deployment),
         ),
         expect(
             Method::PATCH,
@@ -795,16 +887,16 @@ async fn switching_back_to_sidecar_prunes_the_gate_objects_by_name() {
     .await;
     result.expect("reconcile succeeds");
     assert_eq!(
-        requests[4].body["subjects"],
+        requests[6].body["subjects"],
         json!([{"kind": "ServiceAccount", "name": "a", "namespace": "ns"}])
     );
-    assert_eq!(requests[7].body, json_of(&after.deployment));
+    assert_eq!(requests[10].body, json_of(&after.deployment));
     assert_eq!(
-        requests[7].body["spec"]["template"]["spec"]["initContainers"][0]["name"],
+        requests[10].body["spec"]["template"]["spec"]["initContainers"][0]["name"],
         "approval-gate"
     );
     // The agent's own Deployment, Service and ServiceAccount, owned alike, are kept.
-    let status = &requests[10].body;
+    let status = &requests[13].body;
     assert!(conditions(status).contains(&(
         "GateIsolated".into(),
         "False".into(),

@@ -4,13 +4,15 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use hitl_operator::api::{Agent, ApprovalRequest};
+use hitl_operator::controller::rendered::{Rendered, RenderedKind};
 use hitl_operator::controller::{CacheSync, Clock, Context, Metrics, Stores};
+pub use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::RenderOptions;
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::client::Body;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
@@ -140,7 +142,7 @@ pub fn at(seconds: i64) -> Timestamp {
 /// A listed (ready) store holding `objects`.
 pub fn store_of<K>(objects: Vec<K>) -> Store<K>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    K: Lookup<DynamicType = ()> + Clone + 'static,
 {
     let (reader, mut writer) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Init);
@@ -149,6 +151,17 @@ where
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
     reader
+}
+
+/// A listed store of the cached summaries of rendered `objects`, each as the apiserver holds it
+/// after our server-side apply of exactly the object (managedFields name all its fields ours).
+pub fn rendered_store_of<K: RenderedKind>(objects: Vec<K>) -> Store<Rendered<K>> {
+    store_of(
+        objects
+            .into_iter()
+            .map(|object| Rendered::from(&applied_by_us(object)))
+            .collect(),
+    )
 }
 
 /// Cached objects for a test: everything empty unless set.
@@ -171,13 +184,13 @@ impl Cache {
         let stores = Stores {
             agents: store_of(self.agents),
             approvals: store_of(self.approvals),
-            deployments: store_of(self.deployments),
-            services: store_of(self.services),
-            secrets: store_of(self.secrets),
-            service_accounts: store_of(self.service_accounts),
-            roles: store_of(self.roles),
-            role_bindings: store_of(self.role_bindings),
-            network_policies: store_of(self.network_policies),
+            deployments: rendered_store_of(self.deployments),
+            services: rendered_store_of(self.services),
+            secrets: rendered_store_of(self.secrets),
+            service_accounts: rendered_store_of(self.service_accounts),
+            roles: rendered_store_of(self.roles),
+            role_bindings: rendered_store_of(self.role_bindings),
+            network_policies: rendered_store_of(self.network_policies),
         };
         Arc::new(Context::new(
             client,

@@ -3,10 +3,13 @@
 # test: it prints figures and fails only when something does not work). Issue 16, part 3.
 #
 # Usage: tests/e2e/controller-memory.sh [N]      (default 1000; HITL_E2E_BIN, default the
-#        release build target/release/hitl-operator)
+#        release build target/release/hitl-operator; HITL_HEAPTRACK=DIR runs the controller
+#        under heaptrack, its profiles written to DIR, and its RSS figures are then heaptrack's)
 # Prints: RSS idle (no Agents); N Agents applied while it runs: time until every Deployment
-# exists, RSS then; a restart over the N rendered Agents: time until every Agent was reconciled
-# again, the writes it made (apiserver objects whose resourceVersion changed), RSS then.
+# exists; N ApprovalRequests created (one per Agent): time until every one has a phase; RSS
+# then; a restart over the N rendered Agents and N requests: time until every Agent was
+# reconciled again, the writes it made (apiserver objects whose resourceVersion changed), RSS
+# then.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh
@@ -27,10 +30,17 @@ reconciles() {
     awk '$1 ~ /^hitl_reconcile_total\{controller="agent"\}/ { print $2 }'
 }
 count() { kubectl -n "$NS" get "$1" -o name 2>/dev/null | wc -l; }
+# apply_in_batches FILE...: one `kubectl apply` per multi-document file.
+apply_in_batches() {
+  local file
+  for file in "$@"; do kubectl -n "$NS" apply --server-side -f "$file" >/dev/null; done
+}
+BATCH=1000
 # versions: what the controller writes, one line per object: the resourceVersion of the objects
-# only it writes, the generation of Deployments (kube-controller-manager writes their status).
+# only it writes (and of the ApprovalRequests, whose status it writes), the generation of
+# Deployments (kube-controller-manager writes their status).
 versions() {
-  kubectl -n "$NS" get secrets,services,serviceaccounts,roles,rolebindings \
+  kubectl -n "$NS" get secrets,services,serviceaccounts,roles,rolebindings,approvalrequests \
     -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion}{"\n"}{end}'
   kubectl -n "$NS" get deployments \
     -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}={.metadata.generation}{"\n"}{end}'
@@ -39,6 +49,7 @@ versions() {
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
 kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
 kubectl create namespace "$NS" >/dev/null
+ADMIN=$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')
 kubectl -n "$NS" apply -f - >/dev/null <<EOF
 apiVersion: kagent.dev/v1alpha2
 kind: ModelConfig
@@ -53,8 +64,19 @@ EOF
 
 PORT=$(free_port)
 start_controller() {
-  start controller "$WORK/controller.log" "$BIN" controller --namespace "$NS" \
+  local wrap=()
+  if [ -n "${HITL_HEAPTRACK:-}" ]; then
+    mkdir -p "$HITL_HEAPTRACK"
+    wrap=(heaptrack -o "$HITL_HEAPTRACK/controller-$(date +%s)")
+  fi
+  start controller "$WORK/controller.log" ${wrap[@]+"${wrap[@]}"} "$BIN" controller --namespace "$NS" \
     --leader-election=false --metrics-addr="127.0.0.1:$PORT" --log-format json
+  if [ ${#wrap[@]} -gt 0 ]; then
+    # The controller is heaptrack's child: measure and stop it, not the wrapper.
+    local wrapper=${E2E_PIDS[controller]} child=""
+    wait_for "the controller under heaptrack" 30 eval 'child=$(pgrep -P "$wrapper" -x hitl-operator)'
+    E2E_PIDS[controller]=$child
+  fi
   wait_for "the controller's /readyz" 60 http_ok "http://127.0.0.1:$PORT/readyz"
 }
 
@@ -65,7 +87,7 @@ IDLE=$(rss_mib "${E2E_PIDS[controller]}")
 ok "idle RSS: $IDLE MiB"
 
 for i in $(seq 1 "$N"); do
-  cat <<EOF
+  cat >>"$WORK/agents-$(((i - 1) / BATCH)).yaml" <<EOF
 ---
 apiVersion: kagent.dev/v1alpha2
 kind: Agent
@@ -78,16 +100,41 @@ spec:
       - type: McpServer
         mcpServer: {name: tools, toolNames: [read_file, delete_file], requireApproval: [delete_file]}
 EOF
-done >"$WORK/agents.yaml"
+  # A request the gate of agent-$i would make (created here as the admin, so requestedBy is
+  # that user), pending until 2099.
+  cat >>"$WORK/requests-$(((i - 1) / BATCH)).yaml" <<EOF
+---
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata: {name: request-$i}
+spec:
+  agentRef: {name: agent-$i}
+  toolServer: {kind: RemoteMCPServer, name: tools, namespace: $NS}
+  toolName: delete_file
+  argumentsSha256: "$(printf '%064d' "$i")"
+  argumentsBytes: 2
+  requestedBy: $ADMIN
+  expiresAt: "2099-01-01T00:00:00Z"
+EOF
+done
 T=$(now)
-kubectl -n "$NS" apply --server-side -f "$WORK/agents.yaml" >/dev/null
+apply_in_batches "$WORK"/agents-*.yaml
 APPLIED=$(elapsed "$T")
 all_rendered() { [ "$(count deployments)" -ge "$N" ]; }
 wait_for "$N Deployments" 1800 all_rendered
 RENDERED=$(elapsed "$T")
+ok "$N Agents applied in $APPLIED s; every Deployment existed $RENDERED s after the apply began"
+T=$(now)
+apply_in_batches "$WORK"/requests-*.yaml
+with_phase() {
+  [ "$(kubectl -n "$NS" get approvalrequests -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' |
+    grep -c .)" -ge "$N" ]
+}
+wait_for "$N ApprovalRequests with a phase" 1800 with_phase
+PHASED=$(elapsed "$T")
 sleep 10
 AFTER=$(rss_mib "${E2E_PIDS[controller]}")
-ok "$N Agents applied in $APPLIED s; every Deployment existed $RENDERED s after the apply began; RSS $AFTER MiB"
+ok "$N ApprovalRequests created; every one had a phase $PHASED s after the first create; RSS $AFTER MiB"
 
 step "cold start over $N rendered Agents"
 stop controller
@@ -105,8 +152,9 @@ ok "restart: $N Agents reconciled $COLD s after start, $WRITES rendered objects 
 
 echo
 printf '%-52s %s\n' "controller RSS idle" "$IDLE MiB" \
-  "controller RSS with $N Agents (applied while running)" "$AFTER MiB" \
+  "controller RSS with $N Agents and requests (running)" "$AFTER MiB" \
   "apply of $N Agents -> every Deployment exists" "$RENDERED s" \
+  "create of $N ApprovalRequests -> every one has a phase" "$PHASED s" \
   "cold start over $N Agents -> all reconciled" "$COLD s" \
   "objects written during that cold start" "$WRITES" \
   "controller RSS after the cold start" "$COLD_RSS MiB"
