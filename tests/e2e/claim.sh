@@ -25,10 +25,7 @@ source tests/e2e/lib.sh
 source tests/e2e/gates.sh
 fail_on_error
 
-if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
-  echo "SKIP: no cluster reachable"
-  exit 0
-fi
+skip_without_cluster
 
 BIN=${HITL_E2E_BIN:-target/debug/hitl-operator}
 PEERS=$PWD/tests/mcp-peers

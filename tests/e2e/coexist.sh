@@ -11,10 +11,7 @@ cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh
 fail_on_error
 
-if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
-  echo "SKIP: no cluster reachable"
-  exit 0
-fi
+skip_without_cluster
 
 BIN=${HITL_E2E_BIN:-target/debug/hitl-operator}
 [ -x "$BIN" ] || cargo build --quiet --bin hitl-operator

@@ -40,6 +40,14 @@ fail_on_error() {
   trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed (status $?)"' ERR
 }
 
+# skip_without_cluster: prints SKIP and ends the script (status 0) when the cluster of
+# KUBECONFIG does not answer.
+skip_without_cluster() {
+  kubectl version --request-timeout=5s >/dev/null 2>&1 && return
+  echo "SKIP: no cluster reachable"
+  exit 0
+}
+
 # now: seconds since the epoch with microseconds (bash builtin, no fork).
 now() { echo "$EPOCHREALTIME"; }
 # elapsed START [END]: seconds between two `now` values, 3 decimals.

@@ -15,10 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh # kubeconfig_with_token, kube_curl (its fail is replaced below)
 
-if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
-  echo "SKIP: no cluster reachable"
-  exit 0
-fi
+skip_without_cluster
 
 PLUGIN=${KUBECTL_HITL:-target/debug/kubectl-hitl}
 if [[ ! -x $PLUGIN ]]; then
