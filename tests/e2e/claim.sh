@@ -170,7 +170,7 @@ for delay in 0 0.001 0.002 0.005 0.01 0.02 0.05; do
   OUTCOMES[$when]=1
 done
 start_gate a
-ok "7 kills, none ran a call twice; killed: $(printf '%s, ' "${!OUTCOMES[@]}")"
+ok "7 kills, none ran a call twice; killed: $(IFS=';'; echo "${!OUTCOMES[*]}")"
 [ "${#OUTCOMES[@]}" -ge 2 ] || note "only one point of the claim was hit this run (timing-dependent)"
 
 # ---------------------------------------------------------------------------------------------
