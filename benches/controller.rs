@@ -170,6 +170,7 @@ fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<S
                 .collect(),
         ),
         network_policies: rendered_store_of(vec![]),
+        namespaces: store_of(vec![]),
     };
     let ctx = Context::new(
         client,

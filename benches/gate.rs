@@ -20,6 +20,7 @@ use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::gate::config::{AgentIdentity, GateApproval, GateConfig, GateServer};
 use hitl_operator::gate::decision::SystemClock;
+use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::hash::BindingKey;
 use hitl_operator::gate::server;
 use hitl_operator::render::config::McpParams;
@@ -222,6 +223,7 @@ fn start(cpu: Option<core_affinity::CoreId>) -> Paths {
             Arc::new(SystemClock),
             "bench".into(),
             server::PROGRESS_EVERY,
+            FreezeWatch::fixed(FreezeState::Clear),
         )
         .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -8,6 +8,7 @@ use common::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::gate::config::GateServer;
 use hitl_operator::gate::decision::SystemClock;
+use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::server;
 
 async fn build_error(edit: fn(&mut GateServer)) -> String {
@@ -27,6 +28,7 @@ async fn build_error(edit: fn(&mut GateServer)) -> String {
         Arc::new(SystemClock),
         "p".into(),
         server::PROGRESS_EVERY,
+        FreezeWatch::fixed(FreezeState::Clear),
     );
     match built {
         Ok(_) => "built".into(),

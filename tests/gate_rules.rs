@@ -12,6 +12,7 @@ use hitl_operator::api::agent::RuleAction;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::gate::config::GateRule;
 use hitl_operator::gate::decision::SystemClock;
+use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::server;
 use serde_json::{Value, json};
 
@@ -249,6 +250,7 @@ async fn a_gate_whose_rule_does_not_compile_refuses_to_start_naming_it() {
         Arc::new(SystemClock),
         "gate-pod-0".into(),
         Duration::from_secs(5),
+        FreezeWatch::fixed(FreezeState::Clear),
     )
     .expect_err("the gate does not start");
     let message = error.to_string();

@@ -37,6 +37,7 @@ pub const MAX_WHEN_LENGTH: usize = 2048;
     printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"}"#,
     printcolumn = r#"{"name": "Pending", "type": "integer", "description": "ApprovalRequests waiting for a decision", "jsonPath": ".status.pendingApprovals"}"#,
+    printcolumn = r#"{"name": "Frozen", "type": "string", "priority": 1, "description": "Why the Agent's gated tools are stopped (hitl.kagent.dev/freeze)", "jsonPath": ".status.conditions[?(@.type==\"Frozen\")].message"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -701,8 +702,9 @@ pub struct AgentStatus {
     /// The generation the status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Accepted` (Reconciled, ReconcileFailed, InvalidSpec, RefNotFound) and `Ready`
-    /// (DeploymentReady, DeploymentNotReady).
+    /// `Accepted` (Reconciled, ReconcileFailed, InvalidSpec, RefNotFound), `Ready`
+    /// (DeploymentReady, DeploymentNotReady), and while the Agent is frozen `Frozen`
+    /// (AgentFrozen, NamespaceFrozen).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

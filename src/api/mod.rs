@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod approval_request;
 pub mod common;
+pub mod freeze;
 pub mod mcp_server;
 pub mod model_config;
 pub mod remote_mcp_server;

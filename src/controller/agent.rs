@@ -20,6 +20,7 @@ use super::approval_request::pending_for;
 use super::rendered::{HoldsBindingKey, Readiness, Rendered, RenderedKind};
 use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
+use crate::api::freeze::FROZEN;
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 use crate::gate::hash::BindingKey;
 use crate::kube::applied::{desired_digest, observed_digest};
@@ -168,12 +169,23 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
         ready_condition(&deployments, generation, now),
     );
 
+    let freeze = ctx.stores.freeze_of(agent);
+    match &freeze {
+        Some(freeze) => set_condition(&mut status.conditions, freeze.condition(generation, now)),
+        None => remove_condition(&mut status.conditions, FROZEN),
+    }
+    let frozen_before = find(&current.conditions, FROZEN).map(|c| c.message.clone());
+    let frozen_now = freeze.as_ref().map(ToString::to_string);
+
     if status != current {
         let api: Api<Agent> = Api::namespaced(ctx.client.clone(), &namespace);
         apply_status(&api, agent, &status).await?;
     }
     if accepted_changed {
         announce(ctx, agent, &accepted).await;
+    }
+    if frozen_before != frozen_now {
+        announce_freeze(ctx, agent, frozen_now).await;
     }
     match failure {
         Some(error) => Err(error),
@@ -589,6 +601,24 @@ fn tools_available(
 }
 
 /// Publishes an Event when the Accepted condition changes.
+/// Publishes a freeze, or its lifting, on the Agent.
+async fn announce_freeze(ctx: &Context, agent: &Agent, freeze: Option<String>) {
+    let (type_, reason, note) = match freeze {
+        Some(freeze) => (
+            EventType::Warning,
+            FROZEN,
+            format!("{freeze}: its gated tool calls are refused and its pending ApprovalRequests cancelled"),
+        ),
+        None => (
+            EventType::Normal,
+            "Unfrozen",
+            "freeze lifted: gated tool calls ask for approval again; nothing refused or cancelled runs by itself".to_string(),
+        ),
+    };
+    let targets = [agent.object_ref(&())];
+    ctx.publish(type_, reason, note, "Freeze", &targets).await;
+}
+
 async fn announce(ctx: &Context, agent: &Agent, accepted: &Condition) {
     let type_ = if accepted.status == "True" {
         EventType::Normal

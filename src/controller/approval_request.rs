@@ -21,6 +21,7 @@ use crate::Result;
 use crate::api::agent::RuleAction;
 use crate::api::approval_request::ApprovalRequestStatus;
 use crate::api::common::parse_duration_seconds;
+use crate::api::freeze::FROZEN;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, Phase};
 use crate::kube::conditions::find;
 use crate::kube::{apply_params, apply_status, new_condition, set_condition};
@@ -34,11 +35,24 @@ pub const POLICY_CHANGED: &str = "PolicyChanged";
 /// Kept when the Agent does not say (`ttlAfterFinished`).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// What the Agent says now about a request that is still open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Its tool still needs approval: it goes on.
+    Open,
+    /// Approval is no longer required for its tool, or its Agent is gone: cancel it.
+    Withdrawn,
+    /// Its Agent is frozen (the freeze, described): cancel it.
+    Frozen(String),
+}
+
 /// Where a request stands, as computed by [`evaluate`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Evaluation {
     /// The phase.
     pub phase: Phase,
+    /// Why a request was cancelled ([`POLICY_CHANGED`] or [`FROZEN`]); the phase otherwise.
+    pub reason: &'static str,
     /// When the decision was made, when there is one.
     pub decided_at: Option<Timestamp>,
     /// Human-readable state.
@@ -97,14 +111,22 @@ pub fn still_required(
         })
 }
 
-/// Computes the phase of `request` at `now` ([`ApprovalRequest::phase_at`]) under the current
-/// policy: an undecided or approved-but-unused request whose tool no longer needs approval (or
-/// whose Agent is gone) is Cancelled.
-pub fn evaluate(request: &ApprovalRequest, required: bool, now: Timestamp) -> Evaluation {
+/// Computes the phase of `request` at `now` ([`ApprovalRequest::phase_at`]) under what its
+/// Agent says now: an undecided or approved-but-unused request is Cancelled when its tool no
+/// longer needs approval, its Agent is gone, or its Agent is frozen.
+pub fn evaluate(request: &ApprovalRequest, standing: &Standing, now: Timestamp) -> Evaluation {
     let status = request.status.clone().unwrap_or_default();
     if let Some(phase) = status.phase.filter(|p| p.is_terminal()) {
+        let reason = find(&status.conditions, FINISHED)
+            .and_then(|c| {
+                [FROZEN, POLICY_CHANGED]
+                    .into_iter()
+                    .find(|r| *r == c.reason)
+            })
+            .unwrap_or(phase.as_str());
         return Evaluation {
             phase,
+            reason,
             decided_at: status.decided_at.map(|t| t.0),
             message: status.message.unwrap_or_else(|| phase.as_str().to_string()),
         };
@@ -118,18 +140,24 @@ pub fn evaluate(request: &ApprovalRequest, required: bool, now: Timestamp) -> Ev
             .map(|r| format!(": {r}"))
             .unwrap_or_default()
     };
-    let phase = match request.phase_at(now) {
-        Phase::Pending | Phase::Approved if !required => Phase::Cancelled,
-        phase => phase,
+    let (phase, reason) = match (request.phase_at(now), standing) {
+        (Phase::Pending | Phase::Approved, Standing::Frozen(_)) => (Phase::Cancelled, FROZEN),
+        (Phase::Pending | Phase::Approved, Standing::Withdrawn) => {
+            (Phase::Cancelled, POLICY_CHANGED)
+        }
+        (phase, _) => (phase, phase.as_str()),
     };
     let message = match (phase, decision, decided_at) {
         (Phase::Executed, _, _) => format!(
             "approved call forwarded once by {}",
             status.consumed_by.as_deref().unwrap_or("the gate")
         ),
-        (Phase::Cancelled, _, _) => {
-            "approval is no longer required for this tool, or the agent is gone".into()
-        }
+        (Phase::Cancelled, _, _) => match standing {
+            Standing::Frozen(freeze) => format!(
+                "cancelled: {freeze}; nothing runs when the freeze is lifted, the call must be made again"
+            ),
+            _ => "approval is no longer required for this tool, or the agent is gone".into(),
+        },
         (Phase::Expired, Some(_), Some(at)) => format!(
             "decided at {at} after the request expired at {expires_at}; the call does not run"
         ),
@@ -143,6 +171,7 @@ pub fn evaluate(request: &ApprovalRequest, required: bool, now: Timestamp) -> Ev
     };
     Evaluation {
         phase,
+        reason,
         decided_at,
         message,
     }
@@ -236,8 +265,14 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         adopt(&api, request, agent).await?;
     }
 
-    let required = still_required(request, agent.as_deref(), ctx.render.default_approval_mode);
-    let evaluation = evaluate(request, required, now);
+    let standing = match agent.as_deref().and_then(|a| ctx.stores.freeze_of(a)) {
+        Some(freeze) => Standing::Frozen(freeze.to_string()),
+        None if still_required(request, agent.as_deref(), ctx.render.default_approval_mode) => {
+            Standing::Open
+        }
+        None => Standing::Withdrawn,
+    };
+    let evaluation = evaluate(request, &standing, now);
     let current = request.status.clone().unwrap_or_default();
     if let Some(wait) = left_to_gate(current.phase, &evaluation, now) {
         update_pending_gauge(ctx, request, evaluation.phase);
@@ -252,17 +287,12 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         message: Some(evaluation.message.clone()),
     };
     if evaluation.phase.is_terminal() {
-        let reason = if evaluation.phase == Phase::Cancelled {
-            POLICY_CHANGED
-        } else {
-            evaluation.phase.as_str()
-        };
         set_condition(
             &mut status.conditions,
             new_condition(
                 FINISHED,
                 true,
-                reason,
+                evaluation.reason,
                 evaluation.message.clone(),
                 None,
                 now,
@@ -374,7 +404,7 @@ async fn announce(
         Phase::Executed => ("Executed", EventType::Normal),
         Phase::Denied => ("Denied", EventType::Warning),
         Phase::Expired => ("Expired", EventType::Warning),
-        Phase::Cancelled => (POLICY_CHANGED, EventType::Warning),
+        Phase::Cancelled => (evaluation.reason, EventType::Warning),
     };
     let tool = &request.spec.tool_name;
     let server = &request.spec.tool_server;
@@ -486,28 +516,34 @@ mod tests {
     #[test]
     fn undecided_is_pending_until_expiry_then_expired() {
         let r = request(None, None);
-        assert_eq!(evaluate(&r, true, at(99)).phase, Phase::Pending);
-        assert_eq!(evaluate(&r, true, at(100)).phase, Phase::Expired);
+        assert_eq!(evaluate(&r, &Standing::Open, at(99)).phase, Phase::Pending);
+        assert_eq!(evaluate(&r, &Standing::Open, at(100)).phase, Phase::Expired);
     }
 
     #[test]
     fn decision_before_expiry_counts() {
         let approve = request(Some(DecisionType::Approve), Some(decided_at(50)));
-        let e = evaluate(&approve, true, at(500));
+        let e = evaluate(&approve, &Standing::Open, at(500));
         assert_eq!(e.phase, Phase::Approved);
         assert_eq!(e.decided_at, Some(at(50)));
         assert_eq!(e.message, "approved by alice: ok");
         let deny = request(Some(DecisionType::Deny), Some(decided_at(50)));
-        assert_eq!(evaluate(&deny, true, at(60)).phase, Phase::Denied);
+        assert_eq!(
+            evaluate(&deny, &Standing::Open, at(60)).phase,
+            Phase::Denied
+        );
     }
 
     #[test]
     fn decision_after_expiry_stays_expired() {
         let late = request(Some(DecisionType::Approve), Some(decided_at(150)));
-        assert_eq!(evaluate(&late, true, at(160)).phase, Phase::Expired);
+        assert_eq!(
+            evaluate(&late, &Standing::Open, at(160)).phase,
+            Phase::Expired
+        );
         // First observed after expiry, with no recorded decision time.
         let unseen = request(Some(DecisionType::Approve), None);
-        let e = evaluate(&unseen, true, at(101));
+        let e = evaluate(&unseen, &Standing::Open, at(101));
         assert_eq!(e.phase, Phase::Expired);
         assert_eq!(e.decided_at, Some(at(101)));
         // Already expired: a decision arriving later revives nothing.
@@ -518,7 +554,10 @@ mod tests {
                 ..Default::default()
             }),
         );
-        assert_eq!(evaluate(&expired, true, at(101)).phase, Phase::Expired);
+        assert_eq!(
+            evaluate(&expired, &Standing::Open, at(101)).phase,
+            Phase::Expired
+        );
     }
 
     #[test]
@@ -531,7 +570,7 @@ mod tests {
             fields_v1: Some(FieldsV1(json!({"f:spec": {"f:decision": {".": {}}}}))),
             ..Default::default()
         }]);
-        let e = evaluate(&r, true, at(150));
+        let e = evaluate(&r, &Standing::Open, at(150));
         assert_eq!(e.phase, Phase::Approved);
         assert_eq!(e.decided_at, Some(at(40)));
     }
@@ -552,7 +591,7 @@ mod tests {
                     ..Default::default()
                 }),
             );
-            assert_eq!(evaluate(&r, false, at(10_000)).phase, phase);
+            assert_eq!(evaluate(&r, &Standing::Withdrawn, at(10_000)).phase, phase);
         }
     }
 
@@ -563,7 +602,7 @@ mod tests {
         status.consumed_at = Some(Time(at(20)));
         status.consumed_by = Some("agent-pod".into());
         let r = request(Some(DecisionType::Approve), Some(status));
-        let e = evaluate(&r, false, at(500));
+        let e = evaluate(&r, &Standing::Withdrawn, at(500));
         assert_eq!(e.phase, Phase::Executed);
         assert!(e.message.contains("agent-pod"));
     }
@@ -571,13 +610,66 @@ mod tests {
     #[test]
     fn policy_change_cancels_undecided_and_unused_approvals_only() {
         assert_eq!(
-            evaluate(&request(None, None), false, at(1)).phase,
+            evaluate(&request(None, None), &Standing::Withdrawn, at(1)).phase,
             Phase::Cancelled
         );
         let approved = request(Some(DecisionType::Approve), Some(decided_at(5)));
-        assert_eq!(evaluate(&approved, false, at(6)).phase, Phase::Cancelled);
+        assert_eq!(
+            evaluate(&approved, &Standing::Withdrawn, at(6)).phase,
+            Phase::Cancelled
+        );
         let denied = request(Some(DecisionType::Deny), Some(decided_at(5)));
-        assert_eq!(evaluate(&denied, false, at(6)).phase, Phase::Denied);
+        assert_eq!(
+            evaluate(&denied, &Standing::Withdrawn, at(6)).phase,
+            Phase::Denied
+        );
+    }
+
+    #[test]
+    fn a_freeze_cancels_undecided_and_unused_approvals_and_says_why() {
+        let frozen = Standing::Frozen(
+            "Namespace demo is frozen (hitl.kagent.dev/freeze: incident 42)".into(),
+        );
+        let pending = evaluate(&request(None, None), &frozen, at(1));
+        assert_eq!((pending.phase, pending.reason), (Phase::Cancelled, FROZEN));
+        assert!(
+            pending.message.contains("incident 42"),
+            "{}",
+            pending.message
+        );
+        assert!(
+            pending
+                .message
+                .contains("nothing runs when the freeze is lifted")
+        );
+        let approved = request(Some(DecisionType::Approve), Some(decided_at(5)));
+        assert_eq!(evaluate(&approved, &frozen, at(6)).phase, Phase::Cancelled);
+        let denied = request(Some(DecisionType::Deny), Some(decided_at(5)));
+        assert_eq!(evaluate(&denied, &frozen, at(6)).phase, Phase::Denied);
+        let mut consumed = decided_at(5);
+        consumed.consumed_at = Some(Time(at(6)));
+        let executed = request(Some(DecisionType::Approve), Some(consumed));
+        assert_eq!(evaluate(&executed, &frozen, at(7)).phase, Phase::Executed);
+    }
+
+    #[test]
+    fn a_recorded_cancellation_keeps_its_reason_after_the_freeze_is_lifted() {
+        let mut status = ApprovalRequestStatus {
+            phase: Some(Phase::Cancelled),
+            message: Some("cancelled: frozen".into()),
+            ..ApprovalRequestStatus::default()
+        };
+        status.conditions.push(new_condition(
+            FINISHED,
+            true,
+            FROZEN,
+            "cancelled: frozen",
+            None,
+            at(1),
+        ));
+        let e = evaluate(&request(None, Some(status)), &Standing::Open, at(2));
+        assert_eq!((e.phase, e.reason), (Phase::Cancelled, FROZEN));
+        assert_eq!(e.message, "cancelled: frozen");
     }
 
     #[test]

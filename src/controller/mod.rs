@@ -20,17 +20,20 @@ use kube::runtime::watcher;
 use tracing::Instrument;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, ObjectReference, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
-use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
 
 use crate::api::common::{ValueSource, ValueSourceType};
+use crate::api::freeze::Freeze;
 use crate::api::{Agent, ApprovalRequest};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
@@ -82,6 +85,23 @@ pub struct Stores {
     pub role_bindings: Store<Rendered<RoleBinding>>,
     /// Rendered NetworkPolicies (Gateway placement).
     pub network_policies: Store<Rendered<NetworkPolicy>>,
+    /// The watched Namespaces, each cached with its freeze annotation only.
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+}
+
+impl Stores {
+    /// The freeze `agent` is under: its own annotation, else its Namespace's.
+    pub fn freeze_of(&self, agent: &Agent) -> Option<Freeze> {
+        let namespace = self
+            .namespaces
+            .get(&ObjectRef::new(&agent.namespace().unwrap_or_default()));
+        Freeze::declared(
+            agent,
+            namespace
+                .as_deref()
+                .and_then(|n| n.metadata.annotations.as_ref()),
+        )
+    }
 }
 
 /// Whether every cache has listed its objects once. Any number of tasks may wait on it at once.
@@ -565,6 +585,7 @@ mod tests {
             roles: reflector::store().0,
             role_bindings: reflector::store().0,
             network_policies: reflector::store().0,
+            namespaces: reflector::store().0,
         };
         let ctx = Context::new(
             Client::new(service, "default"),

@@ -1,6 +1,7 @@
 //! Start-up of `hitl-operator controller`: flags, logging, the health and metrics server,
 //! leader election on a Lease, the watches, and graceful shutdown.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,12 +17,12 @@ use axum::routing::get;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
 use kube::api::{Api, ListParams};
-use kube::core::PartialObjectMeta;
+use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, reflector::reflector, watcher};
@@ -36,6 +37,7 @@ use super::{
     model_config, remote_mcp_server, retry_after_error,
 };
 use crate::api::common::ValueSourceType;
+use crate::api::freeze::FREEZE_ANNOTATION;
 use crate::api::{Agent, ApprovalMode, ApprovalRequest, ModelConfig, RemoteMCPServer};
 use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::proxy::ProxyUrl;
@@ -496,6 +498,69 @@ where
     .touched_objects()
 }
 
+/// A cached watch of the Namespaces the controller watches (every one, or only `namespace`),
+/// each kept with its name and freeze annotation only, and the Agents to requeue when one
+/// changes: a Namespace's freeze reaches its Agents' `Frozen` condition, and from there their
+/// gates and pending requests.
+fn namespaces(
+    client: &Client,
+    namespace: Option<&str>,
+    agents: Store<Agent>,
+    caches: &CacheSync,
+) -> (
+    Store<PartialObjectMeta<Namespace>>,
+    impl Stream<Item = ObjectRef<Agent>> + Send + 'static,
+) {
+    let (reader, writer) = reflector::store();
+    let config = match namespace {
+        Some(namespace) => watcher::Config::default().fields(&format!("metadata.name={namespace}")),
+        None => watcher::Config::default(),
+    };
+    let events = reflector(
+        writer,
+        watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            config,
+        )
+        .modify(keep_freeze_only)
+        .default_backoff(),
+    );
+    let agents_there = caches
+        .track("Namespace", events)
+        .touched_objects()
+        .filter_map(|namespace| async move {
+            namespace
+                .inspect_err(|error| tracing::warn!(%error, "watch failed; retrying with backoff"))
+                .ok()
+        })
+        .flat_map(move |namespace| {
+            let name = namespace.name_any();
+            let agents: Vec<ObjectRef<Agent>> = agents
+                .state_filter(|a| a.namespace().as_deref() == Some(name.as_str()))
+                .iter()
+                .map(|a| ObjectRef::from_obj(a.as_ref()))
+                .collect();
+            futures::stream::iter(agents)
+        });
+    (reader, agents_there)
+}
+
+/// What the cache of Namespaces keeps: the name and the freeze annotation.
+fn keep_freeze_only(namespace: &mut PartialObjectMeta<Namespace>) {
+    let meta = &mut namespace.metadata;
+    let freeze = meta
+        .annotations
+        .take()
+        .and_then(|mut all| all.remove_entry(FREEZE_ANNOTATION));
+    *meta = ObjectMeta {
+        name: meta.name.take(),
+        resource_version: meta.resource_version.take(),
+        uid: meta.uid.take(),
+        annotations: freeze.map(|entry| BTreeMap::from([entry])),
+        ..ObjectMeta::default()
+    };
+}
+
 /// Drains a controller's result stream. Failed reconciles were logged and counted by the error
 /// policy, and an object deleted while queued needs nothing; a watch failing (RBAC, a missing
 /// CRD, the API unreachable) keeps the caches from syncing, so it is logged as a warning.
@@ -587,6 +652,7 @@ async fn run_controllers(
     let (role_bindings, role_binding_events) = owned::<RoleBinding>(&client, namespace, &caches);
     let (network_policies, network_policy_events) =
         owned::<NetworkPolicy>(&client, namespace, &caches);
+    let (namespaces, namespace_events) = namespaces(&client, namespace, agents.clone(), &caches);
     let stores = Stores {
         agents: agents.clone(),
         approvals: approvals.clone(),
@@ -597,6 +663,7 @@ async fn run_controllers(
         roles,
         role_bindings,
         network_policies,
+        namespaces,
     };
     let render = RenderOptions {
         default_approval_mode: args.default_approval_mode,
@@ -642,6 +709,7 @@ async fn run_controllers(
                 network_policy_events.boxed(),
                 deployment_events.boxed(),
                 service_events.boxed(),
+                namespace_events.boxed(),
             ]))
             .watches(
                 api::<RemoteMCPServer>(&client, namespace),

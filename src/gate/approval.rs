@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use super::config::AgentIdentity;
 use super::decision::{CallKey, Clock, Refusal, Verdict, decide, is_live};
+use super::freeze::FreezeWatch;
 use super::hash::ArgsDigest;
 use super::metrics::Metrics;
 use super::redact;
@@ -53,6 +54,9 @@ pub const API_GRACE: Duration = Duration::from_secs(10);
 /// which it warns): a request's `expiresAt` may lie this much further from its creation than
 /// the timeout.
 const CLOCK_SKEW: SignedDuration = SignedDuration::from_secs(60);
+/// How long a gated call waits for the gate to know whether its Agent is frozen (the watch of
+/// the Agent starting or recovering) before it is refused.
+pub const FREEZE_BOUND: Duration = Duration::from_secs(5);
 /// How many ApprovalRequests a gate may create at once ([`CreationBudget`]).
 pub const CREATE_BURST: u32 = 60;
 /// How many more it may create per second after a burst.
@@ -110,6 +114,7 @@ pub struct Approvals {
     clock: Arc<dyn Clock>,
     budget: Arc<std::sync::Mutex<CreationBudget>>,
     metrics: Arc<Metrics>,
+    freeze: FreezeWatch,
 }
 
 /// A token bucket bounding how fast a gate creates ApprovalRequests, so a looping or hostile
@@ -156,6 +161,9 @@ pub struct ApprovalSettings {
     pub pod: String,
     /// Where claim conflicts are counted.
     pub metrics: Arc<Metrics>,
+    /// The Agent's freeze: a frozen Agent's calls are refused while they wait, and its
+    /// approvals are not consumed.
+    pub freeze: FreezeWatch,
 }
 
 impl Approvals {
@@ -176,7 +184,13 @@ impl Approvals {
             clock,
             budget: Arc::new(std::sync::Mutex::new(CreationBudget::new(Instant::now()))),
             metrics: settings.metrics,
+            freeze: settings.freeze,
         }
+    }
+
+    /// The Agent's freeze, as this gate sees it.
+    pub fn freeze(&self) -> &FreezeWatch {
+        &self.freeze
     }
 
     /// The agent's namespace.
@@ -230,18 +244,24 @@ impl Approvals {
                     }
                     return Ok(Resolution::Refused { name, refusal });
                 }
-                Verdict::Forward => match self.consume(&req).await {
-                    Ok(()) => return Ok(Resolution::Approved { name }),
-                    Err(Error::Kube(kube::Error::Api(s)))
-                        if s.is_conflict() && conflicts < MAX_CONFLICTS =>
-                    {
-                        conflicts += 1;
-                        self.metrics.claim_conflict();
-                        tracing::info!(request = %name, "request changed while consuming; re-reading");
-                        req = self.api.get(&name).await?;
+                Verdict::Forward => {
+                    if let Some(why) = self.freeze.refusal(FREEZE_BOUND).await {
+                        let refusal = Refusal::Frozen(why);
+                        return Ok(Resolution::Refused { name, refusal });
                     }
-                    Err(e) => return Err(e),
-                },
+                    match self.consume(&req).await {
+                        Ok(()) => return Ok(Resolution::Approved { name }),
+                        Err(Error::Kube(kube::Error::Api(s)))
+                            if s.is_conflict() && conflicts < MAX_CONFLICTS =>
+                        {
+                            conflicts += 1;
+                            self.metrics.claim_conflict();
+                            tracing::info!(request = %name, "request changed while consuming; re-reading");
+                            req = self.api.get(&name).await?;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
                 Verdict::Wait if Instant::now() >= wait_until => {
                     return Ok(Resolution::Pending {
                         name,
@@ -251,7 +271,14 @@ impl Approvals {
                 Verdict::Wait => {
                     let expires_in = req.spec.expires_at.0.duration_since(now).unsigned_abs();
                     let deadline = wait_until.min(Instant::now() + expires_in);
-                    req = match self.next_change(&req, deadline, progress).await? {
+                    let next = tokio::select! {
+                        next = self.next_change(&req, deadline, progress) => next?,
+                        why = self.freeze.frozen() => {
+                            let refusal = Refusal::Frozen(why);
+                            return Ok(Resolution::Refused { name, refusal });
+                        }
+                    };
+                    req = match next {
                         Some(next) => next,
                         // The wait or the request's lifetime ended: read it once more, decide.
                         None => self.api.get(&name).await?,

@@ -90,6 +90,8 @@ pub enum Refusal {
         /// Why, if known.
         message: Option<String>,
     },
+    /// The Agent is frozen, or the gate cannot tell whether it is (why).
+    Frozen(String),
     /// The request is inconsistent or not about this call; never trusted.
     Malformed(String),
     /// The request is not this gate's, or its approval was not added after creation by

@@ -228,7 +228,7 @@ pub async fn message(
         Incoming::ToolsCall(call) => call,
     };
     let metrics = up.shared.metrics.clone();
-    let rule = match screen(&up, &headers, &call, body.len()) {
+    let rule = match screen(&up, &headers, &call, body.len()).await {
         Screened::Refused(text) => {
             let _ = session
                 .inject

@@ -27,6 +27,8 @@ pub enum Outcome {
     refused,
     /// Refused without asking by a Deny approval rule of the Agent.
     denied_by_rule,
+    /// Refused because the Agent is frozen (or the gate cannot tell whether it is).
+    frozen,
     /// An error (apiserver, upstream, malformed request or decision); not forwarded.
     error,
 }

@@ -5,6 +5,7 @@ pub mod arrived;
 pub mod condition;
 pub mod config;
 pub mod decision;
+pub mod freeze;
 pub mod hash;
 pub mod jsonrpc;
 pub mod legacy;

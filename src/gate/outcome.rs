@@ -24,6 +24,14 @@ pub fn denied_by_rule(tool: &str, rule: &str) -> String {
     )
 }
 
+/// Text for a call of a gated tool refused because the Agent is frozen (`why`: the freeze, or
+/// why the gate cannot tell), before any request was asked.
+pub fn frozen(tool: &str, why: &str) -> String {
+    format!(
+        "{NOT_EXECUTED}: tool '{tool}' needs approval and this agent's gated tools are stopped: {why}. No approval can be asked while the freeze lasts; when it is lifted, make the call again (nothing refused now runs by itself)."
+    )
+}
+
 /// Text for an error of the gate, the apiserver or the upstream.
 pub fn error(tool: &str, why: &str) -> String {
     format!(
@@ -122,6 +130,12 @@ pub fn refusal_text(
                 ),
                 Outcome::refused,
             ),
+            Refusal::Frozen(why) => (
+                format!(
+                    "{NOT_EXECUTED}: tool '{tool}' was not forwarded (ApprovalRequest {name}): {why}. Its gated tools are stopped while the freeze lasts; when it is lifted, make the call again (nothing refused now runs by itself)."
+                ),
+                Outcome::frozen,
+            ),
             Refusal::Malformed(why) => (
                 error(
                     tool,
@@ -181,6 +195,10 @@ mod tests {
             }),
             text(Resolution::Refused {
                 name: name(),
+                refusal: Refusal::Frozen("Agent a is frozen".into()),
+            }),
+            text(Resolution::Refused {
+                name: name(),
                 refusal: Refusal::Malformed("bad".into()),
             }),
             text(Resolution::Refused {
@@ -197,6 +215,7 @@ mod tests {
                 Outcome::expired,
                 Outcome::refused,
                 Outcome::refused,
+                Outcome::frozen,
                 Outcome::error,
                 Outcome::error
             ]
@@ -217,6 +236,7 @@ mod tests {
         assert!(refusal_text("t", "n", &Resolution::Approved { name: name() }).is_none());
         assert!(error("t", "boom").starts_with(NOT_EXECUTED));
         assert!(unknown_tool("t").starts_with(NOT_EXECUTED));
+        assert!(frozen("t", "Agent a is frozen").starts_with(NOT_EXECUTED));
     }
 
     #[test]

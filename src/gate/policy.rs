@@ -98,6 +98,12 @@ impl ServerPolicy {
         self.offered.contains(tool)
     }
 
+    /// Whether the approval policy governs `tool`: it is in `requireApproval` or a rule names
+    /// it. An Agent's freeze stops the calls of these tools.
+    pub fn governs(&self, tool: &str) -> bool {
+        self.gated.contains(tool) || self.rules.contains_key(tool)
+    }
+
     /// What to do with `call`.
     pub fn decide(&self, call: &PolicyCall) -> PolicyVerdict {
         if !self.offers(call.tool) {

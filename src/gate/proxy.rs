@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::approval::{GatedCall, Resolution};
+use super::approval::{FREEZE_BOUND, GatedCall, Resolution};
 use super::arrived::arrived_first;
 use super::decision::CallKey;
 use super::hash;
@@ -321,7 +321,7 @@ async fn tools_call(
 ) -> Response<Body> {
     let metrics = up.shared.metrics.clone();
     let proto = protocol(&headers).map(str::to_owned);
-    let rule = match screen(&up, &headers, &call, body.len()) {
+    let rule = match screen(&up, &headers, &call, body.len()).await {
         Screened::Refused(text) => {
             return json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()));
         }
@@ -437,8 +437,10 @@ pub enum Screened {
 }
 
 /// Applies the server's policy ([`super::policy`]) to `call`, whose message as the gate read
-/// it is `message_bytes` long, before anything is forwarded or asked.
-pub fn screen(
+/// it is `message_bytes` long, before anything is forwarded or asked; then the Agent's freeze
+/// to a call of a tool the policy governs (in `requireApproval` or named by a rule), unless a
+/// Deny rule refused it already.
+pub async fn screen(
     up: &Upstream,
     headers: &HeaderMap,
     call: &ToolCall,
@@ -451,6 +453,15 @@ pub fn screen(
         session: session_id(headers),
     });
     let metrics = &up.shared.metrics;
+    let governed = !matches!(
+        verdict,
+        PolicyVerdict::NotOffered | PolicyVerdict::Deny { .. }
+    ) && up.policy.governs(&call.name);
+    if governed && let Some(why) = up.shared.approvals.freeze().refusal(FREEZE_BOUND).await {
+        tracing::info!(server = %up.label, tool = %call.name, %why, "refused: agent frozen");
+        metrics.call(Outcome::frozen);
+        return Screened::Refused(outcome::frozen(&call.name, &why));
+    }
     match verdict {
         PolicyVerdict::NotOffered => {
             tracing::info!(server = %up.label, tool = %call.name, "refused: tool not offered");

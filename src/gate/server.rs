@@ -13,6 +13,7 @@ use axum::serve::ListenerExt;
 use super::approval::{ApprovalSettings, Approvals};
 use super::config::GateConfig;
 use super::decision::{Clock, SystemClock};
+use super::freeze::FreezeWatch;
 use super::hash::BindingKey;
 use super::legacy::{self, LegacyRoute};
 use super::metrics::Metrics;
@@ -55,8 +56,8 @@ pub fn http_client() -> Result<reqwest::Client> {
         .map_err(|e| invalid("params", format!("cannot build the HTTP client: {e}")))
 }
 
-/// The gate's MCP router and its metrics, from its configuration, the Agent's binding key and a
-/// Kubernetes client.
+/// The gate's MCP router and its metrics, from its configuration, the Agent's binding key, a
+/// Kubernetes client and the view of the Agent's freeze.
 pub fn build(
     config: &GateConfig,
     key: BindingKey,
@@ -64,6 +65,7 @@ pub fn build(
     clock: Arc<dyn Clock>,
     pod: String,
     progress_every: Duration,
+    freeze: FreezeWatch,
 ) -> Result<(Router, Arc<Metrics>)> {
     let metrics = Arc::new(Metrics::default());
     let settings = ApprovalSettings {
@@ -75,6 +77,7 @@ pub fn build(
         progress_every,
         pod,
         metrics: metrics.clone(),
+        freeze,
     };
     let shared = Shared {
         http: http_client()?,
@@ -182,6 +185,7 @@ async fn bind(addr: &str) -> Result<tokio::net::TcpListener> {
 /// `metrics_listen`, the in-cluster (or kubeconfig) Kubernetes client.
 pub async fn run(config: GateConfig, key: BindingKey) -> Result<()> {
     let client = crate::kube::client::nodelay_client().await?;
+    let freeze = FreezeWatch::spawn(client.clone(), &config.agent.namespace, &config.agent.name);
     let (router, metrics) = build(
         &config,
         key,
@@ -189,6 +193,7 @@ pub async fn run(config: GateConfig, key: BindingKey) -> Result<()> {
         Arc::new(SystemClock),
         pod_name(),
         PROGRESS_EVERY,
+        freeze,
     )?;
     let mcp = bind(&config.listen).await?;
     let health = bind(&config.metrics_listen).await?;

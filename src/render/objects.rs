@@ -784,6 +784,14 @@ pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
                     verbs: vec!["patch".to_owned()],
                     ..PolicyRule::default()
                 },
+                // Its own Agent only: the gate watches it for a freeze (api::freeze).
+                PolicyRule {
+                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
+                    resources: Some(vec!["agents".to_owned()]),
+                    resource_names: Some(vec![agent.name_any()]),
+                    verbs: ["get", "list", "watch"].map(str::to_owned).to_vec(),
+                    ..PolicyRule::default()
+                },
             ]),
         };
         let binding = RoleBinding {

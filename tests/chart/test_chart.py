@@ -275,11 +275,10 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
         (("rbac.authorization.k8s.io",), ("roles", "rolebindings"),
          ("get", "list", "watch", "create", "patch", "delete")),
         (("networking.k8s.io",), ("networkpolicies",), ("get", "list", "watch", "create", "patch", "delete")),
-        (("",), ("namespaces",), ("get",)),
         (("",), ("configmaps",), ("get", "list", "watch")),
         (("", "events.k8s.io"), ("events",), ("create", "patch")),
         (("kagent.dev",), ("mcpservers",), ("get", "list", "watch")),
-        (("",), ("namespaces",), ("get",)),
+        (("",), ("namespaces",), ("get", "list", "watch")),
     ])
     for r in role["rules"]:
         assert "*" not in r["verbs"] and "*" not in r["resources"] and "*" not in r.get("apiGroups", [])
@@ -287,6 +286,9 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
     for verb in ("create", "get", "list", "watch"):
         assert allows(role, "kagent.dev", "approvalrequests", verb)
     assert allows(role, "kagent.dev", "approvalrequests/status", "patch")
+    # The gate watches its own Agent for a freeze.
+    for verb in ("get", "list", "watch"):
+        assert allows(role, "kagent.dev", "agents", verb)
     lease = one(docs, "Role", f"{FULLNAME}-leader-election")
     assert lease["metadata"]["namespace"] == NAMESPACE
     assert rules_of(lease) == [(("coordination.k8s.io",), ("leases",), ("get", "list", "watch", "create", "update", "patch"))]
@@ -338,8 +340,14 @@ def test_admission_policies_default(chart):
 
 def test_watch_namespace_uses_role_and_scoped_policies(chart):
     docs = objects(chart, {"watchNamespace": "agents"})
-    assert not [d for d in docs if d["kind"] == "ClusterRoleBinding"]
     assert not [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-controller")]
+    # Cluster-wide, only the read of its own Namespace (for the freeze annotation).
+    namespace_reader = one(docs, "ClusterRole", f"{FULLNAME}-agents-namespace")
+    assert namespace_reader["rules"] == [{"apiGroups": [""], "resources": ["namespaces"],
+                                          "resourceNames": ["agents"], "verbs": ["get", "list", "watch"]}]
+    [cluster_binding] = find(docs, "ClusterRoleBinding")
+    assert cluster_binding["roleRef"]["name"] == f"{FULLNAME}-agents-namespace"
+    assert cluster_binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
     role = one(docs, "Role", f"{FULLNAME}-controller")
     assert role["metadata"]["namespace"] == "agents"
     assert allows(role, "kagent.dev", "approvalrequests", "delete")

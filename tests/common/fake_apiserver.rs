@@ -1,7 +1,9 @@
 //! An in-process fake kube-apiserver for `approvalrequests`: list (label selector), create
 //! (AlreadyExists), get, watch (field selector metadata.name, from a resourceVersion), and
 //! merge-patch of `/status` with resourceVersion preconditions and write-once consumedAt.
-//! It records every request body and can be told to fail every request.
+//! It records every request body and can be told to fail every request. It also serves the
+//! gate's watch of its own Agent: any Agent asked for exists, is never frozen and never changes
+//! (the freeze is tested with the gate's view fed directly, and on the real apiserver).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -114,6 +116,10 @@ impl FakeApi {
             .route(
                 &format!("{base}/{{name}}/status"),
                 axum::routing::patch(patch_status),
+            )
+            .route(
+                "/apis/kagent.dev/v1alpha2/namespaces/{ns}/agents",
+                get(agents),
             )
             .with_state(api.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -259,6 +265,33 @@ async fn collection(
     axum::Json(
         json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequestList",
         "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+    )
+    .into_response()
+}
+
+/// The Agent list or watch of a gate: the one Agent its field selector names, unfrozen; a
+/// watch that stays open without events.
+async fn agents(Path(ns): Path<String>, Query(q): Query<BTreeMap<String, String>>) -> Response {
+    if q.get("watch").map(String::as_str) == Some("true") {
+        let stream = futures::stream::pending::<Result<Bytes, std::io::Error>>();
+        return Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from_stream(stream))
+            .unwrap();
+    }
+    let items: Vec<Value> = q
+        .get("fieldSelector")
+        .and_then(|f| f.strip_prefix("metadata.name="))
+        .map(|name| {
+            json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
+                "metadata": {"name": name, "namespace": ns, "resourceVersion": "1"},
+                "spec": {"type": "Declarative"}})
+        })
+        .into_iter()
+        .collect();
+    axum::Json(
+        json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "AgentList",
+        "metadata": {"resourceVersion": "1"}, "items": items}),
     )
     .into_response()
 }

@@ -21,6 +21,7 @@ use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::gate::config::{AgentIdentity, GateApproval, GateConfig, GateServer};
 use hitl_operator::gate::decision::SystemClock;
+pub use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::hash::BindingKey;
 use hitl_operator::gate::server;
 use hitl_operator::render::config::McpParams;
@@ -377,8 +378,17 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// Starts the gate with `config`, talking to `api`.
+    /// Starts the gate with `config`, talking to `api`, its Agent not frozen.
     pub async fn start(config: &GateConfig, api: &FakeApi) -> Self {
+        Self::start_with_freeze(config, api, FreezeWatch::fixed(FreezeState::Clear)).await
+    }
+
+    /// Starts the gate with `config`, talking to `api`, seeing its Agent's freeze in `freeze`.
+    pub async fn start_with_freeze(
+        config: &GateConfig,
+        api: &FakeApi,
+        freeze: FreezeWatch,
+    ) -> Self {
         let (router, metrics) = server::build(
             config,
             test_key(),
@@ -386,6 +396,7 @@ impl Gate {
             Arc::new(SystemClock),
             "gate-pod-0".into(),
             Duration::from_millis(200),
+            freeze,
         )
         .unwrap();
         let mcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1037,3 +1037,114 @@ async fn a_binding_key_someone_else_made_is_never_used() {
         "Secret ns/a-binding-key exists and is not hitl-operator's (no app.kubernetes.io/managed-by label)"
     ));
 }
+
+#[tokio::test]
+async fn a_namespace_freeze_is_reported_on_the_agent_and_its_lifting_too() {
+    use hitl_operator::api::freeze::FREEZE_ANNOTATION;
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::PartialObjectMeta;
+    use kube::core::ObjectMeta;
+
+    let server = server(&["delete_file", "read_file"]);
+    let agent = settled(
+        &agent(),
+        &server,
+        applied_cache(&rendered(&agent(), &server), &agent()),
+    )
+    .await;
+    let objects = rendered(&agent, &server);
+    let frozen_namespace = |annotations: Option<(&str, &str)>| PartialObjectMeta::<Namespace> {
+        metadata: ObjectMeta {
+            name: Some("ns".into()),
+            annotations: annotations
+                .map(|(k, v)| [(k.to_string(), v.to_string())].into_iter().collect()),
+            ..ObjectMeta::default()
+        },
+        ..PartialObjectMeta::default()
+    };
+
+    // Frozen: one status write with the Frozen condition, and a Warning Event.
+    let mut cache = applied_cache(&objects, &agent);
+    cache.namespaces = vec![frozen_namespace(Some((FREEZE_ANNOTATION, "incident 42")))];
+    let mut script = ref_reads(&server);
+    script.push(expect(
+        Method::PATCH,
+        &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+        json_of(&agent),
+    ));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(agent.clone()), cache.context(client, at(60)))
+    })
+    .await;
+    result.unwrap();
+    let status = &requests[2].body;
+    assert!(conditions(status).contains(&(
+        "Frozen".into(),
+        "True".into(),
+        "NamespaceFrozen".into()
+    )));
+    let frozen_condition = status["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Frozen")
+        .unwrap();
+    assert_eq!(
+        frozen_condition["message"],
+        "Namespace ns is frozen (hitl.kagent.dev/freeze: incident 42)"
+    );
+    let event = &requests[3].body;
+    assert_eq!(
+        (&event["type"], &event["reason"]),
+        (&json!("Warning"), &json!("Frozen"))
+    );
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("pending ApprovalRequests cancelled")
+    );
+
+    // Still frozen, status as written: nothing to write.
+    let mut frozen = agent.clone();
+    frozen.status = Some(serde_json::from_value(status["status"].clone()).unwrap());
+    let mut cache = applied_cache(&objects, &frozen);
+    cache.namespaces = vec![frozen_namespace(Some((FREEZE_ANNOTATION, "incident 42")))];
+    let (result, requests) = run_script(ref_reads(&server), |client| {
+        reconcile(Arc::new(frozen.clone()), cache.context(client, at(120)))
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(requests.iter().filter(|r| r.is_write()).count(), 0);
+
+    // Lifted: the condition goes, and a Normal Event says so.
+    let mut cache = applied_cache(&objects, &frozen);
+    cache.namespaces = vec![frozen_namespace(None)];
+    let mut script = ref_reads(&server);
+    script.push(expect(
+        Method::PATCH,
+        &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+        json_of(&agent),
+    ));
+    script.push(expect(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ns/events?",
+        event_created(),
+    ));
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(frozen.clone()), cache.context(client, at(180)))
+    })
+    .await;
+    result.unwrap();
+    assert!(
+        !conditions(&requests[2].body)
+            .iter()
+            .any(|c| c.0 == "Frozen")
+    );
+    assert_eq!(requests[3].body["reason"], "Unfrozen");
+}

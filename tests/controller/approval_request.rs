@@ -269,6 +269,47 @@ async fn request_is_cancelled_when_approval_is_no_longer_required_or_agent_is_go
 }
 
 #[tokio::test]
+async fn a_frozen_agents_pending_and_fresh_approved_requests_are_cancelled_at_once() {
+    // A fresh approval is not left to the gate while the Agent is frozen.
+    for request in [
+        request("", "status: {phase: Pending}", true),
+        approved_at_90(),
+    ] {
+        let mut frozen = agent("delete_file", "24h");
+        frozen.metadata.annotations = Some(
+            [(
+                "hitl.kagent.dev/freeze".to_string(),
+                "incident 42".to_string(),
+            )]
+            .into(),
+        );
+        let mut script = vec![status_patch(&request)];
+        script.extend(events(2));
+        let cache = Cache {
+            agents: vec![frozen],
+            ..Cache::default()
+        };
+        let (result, requests) = run_script(script, |client| {
+            reconcile(Arc::new(request.clone()), cache.context(client, at(91)))
+        })
+        .await;
+        result.unwrap();
+        let body = &requests[0].body;
+        assert_eq!(phase(body), "Cancelled");
+        assert_eq!(
+            conditions(body),
+            vec![("Finished".into(), "True".into(), "Frozen".into())]
+        );
+        assert_eq!(
+            body["status"]["message"],
+            "cancelled: Agent a is frozen (hitl.kagent.dev/freeze: incident 42); nothing runs when the freeze is lifted, the call must be made again"
+        );
+        assert_eq!(requests[1].body["reason"], "Frozen");
+        assert_eq!(requests[1].body["type"], "Warning");
+    }
+}
+
+#[tokio::test]
 async fn finished_request_is_deleted_after_the_ttl() {
     let finished = "status: {phase: Denied, decidedAt: \"2027-01-15T08:01:40Z\", message: m, conditions: [{type: Finished, status: \"True\", reason: Denied, message: m, lastTransitionTime: \"2027-01-15T08:01:40Z\"}]}";
     let request = request("decision: {type: Deny, decidedBy: bob}", finished, true);

@@ -176,6 +176,7 @@ pub struct Cache {
     pub roles: Vec<k8s_openapi::api::rbac::v1::Role>,
     pub role_bindings: Vec<k8s_openapi::api::rbac::v1::RoleBinding>,
     pub network_policies: Vec<k8s_openapi::api::networking::v1::NetworkPolicy>,
+    pub namespaces: Vec<kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
 }
 
 impl Cache {
@@ -191,6 +192,7 @@ impl Cache {
             roles: rendered_store_of(self.roles),
             role_bindings: rendered_store_of(self.role_bindings),
             network_policies: rendered_store_of(self.network_policies),
+            namespaces: store_of(self.namespaces),
         };
         Arc::new(Context::new(
             client,

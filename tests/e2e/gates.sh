@@ -2,7 +2,8 @@
 # (sourced after lib.sh and `throwaway`): the repository's CRDs, namespace $NS, the recorder MCP
 # server (tests/mcp-peers/recorder.mjs), the controller watching $NS without leader election,
 # Agent $AGENT with the recorder's delete_file gated, and `start_gate NAME` for each gate.
-# Needs BIN (the hitl-operator binary), PEERS (tests/mcp-peers) and AGENT.
+# Needs BIN (the hitl-operator binary), PEERS (tests/mcp-peers) and AGENT; GATES_TOOLS, the
+# Agent's toolNames on the recorder, defaults to [delete_file].
 
 # gates_setup: everything but the gates; sets RECORDER_PORT and CONTROLLER_PORT.
 gates_setup() {
@@ -40,7 +41,7 @@ spec:
     modelConfig: model
     tools:
     - type: McpServer
-      mcpServer: {name: recorder, toolNames: [delete_file], requireApproval: [delete_file]}
+      mcpServer: {name: recorder, toolNames: ${GATES_TOOLS:-[delete_file]}, requireApproval: [delete_file]}
     approval: {timeout: 10m, waitTimeout: 60s}
 YAML
   wait_for "Secrets $AGENT and $AGENT-binding-key" 20 gates_secrets_ready

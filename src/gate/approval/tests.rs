@@ -11,6 +11,7 @@ use tower_test::mock;
 use super::*;
 use crate::api::agent::ToolServerKind;
 use crate::gate::decision::Refusal;
+use crate::gate::freeze::FreezeState;
 use crate::gate::hash::{BindingKey, digest};
 
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
@@ -51,6 +52,7 @@ fn approvals_with_clock(at: Timestamp) -> (Approvals, Handle, Arc<Manual>) {
         progress_every: Duration::from_secs(3600),
         pod: "gate-pod-0".into(),
         metrics: Arc::new(Metrics::default()),
+        freeze: FreezeWatch::fixed(FreezeState::Clear),
     };
     (
         Approvals::new(client, agent, settings, clock.clone()),

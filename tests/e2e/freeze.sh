@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The freeze switch on the real control plane (docs/policies.md "Freeze"; issue 12 part 4):
+#
+#  1. the annotation hitl.kagent.dev/freeze on the Agent: its Frozen condition, a gated call
+#     refused at once with the reason and no ApprovalRequest asked, an ungated call still runs
+#  2. lifted: the gated call asks for approval again and runs once when approved
+#  3. the annotation on the Namespace while a call waits for a decision: the waiting call is
+#     refused at once, its request Cancelled (reason Frozen), the Agent's condition says why;
+#     an approval after that runs nothing
+#  4. lifted: nothing that was refused or cancelled runs by itself; the call, made again, asks
+#     for a new approval
+#
+# The gate runs as a local process with the Agent's ServiceAccount token, so it watches its
+# Agent with exactly the rights the rendered Role gives it. Environment: HITL_E2E_BIN (default
+# target/debug/hitl-operator). Prints SKIP without a cluster.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source tests/e2e/lib.sh
+source tests/e2e/gates.sh
+fail_on_error
+
+skip_without_cluster
+
+BIN=${HITL_E2E_BIN:-target/debug/hitl-operator}
+PEERS=$PWD/tests/mcp-peers
+AGENT=frozen
+GATES_TOOLS="[read_file, delete_file]"
+FREEZE=hitl.kagent.dev/freeze
+[ -x "$BIN" ] || cargo build --quiet --bins
+command -v kubectl-hitl >/dev/null || fail "kubectl-hitl not on PATH (export PATH=\$PWD/target/debug:\$PATH)"
+[ -f "$PEERS/node_modules/@modelcontextprotocol/sdk/package.json" ] || fail "npm ci --prefix tests/mcp-peers first"
+throwaway hitl-e2e-freeze
+
+jp() { kubectl -n "$NS" get "$1" -o "jsonpath=$2"; }
+expect_in() { grep -qF -- "$2" <<<"$3" || fail "$1: want '$2' in: $3"; }
+now_ms() { date +%s%3N; }
+# call NAME TOOL PATH: TOOL(PATH) through gate a with the SDK client, in the background.
+call() {
+  start "$1" "$WORK/$1.out" timeout 120 node "$PEERS/client.mjs" "${GATE_URL[a]}" streamable \
+    "[{\"op\":\"call\",\"name\":\"$2\",\"args\":{\"path\":\"$3\"}}]"
+}
+# finished NAME: waits (bounded) for a background client and prints its output.
+finished() {
+  local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 60))
+  while alive "$pid"; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "client $1 still waiting after 60 s: $(cat "$WORK/$1.out")"
+    sleep 0.02
+  done
+  unset "E2E_PIDS[$1]"
+  wait "$pid" || true
+  cat "$WORK/$1.out"
+}
+# requests PATH: names of the requests of delete_file(PATH).
+requests() {
+  kubectl -n "$NS" get approvalrequests -o json | python3 -c '
+import json, sys
+for r in json.load(sys.stdin)["items"]:
+    if r["spec"].get("argumentsPreview", {}).get("path") == sys.argv[1]:
+        print(r["metadata"]["name"])' "$1"
+}
+# runs TOOL PATH: how many times TOOL(PATH) ran at the recorder.
+runs() {
+  curl -fsS "http://127.0.0.1:$RECORDER_PORT/calls" | python3 -c '
+import json, sys
+print(sum(1 for c in json.load(sys.stdin) if c["tool"] == sys.argv[1] and c["args"].get("path") == sys.argv[2]))' "$1" "$2"
+}
+frozen_condition() { jp "agent/$AGENT" '{.status.conditions[?(@.type=="Frozen")].reason}'; }
+awaiting() { [ "$(gate_metric a hitl_gate_calls_awaiting_decision)" = 1 ]; }
+phase() { jp "approvalrequest/$1" '{.status.phase}'; }
+
+step "setup: CRDs, namespace $NS, the recorder MCP server, the controller, Agent $AGENT, its gate"
+gates_setup
+start_gate a
+ok "recorder on :$RECORDER_PORT; controller ready; gate a of Agent $AGENT"
+
+# ---------------------------------------------------------------------------------------------
+step "1. the Agent frozen"
+kubectl -n "$NS" annotate "agent/$AGENT" "$FREEZE=incident 42" >/dev/null
+wait_for "the Agent's Frozen condition" 20 eval '[ "$(frozen_condition)" = AgentFrozen ]'
+expect_in "kubectl get agent -o wide" "Agent $AGENT is frozen ($FREEZE: incident 42)" \
+  "$(kubectl -n "$NS" get "agent/$AGENT" -o wide)"
+expect_in "the Agent's Events" "Frozen" "$(kubectl -n "$NS" get events --field-selector "involvedObject.name=$AGENT" -o jsonpath='{.items[*].reason}')"
+# The gate sees the annotation on its own watch of the Agent (no controller in between).
+refused_by_freeze() { call probe delete_file /frozen/1; grep -qF "incident 42" <<<"$(finished probe)"; }
+wait_for "the gate seeing the freeze" 20 refused_by_freeze
+out=$(cat "$WORK/probe.out")
+expect_in "the gated call" "NOT executed: tool 'delete_file' needs approval" "$out"
+expect_in "the gated call" "Agent $AGENT is frozen ($FREEZE: incident 42)" "$out"
+[ -z "$(requests /frozen/1)" ] || fail "an ApprovalRequest was asked while frozen: $(requests /frozen/1)"
+call ungated read_file /frozen/readme
+expect_in "the ungated call" '"text":"contents of /frozen/readme"' "$(finished ungated)"
+[ "$(runs delete_file /frozen/1)" = 0 ] || fail "delete_file ran while frozen"
+frozen_calls=$(curl -fsS "${GATE_METRICS[a]}" | awk '$1 == "hitl_gate_tool_calls_total{outcome=\"frozen\"}" { print $2 }')
+[ "${frozen_calls:-0}" -ge 1 ] || fail "no call counted with outcome frozen"
+ok "Frozen condition AgentFrozen; delete_file refused with the reason, nothing asked; read_file ran; $frozen_calls call(s) counted frozen"
+
+# ---------------------------------------------------------------------------------------------
+step "2. lifted"
+kubectl -n "$NS" annotate "agent/$AGENT" "$FREEZE-" >/dev/null
+wait_for "the Frozen condition to go" 20 eval '[ -z "$(frozen_condition)" ]'
+call lifted delete_file /frozen/1
+wait_for "the gated call waiting for a decision" 20 awaiting
+REQ=$(requests /frozen/1)
+[ "$(wc -w <<<"$REQ")" = 1 ] || fail "want one request for delete_file(/frozen/1): $REQ"
+kubectl hitl approve "$REQ" -n "$NS" --reason "e2e: after the freeze" >/dev/null
+expect_in "the approved call" '"text":"deleted /frozen/1"' "$(finished lifted)"
+[ "$(runs delete_file /frozen/1)" = 1 ] || fail "delete_file(/frozen/1) ran $(runs delete_file /frozen/1) times, want 1"
+ok "the call asked again ($REQ) and ran once when approved"
+
+# ---------------------------------------------------------------------------------------------
+step "3. the Namespace frozen while a call waits"
+call waiting delete_file /frozen/2
+wait_for "the gated call waiting for a decision" 20 awaiting
+REQ=$(requests /frozen/2)
+started=$(now_ms)
+kubectl annotate namespace "$NS" "$FREEZE=drill" >/dev/null
+out=$(finished waiting)
+refused_ms=$(($(now_ms) - started))
+expect_in "the waiting call" "NOT executed: tool 'delete_file' was not forwarded (ApprovalRequest $REQ)" "$out"
+expect_in "the waiting call" "Namespace $NS is frozen ($FREEZE: drill)" "$out"
+wait_for "request $REQ Cancelled" 20 eval '[ "$(phase "$REQ")" = Cancelled ]'
+[ "$(jp "approvalrequest/$REQ" '{.status.conditions[?(@.type=="Finished")].reason}')" = Frozen ] ||
+  fail "request $REQ: Finished reason $(jp "approvalrequest/$REQ" '{.status.conditions[?(@.type=="Finished")].reason}'), want Frozen"
+expect_in "request $REQ's message" "Namespace $NS is frozen ($FREEZE: drill)" "$(jp "approvalrequest/$REQ" '{.status.message}')"
+[ "$(frozen_condition)" = NamespaceFrozen ] || fail "Agent condition Frozen: '$(frozen_condition)', want NamespaceFrozen"
+# An approval now changes nothing: the request is finished.
+kubectl hitl approve "$REQ" -n "$NS" --reason "e2e: during the freeze" >/dev/null 2>&1 || true
+sleep 1
+[ "$(runs delete_file /frozen/2)" = 0 ] || fail "delete_file(/frozen/2) ran after the freeze"
+ok "the waiting call was refused ${refused_ms} ms after the annotation; $REQ Cancelled (Frozen); Agent Frozen=NamespaceFrozen"
+note "annotation -> waiting call refused: ${refused_ms} ms (controller: Agent condition; gate: its watch of the Agent)"
+
+# ---------------------------------------------------------------------------------------------
+step "4. lifted: nothing runs by itself"
+kubectl annotate namespace "$NS" "$FREEZE-" >/dev/null
+wait_for "the Frozen condition to go" 20 eval '[ -z "$(frozen_condition)" ]'
+sleep 1
+[ "$(runs delete_file /frozen/2)" = 0 ] || fail "delete_file(/frozen/2) ran after the freeze was lifted"
+[ "$(phase "$REQ")" = Cancelled ] || fail "request $REQ is $(phase "$REQ") after the lift, want Cancelled"
+call again delete_file /frozen/2
+wait_for "the call made again waiting for a decision" 20 awaiting
+NEW=$(requests /frozen/2 | grep -vx "$REQ")
+[ "$(wc -w <<<"$NEW")" = 1 ] || fail "want one new request next to $REQ: $NEW"
+kubectl hitl deny "$NEW" -n "$NS" --reason "e2e: not this one" >/dev/null
+expect_in "the call made again" "was denied" "$(finished again)"
+[ "$(runs delete_file /frozen/2)" = 0 ] || fail "delete_file(/frozen/2) ran"
+ok "after the lift nothing ran; the call made again asked anew ($NEW) and was denied"
+
+echo
+echo "PASS: freeze"
