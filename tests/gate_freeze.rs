@@ -103,13 +103,7 @@ async fn a_frozen_agents_gated_calls_are_refused_without_asking_and_others_run()
         )
         .await
     });
-    let api = env.api.clone();
-    let name = eventually("an ApprovalRequest", move || {
-        api.objects()
-            .first()
-            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
-    })
-    .await;
+    let name = env.api.first_request_name().await;
     env.api
         .decide(&name, "Approve", "alice", "after the incident");
     let out = waiting.await.unwrap();
@@ -133,13 +127,7 @@ async fn a_freeze_refuses_a_waiting_call_at_once_and_a_later_approval_runs_nothi
         )
         .await
     });
-    let api = env.api.clone();
-    let name = eventually("an ApprovalRequest", move || {
-        api.objects()
-            .first()
-            .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
-    })
-    .await;
+    let name = env.api.first_request_name().await;
     env.freeze.send(FreezeState::Frozen(FROZEN.into())).unwrap();
     let out = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
         .await

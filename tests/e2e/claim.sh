@@ -36,8 +36,6 @@ command -v kubectl-hitl >/dev/null || fail "kubectl-hitl not on PATH (export PAT
 [ -f "$PEERS/node_modules/@modelcontextprotocol/sdk/package.json" ] || fail "npm ci --prefix tests/mcp-peers first"
 throwaway hitl-e2e-claim
 
-jp() { kubectl -n "$NS" get "$1" -o "jsonpath=$2"; }
-expect_in() { grep -qF -- "$2" <<<"$3" || fail "$1: want '$2' in: $3"; }
 
 step "setup: CRDs, namespace $NS, the recorder MCP server, the controller, Agent $AGENT"
 gates_setup
@@ -49,30 +47,8 @@ E2E_PIDS[phase-watch]=$!
 
 awaiting() { [ "$(gate_metric "$1" hitl_gate_calls_awaiting_decision)" = "${2:-1}" ]; }
 conflicts() { gate_metric "$1" hitl_gate_claim_conflicts_total; }
-# call NAME GATE PATH: delete_file(PATH) through a gate with the SDK client, in the background.
-call() {
-  start "$1" "$WORK/$1.out" timeout 120 node "$PEERS/client.mjs" "${GATE_URL[$2]}" streamable \
-    "[{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$3\"}}]"
-}
-# finished NAME: waits (bounded) for a background client and prints its output.
-finished() {
-  local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 60))
-  while alive "$pid"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "client $1 still waiting after 60 s: $(cat "$WORK/$1.out")"
-    sleep 0.05
-  done
-  unset "E2E_PIDS[$1]"
-  wait "$pid" || true
-  cat "$WORK/$1.out"
-}
-# requests PATH [PHASE-FILTER]: names of the requests of delete_file(PATH).
-requests() {
-  kubectl -n "$NS" get approvalrequests -o json | python3 -c '
-import json, sys
-for r in json.load(sys.stdin)["items"]:
-    if r["spec"].get("argumentsPreview", {}).get("path") == sys.argv[1]:
-        print(r["metadata"]["name"])' "$1"
-}
+# call NAME GATE PATH: delete_file(PATH) through a gate, in the background.
+call() { gate_call "$1" "$2" delete_file "$3"; }
 # the_request VAR PATH: the one request of delete_file(PATH), once it exists.
 the_request() {
   local names deadline=$((SECONDS + 15))
@@ -82,12 +58,6 @@ the_request() {
   done
   [ "$(wc -l <<<"$names")" = 1 ] || fail "more than one ApprovalRequest for delete_file($2): $names"
   printf -v "$1" '%s' "$names"
-}
-# runs PATH: how many times delete_file(PATH) ran at the recorder.
-runs() {
-  curl -fsS "http://127.0.0.1:$RECORDER_PORT/calls" | python3 -c '
-import json, sys
-print(sum(1 for c in json.load(sys.stdin) if c["tool"] == "delete_file" and c["args"].get("path") == sys.argv[1]))' "$1"
 }
 approve() { kubectl hitl approve "$1" -n "$NS" --reason "e2e: claim" >/dev/null; }
 phase() { jp "approvalrequest/$1" '{.status.phase}'; }
@@ -111,7 +81,7 @@ for i in $(seq "$ROUNDS"); do
   out="$(finished race-a)"$'\n'"$(finished race-b)"
   [ "$(grep -cF "\"text\":\"deleted $path\"" <<<"$out")" = 1 ] || fail "round $i: want exactly one client to get the result: $out"
   expect_in "round $i, the other client" "was already used by another identical call" "$out"
-  [ "$(runs "$path")" = 1 ] || fail "round $i: delete_file($path) ran $(runs "$path") times at the recorder, want 1"
+  [ "$(runs delete_file "$path")" = 1 ] || fail "round $i: delete_file($path) ran $(runs delete_file "$path") times at the recorder, want 1"
   winner=$(consumed_by "$REQ")
   [ "$winner" = "$AGENT-a" ] || [ "$winner" = "$AGENT-b" ] || fail "round $i: consumedBy is '$winner'"
   WINS[${winner#"$AGENT"-}]=$((WINS[${winner#"$AGENT"-}] + 1))
@@ -138,7 +108,7 @@ for delay in 0 0.001 0.002 0.005 0.01 0.02 0.05; do
   unset "E2E_PIDS[gate-a]"
   finished killed >/dev/null
   sleep 0.5 # a claim or a forward the gate sent before it died reaches its end
-  before=$(runs "$path")
+  before=$(runs delete_file "$path")
   claimed_by=$(consumed_by "$REQ")
   # The client retries the call through gate b.
   call retry b "$path"
@@ -165,8 +135,8 @@ for delay in 0 0.001 0.002 0.005 0.01 0.02 0.05; do
     kubectl hitl deny "$NEW" -n "$NS" --reason "e2e: retry after a kill" >/dev/null
     expect_in "retry after the claim" "was denied" "$(finished retry)"
   fi
-  [ "$(runs "$path")" -le 1 ] || fail "delay $delay: delete_file($path) ran $(runs "$path") times"
-  note "SIGKILL ${delay}s after thawing: killed $when: $outcome (runs: $(runs "$path"))"
+  [ "$(runs delete_file "$path")" -le 1 ] || fail "delay $delay: delete_file($path) ran $(runs delete_file "$path") times"
+  note "SIGKILL ${delay}s after thawing: killed $when: $outcome (runs: $(runs delete_file "$path"))"
   OUTCOMES[$when]=1
 done
 start_gate a
@@ -189,7 +159,7 @@ changed_during_claim() {
   "$@"
   kill -CONT "${E2E_PIDS[gate-a]}"
   expect_in "$name" "\"text\":\"deleted $path\"" "$(finished "changed-$name")"
-  [ "$(runs "$path")" = 1 ] || fail "$name: delete_file($path) ran $(runs "$path") times, want 1"
+  [ "$(runs delete_file "$path")" = 1 ] || fail "$name: delete_file($path) ran $(runs delete_file "$path") times, want 1"
   [ "$(phase "$REQ")" = Executed ] && [ "$(consumed_by "$REQ")" = "$AGENT-a" ] ||
     fail "$name: phase $(phase "$REQ"), consumedBy $(consumed_by "$REQ")"
   [ "$(conflicts a)" -gt "$before" ] || fail "$name: the claim met no conflict, so the change did not race it"

@@ -31,39 +31,9 @@ command -v kubectl-hitl >/dev/null || fail "kubectl-hitl not on PATH (export PAT
 [ -f "$PEERS/node_modules/@modelcontextprotocol/sdk/package.json" ] || fail "npm ci --prefix tests/mcp-peers first"
 throwaway hitl-e2e-freeze
 
-jp() { kubectl -n "$NS" get "$1" -o "jsonpath=$2"; }
-expect_in() { grep -qF -- "$2" <<<"$3" || fail "$1: want '$2' in: $3"; }
 now_ms() { date +%s%3N; }
-# call NAME TOOL PATH: TOOL(PATH) through gate a with the SDK client, in the background.
-call() {
-  start "$1" "$WORK/$1.out" timeout 120 node "$PEERS/client.mjs" "${GATE_URL[a]}" streamable \
-    "[{\"op\":\"call\",\"name\":\"$2\",\"args\":{\"path\":\"$3\"}}]"
-}
-# finished NAME: waits (bounded) for a background client and prints its output.
-finished() {
-  local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 60))
-  while alive "$pid"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "client $1 still waiting after 60 s: $(cat "$WORK/$1.out")"
-    sleep 0.02
-  done
-  unset "E2E_PIDS[$1]"
-  wait "$pid" || true
-  cat "$WORK/$1.out"
-}
-# requests PATH: names of the requests of delete_file(PATH).
-requests() {
-  kubectl -n "$NS" get approvalrequests -o json | python3 -c '
-import json, sys
-for r in json.load(sys.stdin)["items"]:
-    if r["spec"].get("argumentsPreview", {}).get("path") == sys.argv[1]:
-        print(r["metadata"]["name"])' "$1"
-}
-# runs TOOL PATH: how many times TOOL(PATH) ran at the recorder.
-runs() {
-  curl -fsS "http://127.0.0.1:$RECORDER_PORT/calls" | python3 -c '
-import json, sys
-print(sum(1 for c in json.load(sys.stdin) if c["tool"] == sys.argv[1] and c["args"].get("path") == sys.argv[2]))' "$1" "$2"
-}
+# call NAME TOOL PATH: TOOL(PATH) through gate a, in the background.
+call() { gate_call "$1" a "$2" "$3"; }
 frozen_condition() { jp "agent/$AGENT" '{.status.conditions[?(@.type=="Frozen")].reason}'; }
 awaiting() { [ "$(gate_metric a hitl_gate_calls_awaiting_decision)" = 1 ]; }
 phase() { jp "approvalrequest/$1" '{.status.phase}'; }

@@ -82,3 +82,35 @@ json.dump(config, open(sys.argv[4], "w"))' "$WORK/gate.json" "$listen" "$metrics
 gate_metric() {
   curl -fsS "${GATE_METRICS[$1]}" | awk -v m="$2" '$1 == m { v = $2 } END { print v + 0 }'
 }
+
+# gate_call NAME GATE TOOL PATH: TOOL(path: PATH) through gate GATE with the SDK client, in the
+# background (its output: `finished NAME`).
+gate_call() {
+  start "$1" "$WORK/$1.out" timeout 120 node "$PEERS/client.mjs" "${GATE_URL[$2]}" streamable \
+    "[{\"op\":\"call\",\"name\":\"$3\",\"args\":{\"path\":\"$4\"}}]"
+}
+# finished NAME: waits (bounded) for a background client and prints its output.
+finished() {
+  local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 60))
+  while alive "$pid"; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "client $1 still waiting after 60 s: $(cat "$WORK/$1.out")"
+    sleep 0.02
+  done
+  unset "E2E_PIDS[$1]"
+  wait "$pid" || true
+  cat "$WORK/$1.out"
+}
+# requests PATH: names of the requests of a call with argument path PATH.
+requests() {
+  kubectl -n "$NS" get approvalrequests -o json | python3 -c '
+import json, sys
+for r in json.load(sys.stdin)["items"]:
+    if r["spec"].get("argumentsPreview", {}).get("path") == sys.argv[1]:
+        print(r["metadata"]["name"])' "$1"
+}
+# runs TOOL PATH: how many times TOOL(path: PATH) ran at the recorder.
+runs() {
+  curl -fsS "http://127.0.0.1:$RECORDER_PORT/calls" | python3 -c '
+import json, sys
+print(sum(1 for c in json.load(sys.stdin) if c["tool"] == sys.argv[1] and c["args"].get("path") == sys.argv[2]))' "$1" "$2"
+}

@@ -9,6 +9,10 @@ declare -A E2E_PIDS=()
 step() { printf '\n== %s\n' "$*"; }
 ok() { echo "ok   - $*"; }
 note() { echo "     $*"; }
+# jp OBJECT JSONPATH: a field of an object in $NS.
+jp() { kubectl -n "$NS" get "$1" -o "jsonpath=$2"; }
+# expect_in WHAT WANT TEXT: fails unless TEXT contains WANT.
+expect_in() { grep -qF -- "$2" <<<"$3" || fail "$1: want '$2' in: $3"; }
 
 track_log() {
   local entry

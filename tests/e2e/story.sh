@@ -73,11 +73,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# jp KIND/NAME JSONPATH: a field of an object in the story namespace.
-jp() { kubectl -n "$NS" get "$1" -o "jsonpath=$2"; }
 has() { [ "$(jp "$1" "$2")" = "$3" ]; }
 condition() { jp "$1" "{.status.conditions[?(@.type==\"$2\")].status}"; }
-expect_in() { grep -qF -- "$2" <<<"$3" || fail "$1: want '$2' in: $3"; }
 figure() { printf '%-64s %s\n' "$1" "$2" >>"$FIGURES"; }
 
 # ---------------------------------------------------------------------------------------------
