@@ -352,7 +352,18 @@ async fn tools_call(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
     if !streaming {
-        return match gated(&up, up.uri.clone(), &headers, body, &call, rule, &|_| {}).await {
+        // Boxed: the wait for an approval holds much state, which would otherwise be part of
+        // (and moved with) the future of every call, gated or not.
+        let gated = Box::pin(gated(
+            &up,
+            up.uri.clone(),
+            &headers,
+            body,
+            &call,
+            rule,
+            &|_| {},
+        ));
+        return match gated.await {
             GatedResult::Forwarded(resp, _) => relay_filtered(resp, None, up.clone()).await,
             GatedResult::Refused(text) => {
                 json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))

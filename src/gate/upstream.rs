@@ -270,7 +270,8 @@ impl Upstream {
         if !resp.status().is_redirection() {
             return Ok(resp);
         }
-        self.follow(resp, method, uri, client_headers, body).await
+        // Boxed: a redirect is rare, and its state would otherwise enlarge every request's.
+        Box::pin(self.follow(resp, method, uri, client_headers, body)).await
     }
 
     /// Follows the redirects that `resp` starts, as reqwest did (at most [`MAX_REDIRECTS`];
