@@ -751,3 +751,72 @@ async fn legacy_endpoints_are_rewritten_and_confined_to_the_upstream_origin() {
         .unwrap();
     assert_eq!(resp.status(), 404);
 }
+
+/// An upstream at `/old` that redirects (`307`) to `/mcp`, which answers a message with the
+/// configured header it got, and at `/away` redirects to another origin.
+async fn redirecting_upstream() -> String {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::post as route_post;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let redirect = |to: &'static str| {
+        move || async move { (StatusCode::TEMPORARY_REDIRECT, [("location", to)]) }
+    };
+    let app = axum::Router::new()
+        .route("/old", route_post(redirect("/mcp")))
+        .route("/away", route_post(redirect("http://127.0.0.1:1/mcp")))
+        .route(
+            "/mcp",
+            route_post(|headers: HeaderMap, body: String| async move {
+                let message: Value = serde_json::from_str(&body).unwrap();
+                let token = headers["x-upstream-token"].to_str().unwrap().to_string();
+                axum::Json(
+                    json!({"jsonrpc": "2.0", "id": message["id"], "result": {"token": token}}),
+                )
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+#[tokio::test]
+async fn redirects_are_followed_within_the_upstream_origin_only() {
+    init();
+    let base = redirecting_upstream().await;
+    let api = FakeApi::start().await;
+    let entry = |name: &str, path: &str| {
+        server(
+            name,
+            McpProtocol::StreamableHttp,
+            &format!("{base}{path}"),
+            &["echo"],
+            &[],
+        )
+    };
+    let cfg = config(
+        vec![entry("old", "/old"), entry("away", "/away")],
+        3600.0,
+        1.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let ping = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
+
+    // Same origin: the message and the configured headers go to where the server points.
+    let resp = post(&gate.route("old"), ping).await;
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(
+        answer,
+        json!({"jsonrpc": "2.0", "id": 7, "result": {"token": "configured"}})
+    );
+
+    // Another origin: never followed, and the caller is told why.
+    let resp = post(&gate.route("away"), ping).await;
+    assert_eq!(resp.status(), 502);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(
+        error["error"]["message"],
+        "approval gate: upstream tools/away redirected to another origin; the gate follows \
+         redirects only within the origin of params.url"
+    );
+}

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, Method, Response, StatusCode, header};
+use axum::http::{HeaderMap, Method, Response, StatusCode, Uri, header};
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::Deserialize;
@@ -32,7 +32,7 @@ use crate::sse;
 /// One client's event stream.
 struct Session {
     /// Where the upstream wants this session's messages.
-    post_url: reqwest::Url,
+    post_uri: Uri,
     /// Writes gate-made events into the client's stream.
     inject: mpsc::Sender<Bytes>,
 }
@@ -94,7 +94,7 @@ impl Drop for SessionGuard {
 pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> Response<Body> {
     let up = &route.up;
     let resp = match up
-        .send(Method::GET, up.url.clone(), &headers, Bytes::new())
+        .send(Method::GET, up.uri.clone(), &headers, Bytes::new())
         .await
     {
         Ok(r) if r.status().is_success() => r,
@@ -157,15 +157,16 @@ fn rewrite_event(
         let target = std::str::from_utf8(&data)
             .ok()
             .and_then(|d| route.up.url.join(d.trim()).ok())
-            .filter(|u| u.origin() == route.up.url.origin());
-        let Some(post_url) = target else {
+            .filter(|u| u.origin() == route.up.url.origin())
+            .and_then(|u| Uri::try_from(u.as_str()).ok());
+        let Some(post_uri) = target else {
             tracing::warn!(server = %route.up.label, "upstream endpoint is not on the upstream's origin; closing");
             return Some(Err(std::io::Error::other("upstream endpoint rejected")));
         };
         route.sessions.lock().expect("sessions lock").insert(
             id.to_string(),
             Arc::new(Session {
-                post_url,
+                post_uri,
                 inject: inject.clone(),
             }),
         );
@@ -259,7 +260,7 @@ pub async fn message(
             }
         };
         let result = tokio::select! {
-            r = gated(&up, session.post_url.clone(), &headers, body, &call, rule, &progress) => r,
+            r = gated(&up, session.post_uri.clone(), &headers, body, &call, rule, &progress) => r,
             _ = session.inject.closed() => return,
         };
         match result {
@@ -300,7 +301,7 @@ async fn forward(
     body: Bytes,
 ) -> Response<Body> {
     match up
-        .send(Method::POST, session.post_url.clone(), headers, body)
+        .send(Method::POST, session.post_uri.clone(), headers, body)
         .await
     {
         Ok(resp) => up.relay(resp),

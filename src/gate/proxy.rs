@@ -9,7 +9,7 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{HeaderMap, Method, Response, StatusCode, header};
+use axum::http::{HeaderMap, Method, Response, StatusCode, Uri, header};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
@@ -24,7 +24,7 @@ use super::metrics::Outcome;
 use super::outcome;
 use super::policy::{PolicyCall, PolicyVerdict};
 use super::redact;
-use super::upstream::{Upstream, UpstreamError, is_event_stream, read_all};
+use super::upstream::{Upstream, UpstreamError, UpstreamResponse, is_event_stream, read_all};
 use crate::api::approval_request::CallContext;
 use crate::sse;
 
@@ -81,7 +81,7 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
         }
         let is_get = method == Method::GET;
         return match up
-            .send(method, up.url.clone(), &headers, Bytes::new())
+            .send(method, up.uri.clone(), &headers, Bytes::new())
             .await
         {
             // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
@@ -110,11 +110,11 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
     // From here on only the message as the gate wrote it is forwarded.
     let body = Bytes::from(message.body);
     match message.incoming {
-        Incoming::Other => match up.send(method, up.url.clone(), &headers, body).await {
+        Incoming::Other => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => relay_filtered(resp, None, up.clone()).await,
             Err(e) => upstream_failed(&up, &e),
         },
-        Incoming::ToolsList { id } => match up.send(method, up.url.clone(), &headers, body).await {
+        Incoming::ToolsList { id } => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => relay_filtered(resp, Some(id), up.clone()).await,
             Err(e) => upstream_failed(&up, &e),
         },
@@ -214,7 +214,7 @@ fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
 /// (`202 Accepted`) pass as they are; JSON answers are read whole, up to
 /// [`super::upstream::MAX_BODY_BYTES`].
 async fn relay_filtered(
-    resp: reqwest::Response,
+    resp: UpstreamResponse,
     request: Option<Value>,
     up: Arc<Upstream>,
 ) -> Response<Body> {
@@ -327,7 +327,7 @@ async fn tools_call(
         }
         Screened::Ask { rule } => rule,
         Screened::Forward => {
-            return match up.send(Method::POST, up.url.clone(), &headers, body).await {
+            return match up.send(Method::POST, up.uri.clone(), &headers, body).await {
                 Ok(resp) => {
                     metrics.call(Outcome::forwarded);
                     relay_filtered(resp, None, up.clone()).await
@@ -352,7 +352,18 @@ async fn tools_call(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
     if !streaming {
-        return match gated(&up, up.url.clone(), &headers, body, &call, rule, &|_| {}).await {
+        // Boxed: the wait for an approval holds much state, which would otherwise be part of
+        // (and moved with) the future of every call, gated or not.
+        let gated = Box::pin(gated(
+            &up,
+            up.uri.clone(),
+            &headers,
+            body,
+            &call,
+            rule,
+            &|_| {},
+        ));
+        return match gated.await {
             GatedResult::Forwarded(resp, _) => relay_filtered(resp, None, up.clone()).await,
             GatedResult::Refused(text) => {
                 json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()))
@@ -371,7 +382,7 @@ async fn tools_call(
             let _ = ptx.try_send(sse::message(&jsonrpc::progress(&token, n, msg)));
         };
         let result = tokio::select! {
-            r = gated(&up, up.url.clone(), &headers, body, &call, rule, &progress) => r,
+            r = gated(&up, up.uri.clone(), &headers, body, &call, rule, &progress) => r,
             _ = tx.closed() => {
                 tracing::info!(server = %up.label, tool = %call.name, "client went away while waiting; not forwarded");
                 return;
@@ -514,7 +525,7 @@ async fn relay_into(
 /// The end of a gated call.
 pub enum GatedResult {
     /// Approved and forwarded: the upstream's answer, and the request that approved it.
-    Forwarded(reqwest::Response, String),
+    Forwarded(UpstreamResponse, String),
     /// Not forwarded: the text for the caller.
     Refused(String),
 }
@@ -525,7 +536,7 @@ pub enum GatedResult {
 /// `rule` is the approval rule that asked, named in the request.
 pub async fn gated(
     up: &Upstream,
-    url: reqwest::Url,
+    uri: Uri,
     headers: &HeaderMap,
     body: Bytes,
     call: &ToolCall,
@@ -586,7 +597,7 @@ pub async fn gated(
             ));
         }
     };
-    match up.send(Method::POST, url, headers, body).await {
+    match up.send(Method::POST, uri, headers, body).await {
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, request = %name, "approved call forwarded");
             metrics.call(Outcome::approved);

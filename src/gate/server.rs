@@ -9,6 +9,9 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
 use axum::serve::ListenerExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::approval::{ApprovalSettings, Approvals};
 use super::config::GateConfig;
@@ -19,7 +22,7 @@ use super::legacy::{self, LegacyRoute};
 use super::metrics::Metrics;
 use super::policy::ServerPolicy;
 use super::proxy;
-use super::upstream::{Shared, Upstream};
+use super::upstream::{HttpClient, Shared, Upstream};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::{Error, Result};
 
@@ -44,16 +47,31 @@ fn seconds(field: &str, s: f64) -> Result<Duration> {
     Duration::try_from_secs_f64(s).map_err(|e| invalid(field, format!("{s}: {e}")))
 }
 
-/// The pooled upstream HTTP client: one for all servers, TCP_NODELAY, no proxies.
-pub fn http_client() -> Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .tcp_nodelay(true)
+/// The pooled upstream HTTP/1.1 client: one for all servers, `http` and `https` (rustls with
+/// ring, the platform's verifier and so the system's trust roots, as reqwest had), TCP_NODELAY,
+/// TCP keepalive, no proxies; the TCP settings are reqwest's defaults, which the gate used
+/// before.
+pub fn http_client() -> Result<HttpClient> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(Duration::from_secs(10)));
+    tcp.set_keepalive(Some(Duration::from_secs(15)));
+    tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
+    tcp.set_keepalive_retries(Some(3));
+    tcp.set_tcp_user_timeout(Some(Duration::from_secs(30)));
+    let tls = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_platform_verifier(rustls::crypto::ring::default_provider())
+        .map_err(|e| invalid("params", format!("cannot set up TLS for upstreams: {e}")))?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Ok(Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
         .pool_idle_timeout(POOL_IDLE)
         .pool_max_idle_per_host(256)
-        .connect_timeout(Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .map_err(|e| invalid("params", format!("cannot build the HTTP client: {e}")))
+        .build(tls))
 }
 
 /// The gate's MCP router and its metrics, from its configuration, the Agent's binding key, a

@@ -2,13 +2,18 @@
 //! and limits of each server, and how upstream answers are relayed back.
 
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Uri, header};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use http_body_util::Full;
+use hyper::body::{Body as _, Incoming};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::approval::Approvals;
 use super::config::GateServer;
@@ -16,11 +21,18 @@ use super::hash::BindingKey;
 use super::metrics::Metrics;
 use super::policy::ServerPolicy;
 
+/// The pooled upstream HTTP/1.1 client, for `http` and `https` upstreams.
+pub type HttpClient =
+    hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// An upstream response, its body still to be read.
+pub type UpstreamResponse = Response<Incoming>;
+
 /// What every route shares: the upstream HTTP client (one pool), approvals and metrics.
 #[derive(Clone)]
 pub struct Shared {
     /// Pooled upstream client.
-    pub http: reqwest::Client,
+    pub http: HttpClient,
     /// Keys the hash that binds an approval to a call's arguments.
     pub key: BindingKey,
     /// ApprovalRequests of the agent.
@@ -35,8 +47,10 @@ pub struct Upstream {
     pub server: GateServer,
     /// What its tool calls may do: offered tools, approval rules, `requireApproval`.
     pub policy: ServerPolicy,
-    /// The upstream URL.
+    /// The upstream URL (for joining and comparing origins).
     pub url: reqwest::Url,
+    /// The same URL as the request target.
+    pub uri: Uri,
     /// Headers from `params.headers`, added to every upstream request.
     pub headers: HeaderMap,
     /// `params.timeout`: how long the upstream may take to answer a request (and to send the
@@ -77,12 +91,18 @@ fn describes_body(name: &HeaderName) -> bool {
     name == header::CONTENT_TYPE || name == header::CONTENT_ENCODING
 }
 
+/// The most redirects the gate follows for one request (as many as reqwest did).
+const MAX_REDIRECTS: usize = 10;
+
 /// Why an upstream request got no (whole) answer.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// Connecting, sending or reading the response head failed.
-    #[error("unreachable: {0}")]
-    Unreachable(reqwest::Error),
+    #[error("unreachable: {}", chain(.0))]
+    Unreachable(hyper_util::client::legacy::Error),
+    /// The upstream redirected more than [`MAX_REDIRECTS`] times, or to another origin.
+    #[error("{0}")]
+    Redirect(&'static str),
     /// No response head within `params.timeout`.
     #[error("did not answer within {}s (params.timeout)", .0.as_secs_f64())]
     TimedOut(Duration),
@@ -97,12 +117,18 @@ pub enum UpstreamError {
     Unreadable(String),
 }
 
-impl From<reqwest::Error> for UpstreamError {
-    /// Keeps the error without its URL: an upstream URL may carry credentials (a token in the
-    /// query), and these errors are logged. The server's `namespace/name` identifies it.
-    fn from(error: reqwest::Error) -> Self {
-        Self::Unreachable(error.without_url())
+/// An error and its sources, `: `-separated. The client's errors never hold the request's
+/// URL (which may carry credentials, a token in the query); the server's `namespace/name`
+/// identifies it in the log.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
     }
+    text
 }
 
 impl UpstreamError {
@@ -110,9 +136,11 @@ impl UpstreamError {
     pub fn tell(&self, label: &str) -> String {
         match self {
             Self::Unreachable(_) => format!("upstream {label} unreachable"),
-            Self::TimedOut(_) | Self::Body(_) | Self::TooLarge | Self::Unreadable(_) => {
-                format!("upstream {label} {self}")
-            }
+            Self::Redirect(_)
+            | Self::TimedOut(_)
+            | Self::Body(_)
+            | Self::TooLarge
+            | Self::Unreadable(_) => format!("upstream {label} {self}"),
         }
     }
 
@@ -121,7 +149,11 @@ impl UpstreamError {
     pub fn may_have_reached(&self) -> bool {
         match self {
             Self::Unreachable(e) => !e.is_connect(),
-            Self::TimedOut(_) | Self::Body(_) | Self::TooLarge | Self::Unreadable(_) => true,
+            Self::Redirect(_)
+            | Self::TimedOut(_)
+            | Self::Body(_)
+            | Self::TooLarge
+            | Self::Unreadable(_) => true,
         }
     }
 
@@ -129,9 +161,11 @@ impl UpstreamError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
-            Self::Unreachable(_) | Self::Body(_) | Self::TooLarge | Self::Unreadable(_) => {
-                StatusCode::BAD_GATEWAY
-            }
+            Self::Unreachable(_)
+            | Self::Redirect(_)
+            | Self::Body(_)
+            | Self::TooLarge
+            | Self::Unreadable(_) => StatusCode::BAD_GATEWAY,
         }
     }
 }
@@ -164,6 +198,8 @@ impl Upstream {
     ) -> Result<Self, String> {
         let url = reqwest::Url::parse(&server.params.url)
             .map_err(|e| format!("{}: params.url {:?}: {e}", server.route, server.params.url))?;
+        let uri = target(&url)
+            .map_err(|e| format!("{}: params.url {:?}: {e}", server.route, server.params.url))?;
         let mut headers = HeaderMap::new();
         for (k, v) in &server.params.headers {
             let name = HeaderName::try_from(k.as_str())
@@ -184,6 +220,7 @@ impl Upstream {
             server,
             policy,
             url,
+            uri,
             headers,
             shared,
         })
@@ -192,16 +229,128 @@ impl Upstream {
     /// Sends a request upstream: the client's headers minus hop-by-hop ones, minus those
     /// describing the client's body and minus any the gate configures, then the configured
     /// ones. A non-empty `body` is a message the gate wrote, so it goes with the gate's own
-    /// `Content-Type: application/json`. The response head must come within `params.timeout`,
-    /// when set.
+    /// `Content-Type: application/json`. Redirects within the upstream's origin are followed
+    /// (see [`Self::follow`]). The response head must come within `params.timeout`, when set,
+    /// redirects included.
     pub async fn send(
         &self,
         method: Method,
-        url: reqwest::Url,
+        uri: Uri,
         client_headers: &HeaderMap,
         body: Bytes,
-    ) -> Result<reqwest::Response, UpstreamError> {
-        let mut request = reqwest::Request::new(method, url);
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        let started = Instant::now();
+        let exchange = self.exchange(method, uri, client_headers, body);
+        let resp = match self.timeout {
+            Some(limit) => match tokio::time::timeout(limit, exchange).await {
+                Ok(resp) => resp,
+                Err(_) => Err(UpstreamError::TimedOut(limit)),
+            },
+            None => exchange.await,
+        };
+        self.shared.metrics.upstream(started.elapsed());
+        resp
+    }
+
+    /// [`Self::send`] without its time limit.
+    async fn exchange(
+        &self,
+        method: Method,
+        uri: Uri,
+        client_headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        let first = self.request(method.clone(), uri.clone(), client_headers, body.clone());
+        let resp = self
+            .shared
+            .http
+            .request(first)
+            .await
+            .map_err(UpstreamError::Unreachable)?;
+        if !resp.status().is_redirection() {
+            return Ok(resp);
+        }
+        // Boxed: a redirect is rare, and its state would otherwise enlarge every request's.
+        Box::pin(self.follow(resp, method, uri, client_headers, body)).await
+    }
+
+    /// Follows the redirects that `resp` starts, as reqwest did (at most [`MAX_REDIRECTS`];
+    /// `301`, `302` and `303` turn the request into a `GET` without body, a `HEAD` staying one;
+    /// `307` and `308` repeat it), but only within the origin of `params.url`: the request
+    /// carries the configured headers (credentials, often), so a redirect to another origin is
+    /// an error. A redirect without a usable `Location` is the answer.
+    async fn follow(
+        &self,
+        mut resp: UpstreamResponse,
+        mut method: Method,
+        uri: Uri,
+        client_headers: &HeaderMap,
+        mut body: Bytes,
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        let Ok(mut current) = reqwest::Url::parse(&uri.to_string()) else {
+            return Ok(resp);
+        };
+        for _ in 0..MAX_REDIRECTS {
+            let status = resp.status();
+            let next = match status {
+                StatusCode::MOVED_PERMANENTLY
+                | StatusCode::FOUND
+                | StatusCode::SEE_OTHER
+                | StatusCode::TEMPORARY_REDIRECT
+                | StatusCode::PERMANENT_REDIRECT => resp
+                    .headers()
+                    .get(header::LOCATION)
+                    .and_then(|l| l.to_str().ok())
+                    .and_then(|l| current.join(l).ok())
+                    .filter(|u| matches!(u.scheme(), "http" | "https"))
+                    .and_then(|u| Some((target(&u).ok()?, u))),
+                _ => None,
+            };
+            let Some((next_uri, next)) = next else {
+                return Ok(resp);
+            };
+            if matches!(
+                status,
+                StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND | StatusCode::SEE_OTHER
+            ) {
+                body = Bytes::new();
+                if method != Method::HEAD {
+                    method = Method::GET;
+                }
+            }
+            if next.origin() != self.url.origin() {
+                return Err(UpstreamError::Redirect(
+                    "redirected to another origin; the gate follows redirects only within the \
+                     origin of params.url",
+                ));
+            }
+            current = next;
+            let request = self.request(method.clone(), next_uri, client_headers, body.clone());
+            resp = self
+                .shared
+                .http
+                .request(request)
+                .await
+                .map_err(UpstreamError::Unreachable)?;
+            if !resp.status().is_redirection() {
+                return Ok(resp);
+            }
+        }
+        Err(UpstreamError::Redirect("redirected more than 10 times"))
+    }
+
+    /// The upstream request: see [`Self::send`].
+    fn request(
+        &self,
+        method: Method,
+        uri: Uri,
+        client_headers: &HeaderMap,
+        body: Bytes,
+    ) -> axum::http::Request<Full<Bytes>> {
+        let has_body = !body.is_empty();
+        let mut request = axum::http::Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.uri_mut() = uri;
         let headers = request.headers_mut();
         headers.reserve(client_headers.len() + self.headers.len() + 1);
         for (k, v) in client_headers {
@@ -212,24 +361,13 @@ impl Upstream {
         for (k, v) in &self.headers {
             headers.append(k.clone(), v.clone());
         }
-        if !body.is_empty() {
+        if has_body {
             headers.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
         }
-        *request.body_mut() = Some(body.into());
-        let started = Instant::now();
-        let request = self.shared.http.execute(request);
-        let resp = match self.timeout {
-            Some(limit) => match tokio::time::timeout(limit, request).await {
-                Ok(resp) => resp.map_err(UpstreamError::from),
-                Err(_) => Err(UpstreamError::TimedOut(limit)),
-            },
-            None => request.await.map_err(UpstreamError::from),
-        };
-        self.shared.metrics.upstream(started.elapsed());
-        resp
+        request
     }
 
     /// The body of an upstream response as a stream that fails, and ends, when the upstream
@@ -237,10 +375,10 @@ impl Upstream {
     /// (other bodies) between two chunks.
     pub fn body(
         &self,
-        resp: reqwest::Response,
+        resp: UpstreamResponse,
     ) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
         let limit = self.idle_limit(resp.headers());
-        limited_body(resp, limit)
+        idle_limited(data(resp.into_body()), limit)
     }
 
     fn idle_limit(&self, headers: &HeaderMap) -> Option<Duration> {
@@ -253,12 +391,12 @@ impl Upstream {
 
     /// The whole body of an upstream response, within the same limits as [`Self::body`] and
     /// [`read_all`]'s.
-    pub async fn read_body(&self, resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {
+    pub async fn read_body(&self, resp: UpstreamResponse) -> Result<Vec<u8>, UpstreamError> {
         read_all(self.body(resp)).await
     }
 
     /// Relays an upstream response unchanged (status, headers, streamed body).
-    pub fn relay(&self, resp: reqwest::Response) -> Response<Body> {
+    pub fn relay(&self, resp: UpstreamResponse) -> Response<Body> {
         let (head, body) = self.split(resp, &HOP_BY_HOP[..HOP_BY_HOP.len() - 1]);
         head.body(Body::from_stream(body))
             .expect("upstream response parts are valid")
@@ -268,7 +406,7 @@ impl Upstream {
     /// without `Content-Length`), and its body stream.
     pub fn relay_parts(
         &self,
-        resp: reqwest::Response,
+        resp: UpstreamResponse,
     ) -> (
         axum::http::response::Builder,
         impl Stream<Item = io::Result<Bytes>> + Send + 'static,
@@ -280,35 +418,45 @@ impl Upstream {
     /// headers are moved, not copied.
     fn split(
         &self,
-        mut resp: reqwest::Response,
+        resp: UpstreamResponse,
         dropped: &[HeaderName],
     ) -> (
         axum::http::response::Builder,
         impl Stream<Item = io::Result<Bytes>> + Send + 'static,
     ) {
-        let mut headers = std::mem::take(resp.headers_mut());
+        let (parts, body) = resp.into_parts();
+        let mut headers = parts.headers;
         let limit = self.idle_limit(&headers);
         for name in dropped {
             headers.remove(name);
         }
-        let mut builder = Response::builder().status(resp.status());
+        let mut builder = Response::builder().status(parts.status);
         if let Some(h) = builder.headers_mut() {
             *h = headers;
         }
-        (builder, limited_body(resp, limit))
+        (builder, idle_limited(data(body), limit))
     }
 }
 
-/// The body of `resp`, failing and ending after `limit` without a chunk.
-fn limited_body(
-    resp: reqwest::Response,
-    limit: Option<Duration>,
-) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
-    idle_limited(
-        resp.bytes_stream()
-            .map(|r| r.map_err(|e| io::Error::other(e.without_url()))),
-        limit,
-    )
+/// `url` as a request target.
+fn target(url: &reqwest::Url) -> Result<Uri, axum::http::uri::InvalidUri> {
+    Uri::try_from(url.as_str())
+}
+
+/// The data of an upstream body, chunk by chunk (trailers are dropped).
+fn data(mut body: Incoming) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
+    futures::stream::poll_fn(move |cx| {
+        loop {
+            return match std::task::ready!(Pin::new(&mut body).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => std::task::Poll::Ready(Some(Ok(data))),
+                    Err(_trailers) => continue,
+                },
+                Some(Err(e)) => std::task::Poll::Ready(Some(Err(io::Error::other(e)))),
+                None => std::task::Poll::Ready(None),
+            };
+        }
+    })
 }
 
 /// The longest upstream JSON answer, 16 MiB: the gate reads every JSON answer to a message
@@ -358,7 +506,7 @@ fn idle_limited(
 }
 
 /// Whether a response is an SSE stream.
-pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
     // Media types are case-insensitive (RFC 9110 §8.3.1).
     headers
         .get(header::CONTENT_TYPE)
@@ -374,7 +522,7 @@ mod tests {
     #[test]
     fn event_streams_are_recognised_whatever_the_case() {
         let with = |value: &'static str| {
-            let mut headers = reqwest::header::HeaderMap::new();
+            let mut headers = HeaderMap::new();
             headers.insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static(value),
@@ -386,7 +534,7 @@ mod tests {
         assert!(with(" text/event-stream ;x=1"));
         assert!(!with("text/event-streamx"));
         assert!(!with("application/json"));
-        assert!(!is_event_stream(&reqwest::header::HeaderMap::new()));
+        assert!(!is_event_stream(&HeaderMap::new()));
     }
 
     fn chunk(s: &'static str) -> io::Result<Bytes> {
