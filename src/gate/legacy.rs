@@ -228,7 +228,7 @@ pub async fn message(
         Incoming::ToolsCall(call) => call,
     };
     let metrics = up.shared.metrics.clone();
-    let rule = match screen(&up, &headers, &call, body.len()) {
+    let asked = match screen(&up, &headers, &call, body.len()) {
         Screened::Refused(text) => {
             let _ = session
                 .inject
@@ -236,7 +236,7 @@ pub async fn message(
                 .await;
             return accepted();
         }
-        Screened::Ask { rule } => rule,
+        Screened::Ask(asked) => asked,
         Screened::Forward => {
             let resp = forward(&up, &session, &headers, body).await;
             metrics.call(if resp.status().is_success() {
@@ -259,7 +259,7 @@ pub async fn message(
             }
         };
         let result = tokio::select! {
-            r = gated(&up, session.post_url.clone(), &headers, body, &call, rule, &progress) => r,
+            r = gated(&up, session.post_url.clone(), &headers, body, &call, asked, &progress) => r,
             _ = session.inject.closed() => return,
         };
         match result {

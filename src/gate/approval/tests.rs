@@ -74,6 +74,7 @@ fn call(arguments: &Value) -> GatedCall {
             server_name: "fs".into(),
             tool: "delete_file".into(),
             binding: digest.binding.clone(),
+            required_approvals: 1,
         },
         digest,
         preview: redact::preview(arguments),
