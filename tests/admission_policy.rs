@@ -443,7 +443,13 @@ fn the_quorum_policy_applies_only_when_approvals_are_added() {
 fn each_person_adds_their_own_approval_one_at_a_time() {
     let p = &load("default")["quorum"];
     assert_eq!(
-        admit(p, "UPDATE", "alice", &quorum(&["alice"]), Some(&quorum(&[]))),
+        admit(
+            p,
+            "UPDATE",
+            "alice",
+            &quorum(&["alice"]),
+            Some(&quorum(&[]))
+        ),
         Verdict::Allowed
     );
     // Others' earlier approvals are not the caller's to vouch for, and need not be.

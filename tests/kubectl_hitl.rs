@@ -784,7 +784,11 @@ async fn the_approval_completing_the_quorum_also_writes_the_decision() {
                        "spec": {"approvals": approvals_after(&["alice"], "bob", None),
                                 "decision": {"type": "Approve", "decidedBy": "bob"}}}),
                 200,
-                decided(quorum(request("r1", "helper", "9"), 2, &["alice", "bob"]), "Approve", "bob"),
+                decided(
+                    quorum(request("r1", "helper", "9"), 2, &["alice", "bob"]),
+                    "Approve",
+                    "bob",
+                ),
             ),
         ],
     )
@@ -840,7 +844,11 @@ async fn an_approval_that_raced_another_is_rebuilt_on_the_fresh_list() {
                        "spec": {"approvals": approvals_after(&["alice"], "bob", None),
                                 "decision": {"type": "Approve", "decidedBy": "bob"}}}),
                 200,
-                decided(quorum(request("r1", "helper", "9"), 2, &["alice", "bob"]), "Approve", "bob"),
+                decided(
+                    quorum(request("r1", "helper", "9"), 2, &["alice", "bob"]),
+                    "Approve",
+                    "bob",
+                ),
             ),
         ],
     )

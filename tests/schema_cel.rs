@@ -955,7 +955,10 @@ fn approvals_are_added_one_by_one_then_the_decision() {
         "/spec/decision",
         json!({"type": "Deny", "decidedBy": "carol"}),
     );
-    assert_eq!(errors(&denied, Some(&quorum(&["alice"]))), Vec::<String>::new());
+    assert_eq!(
+        errors(&denied, Some(&quorum(&["alice"]))),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -998,11 +1001,7 @@ fn one_person_cannot_approve_twice() {
 fn approvals_are_append_only() {
     const APPEND_ONLY: &str = "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec.approvals is append-only: an approval cannot be changed or removed";
     assert_rejected(&quorum(&[]), Some(&quorum(&["alice"])), APPEND_ONLY);
-    assert_rejected(
-        &quorum(&["bob"]),
-        Some(&quorum(&["alice"])),
-        APPEND_ONLY,
-    );
+    assert_rejected(&quorum(&["bob"]), Some(&quorum(&["alice"])), APPEND_ONLY);
     let edited = with(
         quorum(&["alice"]),
         "/spec/approvals/0/reason",

@@ -164,7 +164,9 @@ impl ApprovalRequest {
             .decision
             .as_ref()
             .is_some_and(|d| d.decision_type == DecisionType::Approve);
-        u32::try_from(listed).unwrap_or(u32::MAX).max(u32::from(decided))
+        u32::try_from(listed)
+            .unwrap_or(u32::MAX)
+            .max(u32::from(decided))
     }
 
     /// The distinct usernames in `spec.approvals`, in order.
@@ -503,9 +505,18 @@ mod tests {
         for short in [
             quorum(2, &["alice"], Some((DecisionType::Approve, "alice"))),
             quorum(2, &["alice", "bob"], Some((DecisionType::Approve, "carol"))),
-            quorum(2, &["alice", "alice"], Some((DecisionType::Approve, "alice"))),
+            quorum(
+                2,
+                &["alice", "alice"],
+                Some((DecisionType::Approve, "alice")),
+            ),
         ] {
-            assert_eq!(short.phase_at(ts(BEFORE)), Phase::Pending, "{:?}", short.spec);
+            assert_eq!(
+                short.phase_at(ts(BEFORE)),
+                Phase::Pending,
+                "{:?}",
+                short.spec
+            );
             assert_eq!(short.phase_at(ts(AT)), Phase::Expired);
         }
         // One Deny ends it, whatever the approvals.

@@ -173,13 +173,12 @@ fn pending_message(request: &ApprovalRequest) -> String {
     };
     let waiting = match (&request.spec.decision, required as usize) {
         (Some(_), _) => "an Approve decision without those approvals does not count".to_owned(),
-        (None, needed) if given < needed => format!(
-            "waiting for {} more until {expires_at}",
-            needed - given
-        ),
-        (None, _) => format!(
-            "waiting for one of the approvers to record the decision until {expires_at}"
-        ),
+        (None, needed) if given < needed => {
+            format!("waiting for {} more until {expires_at}", needed - given)
+        }
+        (None, _) => {
+            format!("waiting for one of the approvers to record the decision until {expires_at}")
+        }
     };
     format!("{given} of {required} approvals{who}; {waiting}")
 }
@@ -695,20 +694,27 @@ mod tests {
             message(&r),
             format!("0 of 2 approvals; waiting for 2 more until {}", at(100))
         );
-        r.spec.approvals.push(crate::api::approval_request::Approval {
-            approved_by: "alice".into(),
-            reason: None,
-            at: None,
-        });
+        r.spec
+            .approvals
+            .push(crate::api::approval_request::Approval {
+                approved_by: "alice".into(),
+                reason: None,
+                at: None,
+            });
         assert_eq!(
             message(&r),
-            format!("1 of 2 approvals (alice); waiting for 1 more until {}", at(100))
+            format!(
+                "1 of 2 approvals (alice); waiting for 1 more until {}",
+                at(100)
+            )
         );
-        r.spec.approvals.push(crate::api::approval_request::Approval {
-            approved_by: "bob".into(),
-            reason: None,
-            at: None,
-        });
+        r.spec
+            .approvals
+            .push(crate::api::approval_request::Approval {
+                approved_by: "bob".into(),
+                reason: None,
+                at: None,
+            });
         assert_eq!(
             message(&r),
             format!(

@@ -707,7 +707,10 @@ mod tests {
         ]);
         match decide(&r, &quorum_key(2), GATE, t(BEFORE)) {
             Verdict::Refuse(Refusal::Untrusted(why)) => {
-                assert!(why.contains("written by whoever created the request"), "{why}")
+                assert!(
+                    why.contains("written by whoever created the request"),
+                    "{why}"
+                )
             }
             other => panic!("{other:?}"),
         }

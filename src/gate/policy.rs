@@ -466,8 +466,7 @@ mod tests {
                 quorum("any", None, 1),
             ],
         );
-        let asks_for = |amount: i64| match decide(&p, "transfer_funds", json!({"amount": amount}))
-        {
+        let asks_for = |amount: i64| match decide(&p, "transfer_funds", json!({"amount": amount})) {
             PolicyVerdict::RequireApproval {
                 rule,
                 required_approvals,

@@ -115,11 +115,10 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
             r.required_approvals()
         );
         for a in &spec.approvals {
-            let at = a
-                .at
-                .as_ref()
-                .map(|t| format!(" at {}", t.0))
-                .unwrap_or_default();
+            let at =
+                a.at.as_ref()
+                    .map(|t| format!(" at {}", t.0))
+                    .unwrap_or_default();
             let reason = a
                 .reason
                 .as_deref()
