@@ -388,6 +388,200 @@ fn requester_and_service_accounts_may_decide_when_configured() {
     );
 }
 
+// ------------------------------------------------------------------ quorum
+
+/// A pending request needing two approvals, approved so far by `approvers`.
+fn quorum(approvers: &[&str]) -> Value {
+    let mut object = request();
+    object["spec"]["requiredApprovals"] = json!(2);
+    if !approvers.is_empty() {
+        object["spec"]["approvals"] = approvers
+            .iter()
+            .map(|by| json!({"approvedBy": by, "reason": "ok"}))
+            .collect();
+    }
+    object
+}
+
+#[test]
+fn the_quorum_policy_checks_rbac_through_the_authorizer() {
+    for variant in ["default", "permissive"] {
+        let p = &load(variant)["quorum"];
+        assert_eq!(p.authorizer, vec![AUTHORIZER_CHECK.to_owned()]);
+    }
+}
+
+#[test]
+fn the_quorum_policy_applies_only_when_approvals_are_added() {
+    let p = &load("default")["quorum"];
+    let pending = quorum(&[]);
+    assert_eq!(
+        admit(p, "CREATE", AGENT_SA, &pending, None),
+        Verdict::NotMatched
+    );
+    let one = quorum(&["alice"]);
+    let mut relabeled = one.clone();
+    relabeled["metadata"]["labels"]["extra"] = json!("x");
+    assert_eq!(
+        admit(p, "UPDATE", CONTROLLER, &relabeled, Some(&one)),
+        Verdict::NotMatched
+    );
+    // A Deny on a request with approvals adds none.
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            "carol",
+            &decided(one.clone(), "Deny", "carol"),
+            Some(&one)
+        ),
+        Verdict::NotMatched
+    );
+}
+
+#[test]
+fn each_person_adds_their_own_approval_one_at_a_time() {
+    let p = &load("default")["quorum"];
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            "alice",
+            &quorum(&["alice"]),
+            Some(&quorum(&[]))
+        ),
+        Verdict::Allowed
+    );
+    // Others' earlier approvals are not the caller's to vouch for, and need not be.
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            "bob",
+            &quorum(&["alice", "bob"]),
+            Some(&quorum(&["alice"]))
+        ),
+        Verdict::Allowed
+    );
+    denied_with(
+        admit(p, "UPDATE", "alice", &quorum(&["bob"]), Some(&quorum(&[]))),
+        "each new entry of spec.approvals must have approvedBy your username alice",
+    );
+    // Two at once: someone else's among them, and more than one.
+    let verdict = admit(
+        p,
+        "UPDATE",
+        "alice",
+        &quorum(&["alice", "mallory"]),
+        Some(&quorum(&[])),
+    );
+    denied_with(verdict, "add one approval per write");
+    // Approvals with the request: the requester's, refused (the CRD refuses any).
+    denied_with(
+        admit(p, "CREATE", AGENT_SA, &quorum(&[AGENT_SA]), None),
+        "the identity that requested a tool call cannot approve it",
+    );
+    denied_with(
+        admit(p, "CREATE", AGENT_SA, &quorum(&["alice"]), None),
+        "approvedBy your username",
+    );
+}
+
+#[test]
+fn requester_and_service_accounts_cannot_approve_by_default() {
+    let p = &load("default")["quorum"];
+    let pending = quorum(&[]);
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &quorum(&[AGENT_SA]), Some(&pending)),
+        "the identity that requested a tool call cannot approve it",
+    );
+    denied_with(
+        admit(p, "UPDATE", OTHER_SA, &quorum(&[OTHER_SA]), Some(&pending)),
+        "ServiceAccounts cannot approve ApprovalRequests",
+    );
+    let permissive = &load("permissive")["quorum"];
+    assert_eq!(
+        admit(
+            permissive,
+            "UPDATE",
+            OTHER_SA,
+            &quorum(&[OTHER_SA]),
+            Some(&pending)
+        ),
+        Verdict::Allowed
+    );
+    denied_with(
+        admit(
+            permissive,
+            "UPDATE",
+            OTHER_SA,
+            &quorum(&["alice"]),
+            Some(&pending),
+        ),
+        "approvedBy your username",
+    );
+}
+
+#[test]
+fn the_final_approve_is_by_one_of_the_approvers() {
+    let p = &load("default")["decision"];
+    let one = quorum(&["alice"]);
+    // The approval completing the quorum and the decision in one write.
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            "bob",
+            &decided(quorum(&["alice", "bob"]), "Approve", "bob"),
+            Some(&one)
+        ),
+        Verdict::Allowed
+    );
+    // Recorded later by an approver who is in the list.
+    let both = quorum(&["alice", "bob"]);
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            "alice",
+            &decided(both.clone(), "Approve", "alice"),
+            Some(&both)
+        ),
+        Verdict::Allowed
+    );
+    denied_with(
+        admit(
+            p,
+            "UPDATE",
+            "carol",
+            &decided(both.clone(), "Approve", "carol"),
+            Some(&both),
+        ),
+        "needs your own approval in spec.approvals",
+    );
+    // Anyone with the verb may deny; a request needing one approval is decided as before.
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            "carol",
+            &decided(one.clone(), "Deny", "carol"),
+            Some(&one)
+        ),
+        Verdict::Allowed
+    );
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            "carol",
+            &decided(request(), "Approve", "carol"),
+            Some(&request())
+        ),
+        Verdict::Allowed
+    );
+}
+
 // ------------------------------------------------------------------ status subresource
 
 fn approved_with_status() -> Value {

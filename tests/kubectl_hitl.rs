@@ -188,9 +188,9 @@ async fn list_prints_a_table_of_the_namespace() {
     assert!(ok, "{err}");
     assert_eq!(
         out,
-        "NAME   AGENT    TOOL          ARGS                          PHASE     AGE   EXPIRES\n\
-         r1     helper   delete_file   {\"path\":\"/data/report.csv\"}   Pending   10m   in 50m\n\
-         r2     helper   delete_file   {\"path\":\"/data/report.csv\"}   Denied    10m   in 50m\n"
+        "NAME   AGENT    TOOL          ARGS                          PHASE     APPROVALS   AGE   EXPIRES\n\
+         r1     helper   delete_file   {\"path\":\"/data/report.csv\"}   Pending   0/1         10m   in 50m\n\
+         r2     helper   delete_file   {\"path\":\"/data/report.csv\"}   Denied    0/1         10m   in 50m\n"
     );
 }
 
@@ -351,9 +351,9 @@ async fn get_and_list_warn_when_values_were_redacted() {
     assert!(ok, "{err}");
     assert_eq!(
         out,
-        "NAME   AGENT    TOOL          ARGS                                       PHASE     AGE   EXPIRES\n\
-         r1     helper   delete_file   (2 redacted) {\"command\":\"curl http://...   Pending   10m   in 50m\n\
-         r2     helper   delete_file   {\"path\":\"/data/report.csv\"}                Pending   10m   in 50m\n"
+        "NAME   AGENT    TOOL          ARGS                                       PHASE     APPROVALS   AGE   EXPIRES\n\
+         r1     helper   delete_file   (2 redacted) {\"command\":\"curl http://...   Pending   0/1         10m   in 50m\n\
+         r2     helper   delete_file   {\"path\":\"/data/report.csv\"}                Pending   0/1         10m   in 50m\n"
     );
 }
 
@@ -714,6 +714,229 @@ async fn unknown_identity_stops_before_any_write() {
         e.to_string()
             .contains("selfsubjectreviews (Kubernetes 1.28+ needed)"),
         "{e}"
+    );
+}
+
+// ------------------------------------------------------------------ quorum
+
+/// `request` needing `required` approvals, approved so far by `approvers`.
+fn quorum(mut r: Value, required: i64, approvers: &[&str]) -> Value {
+    r["spec"]["requiredApprovals"] = json!(required);
+    if !approvers.is_empty() {
+        r["spec"]["approvals"] = approvers
+            .iter()
+            .map(|by| json!({"approvedBy": by, "reason": "ok", "at": "2026-11-22T00:05:00Z"}))
+            .collect();
+    }
+    r
+}
+
+/// The approvals list a patch writes: `earlier`, then the caller's entry at NOW.
+fn approvals_after(earlier: &[&str], me: &str, reason: Option<&str>) -> Value {
+    let mut list: Vec<Value> = earlier
+        .iter()
+        .map(|by| json!({"approvedBy": by, "reason": "ok", "at": "2026-11-22T00:05:00Z"}))
+        .collect();
+    let mut mine = json!({"approvedBy": me, "at": NOW});
+    if let Some(r) = reason {
+        mine["reason"] = json!(r);
+    }
+    list.push(mine);
+    Value::Array(list)
+}
+
+#[tokio::test]
+async fn approve_adds_the_callers_approval_and_says_how_many_are_missing() {
+    let r = quorum(request("r1", "helper", "7"), 2, &[]);
+    let (ok, out, err) = run(
+        &["approve", "r1", "--reason", "limit ok"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            patch_step(
+                "r1",
+                json!({"metadata": {"resourceVersion": "7"},
+                       "spec": {"approvals": approvals_after(&[], "alice", Some("limit ok"))}}),
+                200,
+                quorum(request("r1", "helper", "8"), 2, &["alice"]),
+            ),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "approvalrequest/r1 approved (1/2) by alice: 1 more approval needed\n"
+    );
+}
+
+#[tokio::test]
+async fn the_approval_completing_the_quorum_also_writes_the_decision() {
+    let r = quorum(request("r1", "helper", "8"), 2, &["alice"]);
+    let (ok, out, err) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("bob"),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            patch_step(
+                "r1",
+                json!({"metadata": {"resourceVersion": "8"},
+                       "spec": {"approvals": approvals_after(&["alice"], "bob", None),
+                                "decision": {"type": "Approve", "decidedBy": "bob"}}}),
+                200,
+                decided(
+                    quorum(request("r1", "helper", "9"), 2, &["alice", "bob"]),
+                    "Approve",
+                    "bob",
+                ),
+            ),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "approvalrequest/r1 approved (2/2, decidedBy bob): the call may run\n"
+    );
+}
+
+#[tokio::test]
+async fn approving_twice_is_refused_without_a_write() {
+    let r = quorum(request("r1", "helper", "8"), 3, &["alice"]);
+    let (ok, out, err) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        "error: alice already approved approvalrequest/r1 (1/3); it needs 2 more approvals from other people (one person counts once)\n"
+    );
+}
+
+#[tokio::test]
+async fn an_approval_that_raced_another_is_rebuilt_on_the_fresh_list() {
+    // alice and bob approve at once: bob's write loses the race (409), re-reads alice's
+    // approval, and completes the quorum on top of it.
+    let r = quorum(request("r1", "helper", "7"), 2, &[]);
+    let fresh = quorum(request("r1", "helper", "8"), 2, &["alice"]);
+    let (ok, out, err) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("bob"),
+            step("GET", format!("{ARS}/r1"), None, 200, r),
+            patch_step(
+                "r1",
+                json!({"metadata": {"resourceVersion": "7"},
+                       "spec": {"approvals": approvals_after(&[], "bob", None)}}),
+                409,
+                status(409, "Conflict", "modified"),
+            ),
+            step("GET", format!("{ARS}/r1"), None, 200, fresh),
+            patch_step(
+                "r1",
+                json!({"metadata": {"resourceVersion": "8"},
+                       "spec": {"approvals": approvals_after(&["alice"], "bob", None),
+                                "decision": {"type": "Approve", "decidedBy": "bob"}}}),
+                200,
+                decided(
+                    quorum(request("r1", "helper", "9"), 2, &["alice", "bob"]),
+                    "Approve",
+                    "bob",
+                ),
+            ),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "approvalrequest/r1 approved (2/2, decidedBy bob): the call may run\n"
+    );
+}
+
+#[tokio::test]
+async fn an_approver_records_the_decision_once_enough_others_approved() {
+    // The approvals were completed by a plain patch without the decision.
+    let r = quorum(request("r1", "helper", "9"), 2, &["alice", "bob"]);
+    let (ok, out, err) = run(
+        &["approve", "r1"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            patch_step(
+                "r1",
+                decision_body("9", "Approve", None),
+                200,
+                decided(r, "Approve", "alice"),
+            ),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "approvalrequest/r1 approved (2/2, decidedBy alice): the call may run\n"
+    );
+}
+
+#[tokio::test]
+async fn deny_on_a_quorum_request_is_the_decision_alone() {
+    let r = quorum(request("r1", "helper", "8"), 2, &["alice"]);
+    let (ok, out, err) = run(
+        &["deny", "r1", "--reason", "too much"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            patch_step(
+                "r1",
+                decision_body("8", "Deny", Some("too much")),
+                200,
+                decided(r, "Deny", "alice"),
+            ),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "approvalrequest/r1 denied (decidedBy alice)\n");
+}
+
+#[tokio::test]
+async fn list_and_get_show_the_approvals() {
+    let r = quorum(request("r1", "helper", "8"), 2, &["alice"]);
+    let (ok, out, err) = run(
+        &["list"],
+        vec![step(
+            "GET",
+            format!("{ARS}?"),
+            None,
+            200,
+            list(vec![r.clone()]),
+        )],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "NAME   AGENT    TOOL          ARGS                          PHASE     APPROVALS   AGE   EXPIRES\n\
+         r1     helper   delete_file   {\"path\":\"/data/report.csv\"}   Pending   1/2         10m   in 50m\n"
+    );
+    let (ok, out, err) = run(
+        &["get", "r1"],
+        vec![step("GET", format!("{ARS}/r1"), None, 200, r)],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(
+            "Decision:     <none>\nApprovals:    1/2 (needs 2 distinct approvers)\n  alice at 2026-11-22T00:05:00Z (ok)\n"
+        ),
+        "{out}"
     );
 }
 

@@ -599,7 +599,7 @@ fn approval_rule_conditions_are_compiled_with_their_bounds() {
 }
 
 #[test]
-fn approval_rule_names_are_unique_and_quorum_is_not_built_yet() {
+fn approval_rule_names_are_unique_and_quorum_is_bounded() {
     assert_eq!(
         problems(&ruled(
             "- {name: r, tool: read_file, action: Allow}\n- {name: r, tool: write_file, action: Deny}"
@@ -608,12 +608,16 @@ fn approval_rule_names_are_unique_and_quorum_is_not_built_yet() {
             "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[1]: Duplicate value: {\"name\":\"r\"}"
         ]
     );
+    let five = render(&ruled(
+        "- {name: r, tool: read_file, action: RequireApproval, requiredApprovals: 5}",
+    ));
+    assert!(five.problems.is_empty(), "{:?}", five.problems);
     assert_eq!(
         problems(&ruled(
-            "- {name: r, tool: read_file, action: RequireApproval, requiredApprovals: 2}"
+            "- {name: r, tool: read_file, action: RequireApproval, requiredApprovals: 6}"
         )),
         [
-            "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[0]: Invalid value: requiredApprovals above 1 (quorum) is not supported yet: use 1"
+            "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[0].requiredApprovals: Invalid value: 6: spec.declarative.approval.rules[0].requiredApprovals in body should be less than or equal to 5"
         ]
     );
 }

@@ -816,7 +816,7 @@ fn the_tool_cannot_be_swapped_after_creation() {
     assert_rejected(
         &with(request(), "/spec/toolName", json!("read_file")),
         Some(&request()),
-        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision",
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals",
     );
 }
 
@@ -826,7 +826,7 @@ fn the_arguments_hash_cannot_be_swapped_after_creation() {
     assert_rejected(
         &with(request(), "/spec/argumentsSha256", json!(other)),
         Some(&request()),
-        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision",
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals",
     );
 }
 
@@ -839,7 +839,7 @@ fn the_preview_cannot_be_edited_after_creation() {
             json!({"path": "/data/harmless.txt"}),
         ),
         Some(&request()),
-        "The ApprovalRequest \"r1\" is invalid: spec.argumentsPreview: Invalid value: spec is immutable except spec.decision",
+        "The ApprovalRequest \"r1\" is invalid: spec.argumentsPreview: Invalid value: spec is immutable except spec.decision and spec.approvals",
     );
 }
 
@@ -848,7 +848,7 @@ fn optional_spec_fields_cannot_be_removed_after_creation() {
     assert_rejected(
         &without(request(), "/spec/message"),
         Some(&request()),
-        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision",
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals",
     );
 }
 
@@ -905,6 +905,174 @@ fn a_denied_request_cannot_be_executed() {
         Some(&denied),
     );
     assert!(found.len() >= 2, "{found:#?}");
+}
+
+// ---- ApprovalRequest: quorum ----
+
+/// A request needing two approvals, approved so far by `approvers`.
+fn quorum(approvers: &[&str]) -> Value {
+    let mut object = with(request(), "/spec/requiredApprovals", json!(2));
+    if !approvers.is_empty() {
+        let approvals: Vec<Value> = approvers
+            .iter()
+            .map(|by| json!({"approvedBy": by, "reason": "ok"}))
+            .collect();
+        object = with(object, "/spec/approvals", json!(approvals));
+    }
+    object
+}
+
+fn approve(object: Value, by: &str) -> Value {
+    with(
+        object,
+        "/spec/decision",
+        json!({"type": "Approve", "decidedBy": by}),
+    )
+}
+
+const APPROVE_WITHOUT_QUORUM: &str = "The ApprovalRequest \"r1\" is invalid: spec.decision: Invalid value: an Approve decision on a request with spec.requiredApprovals above 1 needs that many entries in spec.approvals, one of them by spec.decision.decidedBy";
+
+#[test]
+fn approvals_are_added_one_by_one_then_the_decision() {
+    assert_valid(&quorum(&[]));
+    let none = errors(&quorum(&["alice"]), Some(&quorum(&[])));
+    assert_eq!(none, Vec::<String>::new());
+    assert_eq!(
+        errors(&quorum(&["alice", "bob"]), Some(&quorum(&["alice"]))),
+        Vec::<String>::new()
+    );
+    // The approval completing the quorum and the decision in one write, by that approver.
+    assert_eq!(
+        errors(
+            &approve(quorum(&["alice", "bob"]), "bob"),
+            Some(&quorum(&["alice"]))
+        ),
+        Vec::<String>::new()
+    );
+    // A Deny needs no approvals.
+    let denied = with(
+        quorum(&["alice"]),
+        "/spec/decision",
+        json!({"type": "Deny", "decidedBy": "carol"}),
+    );
+    assert_eq!(
+        errors(&denied, Some(&quorum(&["alice"]))),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn approve_without_the_quorum_is_refused() {
+    assert_rejected(
+        &approve(quorum(&["alice"]), "alice"),
+        Some(&quorum(&["alice"])),
+        APPROVE_WITHOUT_QUORUM,
+    );
+    assert_rejected(
+        &approve(quorum(&[]), "alice"),
+        Some(&quorum(&[])),
+        APPROVE_WITHOUT_QUORUM,
+    );
+    // Enough approvals, but the decider is not one of the approvers.
+    assert_rejected(
+        &approve(quorum(&["alice", "bob"]), "carol"),
+        Some(&quorum(&["alice", "bob"])),
+        APPROVE_WITHOUT_QUORUM,
+    );
+    // A request without requiredApprovals is approved by its decision alone, as before.
+    assert_eq!(
+        errors(&decided("Approve"), Some(&request())),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn one_person_cannot_approve_twice() {
+    let found = errors(&quorum(&["alice", "alice"]), Some(&quorum(&["alice"])));
+    assert!(
+        found
+            .iter()
+            .any(|l| l.contains("spec.approvals[1]: Duplicate value")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn approvals_are_append_only() {
+    const APPEND_ONLY: &str = "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec.approvals is append-only: an approval cannot be changed or removed";
+    assert_rejected(&quorum(&[]), Some(&quorum(&["alice"])), APPEND_ONLY);
+    assert_rejected(&quorum(&["bob"]), Some(&quorum(&["alice"])), APPEND_ONLY);
+    let edited = with(
+        quorum(&["alice"]),
+        "/spec/approvals/0/reason",
+        json!("changed"),
+    );
+    assert_rejected(&edited, Some(&quorum(&["alice"])), APPEND_ONLY);
+}
+
+#[test]
+fn no_approvals_after_the_decision() {
+    let denied = with(
+        quorum(&["alice"]),
+        "/spec/decision",
+        json!({"type": "Deny", "decidedBy": "carol"}),
+    );
+    let late = with(
+        denied.clone(),
+        "/spec/approvals",
+        json!([{"approvedBy": "alice"}, {"approvedBy": "bob"}]),
+    );
+    let late = with(late, "/spec/approvals/0/reason", json!("ok"));
+    assert_rejected(
+        &late,
+        Some(&denied),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec.approvals cannot change once spec.decision is set",
+    );
+}
+
+#[test]
+fn required_approvals_is_immutable_and_approvals_come_later() {
+    assert_rejected(
+        &with(request(), "/spec/requiredApprovals", json!(1)),
+        Some(&quorum(&[])),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals",
+    );
+    assert_rejected(
+        &quorum(&[]),
+        Some(&request()),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals",
+    );
+    assert_rejected(
+        &quorum(&["alice", "bob"]),
+        None,
+        "The ApprovalRequest \"r1\" is invalid: spec.approvals: Invalid value: spec.approvals cannot be set when the request is created: only approvers add them later",
+    );
+    let found = errors(&with(request(), "/spec/requiredApprovals", json!(17)), None);
+    assert!(
+        found.iter().any(|l| l.contains("spec.requiredApprovals")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn agent_rules_may_ask_for_up_to_five_approvals() {
+    let with_rule = |required: i64| {
+        agent(
+            "a",
+            json!({"systemMessage": "hi",
+                   "tools": [{"type": "McpServer", "mcpServer": {"name": "bank", "toolNames": ["transfer_funds"]}}],
+                   "approval": {"rules": [{"name": "two", "tool": "transfer_funds", "action": "RequireApproval", "requiredApprovals": required}]}}),
+        )
+    };
+    assert_valid(&with_rule(2));
+    assert_valid(&with_rule(5));
+    let found = errors(&with_rule(6), None);
+    assert!(
+        found
+            .iter()
+            .any(|l| l.contains("spec.declarative.approval.rules[0].requiredApprovals")),
+        "{found:#?}"
+    );
 }
 
 // ---- CEL cost budget ----

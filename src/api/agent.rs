@@ -572,7 +572,6 @@ pub struct ApprovalSettings {
 /// `requireApproval`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new("!has(self.requiredApprovals) || self.requiredApprovals == 1").message("requiredApprovals above 1 (quorum) is not supported yet: use 1"))]
 pub struct ApprovalRule {
     /// Name of the rule, unique in the list; ApprovalRequests and refusals name it.
     #[schemars(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
@@ -591,8 +590,8 @@ pub struct ApprovalRule {
     pub when: Option<String>,
     /// What happens to a matching call.
     pub action: RuleAction,
-    /// Approvals a matching call needs (RequireApproval only). Only 1 is supported until
-    /// quorum is built.
+    /// Distinct people who must approve a matching call (RequireApproval only), 1 to 5: the
+    /// ApprovalRequest carries it as `requiredApprovals` (docs/policies.md, quorum).
     #[serde(
         default = "default_required_approvals",
         skip_serializing_if = "Option::is_none"

@@ -16,9 +16,11 @@ pub const LABEL_TOOL: &str = "kagent.dev/tool";
 pub const LABEL_ARGS_HASH: &str = "kagent.dev/args-hash";
 /// Largest serialized argumentsPreview, in bytes.
 pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
+/// Most approvals a request can need or hold (`requiredApprovals`, `approvals`).
+pub const MAX_APPROVALS: u32 = 16;
 
 /// A tool call that waits for a human decision. Created by the approval gate; a person writes
-/// only `spec.decision`.
+/// only `spec.decision`, and `spec.approvals` when the call needs more than one approval.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "kagent.dev",
@@ -35,6 +37,8 @@ pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
     printcolumn = r#"{"name": "Rule", "type": "string", "priority": 1, "description": "The Agent's approval rule that asked", "jsonPath": ".spec.rule"}"#,
     printcolumn = r#"{"name": "Phase", "type": "string", "jsonPath": ".status.phase"}"#,
     printcolumn = r#"{"name": "Decided-By", "type": "string", "jsonPath": ".spec.decision.decidedBy"}"#,
+    printcolumn = r#"{"name": "Required", "type": "integer", "priority": 1, "description": "Distinct approvals the call needs (absent: 1)", "jsonPath": ".spec.requiredApprovals"}"#,
+    printcolumn = r#"{"name": "Approved-By", "type": "string", "priority": 1, "description": "Who approved so far, on a request needing more than one approval", "jsonPath": ".spec.approvals[*].approvedBy"}"#,
     printcolumn = r#"{"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     validation = kube::core::Rule::new("!has(self.status) || !has(self.status.phase) || !(self.status.phase in ['Approved', 'Executed']) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("phase Approved or Executed requires spec.decision.type Approve"),
@@ -42,16 +46,21 @@ pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = kube::core::Rule::new("self.agentRef == oldSelf.agentRef && self.toolServer == oldSelf.toolServer && self.toolName == oldSelf.toolName && self.argumentsSha256 == oldSelf.argumentsSha256 && self.argumentsBytes == oldSelf.argumentsBytes && self.requestedBy == oldSelf.requestedBy && self.expiresAt == oldSelf.expiresAt").message("spec is immutable except spec.decision"),
-    validation = kube::core::Rule::new("has(self.message) == has(oldSelf.message) && (!has(self.message) || self.message == oldSelf.message)").message("spec is immutable except spec.decision"),
-    validation = kube::core::Rule::new("has(self.context) == has(oldSelf.context) && (!has(self.context) || self.context == oldSelf.context)").message("spec is immutable except spec.decision"),
-    validation = kube::core::Rule::new("has(self.argumentsPreview) == has(oldSelf.argumentsPreview)").message("spec is immutable except spec.decision"),
-    validation = kube::core::Rule::new("has(self.rule) == has(oldSelf.rule) && (!has(self.rule) || self.rule == oldSelf.rule)").message("spec is immutable except spec.decision"),
+    validation = kube::core::Rule::new("self.agentRef == oldSelf.agentRef && self.toolServer == oldSelf.toolServer && self.toolName == oldSelf.toolName && self.argumentsSha256 == oldSelf.argumentsSha256 && self.argumentsBytes == oldSelf.argumentsBytes && self.requestedBy == oldSelf.requestedBy && self.expiresAt == oldSelf.expiresAt").message("spec is immutable except spec.decision and spec.approvals"),
+    validation = kube::core::Rule::new("has(self.message) == has(oldSelf.message) && (!has(self.message) || self.message == oldSelf.message)").message("spec is immutable except spec.decision and spec.approvals"),
+    validation = kube::core::Rule::new("has(self.context) == has(oldSelf.context) && (!has(self.context) || self.context == oldSelf.context)").message("spec is immutable except spec.decision and spec.approvals"),
+    validation = kube::core::Rule::new("has(self.argumentsPreview) == has(oldSelf.argumentsPreview)").message("spec is immutable except spec.decision and spec.approvals"),
+    validation = kube::core::Rule::new("has(self.rule) == has(oldSelf.rule) && (!has(self.rule) || self.rule == oldSelf.rule)").message("spec is immutable except spec.decision and spec.approvals"),
+    validation = kube::core::Rule::new("has(self.requiredApprovals) == has(oldSelf.requiredApprovals) && (!has(self.requiredApprovals) || self.requiredApprovals == oldSelf.requiredApprovals)").message("spec is immutable except spec.decision and spec.approvals"),
     validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)").message("spec.decision is write-once: it cannot be changed or removed once set"),
+    validation = kube::core::Rule::new("!has(oldSelf.approvals) || (has(self.approvals) && oldSelf.approvals.all(o, self.approvals.exists(n, n == o)))").message("spec.approvals is append-only: an approval cannot be changed or removed"),
+    validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.approvals) == has(oldSelf.approvals) && (!has(self.approvals) || size(self.approvals) == size(oldSelf.approvals)))").message("spec.approvals cannot change once spec.decision is set"),
+    validation = kube::core::Rule::new("!has(self.decision) || self.decision.type != 'Approve' || !has(self.requiredApprovals) || self.requiredApprovals <= 1 || (has(self.approvals) && size(self.approvals) >= self.requiredApprovals && self.approvals.exists(a, a.approvedBy == self.decision.decidedBy))").field_path(".decision").message("an Approve decision on a request with spec.requiredApprovals above 1 needs that many entries in spec.approvals, one of them by spec.decision.decidedBy"),
     // Runs on create too (optionalOldSelf): oldSelf is then optional.none() in kube-apiserver.
     // `oldSelf != null` is always true there; it is for kube-cel (offline validation), which
     // binds oldSelf to null on create and to the plain old value on update.
-    validation = kube::core::Rule::new("!has(self.decision) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".decision").message("spec.decision cannot be set when the request is created: only an approver adds it later")
+    validation = kube::core::Rule::new("!has(self.decision) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".decision").message("spec.decision cannot be set when the request is created: only an approver adds it later"),
+    validation = kube::core::Rule::new("!has(self.approvals) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".approvals").message("spec.approvals cannot be set when the request is created: only approvers add them later")
 )]
 pub struct ApprovalRequestSpec {
     /// The agent whose tool call this is (same namespace).
@@ -65,7 +74,7 @@ pub struct ApprovalRequestSpec {
     /// binds the decision to argumentsSha256, never to this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserve_unknown_object")]
-    #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("spec is immutable except spec.decision"))]
+    #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("spec is immutable except spec.decision and spec.approvals"))]
     pub arguments_preview: Option<serde_json::Map<String, serde_json::Value>>,
     /// Binding hash of the full arguments: HMAC-SHA256 (hex) of their RFC 8785 canonical JSON,
     /// keyed with the Agent's binding key, which only its gate holds.
@@ -89,6 +98,17 @@ pub struct ApprovalRequestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub rule: Option<String>,
+    /// Distinct approvals the call needs, from the approval rule that asked; absent means 1.
+    /// Set by the gate at creation and immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16))]
+    pub required_approvals: Option<i32>,
+    /// The approvals given so far, one per person (keyed by `approvedBy`): append-only, and
+    /// only while there is no decision. An Approve decision on a request that needs more than
+    /// one approval counts only with `requiredApprovals` of them, one by its `decidedBy`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["approvedBy"]))]
+    pub approvals: Vec<Approval>,
     /// After this instant no decision counts: the request is Expired and the call never runs.
     pub expires_at: Time,
     /// The decision: the only field a person writes. Write-once.
@@ -126,10 +146,63 @@ impl ApprovalRequest {
             .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
     }
 
+    /// Distinct approvals the call needs: `spec.requiredApprovals`, 1 when absent.
+    pub fn required_approvals(&self) -> u32 {
+        self.spec
+            .required_approvals
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// How many people approved so far: the distinct approvers in `spec.approvals`, or 1 for
+    /// an Approve decision on a request that has none.
+    pub fn approvals_given(&self) -> u32 {
+        let listed = self.approvers().len();
+        let decided = self
+            .spec
+            .decision
+            .as_ref()
+            .is_some_and(|d| d.decision_type == DecisionType::Approve);
+        u32::try_from(listed)
+            .unwrap_or(u32::MAX)
+            .max(u32::from(decided))
+    }
+
+    /// The distinct usernames in `spec.approvals`, in order.
+    pub fn approvers(&self) -> Vec<&str> {
+        let mut seen = Vec::with_capacity(self.spec.approvals.len());
+        for approval in &self.spec.approvals {
+            if !seen.contains(&approval.approved_by.as_str()) {
+                seen.push(approval.approved_by.as_str());
+            }
+        }
+        seen
+    }
+
+    /// `1/2`: approvals given of those required.
+    pub fn approvals_summary(&self) -> String {
+        format!("{}/{}", self.approvals_given(), self.required_approvals())
+    }
+
+    /// Whether an Approve decision by `decided_by` is backed by enough approvals: always for a
+    /// request that needs one; otherwise `requiredApprovals` distinct approvers, `decided_by`
+    /// among them.
+    pub fn quorum_met(&self, decided_by: &str) -> bool {
+        let required = self.required_approvals();
+        if required <= 1 {
+            return true;
+        }
+        let approvers = self.approvers();
+        u32::try_from(approvers.len()).unwrap_or(u32::MAX) >= required
+            && approvers.contains(&decided_by)
+    }
+
     /// The phase implied by spec, status and the clock, whoever looks (controller, plugin):
     /// a finished status phase stands; a consumed approval is Executed; a decision counts only
     /// if recorded before `expiresAt` (when its time is unknown, `now` stands in), otherwise
-    /// the request is Expired; without a decision it is Pending until `expiresAt`.
+    /// the request is Expired; without a decision it is Pending until `expiresAt`, and so is
+    /// one whose Approve decision lacks the approvals it needs ([`Self::quorum_met`]).
     pub fn phase_at(&self, now: Timestamp) -> Phase {
         let status = self.status.as_ref();
         if let Some(phase) = status.and_then(|s| s.phase).filter(|p| p.is_terminal()) {
@@ -142,7 +215,11 @@ impl ApprovalRequest {
         match &self.spec.decision {
             Some(decision) if self.decision_recorded_at().unwrap_or(now) < expires_at => {
                 match decision.decision_type {
-                    DecisionType::Approve => Phase::Approved,
+                    DecisionType::Approve if self.quorum_met(&decision.decided_by) => {
+                        Phase::Approved
+                    }
+                    DecisionType::Approve if now < expires_at => Phase::Pending,
+                    DecisionType::Approve => Phase::Expired,
                     DecisionType::Deny => Phase::Denied,
                 }
             }
@@ -205,6 +282,22 @@ pub struct Decision {
     /// Username of the person deciding; admission checks it equals the requesting user.
     #[schemars(length(min = 1, max = 512))]
     pub decided_by: String,
+}
+
+/// One person's approval of a request that needs more than one.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    /// Username of the approver; admission checks it equals the requesting user.
+    #[schemars(length(min = 1, max = 512))]
+    pub approved_by: String,
+    /// Why, if said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reason: Option<String>,
+    /// When, by the approver's clock (informative: managedFields hold the apiserver's record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Time>,
 }
 
 /// Kind of decision.
@@ -311,6 +404,8 @@ mod tests {
                 message: None,
                 context: None,
                 rule: None,
+                required_approvals: None,
+                approvals: Vec::new(),
                 expires_at: Time(ts("2026-11-22T01:00:00Z")),
                 decision: decision.map(|decision_type| Decision {
                     decision_type,
@@ -368,6 +463,75 @@ mod tests {
             request(Some(DecisionType::Approve), Some(late)).phase_at(ts(BEFORE)),
             Phase::Expired
         );
+    }
+
+    fn quorum(
+        required: i32,
+        approvers: &[&str],
+        decision: Option<(DecisionType, &str)>,
+    ) -> ApprovalRequest {
+        let mut r = request(None, None);
+        r.spec.required_approvals = Some(required);
+        r.spec.approvals = approvers
+            .iter()
+            .map(|by| Approval {
+                approved_by: (*by).into(),
+                reason: None,
+                at: None,
+            })
+            .collect();
+        r.spec.decision = decision.map(|(decision_type, by)| Decision {
+            decision_type,
+            reason: None,
+            decided_by: by.into(),
+        });
+        r
+    }
+
+    #[test]
+    fn a_quorum_request_is_pending_until_its_approvals_and_decision_are_in() {
+        let one = quorum(2, &["alice"], None);
+        assert_eq!(one.phase_at(ts(BEFORE)), Phase::Pending);
+        assert_eq!(one.approvals_summary(), "1/2");
+        assert!(!one.quorum_met("alice"));
+        // Enough approvals but no decision yet: still pending (the decision is final).
+        let both = quorum(2, &["alice", "bob"], None);
+        assert_eq!(both.phase_at(ts(BEFORE)), Phase::Pending);
+        let approved = quorum(2, &["alice", "bob"], Some((DecisionType::Approve, "bob")));
+        assert_eq!(approved.phase_at(ts(BEFORE)), Phase::Approved);
+        assert_eq!(approved.approvals_summary(), "2/2");
+        // An Approve without the quorum, or by someone who did not approve, counts for
+        // nothing: pending until it expires.
+        for short in [
+            quorum(2, &["alice"], Some((DecisionType::Approve, "alice"))),
+            quorum(2, &["alice", "bob"], Some((DecisionType::Approve, "carol"))),
+            quorum(
+                2,
+                &["alice", "alice"],
+                Some((DecisionType::Approve, "alice")),
+            ),
+        ] {
+            assert_eq!(
+                short.phase_at(ts(BEFORE)),
+                Phase::Pending,
+                "{:?}",
+                short.spec
+            );
+            assert_eq!(short.phase_at(ts(AT)), Phase::Expired);
+        }
+        // One Deny ends it, whatever the approvals.
+        let denied = quorum(3, &["alice"], Some((DecisionType::Deny, "bob")));
+        assert_eq!(denied.phase_at(ts(BEFORE)), Phase::Denied);
+        assert_eq!(denied.approvals_summary(), "1/3");
+    }
+
+    #[test]
+    fn without_required_approvals_one_approve_is_enough() {
+        let r = request(Some(DecisionType::Approve), None);
+        assert_eq!(r.required_approvals(), 1);
+        assert_eq!(r.approvals_summary(), "1/1");
+        assert!(r.quorum_met("anyone"));
+        assert_eq!(request(None, None).approvals_summary(), "0/1");
     }
 
     #[test]

@@ -61,7 +61,8 @@ pub struct Evaluation {
 
 /// Whether the request's tool still needs approval at its server under its Agent's policy: it
 /// is in `requireApproval`, or, for a request an approval rule asked for (`spec.rule`), that
-/// rule still applies to the call's server and tool and can still ask. `None` for the Agent
+/// rule still applies to the call's server and tool, can still ask, and asks for no more
+/// approvals than the request's `requiredApprovals`. `None` for the Agent
 /// means it is gone.
 pub fn still_required(
     request: &ApprovalRequest,
@@ -101,11 +102,18 @@ pub fn still_required(
         .any(|server| match &request.spec.rule {
             // The rule that asked still applies to this server and tool and can still ask: it
             // requires approval, or its condition may fail to evaluate.
+            // A rule now asking for more approvals than the request holds out for cancels it:
+            // the gate would not trust it, and asks afresh.
             Some(name) => rules.clone().any(|rule| {
                 &rule.name == name
                     && &rule.tool == tool
                     && rule.server.as_ref().is_none_or(|s| *s == server.name)
                     && (rule.action == RuleAction::RequireApproval || rule.when.is_some())
+                    && rule
+                        .required_approvals
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(1)
+                        <= request.required_approvals()
             }),
             None => server.require_approval.contains(tool),
         })
@@ -166,7 +174,7 @@ pub fn evaluate(request: &ApprovalRequest, standing: &Standing, now: Timestamp) 
         }
         (Phase::Denied, Some(d), _) => format!("denied by {}{}", d.decided_by, by(&d.reason)),
         (Phase::Approved, Some(d), _) => format!("approved by {}{}", d.decided_by, by(&d.reason)),
-        (Phase::Pending, _, _) => format!("waiting for a decision until {expires_at}"),
+        (Phase::Pending, _, _) => pending_message(request),
         (phase, _, _) => phase.as_str().to_string(),
     };
     Evaluation {
@@ -175,6 +183,33 @@ pub fn evaluate(request: &ApprovalRequest, standing: &Standing, now: Timestamp) 
         decided_at,
         message,
     }
+}
+
+/// What a Pending request waits for: a decision, or on a request needing several approvals,
+/// how many of them are in (`1 of 2 approvals (alice)`) and what is missing.
+fn pending_message(request: &ApprovalRequest) -> String {
+    let expires_at = request.spec.expires_at.0;
+    let required = request.required_approvals();
+    if required <= 1 {
+        return format!("waiting for a decision until {expires_at}");
+    }
+    let approvers = request.approvers();
+    let given = approvers.len();
+    let who = if approvers.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", approvers.join(", "))
+    };
+    let waiting = match (&request.spec.decision, required as usize) {
+        (Some(_), _) => "an Approve decision without those approvals does not count".to_owned(),
+        (None, needed) if given < needed => {
+            format!("waiting for {} more until {expires_at}", needed - given)
+        }
+        (None, _) => {
+            format!("waiting for one of the approvers to record the decision until {expires_at}")
+        }
+    };
+    format!("{given} of {required} approvals{who}; {waiting}")
 }
 
 /// How long a fresh approval is left to the gate. Its claim (status Executed, guarded by the
@@ -493,6 +528,8 @@ mod tests {
                 message: None,
                 context: None,
                 rule: None,
+                required_approvals: None,
+                approvals: Vec::new(),
                 expires_at: Time(at(100)),
                 decision: decision.map(|decision_type| Decision {
                     decision_type,
@@ -721,5 +758,69 @@ mod tests {
             !still_required(&request(None, None), Some(&agent("[]")), ApprovalMode::Gate),
             "not in requireApproval and no rule asked"
         );
+        // The rule now asks for more approvals than the request: the gate would not trust it.
+        assert!(!required(
+            r#"[{"name": "guard", "tool": "delete_file", "action": "RequireApproval", "requiredApprovals": 2}]"#
+        ));
+        asked.spec.required_approvals = Some(2);
+        let required =
+            |rules: &str| still_required(&asked, Some(&agent(rules)), ApprovalMode::Gate);
+        assert!(required(
+            r#"[{"name": "guard", "tool": "delete_file", "action": "RequireApproval", "requiredApprovals": 2}]"#
+        ));
+        assert!(required(
+            r#"[{"name": "guard", "tool": "delete_file", "action": "RequireApproval"}]"#
+        ));
+    }
+
+    #[test]
+    fn a_quorum_request_says_how_many_approvals_are_in() {
+        let mut r = request(None, None);
+        r.spec.required_approvals = Some(2);
+        let message = |r: &ApprovalRequest| {
+            let e = evaluate(r, &Standing::Open, at(10));
+            assert_eq!(e.phase, Phase::Pending);
+            e.message
+        };
+        assert_eq!(
+            message(&r),
+            format!("0 of 2 approvals; waiting for 2 more until {}", at(100))
+        );
+        r.spec
+            .approvals
+            .push(crate::api::approval_request::Approval {
+                approved_by: "alice".into(),
+                reason: None,
+                at: None,
+            });
+        assert_eq!(
+            message(&r),
+            format!(
+                "1 of 2 approvals (alice); waiting for 1 more until {}",
+                at(100)
+            )
+        );
+        r.spec
+            .approvals
+            .push(crate::api::approval_request::Approval {
+                approved_by: "bob".into(),
+                reason: None,
+                at: None,
+            });
+        assert_eq!(
+            message(&r),
+            format!(
+                "2 of 2 approvals (alice, bob); waiting for one of the approvers to record the decision until {}",
+                at(100)
+            )
+        );
+        r.spec.decision = Some(Decision {
+            decision_type: DecisionType::Approve,
+            reason: None,
+            decided_by: "bob".into(),
+        });
+        let e = evaluate(&r, &Standing::Open, at(10));
+        assert_eq!(e.phase, Phase::Approved);
+        assert_eq!(e.message, "approved by bob");
     }
 }

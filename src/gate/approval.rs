@@ -62,6 +62,15 @@ pub const CREATE_BURST: u32 = 60;
 /// How many more it may create per second after a burst.
 pub const CREATE_PER_SECOND: u32 = 1;
 
+/// Why a call is held: the approval rule that asked and how many approvals it needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Asked {
+    /// The approval rule that asked; `None` when `requireApproval` did.
+    pub rule: Option<String>,
+    /// Distinct approvals the call needs.
+    pub required_approvals: u32,
+}
+
 /// A gated call, as the approval flow needs it.
 #[derive(Clone, Debug)]
 pub struct GatedCall {
@@ -461,6 +470,10 @@ impl Approvals {
                 message: Some(message),
                 context: Some(call.context.clone()),
                 rule: call.rule.clone(),
+                // Omitted for one approval, so requests look as they did before quorum.
+                required_approvals: (key.required_approvals > 1)
+                    .then(|| i32::try_from(key.required_approvals).unwrap_or(i32::MAX)),
+                approvals: Vec::new(),
                 expires_at: Time(expires_at),
                 decision: None,
             },

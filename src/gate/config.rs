@@ -101,8 +101,7 @@ pub struct GateRule {
     pub when: Option<String>,
     /// What happens to a matching call.
     pub action: RuleAction,
-    /// Approvals a matching call needs; the gate refuses to start with more than 1 until
-    /// quorum is built.
+    /// Distinct approvals a matching call needs (the request's `requiredApprovals`).
     pub required_approvals: u32,
 }
 

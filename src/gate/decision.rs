@@ -39,6 +39,10 @@ pub struct CallKey {
     pub tool: String,
     /// Binding hash of the arguments ([`super::hash::digest`]), `spec.argumentsSha256`.
     pub binding: String,
+    /// Distinct approvals the gate's policy asks for this call. Not part of what the request
+    /// is about ([`Self::matches`]), but a request asking fewer is never trusted ([`decide`]);
+    /// one asking more keeps its own count.
+    pub required_approvals: u32,
 }
 
 impl CallKey {
@@ -114,6 +118,13 @@ pub fn decide(req: &ApprovalRequest, key: &CallKey, gate: &str, now: Timestamp) 
             req.spec.requested_by
         )));
     }
+    let required = req.required_approvals();
+    if required < key.required_approvals {
+        return Verdict::Refuse(Refusal::Untrusted(format!(
+            "it asks for {required} approval(s) (spec.requiredApprovals), but the approval rule asks for {}",
+            key.required_approvals
+        )));
+    }
     let status = req.status.as_ref();
     let phase = status.and_then(|s| s.phase);
     let expires_at = req.spec.expires_at.0;
@@ -171,17 +182,23 @@ pub fn decide(req: &ApprovalRequest, key: &CallKey, gate: &str, now: Timestamp) 
 }
 
 /// Why an Approve by `decided_by` on `req` does not count, if it does not: only a decision added
-/// after creation, by someone other than the requester, counts (DESIGN.md §4 invariant 9).
+/// after creation, by someone other than the requester, counts (DESIGN.md §4 invariant 9), and
+/// on a request that needs several approvals only with that many distinct approvers in
+/// `spec.approvals`, the decider among them, none of them the requester.
 /// Creation is told from `managedFields`: the apiserver records who wrote each field, and
 /// whoever wrote `spec.argumentsSha256` (immutable, so only at creation) created the request.
-/// If that entry also owns `spec.decision`, the decision came with the request (or from its
-/// creator) and is refused; so is a request whose managedFields name no creator.
-/// (`decide` has already checked that the requester is the gate itself.)
+/// If that entry also owns `spec.decision` or `spec.approvals`, they came with the request (or
+/// from its creator) and are refused; so is a request whose managedFields name no creator.
+/// (`decide` has already checked that the requester is the gate itself, and that the request
+/// asks for at least the approvals the policy does.)
 fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String> {
     if decided_by == req.spec.requested_by {
         return Some(format!(
             "it was approved by its own requester ({decided_by})"
         ));
+    }
+    if let Some(why) = short_of_quorum(req, decided_by) {
+        return Some(why);
     }
     let owns = |entry: &ManagedFieldsEntry, field: &str| {
         entry
@@ -205,11 +222,51 @@ fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String>
                 .into(),
         );
     }
-    if creators.iter().any(|entry| owns(entry, "f:decision")) {
+    if creators
+        .iter()
+        .any(|entry| owns(entry, "f:decision") || owns(entry, "f:approvals"))
+    {
         return Some(
             "the approval was written by whoever created the request, not added by an approver afterwards"
                 .into(),
         );
+    }
+    None
+}
+
+/// Why the approvals of `req` do not back an Approve by `decided_by`, if they do not: a request
+/// needing more than one approval needs that many entries in `spec.approvals`, each naming a
+/// different person other than the requester, the decider among them.
+fn short_of_quorum(req: &ApprovalRequest, decided_by: &str) -> Option<String> {
+    let required = req.required_approvals();
+    if required <= 1 {
+        return None;
+    }
+    let approvals = &req.spec.approvals;
+    if approvals.iter().any(|a| a.approved_by.trim().is_empty()) {
+        return Some("an entry of spec.approvals does not say who approved".into());
+    }
+    let approvers = req.approvers();
+    if approvers.len() != approvals.len() {
+        return Some("spec.approvals names the same person more than once".into());
+    }
+    if approvers.contains(&req.spec.requested_by.as_str()) {
+        return Some(format!(
+            "spec.approvals holds an approval by its own requester ({})",
+            req.spec.requested_by
+        ));
+    }
+    if approvers.len() < required as usize {
+        return Some(format!(
+            "it needs {required} approvals and spec.approvals holds {}",
+            approvers.len()
+        ));
+    }
+    if !approvers.contains(&decided_by) {
+        return Some(format!(
+            "its decider {decided_by} is not among its approvers ({})",
+            approvers.join(", ")
+        ));
     }
     None
 }
@@ -280,6 +337,7 @@ mod tests {
             server_name: "fs".into(),
             tool: "delete_file".into(),
             binding: "ab".repeat(32),
+            required_approvals: 1,
         }
     }
 
@@ -305,6 +363,8 @@ mod tests {
                 message: None,
                 context: None,
                 rule: None,
+                required_approvals: None,
+                approvals: Vec::new(),
                 expires_at: Time(t("2026-11-22T01:00:00Z")),
                 decision: decision.map(|(decision_type, by)| Decision {
                     decision_type,
@@ -534,6 +594,128 @@ mod tests {
             at(&r, BEFORE),
             Verdict::Refuse(Refusal::Denied { .. })
         ));
+    }
+
+    /// A request needing `required` approvals, approved by `approvers` in that order, with the
+    /// final decision `decision`; each write recorded by kubectl-hitl after creation.
+    fn quorum(
+        required: i32,
+        approvers: &[&str],
+        decision: Option<(DecisionType, &str)>,
+    ) -> ApprovalRequest {
+        let mut r = req(decision, None);
+        r.spec.required_approvals = Some(required);
+        r.spec.approvals = approvers
+            .iter()
+            .map(|by| crate::api::approval_request::Approval {
+                approved_by: (*by).into(),
+                reason: None,
+                at: None,
+            })
+            .collect();
+        r.metadata.managed_fields = Some(vec![
+            created(),
+            entry(
+                "kubectl-hitl",
+                json!({"f:approvals": {}, "f:decision": {".": {}, "f:type": {}}}),
+            ),
+        ]);
+        r
+    }
+
+    fn quorum_key(required: u32) -> CallKey {
+        CallKey {
+            required_approvals: required,
+            ..key()
+        }
+    }
+
+    #[test]
+    fn a_quorum_forwards_only_with_enough_distinct_approvals_the_decider_among_them() {
+        let verdict = |r: &ApprovalRequest| decide(r, &quorum_key(2), GATE, t(BEFORE));
+        assert_eq!(verdict(&quorum(2, &["alice"], None)), Verdict::Wait);
+        assert_eq!(verdict(&quorum(2, &["alice", "bob"], None)), Verdict::Wait);
+        let approved = quorum(2, &["alice", "bob"], Some((DecisionType::Approve, "bob")));
+        assert_eq!(verdict(&approved), Verdict::Forward);
+        let untrusted = |r: &ApprovalRequest| match verdict(r) {
+            Verdict::Refuse(Refusal::Untrusted(why)) => why,
+            other => panic!("expected Untrusted, got {other:?}"),
+        };
+        let short = quorum(2, &["alice"], Some((DecisionType::Approve, "alice")));
+        assert_eq!(
+            untrusted(&short),
+            "it needs 2 approvals and spec.approvals holds 1"
+        );
+        let outsider = quorum(2, &["alice", "bob"], Some((DecisionType::Approve, "carol")));
+        assert_eq!(
+            untrusted(&outsider),
+            "its decider carol is not among its approvers (alice, bob)"
+        );
+        let twice = quorum(
+            2,
+            &["alice", "alice"],
+            Some((DecisionType::Approve, "alice")),
+        );
+        assert_eq!(
+            untrusted(&twice),
+            "spec.approvals names the same person more than once"
+        );
+        let own = quorum(2, &["alice", GATE], Some((DecisionType::Approve, "alice")));
+        assert!(untrusted(&own).contains("approval by its own requester"));
+        let nobody = quorum(2, &["alice", " "], Some((DecisionType::Approve, "alice")));
+        assert!(untrusted(&nobody).contains("does not say who approved"));
+        // A request asking more than the rule keeps its own count.
+        let three = quorum(3, &["alice", "bob"], Some((DecisionType::Approve, "bob")));
+        assert!(untrusted(&three).contains("needs 3 approvals"));
+        // One Deny ends it, whatever the approvals.
+        let denied = quorum(2, &["alice"], Some((DecisionType::Deny, "bob")));
+        assert!(matches!(
+            verdict(&denied),
+            Verdict::Refuse(Refusal::Denied { .. })
+        ));
+    }
+
+    #[test]
+    fn a_request_asking_fewer_approvals_than_the_rule_is_never_trusted() {
+        // Written before the rule asked for two, or forged: neither waits nor forwards, so the
+        // gate asks afresh with the rule's count.
+        for decision in [None, Some((DecisionType::Approve, "alice"))] {
+            let r = req(decision, None);
+            match decide(&r, &quorum_key(2), GATE, t(BEFORE)) {
+                Verdict::Refuse(Refusal::Untrusted(why)) => assert_eq!(
+                    why,
+                    "it asks for 1 approval(s) (spec.requiredApprovals), but the approval rule asks for 2"
+                ),
+                other => panic!("{other:?}"),
+            }
+            assert!(!is_live(&r, &quorum_key(2), GATE, t(BEFORE)));
+        }
+        let approved = quorum(2, &["alice", "bob"], Some((DecisionType::Approve, "bob")));
+        assert!(matches!(
+            decide(&approved, &quorum_key(3), GATE, t(BEFORE)),
+            Verdict::Refuse(Refusal::Untrusted(_))
+        ));
+    }
+
+    #[test]
+    fn approvals_written_by_the_creator_never_count() {
+        let mut r = quorum(2, &["alice", "bob"], Some((DecisionType::Approve, "bob")));
+        r.metadata.managed_fields = Some(vec![
+            entry(
+                "hitl-gate",
+                json!({"f:argumentsSha256": {}, "f:approvals": {}}),
+            ),
+            decided(),
+        ]);
+        match decide(&r, &quorum_key(2), GATE, t(BEFORE)) {
+            Verdict::Refuse(Refusal::Untrusted(why)) => {
+                assert!(
+                    why.contains("written by whoever created the request"),
+                    "{why}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

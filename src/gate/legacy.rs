@@ -229,7 +229,7 @@ pub async fn message(
         Incoming::ToolsCall(call) => call,
     };
     let metrics = up.shared.metrics.clone();
-    let rule = match screen(&up, &headers, &call, body.len()).await {
+    let asked = match screen(&up, &headers, &call, body.len()).await {
         Screened::Refused(text) => {
             let _ = session
                 .inject
@@ -237,7 +237,7 @@ pub async fn message(
                 .await;
             return accepted();
         }
-        Screened::Ask { rule } => rule,
+        Screened::Ask(asked) => asked,
         Screened::Forward => {
             let resp = forward(&up, &session, &headers, body).await;
             metrics.call(if resp.status().is_success() {
@@ -260,7 +260,7 @@ pub async fn message(
             }
         };
         let result = tokio::select! {
-            r = gated(&up, session.post_uri.clone(), &headers, body, &call, rule, &progress) => r,
+            r = gated(&up, session.post_uri.clone(), &headers, body, &call, asked, &progress) => r,
             _ = session.inject.closed() => return,
         };
         match result {

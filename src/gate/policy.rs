@@ -13,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 use super::condition::{Activation, CallFacts, Condition};
 use super::config::{AgentIdentity, GateRule, GateServer};
 use crate::api::agent::RuleAction;
+use crate::api::approval_request::MAX_APPROVALS;
 
 /// The decision for one call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,9 +191,9 @@ fn ask<'a>(
 }
 
 fn compile_rule(rule: &GateRule) -> Result<CompiledRule, String> {
-    if rule.required_approvals != 1 {
+    if !(1..=MAX_APPROVALS).contains(&rule.required_approvals) {
         return Err(format!(
-            "requiredApprovals {}: only 1 is supported until quorum is built",
+            "requiredApprovals {}: must be between 1 and {MAX_APPROVALS}",
             rule.required_approvals
         ));
     }
@@ -416,7 +417,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rule_that_does_not_compile_or_asks_for_a_quorum_stops_the_gate() {
+    fn a_rule_that_does_not_compile_or_asks_for_no_approvals_stops_the_gate() {
         let agent = AgentIdentity {
             namespace: "n".into(),
             name: "a".into(),
@@ -443,13 +444,58 @@ mod tests {
         };
         let why = ServerPolicy::compile(&agent, &base).unwrap_err();
         assert!(why.starts_with("rule \"bad\": when: CEL: "), "{why}");
-        let mut quorum = base.clone();
-        quorum.rules = vec![GateRule {
-            required_approvals: 2,
-            ..rule("two", "t", None, RuleAction::RequireApproval)
-        }];
-        let why = ServerPolicy::compile(&agent, &quorum).unwrap_err();
-        assert!(why.contains("quorum"), "{why}");
+        for required in [0, MAX_APPROVALS + 1] {
+            let mut odd = base.clone();
+            odd.rules = vec![GateRule {
+                required_approvals: required,
+                ..rule("odd", "t", None, RuleAction::RequireApproval)
+            }];
+            let why = ServerPolicy::compile(&agent, &odd).unwrap_err();
+            assert_eq!(
+                why,
+                format!("rule \"odd\": requiredApprovals {required}: must be between 1 and 16")
+            );
+        }
+    }
+
+    #[test]
+    fn a_quorum_rule_asks_for_its_approvals_and_the_most_demanding_rule_wins() {
+        let quorum = |name: &str, when: Option<&str>, n: u32| GateRule {
+            required_approvals: n,
+            ..rule(name, "transfer_funds", when, RuleAction::RequireApproval)
+        };
+        let p = policy(
+            &["transfer_funds"],
+            vec![
+                quorum("big", Some("args.amount > 1000"), 2),
+                quorum("huge", Some("args.amount > 100000"), 3),
+                quorum("any", None, 1),
+            ],
+        );
+        let asks_for = |amount: i64| match decide(&p, "transfer_funds", json!({"amount": amount})) {
+            PolicyVerdict::RequireApproval {
+                rule,
+                required_approvals,
+                ..
+            } => (rule.unwrap(), required_approvals),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(asks_for(10), ("any".into(), 1));
+        assert_eq!(asks_for(5000), ("big".into(), 2));
+        assert_eq!(asks_for(500_000), ("huge".into(), 3));
+        // Conditions that cannot be evaluated ask with their rules' counts too.
+        assert_eq!(asks_for_missing(&p), ("huge".into(), 3));
+    }
+
+    fn asks_for_missing(p: &ServerPolicy) -> (String, u32) {
+        match decide(p, "transfer_funds", json!({})) {
+            PolicyVerdict::RequireApproval {
+                rule,
+                required_approvals,
+                unevaluated: Some(_),
+            } => (rule.unwrap(), required_approvals),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// One rule of the property test: its action and whether its `when` holds, fails, or is

@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::approval::{FREEZE_BOUND, GatedCall, Resolution};
+use super::approval::{Asked, FREEZE_BOUND, GatedCall, Resolution};
 use super::arrived::arrived_first;
 use super::decision::CallKey;
 use super::hash;
@@ -321,11 +321,11 @@ async fn tools_call(
 ) -> Response<Body> {
     let metrics = up.shared.metrics.clone();
     let proto = protocol(&headers).map(str::to_owned);
-    let rule = match screen(&up, &headers, &call, body.len()).await {
+    let asked = match screen(&up, &headers, &call, body.len()).await {
         Screened::Refused(text) => {
             return json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()));
         }
-        Screened::Ask { rule } => rule,
+        Screened::Ask(asked) => asked,
         Screened::Forward => {
             return match up.send(Method::POST, up.uri.clone(), &headers, body).await {
                 Ok(resp) => {
@@ -360,7 +360,7 @@ async fn tools_call(
             &headers,
             body,
             &call,
-            rule,
+            asked,
             &|_| {},
         ));
         return match gated.await {
@@ -382,7 +382,7 @@ async fn tools_call(
             let _ = ptx.try_send(sse::message(&jsonrpc::progress(&token, n, msg)));
         };
         let result = tokio::select! {
-            r = gated(&up, up.uri.clone(), &headers, body, &call, rule, &progress) => r,
+            r = gated(&up, up.uri.clone(), &headers, body, &call, asked, &progress) => r,
             _ = tx.closed() => {
                 tracing::info!(server = %up.label, tool = %call.name, "client went away while waiting; not forwarded");
                 return;
@@ -440,11 +440,8 @@ pub enum Screened {
     Refused(String),
     /// Forwarded without approval.
     Forward,
-    /// Held for an approval, asked by `rule` (`None`: by `requireApproval`).
-    Ask {
-        /// The approval rule that asked.
-        rule: Option<String>,
-    },
+    /// Held for an approval.
+    Ask(Asked),
 }
 
 /// Applies the server's policy ([`super::policy`]) to `call`, whose message as the gate read
@@ -486,13 +483,18 @@ pub async fn screen(
         }
         PolicyVerdict::Forward { .. } => Screened::Forward,
         PolicyVerdict::RequireApproval {
-            rule, unevaluated, ..
+            rule,
+            required_approvals,
+            unevaluated,
         } => {
             if let (Some(rule), Some(why)) = (&rule, &unevaluated) {
                 tracing::info!(server = %up.label, tool = %call.name, %rule, %why,
                     "the rule's condition could not be evaluated; asking for approval");
             }
-            Screened::Ask { rule }
+            Screened::Ask(Asked {
+                rule,
+                required_approvals,
+            })
         }
     }
 }
@@ -533,14 +535,14 @@ pub enum GatedResult {
 /// Runs the approval of a gated call and forwards it if (and only if) this gate consumed an
 /// approval for exactly these arguments. `body` is the call as the gate read it
 /// ([`jsonrpc::Message::body`]), so it carries the arguments that were hashed and shown;
-/// `rule` is the approval rule that asked, named in the request.
+/// `asked` says which approval rule asked and how many approvals it needs.
 pub async fn gated(
     up: &Upstream,
     uri: Uri,
     headers: &HeaderMap,
     body: Bytes,
     call: &ToolCall,
-    rule: Option<String>,
+    asked: Asked,
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> GatedResult {
     let metrics = &up.shared.metrics;
@@ -562,10 +564,11 @@ pub async fn gated(
             server_name: up.server.name.clone(),
             tool: call.name.clone(),
             binding: digest.binding.clone(),
+            required_approvals: asked.required_approvals,
         },
         digest,
         preview: redact::preview(&call.arguments),
-        rule,
+        rule: asked.rule,
         context: CallContext {
             session_id: session_id(headers).map(|s| s.chars().take(256).collect()),
             task_id: None,

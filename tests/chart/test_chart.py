@@ -177,9 +177,11 @@ def test_default_objects(chart):
             "RoleBinding",
             "Service",
             "ServiceAccount",
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",  # requester
+            "ValidatingAdmissionPolicy",  # decision
+            "ValidatingAdmissionPolicy",  # quorum
+            "ValidatingAdmissionPolicy",  # status
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
@@ -311,7 +313,7 @@ def test_user_roles(chart):
 def test_admission_policies_default(chart):
     docs = objects(chart)
     policies = {p["metadata"]["name"]: p for p in find(docs, "ValidatingAdmissionPolicy")}
-    assert sorted(policies) == [f"{FULLNAME}-approval-{n}" for n in ("decision", "requester", "status")]
+    assert sorted(policies) == [f"{FULLNAME}-approval-{n}" for n in ("decision", "quorum", "requester", "status")]
     for p in policies.values():
         assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert p["spec"]["failurePolicy"] == "Fail"
@@ -330,6 +332,11 @@ def test_admission_policies_default(chart):
     assert "object.spec.decision.decidedBy == request.userInfo.username" in exprs
     assert "object.spec.requestedBy != request.userInfo.username" in exprs
     assert "!request.userInfo.username.startsWith('system:serviceaccount:')" in exprs
+    quorum = policies[f"{FULLNAME}-approval-quorum"]["spec"]
+    quorum_exprs = [v["expression"] for v in quorum["validations"]]
+    assert quorum_exprs[0] == exprs[0]
+    assert "object.spec.requestedBy != request.userInfo.username" in quorum_exprs
+    assert "!request.userInfo.username.startsWith('system:serviceaccount:')" in quorum_exprs
     status = policies[f"{FULLNAME}-approval-status"]["spec"]
     assert status["matchConstraints"]["resourceRules"][0]["resources"] == ["approvalrequests/status"]
     assert status["matchConditions"][0]["expression"] == f'!(request.userInfo.username in ["{CONTROLLER_USER}"])'
@@ -426,7 +433,12 @@ def test_policy_options(chart):
     exprs = [v["expression"] for v in decision["spec"]["validations"]]
     assert "object.spec.requestedBy != request.userInfo.username" not in exprs
     assert not any("system:serviceaccount:" in e for e in exprs)
-    assert len(exprs) == 2
+    assert len(exprs) == 3
+    quorum = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-quorum")
+    exprs = [v["expression"] for v in quorum["spec"]["validations"]]
+    assert "object.spec.requestedBy != request.userInfo.username" not in exprs
+    assert not any("system:serviceaccount:" in e for e in exprs)
+    assert len(exprs) == 3
     status = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-status")
     assert status["spec"]["matchConditions"][0]["expression"] == (
         f'!(request.userInfo.username in ["{CONTROLLER_USER}","ops-admin"])'

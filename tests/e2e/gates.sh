@@ -3,7 +3,9 @@
 # server (tests/mcp-peers/recorder.mjs), the controller watching $NS without leader election,
 # Agent $AGENT with the recorder's delete_file gated, and `start_gate NAME` for each gate.
 # Needs BIN (the hitl-operator binary), PEERS (tests/mcp-peers) and AGENT; GATES_TOOLS, the
-# Agent's toolNames on the recorder, defaults to [delete_file].
+# Agent's toolNames on the recorder, defaults to [delete_file]; GATES_APPROVAL, when set, is the
+# Agent's spec.declarative.approval (flow YAML; default a 10m timeout, 60s wait);
+# GATES_CONTROLLER_KUBECONFIG, when set, is the controller's kubeconfig (default: KUBECONFIG's).
 
 # gates_setup: everything but the gates; sets RECORDER_PORT and CONTROLLER_PORT.
 gates_setup() {
@@ -16,7 +18,9 @@ gates_setup() {
   wait_for "the recorder on :$RECORDER_PORT" 20 http_ok "http://127.0.0.1:$RECORDER_PORT/calls"
 
   CONTROLLER_PORT=$(free_port)
-  start controller "$WORK/controller.log" "$BIN" controller --namespace "$NS" \
+  local as=()
+  [ -z "${GATES_CONTROLLER_KUBECONFIG:-}" ] || as=(env KUBECONFIG="$GATES_CONTROLLER_KUBECONFIG")
+  start controller "$WORK/controller.log" "${as[@]}" "$BIN" controller --namespace "$NS" \
     --leader-election=false --metrics-addr="127.0.0.1:$CONTROLLER_PORT" --log-format json
   wait_for "the controller's /readyz" 30 http_ok "http://127.0.0.1:$CONTROLLER_PORT/readyz"
 
@@ -42,7 +46,7 @@ spec:
     tools:
     - type: McpServer
       mcpServer: {name: recorder, toolNames: ${GATES_TOOLS:-[delete_file]}, requireApproval: [delete_file]}
-    approval: {timeout: 10m, waitTimeout: 60s}
+    approval: ${GATES_APPROVAL:-"{timeout: 10m, waitTimeout: 60s}"}
 YAML
   wait_for "Secrets $AGENT and $AGENT-binding-key" 20 gates_secrets_ready
   wait_for "ServiceAccount $AGENT" 10 kubectl -n "$NS" get "serviceaccount/$AGENT"

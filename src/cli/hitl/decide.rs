@@ -1,13 +1,16 @@
-//! `kubectl hitl approve|deny`: write `spec.decision` (and nothing else) with a JSON merge patch
-//! guarded by the resourceVersion that was checked, and explain every way that can fail.
+//! `kubectl hitl approve|deny`: write `spec.decision` with a JSON merge patch guarded by the
+//! resourceVersion that was checked, and explain every way that can fail. On a request that
+//! needs several approvals (`spec.requiredApprovals`), approve appends the caller's entry to
+//! `spec.approvals`, and sets the decision in the same write when that completes the quorum.
 
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::error::CommandError;
-use crate::api::approval_request::{ApprovalRequest, Decision, DecisionType, Phase};
+use crate::api::approval_request::{Approval, ApprovalRequest, Decision, DecisionType, Phase};
 
 /// Field manager recorded in managedFields for the decision.
 pub const FIELD_MANAGER: &str = "kubectl-hitl";
@@ -35,6 +38,24 @@ pub enum Outcome {
         name: String,
         /// Approve or Deny.
         decision_type: DecisionType,
+    },
+    /// The caller's approval was added to a request that needs several.
+    Approved {
+        /// Request name.
+        name: String,
+        /// Distinct approvals now given.
+        given: u32,
+        /// Approvals the request needs; when reached, the decision was written too.
+        required: u32,
+    },
+    /// The caller already approved this request, which still waits for others.
+    AlreadyApproved {
+        /// Request name.
+        name: String,
+        /// Distinct approvals given.
+        given: u32,
+        /// Approvals the request needs.
+        required: u32,
     },
     /// No such request in the namespace.
     NotFound {
@@ -83,7 +104,7 @@ pub enum Outcome {
 impl Outcome {
     /// Whether the decision was written.
     pub fn is_success(&self) -> bool {
-        matches!(self, Self::Decided { .. })
+        matches!(self, Self::Decided { .. } | Self::Approved { .. })
     }
 
     /// What to tell the user, naming `namespace` and, for RBAC problems, the fix for `user`.
@@ -99,6 +120,30 @@ impl Outcome {
                 };
                 format!("approvalrequest/{name} {verb} (decidedBy {user})")
             }
+            Self::Approved {
+                name,
+                given,
+                required,
+            } if given < required => format!(
+                "approvalrequest/{name} approved ({given}/{required}) by {user}: {} needed",
+                more(required - given)
+            ),
+            Self::Approved {
+                name,
+                given,
+                required,
+            } => format!(
+                "approvalrequest/{name} approved ({given}/{required}, decidedBy {user}): the call may run"
+            ),
+            Self::AlreadyApproved {
+                name,
+                given,
+                required,
+            } => format!(
+                "error: {user} already approved approvalrequest/{name} ({given}/{required}); \
+                 it needs {} from other people (one person counts once)",
+                more(required.saturating_sub(*given))
+            ),
             Self::NotFound { name } => {
                 format!("error: approvalrequest/{name} not found in namespace {namespace}")
             }
@@ -146,6 +191,15 @@ impl Outcome {
                 format!("error: approvalrequest/{name} was not decided: {message}")
             }
         }
+    }
+}
+
+/// `1 more approval`, `2 more approvals`.
+fn more(n: u32) -> String {
+    if n == 1 {
+        "1 more approval".into()
+    } else {
+        format!("{n} more approvals")
     }
 }
 
@@ -260,6 +314,63 @@ pub fn decision_patch(request: &Request, resource_version: Option<&str>) -> serd
     patch
 }
 
+/// The merge patch carrying out `request` on `current`, valid only against its resourceVersion,
+/// and the outcome once written. A Deny, or an Approve of a request needing one approval, sets
+/// `spec.decision` alone. An Approve of a request needing several appends the caller's entry to
+/// `spec.approvals` (the whole list: a merge patch replaces lists, and the resourceVersion
+/// guard keeps others' entries) and, when that makes `requiredApprovals`, sets the decision
+/// too; an approver already listed only records the decision once enough others approved.
+pub fn write_for(
+    current: &ApprovalRequest,
+    request: &Request,
+    now: Timestamp,
+) -> Result<(serde_json::Value, Outcome), Outcome> {
+    let name = current.name_any();
+    let resource_version = current.metadata.resource_version.as_deref();
+    let required = current.required_approvals();
+    if request.decision_type == DecisionType::Deny || required <= 1 {
+        let decided = Outcome::Decided {
+            name,
+            decision_type: request.decision_type,
+        };
+        return Ok((decision_patch(request, resource_version), decided));
+    }
+    let approvers = current.approvers();
+    let mine = approvers.contains(&request.user.as_str());
+    let given = u32::try_from(approvers.len() + usize::from(!mine)).unwrap_or(u32::MAX);
+    if mine && given < required {
+        return Err(Outcome::AlreadyApproved {
+            name,
+            given,
+            required,
+        });
+    }
+    let mut patch = if given >= required {
+        decision_patch(request, resource_version)
+    } else {
+        let mut patch = json!({"spec": {}});
+        if let Some(rv) = resource_version {
+            patch["metadata"] = json!({"resourceVersion": rv});
+        }
+        patch
+    };
+    if !mine {
+        let mut approvals = current.spec.approvals.clone();
+        approvals.push(Approval {
+            approved_by: request.user.clone(),
+            reason: request.reason.clone(),
+            at: Some(Time(now)),
+        });
+        patch["spec"]["approvals"] = serde_json::to_value(approvals).expect("approvals serialize");
+    }
+    let approved = Outcome::Approved {
+        name,
+        given,
+        required,
+    };
+    Ok((patch, approved))
+}
+
 /// Write the decision onto `current`, re-reading when it changed in between.
 async fn decide(
     api: &Api<ApprovalRequest>,
@@ -276,14 +387,12 @@ async fn decide(
         if let Some(outcome) = refusal(&current, now) {
             return Ok(outcome);
         }
-        let patch = decision_patch(request, current.metadata.resource_version.as_deref());
+        let (patch, written) = match write_for(&current, request, now) {
+            Ok(write) => write,
+            Err(outcome) => return Ok(outcome),
+        };
         match api.patch(&name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => {
-                return Ok(Outcome::Decided {
-                    name,
-                    decision_type: request.decision_type,
-                });
-            }
+            Ok(_) => return Ok(written),
             Err(kube::Error::Api(s)) if s.code == 409 => match read(api, &name).await? {
                 Ok(fresh) => current = fresh,
                 Err(outcome) => return Ok(outcome),

@@ -108,6 +108,26 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
         }
         None => field("Decision", "<none>"),
     }
+    if r.required_approvals() > 1 {
+        let mut approvals = format!(
+            "{} (needs {} distinct approvers)",
+            r.approvals_summary(),
+            r.required_approvals()
+        );
+        for a in &spec.approvals {
+            let at =
+                a.at.as_ref()
+                    .map(|t| format!(" at {}", t.0))
+                    .unwrap_or_default();
+            let reason = a
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
+            let _ = write!(approvals, "\n  {}{at}{reason}", a.approved_by);
+        }
+        field("Approvals", &approvals);
+    }
     if let Some(status) = &r.status {
         if let Some(at) = &status.decided_at {
             field("Decided at", &at.0.to_string());

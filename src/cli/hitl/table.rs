@@ -10,13 +10,22 @@ use crate::gate::redact;
 pub const ARGS_WIDTH: usize = 40;
 
 /// Column headers, without the leading NAMESPACE column.
-const HEADERS: [&str; 7] = ["NAME", "AGENT", "TOOL", "ARGS", "PHASE", "AGE", "EXPIRES"];
+const HEADERS: [&str; 8] = [
+    "NAME",
+    "AGENT",
+    "TOOL",
+    "ARGS",
+    "PHASE",
+    "APPROVALS",
+    "AGE",
+    "EXPIRES",
+];
 
 /// The cells of one request's row (with the namespace first when `all_namespaces`), hidden
-/// characters written out.
+/// characters written out. APPROVALS is given of required (`1/2`).
 pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> Vec<String> {
     let meta = &request.metadata;
-    let mut cells = Vec::with_capacity(8);
+    let mut cells = Vec::with_capacity(9);
     if all_namespaces {
         cells.push(meta.namespace.clone().unwrap_or_default());
     }
@@ -25,6 +34,7 @@ pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> V
     cells.push(request.spec.tool_name.clone());
     cells.push(args_preview(request));
     cells.push(request.phase_at(now).as_str().to_owned());
+    cells.push(request.approvals_summary());
     cells.push(meta.creation_timestamp.as_ref().map_or_else(
         || "<unknown>".to_owned(),
         |t| short_duration(now.duration_since(t.0)),
@@ -166,9 +176,9 @@ mod tests {
         ];
         assert_eq!(
             table(&rs, now, false),
-            "NAME                   AGENT    TOOL          ARGS                                       PHASE     AGE   EXPIRES\n\
-             helper-delete-file-1   helper   delete_file   {\"path\":\"/data/report.csv\"}                Pending   5m    in 55m\n\
-             x                      helper   delete_file   {\"path\":\"/data/a-very-long-path/that/...   Pending   5m    in 55m\n"
+            "NAME                   AGENT    TOOL          ARGS                                       PHASE     APPROVALS   AGE   EXPIRES\n\
+             helper-delete-file-1   helper   delete_file   {\"path\":\"/data/report.csv\"}                Pending   0/1         5m    in 55m\n\
+             x                      helper   delete_file   {\"path\":\"/data/a-very-long-path/that/...   Pending   0/1         5m    in 55m\n"
         );
         let all = table(&rs[..1], now, true);
         assert!(all.starts_with("NAMESPACE   NAME  "), "{all}");
@@ -193,6 +203,7 @@ mod tests {
                 "delete_file",
                 "<none>",
                 "Expired",
+                "0/1",
                 "63m",
                 "3m ago"
             ]
@@ -200,7 +211,7 @@ mod tests {
         r.metadata.creation_timestamp = None;
         r.spec.expires_at = Time(ts("2026-11-25T01:03:00Z"));
         assert_eq!(
-            row(&r, ts("2026-11-22T01:03:00Z"), false)[5..],
+            row(&r, ts("2026-11-22T01:03:00Z"), false)[6..],
             ["<unknown>", "in 3d"]
         );
     }

@@ -11,7 +11,7 @@ use super::table::{format_line, header, row};
 use crate::api::ApprovalRequest;
 
 /// Column widths of the streamed table (it cannot measure rows it has not seen yet).
-const WIDTHS: [usize; 8] = [16, 40, 20, 24, 40, 9, 6, 10];
+const WIDTHS: [usize; 9] = [16, 40, 20, 24, 40, 9, 9, 6, 10];
 
 /// The widths for the columns of [`header`].
 fn widths(all_namespaces: bool) -> &'static [usize] {
@@ -40,7 +40,7 @@ pub fn event_line(
     }
     let mut cells = row(request, now, all_namespaces);
     if deleted {
-        let phase_col = cells.len() - 3;
+        let phase_col = cells.len() - 4;
         cells[phase_col] = "Deleted".into();
     }
     Some(format_line(&cells, widths(all_namespaces)))
@@ -105,8 +105,8 @@ mod tests {
         assert_eq!(
             line,
             format!(
-                "{:<43}{:<23}{:<27}{:<43}{:<12}{:<9}in 59m\n",
-                "r1", "helper", "delete_file", "{\"path\":\"/x\"}", "Pending", "60s"
+                "{:<43}{:<23}{:<27}{:<43}{:<12}{:<12}{:<9}in 59m\n",
+                "r1", "helper", "delete_file", "{\"path\":\"/x\"}", "Pending", "0/1", "60s"
             )
         );
         let deleted = event_line(&Event::Delete(request(None)), now, true, false).unwrap();

@@ -76,6 +76,7 @@ fn call(arguments: &Value) -> GatedCall {
             server_name: "fs".into(),
             tool: "delete_file".into(),
             binding: digest.binding.clone(),
+            required_approvals: 1,
         },
         digest,
         preview: redact::preview(arguments),
@@ -813,4 +814,131 @@ async fn a_watch_error_event_rereads_the_request() {
             ..
         }
     ));
+}
+
+/// `call` of a rule that asks for `required` approvals.
+fn call_needing(arguments: &Value, required: u32) -> GatedCall {
+    let mut c = call(arguments);
+    c.key.required_approvals = required;
+    c.rule = Some("big-transfers".into());
+    c
+}
+
+/// Approvers add their entries, and the last one the decision, each as their own write.
+fn with_approvals(obj: &Value, rv: &str, approvers: &[&str], decided_by: Option<&str>) -> Value {
+    let mut obj = obj.clone();
+    obj["metadata"]["resourceVersion"] = json!(rv);
+    obj["spec"]["approvals"] = approvers
+        .iter()
+        .map(|by| json!({"approvedBy": by}))
+        .collect();
+    obj["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .push(
+            json!({"manager": "kubectl-hitl", "operation": "Update", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {"f:approvals": {}, "f:decision": {}}}}),
+        );
+    if let Some(by) = decided_by {
+        obj["spec"]["decision"] = json!({"type": "Approve", "decidedBy": by});
+    }
+    obj
+}
+
+#[tokio::test]
+async fn a_quorum_call_waits_for_every_approval_then_runs_once() {
+    let arguments = args();
+    let c = call_needing(&arguments, 2);
+    let name = expected_name(&c, 0);
+    let (a, mut handle) = approvals(now());
+    let task = {
+        let a = a.clone();
+        let arguments = arguments.clone();
+        tokio::spawn(async move { resolve(&a, &call_needing(&arguments, 2)).await })
+    };
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![]));
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    // The request carries the rule's count; nobody's approvals yet.
+    assert_eq!(body["spec"]["requiredApprovals"], json!(2));
+    assert_eq!(body["spec"]["rule"], json!("big-transfers"));
+    assert!(body["spec"].get("approvals").is_none());
+    let obj = stored(&body, "10");
+    respond(send, 201, &obj);
+
+    // alice approves (1/2): the gate keeps waiting, watching from the new version.
+    let (_, uri, _, send) = next(&mut handle).await;
+    assert_eq!(uri, watch_uri(&name, "10"));
+    let one = with_approvals(&obj, "11", &["alice"], None);
+    send_watch_events(send, &[("MODIFIED", one.clone())]);
+    let (_, uri, _, send) = next(&mut handle).await;
+    assert_eq!(uri, watch_uri(&name, "11"));
+    // bob completes it, with the decision: consumed once.
+    let both = with_approvals(&one, "12", &["alice", "bob"], Some("bob"));
+    send_watch_events(send, &[("MODIFIED", both)]);
+    let (m, uri, body, send) = next(&mut handle).await;
+    assert_eq!(
+        (m.as_str(), uri),
+        (
+            "PATCH",
+            format!("{BASE_PATH}/{name}/status?&fieldManager=hitl-gate")
+        )
+    );
+    assert_eq!(body["metadata"]["resourceVersion"], json!("12"));
+    assert_eq!(body["status"]["phase"], json!("Executed"));
+    respond(send, 200, &obj);
+    assert!(matches!(task.await.unwrap(), Ok(Resolution::Approved { name: n }) if n == name));
+}
+
+#[tokio::test]
+async fn an_approve_without_the_quorum_is_refused_not_consumed() {
+    let arguments = args();
+    let (a, mut handle) = approvals(now());
+    let task = {
+        let a = a.clone();
+        let arguments = arguments.clone();
+        tokio::spawn(async move { resolve(&a, &call_needing(&arguments, 2)).await })
+    };
+    let obj = expect_list_and_create(&mut handle, &call_needing(&arguments, 2)).await;
+    let (_, _, _, send) = next(&mut handle).await;
+    // Only possible with the CRD rule gone: an Approve with one approval.
+    let forged = with_approvals(&obj, "11", &["alice"], Some("alice"));
+    send_watch_events(send, &[("MODIFIED", forged)]);
+    let res = task.await.unwrap().unwrap();
+    assert!(
+        matches!(res, Resolution::Refused { refusal: Refusal::Untrusted(ref why), .. }
+            if why == "it needs 2 approvals and spec.approvals holds 1"),
+        "{res:?}"
+    );
+    // No consumption: the client is gone without another request.
+    drop(a);
+    assert!(handle.next_request().await.is_none());
+}
+
+#[tokio::test]
+async fn a_request_asking_fewer_approvals_than_the_rule_is_replaced() {
+    // A live request for the same call from before the rule asked for two.
+    let arguments = args();
+    let one = call(&arguments);
+    let (a, mut handle) = approvals(now());
+    let old = stored(
+        &serde_json::to_value(a.build(&one, &expected_name(&one, 0)).unwrap()).unwrap(),
+        "7",
+    );
+    let two = call_needing(&arguments, 2);
+    let task = tokio::spawn({
+        let a = a.clone();
+        let arguments = arguments.clone();
+        async move { a.find_or_create(&call_needing(&arguments, 2)).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![old]));
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    assert_eq!(body["metadata"]["name"], json!(expected_name(&two, 1)));
+    assert_eq!(body["spec"]["requiredApprovals"], json!(2));
+    respond(send, 201, &stored(&body, "8"));
+    let (req, _) = task.await.unwrap().unwrap();
+    assert_eq!(req.spec.required_approvals, Some(2));
 }
