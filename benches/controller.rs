@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use criterion::{Criterion, criterion_group};
 use hitl_operator::api::Agent;
 use hitl_operator::controller::agent::reconcile;
-use hitl_operator::controller::rendered::{Rendered, RenderedKind};
+use hitl_operator::controller::rendered::{RenderedKind, Summaries};
 use hitl_operator::controller::{CacheSync, Context, Metrics, Stores, SystemClock};
 use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::objects::binding_key_secret;
@@ -120,13 +120,8 @@ fn store_of<K: Lookup<DynamicType = ()> + Clone + 'static>(objects: Vec<K>) -> S
 }
 
 /// The cache of rendered `objects`, each as it is after our apply of it.
-fn rendered_store_of<K: RenderedKind>(objects: Vec<K>) -> Store<Rendered<K>> {
-    store_of(
-        objects
-            .into_iter()
-            .map(|object| Rendered::from(&applied_by_us(object)))
-            .collect(),
-    )
+fn rendered_store_of<K: RenderedKind>(objects: Vec<K>) -> Summaries<K> {
+    Summaries::listed(objects.into_iter().map(applied_by_us))
 }
 
 fn rendered(agent: &Agent) -> AgentObjects {

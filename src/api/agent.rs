@@ -169,8 +169,10 @@ pub struct DeclarativeAgentSpec {
     #[schemars(length(max = 20))]
     pub tools: Vec<Tool>,
     /// How the agent's pods run.
+    // Boxed: most Agents set little or none of it, and inline it would make up half of every
+    // cached Agent (1.4 KiB of `None`s; docs/controller.md, "Memory on the real control plane").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deployment: Option<DeclarativeDeploymentSpec>,
+    pub deployment: Option<Box<DeclarativeDeploymentSpec>>,
     /// Who asks for approval, and for how long requests live (hitl-operator extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalSettings>,

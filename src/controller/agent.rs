@@ -6,18 +6,17 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::approval_request::pending_for;
-use super::rendered::{HoldsBindingKey, Readiness, Rendered, RenderedKind};
+use super::rendered::{HoldsBindingKey, Readiness, RenderedKind, Summaries, Summary};
 use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::freeze::FROZEN;
@@ -153,16 +152,16 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
             != (&accepted.status, &accepted.reason, &accepted.message)
     });
     set_condition(&mut status.conditions, accepted.clone());
-    let deployments: Vec<(String, Option<Arc<Rendered<Deployment>>>)> = deployments
+    let deployments: Vec<(String, Option<Readiness>)> = deployments
         .into_iter()
         .map(|name| {
             let cached = owned_named(&ctx.stores.deployments, agent, &name);
-            (name, cached)
+            (name, cached.map(|cached| *cached.facts()))
         })
         .collect();
     let deployments: Vec<(&str, Option<&Readiness>)> = deployments
         .iter()
-        .map(|(name, cached)| (name.as_str(), cached.as_deref().map(Rendered::facts)))
+        .map(|(name, cached)| (name.as_str(), cached.as_ref()))
         .collect();
     set_condition(
         &mut status.conditions,
@@ -334,10 +333,7 @@ async fn apply_objects(ctx: &Context, agent: &Agent, rendered: &RenderedAgent) -
 async fn ensure_binding_key(ctx: &Context, agent: &Agent) -> Result<()> {
     let namespace = agent.namespace().unwrap_or_default();
     let name = binding_key_secret_name(agent);
-    let cached = ctx
-        .stores
-        .secrets
-        .get(&ObjectRef::new(&name).within(&namespace));
+    let cached = ctx.stores.secrets.get(&namespace, &name);
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     match cached {
         Some(secret) if *secret.facts() == HoldsBindingKey(true) => return Ok(()),
@@ -371,10 +367,10 @@ async fn apply_changed<K: RenderedKind>(
     ctx: &Context,
     agent: &Agent,
     desired: &K,
-    store: &Store<Rendered<K>>,
+    store: &Summaries<K>,
 ) -> Result<()> {
     let namespace = desired.namespace().unwrap_or_default();
-    let cached = store.get(&ObjectRef::new(&desired.name_any()).within(&namespace));
+    let cached = store.get(&namespace, &desired.name_any());
     let wanted = desired_digest(desired);
     if let Some(cached) = &cached
         && ctx.confirmed.holds(wanted, cached.applied())
@@ -427,18 +423,16 @@ async fn apply_and_prune<K: RenderedKind>(
     ctx: &Context,
     agent: &Agent,
     desired: &[&K],
-    store: &Store<Rendered<K>>,
+    store: &Summaries<K>,
 ) -> Result<()> {
     for object in desired {
         apply_changed(ctx, agent, *object, store).await?;
     }
-    let mut stale: Vec<Arc<Rendered<K>>> = store.state_filter(|object| {
-        object.controlled_by(agent) && !desired.iter().any(|d| d.name_any() == object.name())
-    });
-    stale.sort_by(|a, b| a.name().cmp(b.name()));
+    let mut stale = store.controlled_by(agent);
+    stale.retain(|name| !desired.iter().any(|d| d.name_any() == *name));
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &agent.namespace().unwrap_or_default());
-    for object in stale {
-        match api.delete(object.name(), &DeleteParams::default()).await {
+    for name in stale {
+        match api.delete(&name, &DeleteParams::default()).await {
             // Already gone (the cache lags a delete of an earlier reconcile).
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             result => {
@@ -451,12 +445,13 @@ async fn apply_and_prune<K: RenderedKind>(
 
 /// The cached object `name` (in the Agent's namespace), if `agent` controls it.
 fn owned_named<K: RenderedKind>(
-    store: &Store<Rendered<K>>,
+    store: &Summaries<K>,
     agent: &Agent,
     name: &str,
-) -> Option<Arc<Rendered<K>>> {
-    let key = ObjectRef::new(name).within(&agent.namespace().unwrap_or_default());
-    store.get(&key).filter(|object| object.controlled_by(agent))
+) -> Option<Summary<K::Facts>> {
+    store
+        .get(&agent.namespace().unwrap_or_default(), name)
+        .filter(|object| object.controlled_by(agent))
 }
 
 /// `Ready` from the readiness of each `(name, cached)` Deployment: True when all of them have
@@ -509,7 +504,7 @@ fn deployment_readiness(
         available,
         ..
     } = *readiness;
-    if readiness.observed_generation < readiness.generation {
+    if !readiness.observed {
         return Err(format!("Deployment {name} rollout not observed yet"));
     }
     let message =

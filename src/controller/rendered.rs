@@ -1,19 +1,26 @@
-//! What the controller caches of the objects it renders: not the objects, but their name, the
-//! Agent controlling them, a digest of the fields it applied ([`crate::kube::applied`]), and
+//! What the controller caches of the objects it renders: not the objects, but for each its
+//! name, the Agent controlling it (a digest of its uid, and its name only where it is not a
+//! prefix of the object's), a digest of the fields it applied ([`crate::kube::applied`]), and
 //! the little a reconciler reads beyond that (a Deployment's readiness, whether a Secret holds a
-//! usable binding key). A cached Deployment took kilobytes; this takes about a hundred bytes.
+//! usable binding key). A cached Deployment took kilobytes, kube-runtime's reflector store of
+//! these summaries about 550 bytes an object (its key copies name and namespace again); this
+//! store, one map of names per namespace, takes about a hundred.
+//!
+//! [`Summaries`] is fed by a watch ([`Summaries::apply`]) as a reflector store would be: a
+//! relist is buffered until it is complete, then replaces the contents, and what it no longer
+//! holds is gone. Each event names the Agents to requeue.
 
-use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::marker::PhantomData;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::api::Agent;
@@ -25,96 +32,157 @@ use crate::render::objects::BINDING_KEY_ITEM;
 /// A kind the controller renders, and what its cache keeps of an object beyond the digest.
 pub trait RenderedKind: Applicable + Send + Sync + 'static {
     /// What reconcilers read of an object of this kind.
-    type Facts: Clone + std::fmt::Debug + Send + Sync + 'static;
+    type Facts: Copy + std::fmt::Debug + Send + Sync + 'static;
     /// The facts of `self`.
     fn facts(&self) -> Self::Facts;
 }
 
-/// The cached form of a rendered object of kind `K`.
-#[derive(Debug)]
-pub struct Rendered<K: RenderedKind> {
-    name: Box<str>,
-    namespace: Box<str>,
-    controller: Option<Controller>,
+/// What the cache holds of one rendered object, as a reconciler reads it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary<F> {
+    controller: Option<u64>,
     applied: Option<u64>,
-    facts: K::Facts,
-    kind: PhantomData<fn() -> K>,
+    facts: F,
 }
 
-/// The Agent controlling an object: its name (to requeue it) and a digest of its uid.
-#[derive(Clone, Debug)]
-struct Controller {
-    name: Box<str>,
-    uid: u64,
-}
-
-impl<K: RenderedKind> Clone for Rendered<K> {
-    fn clone(&self) -> Self {
-        Self {
-            name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            controller: self.controller.clone(),
-            applied: self.applied,
-            facts: self.facts.clone(),
-            kind: PhantomData,
-        }
-    }
-}
-
-impl<K: RenderedKind> From<&K> for Rendered<K> {
-    fn from(object: &K) -> Self {
-        let controller = object
-            .owner_references()
-            .iter()
-            .find(|owner| {
-                owner.controller == Some(true)
-                    && owner.kind == Agent::kind(&())
-                    && owner.api_version == Agent::api_version(&())
-            })
-            .map(|owner| Controller {
-                name: owner.name.as_str().into(),
-                uid: uid_digest(&owner.uid),
-            });
-        Self {
-            name: object.name_any().into(),
-            namespace: object.namespace().unwrap_or_default().into(),
-            controller,
-            applied: observed_digest(object, object.meta()),
-            facts: object.facts(),
-            kind: PhantomData,
-        }
-    }
-}
-
-impl<K: RenderedKind> Rendered<K> {
-    /// The object's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
+impl<F> Summary<F> {
     /// Digest of the fields our field manager applied, if it applied any.
     pub fn applied(&self) -> Option<u64> {
         self.applied
     }
 
     /// What reconcilers read of the object.
-    pub fn facts(&self) -> &K::Facts {
+    pub fn facts(&self) -> &F {
         &self.facts
     }
 
     /// Whether `agent` is the object's controller.
     pub fn controlled_by(&self, agent: &Agent) -> bool {
-        match (&self.controller, agent.uid()) {
-            (Some(controller), Some(uid)) => controller.uid == uid_digest(&uid),
+        match (self.controller, agent.uid()) {
+            (Some(controller), Some(uid)) => controller == uid_digest(&uid),
             _ => false,
         }
     }
+}
 
-    /// The Agent to requeue when the object changes.
-    pub fn controller_ref(&self) -> Option<ObjectRef<Agent>> {
-        let controller = self.controller.as_ref()?;
-        Some(ObjectRef::new(&controller.name).within(&self.namespace))
+/// The cached summaries of the rendered objects of kind `K`, by namespace and name. Clones
+/// share the contents.
+pub struct Summaries<K: RenderedKind> {
+    inner: Arc<RwLock<Inner<K::Facts>>>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: RenderedKind> Clone for Summaries<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            kind: PhantomData,
+        }
     }
+}
+
+impl<K: RenderedKind> Default for Summaries<K> {
+    fn default() -> Self {
+        Self {
+            inner: Arc::default(),
+            kind: PhantomData,
+        }
+    }
+}
+
+struct Inner<F> {
+    /// What readers see.
+    live: Table<F>,
+    /// A relist in progress (from `Init` to `InitDone`).
+    relist: Option<Table<F>>,
+}
+
+impl<F> Default for Inner<F> {
+    fn default() -> Self {
+        Self {
+            live: Table::default(),
+            relist: None,
+        }
+    }
+}
+
+/// Entries by namespace, then name: a namespace's name is held once, not once per object.
+type Table<F> = HashMap<Box<str>, HashMap<Box<str>, Entry<F>>>;
+
+/// One cached object (its namespace and name are the keys).
+struct Entry<F> {
+    controller: Option<Controller>,
+    applied: Option<u64>,
+    facts: F,
+}
+
+/// The Agent controlling an object: a digest of its uid (to tell whether an Agent controls
+/// it) and its name (to requeue it).
+struct Controller {
+    uid: u64,
+    name: ControllerName,
+}
+
+/// A rendered object is named after its Agent (`<agent>`, `<agent>-gate`,
+/// `<agent>-binding-key`, …): then the Agent's name is the first `n` bytes of the object's.
+enum ControllerName {
+    Prefix(u16),
+    Other(Box<str>),
+}
+
+impl ControllerName {
+    fn new(controller: &str, object: &str) -> Self {
+        match u16::try_from(controller.len()) {
+            Ok(len) if object.starts_with(controller) => Self::Prefix(len),
+            _ => Self::Other(controller.into()),
+        }
+    }
+
+    fn resolve<'a>(&'a self, object: &'a str) -> &'a str {
+        match self {
+            Self::Prefix(len) => &object[..usize::from(*len)],
+            Self::Other(name) => name,
+        }
+    }
+}
+
+impl<F: Copy> Entry<F> {
+    fn summary(&self) -> Summary<F> {
+        Summary {
+            controller: self.controller.as_ref().map(|c| c.uid),
+            applied: self.applied,
+            facts: self.facts,
+        }
+    }
+
+    /// The Agent to requeue when the object `namespace/name` changes.
+    fn requeue(&self, namespace: &str, name: &str) -> Option<ObjectRef<Agent>> {
+        let controller = self.controller.as_ref()?;
+        Some(ObjectRef::new(controller.name.resolve(name)).within(namespace))
+    }
+}
+
+/// The entry caching `object`, and where: its namespace and name.
+fn entry_of<K: RenderedKind>(object: &K) -> (String, String, Entry<K::Facts>) {
+    let name = object.name_any();
+    let controller = object
+        .owner_references()
+        .iter()
+        .find(|owner| {
+            owner.controller == Some(true)
+                && owner.kind == Agent::kind(&())
+                && owner.api_version == Agent::api_version(&())
+        })
+        .map(|owner| Controller {
+            uid: uid_digest(&owner.uid),
+            name: ControllerName::new(&owner.name, &name),
+        });
+    let entry = Entry {
+        controller,
+        applied: observed_digest(object, object.meta()),
+        facts: object.facts(),
+    };
+    (object.namespace().unwrap_or_default(), name, entry)
 }
 
 fn uid_digest(uid: &str) -> u64 {
@@ -123,52 +191,129 @@ fn uid_digest(uid: &str) -> u64 {
     hasher.finish()
 }
 
-impl<K: RenderedKind> reflector::Lookup for Rendered<K> {
-    type DynamicType = ();
+/// Inserts `entry` as `namespace/name`; the Agent to requeue.
+fn insert<F: Copy>(
+    table: &mut Table<F>,
+    namespace: String,
+    name: String,
+    entry: Entry<F>,
+) -> Option<ObjectRef<Agent>> {
+    let requeue = entry.requeue(&namespace, &name);
+    let names = match table.get_mut(namespace.as_str()) {
+        Some(names) => names,
+        None => table.entry(namespace.into_boxed_str()).or_default(),
+    };
+    names.insert(name.into_boxed_str(), entry);
+    requeue
+}
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        K::kind(&())
+impl<K: RenderedKind> Summaries<K> {
+    /// A store holding `objects`, as after a list of them.
+    pub fn listed(objects: impl IntoIterator<Item = K>) -> Self {
+        let summaries = Self::default();
+        summaries.apply(watcher::Event::Init);
+        for object in objects {
+            summaries.apply(watcher::Event::InitApply(object));
+        }
+        summaries.apply(watcher::Event::InitDone);
+        summaries
     }
 
-    fn group(_: &()) -> Cow<'_, str> {
-        K::group(&())
+    /// Applies a watch event, as a reflector store would; returns the Agents to requeue: the
+    /// controller of an object applied, listed or deleted, and at the end of a relist the
+    /// controllers of the objects it no longer holds (deleted while the watch was down).
+    pub fn apply(&self, event: watcher::Event<K>) -> Vec<ObjectRef<Agent>> {
+        let mut inner = self.inner.write().expect("summaries lock");
+        match event {
+            watcher::Event::Init => {
+                inner.relist = Some(Table::default());
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) => {
+                let (namespace, name, entry) = entry_of(&object);
+                let relist = inner.relist.get_or_insert_default();
+                insert(relist, namespace, name, entry).into_iter().collect()
+            }
+            watcher::Event::InitDone => {
+                let listed = inner.relist.take().unwrap_or_default();
+                let before = std::mem::replace(&mut inner.live, listed);
+                let live = &inner.live;
+                before
+                    .iter()
+                    .flat_map(|(namespace, names)| {
+                        let now = live.get(namespace);
+                        names
+                            .iter()
+                            .filter(move |(name, _)| {
+                                !now.is_some_and(|now| now.contains_key(*name))
+                            })
+                            .filter_map(move |(name, entry)| entry.requeue(namespace, name))
+                    })
+                    .collect()
+            }
+            watcher::Event::Apply(object) => {
+                let (namespace, name, entry) = entry_of(&object);
+                insert(&mut inner.live, namespace, name, entry)
+                    .into_iter()
+                    .collect()
+            }
+            watcher::Event::Delete(object) => {
+                let (namespace, name, entry) = entry_of(&object);
+                if let Some(names) = inner.live.get_mut(namespace.as_str()) {
+                    names.remove(name.as_str());
+                    if names.is_empty() {
+                        inner.live.remove(namespace.as_str());
+                    }
+                }
+                entry.requeue(&namespace, &name).into_iter().collect()
+            }
+        }
     }
 
-    fn version(_: &()) -> Cow<'_, str> {
-        K::version(&())
+    /// The cached object `namespace/name`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Summary<K::Facts>> {
+        let inner = self.inner.read().expect("summaries lock");
+        inner.live.get(namespace)?.get(name).map(Entry::summary)
     }
 
-    fn plural(_: &()) -> Cow<'_, str> {
-        K::plural(&())
+    /// The names of the cached objects in `agent`'s namespace that `agent` controls, sorted.
+    pub fn controlled_by(&self, agent: &Agent) -> Vec<String> {
+        let Some(uid) = agent.uid() else {
+            return Vec::new();
+        };
+        let uid = uid_digest(&uid);
+        let inner = self.inner.read().expect("summaries lock");
+        let mut names: Vec<String> = inner
+            .live
+            .get(agent.namespace().unwrap_or_default().as_str())
+            .into_iter()
+            .flatten()
+            .filter(|(_, entry)| entry.controller.as_ref().is_some_and(|c| c.uid == uid))
+            .map(|(name, _)| name.to_string())
+            .collect();
+        names.sort();
+        names
     }
 
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.name))
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        let inner = self.inner.read().expect("summaries lock");
+        inner.live.values().map(HashMap::len).sum()
     }
 
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.namespace))
-    }
-
-    // The store's keys would copy these; nothing looks them up.
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
+    /// Whether no object is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
 /// What the Agent status reads of a Deployment.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Readiness {
     /// spec.replicas (1 when unset).
     pub wanted: i32,
-    /// metadata.generation.
-    pub generation: Option<i64>,
-    /// status.observedGeneration.
-    pub observed_generation: Option<i64>,
+    /// Whether status.observedGeneration has reached metadata.generation.
+    pub observed: bool,
     /// status.updatedReplicas.
     pub updated: i32,
     /// status.availableReplicas.
@@ -182,8 +327,7 @@ impl RenderedKind for Deployment {
         let status = self.status.as_ref();
         Readiness {
             wanted: self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-            generation: self.metadata.generation,
-            observed_generation: status.and_then(|s| s.observed_generation),
+            observed: status.and_then(|s| s.observed_generation) >= self.metadata.generation,
             updated: status.and_then(|s| s.updated_replicas).unwrap_or(0),
             available: status.and_then(|s| s.available_replicas).unwrap_or(0),
         }
@@ -257,5 +401,153 @@ impl Confirmed {
             pairs.clear();
         }
         pairs.insert((desired, observed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    /// ServiceAccount `namespace/name`, controlled by Agent `agent` (uid `<agent>-uid`) if any.
+    fn account(namespace: &str, name: &str, agent: Option<&str>) -> ServiceAccount {
+        let mut object = ServiceAccount::default();
+        object.metadata.name = Some(name.into());
+        object.metadata.namespace = Some(namespace.into());
+        object.metadata.owner_references = agent.map(|agent| {
+            vec![OwnerReference {
+                api_version: Agent::api_version(&()).into(),
+                kind: Agent::kind(&()).into(),
+                name: agent.into(),
+                uid: format!("{agent}-uid"),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]
+        });
+        object
+    }
+
+    fn agent(namespace: &str, name: &str) -> Agent {
+        let mut agent = Agent::new(name, Default::default());
+        agent.metadata.namespace = Some(namespace.into());
+        agent.metadata.uid = Some(format!("{name}-uid"));
+        agent
+    }
+
+    fn requeued(agents: Vec<ObjectRef<Agent>>) -> Vec<String> {
+        let mut agents: Vec<String> = agents
+            .iter()
+            .map(|a| format!("{}/{}", a.namespace.as_deref().unwrap_or_default(), a.name))
+            .collect();
+        agents.sort();
+        agents
+    }
+
+    #[test]
+    fn events_update_the_cache_and_name_the_agent_to_requeue() {
+        let cache = Summaries::<ServiceAccount>::default();
+        let listed = [
+            cache.apply(watcher::Event::Init),
+            cache.apply(watcher::Event::InitApply(account("a", "x-gate", Some("x")))),
+            cache.apply(watcher::Event::InitApply(account("b", "sa", Some("y")))),
+            cache.apply(watcher::Event::InitApply(account("b", "loose", None))),
+        ]
+        .concat();
+        assert_eq!(
+            requeued(listed),
+            ["a/x", "b/y"],
+            "an Agent's name, prefix or not"
+        );
+        assert!(cache.is_empty(), "a list in progress is not visible");
+        assert!(requeued(cache.apply(watcher::Event::InitDone)).is_empty());
+        assert_eq!(cache.len(), 3);
+
+        let x = agent("a", "x");
+        assert!(cache.get("a", "x-gate").unwrap().controlled_by(&x));
+        assert!(!cache.get("b", "sa").unwrap().controlled_by(&x));
+        assert!(!cache.get("b", "loose").unwrap().controlled_by(&x));
+        assert_eq!(cache.get("a", "sa"), None, "names are per namespace");
+        assert_eq!(cache.controlled_by(&x), ["x-gate"]);
+        assert_eq!(cache.controlled_by(&agent("b", "y")), ["sa"]);
+        assert!(cache.controlled_by(&agent("b", "x")).is_empty());
+
+        let applied = cache.apply(watcher::Event::Apply(account("a", "x", Some("x"))));
+        assert_eq!(requeued(applied), ["a/x"]);
+        assert_eq!(cache.controlled_by(&x), ["x", "x-gate"]);
+        let deleted = cache.apply(watcher::Event::Delete(account("a", "x-gate", Some("x"))));
+        assert_eq!(requeued(deleted), ["a/x"]);
+        assert_eq!(cache.controlled_by(&x), ["x"]);
+        assert!(
+            cache
+                .apply(watcher::Event::Delete(account("b", "loose", None)))
+                .is_empty()
+        );
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn a_relist_replaces_the_cache_when_done_and_requeues_the_agents_of_what_it_dropped() {
+        let cache = Summaries::listed([
+            account("a", "x", Some("x")),
+            account("a", "y", Some("y")),
+            account("b", "z", Some("z")),
+        ]);
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitApply(account("a", "x", Some("x"))));
+        cache.apply(watcher::Event::InitApply(account("c", "w", Some("w"))));
+        assert_eq!(
+            cache.len(),
+            3,
+            "readers see the old contents until the relist is done"
+        );
+        assert!(cache.get("c", "w").is_none());
+        let dropped = cache.apply(watcher::Event::InitDone);
+        assert_eq!(
+            requeued(dropped),
+            ["a/y", "b/z"],
+            "deleted while the watch was down"
+        );
+        assert_eq!(cache.len(), 2);
+        assert!(cache.get("a", "y").is_none() && cache.get("b", "z").is_none());
+        assert!(cache.get("c", "w").is_some());
+    }
+
+    #[test]
+    fn the_summary_keeps_the_applied_digest_and_the_facts() {
+        let mut deployment = Deployment::default();
+        deployment.metadata.name = Some("x".into());
+        deployment.metadata.namespace = Some("a".into());
+        deployment.metadata.generation = Some(3);
+        deployment.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+            observed_generation: Some(2),
+            available_replicas: Some(1),
+            ..Default::default()
+        });
+        let cache = Summaries::listed([deployment.clone()]);
+        let cached = cache.get("a", "x").unwrap();
+        assert_eq!(cached.applied(), None, "nothing applied by us");
+        assert_eq!(
+            *cached.facts(),
+            Readiness {
+                wanted: 1,
+                observed: false,
+                updated: 0,
+                available: 1
+            }
+        );
+        deployment.status.as_mut().unwrap().observed_generation = Some(3);
+        cache.apply(watcher::Event::Apply(crate::kube::applied::applied_by_us(
+            deployment,
+        )));
+        let cached = cache.get("a", "x").unwrap();
+        assert!(cached.facts().observed);
+        assert!(cached.applied().is_some());
+    }
+
+    #[test]
+    fn an_entry_stays_small() {
+        // Key (16) and entry of a ServiceAccount: its controller and applied digest.
+        assert!(std::mem::size_of::<Entry<()>>() <= 48);
+        assert!(std::mem::size_of::<Entry<Readiness>>() <= 64);
     }
 }

@@ -466,7 +466,7 @@ fn deployment_spec(agent: &Agent) -> DeclarativeDeploymentSpec {
         .spec
         .declarative
         .as_ref()
-        .and_then(|d| d.deployment.clone())
+        .and_then(|d| d.deployment.as_deref().cloned())
         .unwrap_or_default()
 }
 

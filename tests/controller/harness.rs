@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use hitl_operator::api::{Agent, ApprovalRequest};
-use hitl_operator::controller::rendered::{Rendered, RenderedKind};
+use hitl_operator::controller::rendered::{RenderedKind, Summaries};
 use hitl_operator::controller::{CacheSync, Clock, Context, Metrics, Stores};
 pub use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::RenderOptions;
@@ -155,13 +155,8 @@ where
 
 /// A listed store of the cached summaries of rendered `objects`, each as the apiserver holds it
 /// after our server-side apply of exactly the object (managedFields name all its fields ours).
-pub fn rendered_store_of<K: RenderedKind>(objects: Vec<K>) -> Store<Rendered<K>> {
-    store_of(
-        objects
-            .into_iter()
-            .map(|object| Rendered::from(&applied_by_us(object)))
-            .collect(),
-    )
+pub fn rendered_store_of<K: RenderedKind>(objects: Vec<K>) -> Summaries<K> {
+    Summaries::listed(objects.into_iter().map(applied_by_us))
 }
 
 /// Cached objects for a test: everything empty unless set.

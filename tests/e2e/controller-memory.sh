@@ -3,7 +3,8 @@
 # test: it prints figures and fails only when something does not work). Issue 16, part 3.
 #
 # Usage: tests/e2e/controller-memory.sh [N]      (default 1000; HITL_E2E_BIN, default the
-#        release build target/release/hitl-operator; HITL_HEAPTRACK=DIR runs the controller
+#        release build $CARGO_TARGET_DIR/release/hitl-operator, target/ without
+#        CARGO_TARGET_DIR; HITL_HEAPTRACK=DIR runs the controller
 #        under heaptrack, its profiles written to DIR, and its RSS figures are then heaptrack's)
 # Prints: RSS idle (no Agents); N Agents applied while it runs: time until every Deployment
 # exists; N ApprovalRequests created (one per Agent): time until every one has a phase; RSS
@@ -17,7 +18,7 @@ fail_on_error
 
 skip_without_cluster
 N=${1:-1000}
-BIN=${HITL_E2E_BIN:-target/release/hitl-operator}
+BIN=${HITL_E2E_BIN:-${CARGO_TARGET_DIR:-target}/release/hitl-operator}
 [ -x "$BIN" ] || cargo build --release --quiet --bin hitl-operator
 throwaway hitl-bench
 
