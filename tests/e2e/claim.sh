@@ -27,13 +27,9 @@ fail_on_error
 
 skip_without_cluster
 
-BIN=${HITL_E2E_BIN:-target/debug/hitl-operator}
-PEERS=$PWD/tests/mcp-peers
+gates_require
 ROUNDS=${HITL_E2E_CLAIM_ROUNDS:-8}
 AGENT=claim
-[ -x "$BIN" ] || cargo build --quiet --bins
-command -v kubectl-hitl >/dev/null || fail "kubectl-hitl not on PATH (export PATH=\$PWD/target/debug:\$PATH)"
-[ -f "$PEERS/node_modules/@modelcontextprotocol/sdk/package.json" ] || fail "npm ci --prefix tests/mcp-peers first"
 throwaway hitl-e2e-claim
 
 

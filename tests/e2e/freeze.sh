@@ -21,14 +21,10 @@ fail_on_error
 
 skip_without_cluster
 
-BIN=${HITL_E2E_BIN:-target/debug/hitl-operator}
-PEERS=$PWD/tests/mcp-peers
+gates_require
 AGENT=frozen
 GATES_TOOLS="[read_file, delete_file]"
 FREEZE=hitl.kagent.dev/freeze
-[ -x "$BIN" ] || cargo build --quiet --bins
-command -v kubectl-hitl >/dev/null || fail "kubectl-hitl not on PATH (export PATH=\$PWD/target/debug:\$PATH)"
-[ -f "$PEERS/node_modules/@modelcontextprotocol/sdk/package.json" ] || fail "npm ci --prefix tests/mcp-peers first"
 throwaway hitl-e2e-freeze
 
 now_ms() { date +%s%3N; }

@@ -7,6 +7,16 @@
 # Agent's spec.declarative.approval (flow YAML; default a 10m timeout, 60s wait);
 # GATES_CONTROLLER_KUBECONFIG, when set, is the controller's kubeconfig (default: KUBECONFIG's).
 
+# gates_require: BIN (HITL_E2E_BIN, default the debug build, built if missing) and PEERS, and
+# kubectl-hitl on PATH and the npm peers installed, or the suite fails saying what is missing.
+gates_require() {
+  BIN=${HITL_E2E_BIN:-target/debug/hitl-operator}
+  PEERS=$PWD/tests/mcp-peers
+  [ -x "$BIN" ] || cargo build --quiet --bins
+  command -v kubectl-hitl >/dev/null || fail "kubectl-hitl not on PATH (export PATH=\$PWD/target/debug:\$PATH)"
+  [ -f "$PEERS/node_modules/@modelcontextprotocol/sdk/package.json" ] || fail "npm ci --prefix tests/mcp-peers first"
+}
+
 # gates_setup: everything but the gates; sets RECORDER_PORT and CONTROLLER_PORT.
 gates_setup() {
   kubectl apply --server-side --force-conflicts -f crds/ >/dev/null

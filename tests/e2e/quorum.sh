@@ -20,12 +20,8 @@ fail_on_error
 
 skip_without_cluster
 
-BIN=${HITL_E2E_BIN:-target/debug/hitl-operator}
-PEERS=$PWD/tests/mcp-peers
+gates_require
 AGENT=payments
-[ -x "$BIN" ] || cargo build --quiet --bins
-command -v kubectl-hitl >/dev/null || fail "kubectl-hitl not on PATH (export PATH=\$PWD/target/debug:\$PATH)"
-[ -f "$PEERS/node_modules/@modelcontextprotocol/sdk/package.json" ] || fail "npm ci --prefix tests/mcp-peers first"
 throwaway hitl-e2e-quorum
 
 # The admission policies are cluster-scoped: removed at the end only if this suite added them.
