@@ -260,13 +260,9 @@ impl Upstream {
         client_headers: &HeaderMap,
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamError> {
-        let first = self.request(method.clone(), uri.clone(), client_headers, body.clone());
         let resp = self
-            .shared
-            .http
-            .request(first)
-            .await
-            .map_err(UpstreamError::Unreachable)?;
+            .round_trip(method.clone(), uri.clone(), client_headers, body.clone())
+            .await?;
         if !resp.status().is_redirection() {
             return Ok(resp);
         }
@@ -325,18 +321,30 @@ impl Upstream {
                 ));
             }
             current = next;
-            let request = self.request(method.clone(), next_uri, client_headers, body.clone());
             resp = self
-                .shared
-                .http
-                .request(request)
-                .await
-                .map_err(UpstreamError::Unreachable)?;
+                .round_trip(method.clone(), next_uri, client_headers, body.clone())
+                .await?;
             if !resp.status().is_redirection() {
                 return Ok(resp);
             }
         }
         Err(UpstreamError::Redirect("redirected more than 10 times"))
+    }
+
+    /// One request to the upstream and its response, redirects not followed.
+    async fn round_trip(
+        &self,
+        method: Method,
+        uri: Uri,
+        client_headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        let request = self.request(method, uri, client_headers, body);
+        self.shared
+            .http
+            .request(request)
+            .await
+            .map_err(UpstreamError::Unreachable)
     }
 
     /// The upstream request: see [`Self::send`].
