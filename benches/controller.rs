@@ -166,6 +166,7 @@ fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<S
         ),
         network_policies: rendered_store_of(vec![]),
         namespaces: store_of(vec![]),
+        notifiers: store_of(vec![]),
     };
     let ctx = Context::new(
         client,

@@ -7,6 +7,7 @@ pub mod error;
 pub mod gate;
 pub mod kube;
 pub mod manifest;
+pub mod notify;
 pub mod render;
 pub mod sse;
 pub mod validate;

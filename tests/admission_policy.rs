@@ -717,6 +717,30 @@ fn requester_may_not_write_controller_fields() {
         admit(p, "UPDATE", AGENT_SA, &added, Some(&bare)),
         "status.conditions",
     );
+
+    // Delivery records are the controller's: the agent cannot forge or erase one (to have a
+    // message sent again, or never).
+    let record = json!([{"notifier": "oncall", "event": "created", "attempts": 1,
+                          "deliveredAt": "2026-11-22T00:00:02Z"}]);
+    let mut forged = consumed(old.clone());
+    forged["status"]["notifications"] = record.clone();
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &forged, Some(&old)),
+        "status.notifications",
+    );
+    let mut notified = old.clone();
+    notified["status"]["notifications"] = record;
+    let mut erased = consumed(notified.clone());
+    erased["status"].as_object_mut().unwrap().remove("notifications");
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &erased, Some(&notified)),
+        "status.notifications",
+    );
+    assert_eq!(
+        admit(p, "UPDATE", AGENT_SA, &consumed(notified.clone()), Some(&notified)),
+        Verdict::Allowed,
+        "consuming leaves the records as they are"
+    );
 }
 
 #[test]
@@ -791,7 +815,7 @@ fn status_policy_covers_every_status_field() {
     }
     assert_eq!(
         constrained,
-        ["conditions", "consumedAt", "decidedAt", "phase"]
+        ["conditions", "consumedAt", "decidedAt", "notifications", "phase"]
             .map(String::from)
             .into()
     );

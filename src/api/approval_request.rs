@@ -377,6 +377,36 @@ pub struct ApprovalRequestStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
     pub message: Option<String>,
+    /// Messages about this request sent by ApprovalNotifiers, one per notifier and event: what
+    /// was attempted and delivered, so nothing is sent twice after a restart or a leader
+    /// change. Written by the controller only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["notifier", "event"]))]
+    pub notifications: Vec<NotificationRecord>,
+}
+
+/// The delivery of one message about a request.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationRecord {
+    /// The ApprovalNotifier (same namespace).
+    #[schemars(length(min = 1, max = 253))]
+    pub notifier: String,
+    /// `created`, `reminder-N`, `decided` or `expired`.
+    #[schemars(length(min = 1, max = 32))]
+    pub event: String,
+    /// Attempts started, each recorded before it is sent.
+    pub attempts: i32,
+    /// When the last attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt_at: Option<Time>,
+    /// When the channel accepted the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<Time>,
+    /// Why the last attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub last_error: Option<String>,
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{CACHE_SYNC_BOUND, Context, measured};
+use super::{CACHE_SYNC_BOUND, Context, measured, notifier};
 use crate::Result;
 use crate::api::agent::RuleAction;
 use crate::api::approval_request::ApprovalRequestStatus;
@@ -320,6 +320,8 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         consumed_by: None,
         conditions: current.conditions.clone(),
         message: Some(evaluation.message.clone()),
+        // The deliveries' own (field manager hitl-operator-notifier): never applied here.
+        notifications: Vec::new(),
     };
     if evaluation.phase.is_terminal() {
         set_condition(
@@ -345,7 +347,8 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     // The gate may set Executed itself; its Event goes out when the controller records it.
     let newly_finished =
         evaluation.phase.is_terminal() && find(&current.conditions, FINISHED).is_none();
-    if owned(&status) != owned(&current) {
+    let changed = owned(&status) != owned(&current);
+    if changed {
         apply_status(&api, request, &status).await?;
         if current.phase != Some(evaluation.phase) || newly_finished {
             announce(ctx, request, agent.as_deref(), &evaluation, current.phase).await;
@@ -354,13 +357,23 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
 
     update_pending_gauge(ctx, request, evaluation.phase);
 
+    // Notifications go out about a settled request: a status written just now brings another
+    // reconcile, which sends them.
+    let notify_at = if changed {
+        None
+    } else {
+        notifier::deliver(ctx, request, evaluation.phase, agent.as_deref(), now).await
+    };
+
     let finished_at = find(&status.conditions, FINISHED).map(|c| c.last_transition_time.0);
     let next = match evaluation.phase {
         Phase::Pending => Some(request.spec.expires_at.0),
         phase => {
             let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(agent.as_deref()))
             else {
-                return Ok(Action::await_change());
+                return Ok(notify_at.map_or_else(Action::await_change, |at| {
+                    Action::requeue(until(now, at))
+                }));
             };
             if now >= delete_at {
                 tracing::info!(%namespace, %name, phase = phase.as_str(), "deleting finished ApprovalRequest");
@@ -376,6 +389,10 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
             }
             Some(delete_at)
         }
+    };
+    let next = match (next, notify_at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     };
     Ok(match next {
         Some(at) => Action::requeue(until(now, at)),

@@ -43,6 +43,7 @@ pub struct Metrics {
     approvals_pending: Gauge,
     decisions: Family<OutcomeLabels, Counter>,
     decision_latency: Histogram,
+    notifications: Family<OutcomeLabels, Counter>,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -60,6 +61,7 @@ impl Default for Metrics {
         let decisions = Family::<OutcomeLabels, Counter>::default();
         // 1 s .. ~9 h
         let decision_latency = Histogram::new(exponential_buckets(1.0, 2.0, 16));
+        let notifications = Family::<OutcomeLabels, Counter>::default();
         registry.register("reconcile", "Reconciles by controller", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -86,6 +88,11 @@ impl Default for Metrics {
             "Time from an ApprovalRequest's creation to its decision",
             decision_latency.clone(),
         );
+        registry.register(
+            "notifications",
+            "Attempts to deliver ApprovalNotifier messages by outcome (delivered, failed, given_up)",
+            notifications.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -94,6 +101,7 @@ impl Default for Metrics {
             approvals_pending,
             decisions,
             decision_latency,
+            notifications,
         }
     }
 }
@@ -137,6 +145,14 @@ impl Metrics {
         }
     }
 
+    /// Counts an attempt to deliver a notification: `delivered`, `failed` (retried later) or
+    /// `given_up` (its last attempt failed).
+    pub fn notified(&self, outcome: &'static str) {
+        self.notifications
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
     /// The metrics in the Prometheus text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -163,6 +179,7 @@ mod tests {
         );
         metrics.set_pending(2);
         metrics.decided("approved", Some(Duration::from_secs(5)));
+        metrics.notified("delivered");
         let text = metrics.encode();
         for line in [
             "hitl_reconcile_total{controller=\"agent\"} 1",
@@ -171,6 +188,7 @@ mod tests {
             "hitl_approvals_pending 2",
             "hitl_decisions_total{outcome=\"approved\"} 1",
             "hitl_decision_latency_seconds_count 1",
+            "hitl_notifications_total{outcome=\"delivered\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

@@ -6,6 +6,7 @@ pub mod approval_request;
 pub mod discovery;
 pub mod metrics;
 pub mod model_config;
+pub mod notifier;
 pub mod remote_mcp_server;
 pub mod rendered;
 pub mod run;
@@ -34,7 +35,7 @@ use kube::{Client, ResourceExt};
 
 use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::freeze::Freeze;
-use crate::api::{Agent, ApprovalRequest};
+use crate::api::{Agent, ApprovalNotifier, ApprovalRequest};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
@@ -87,6 +88,8 @@ pub struct Stores {
     pub network_policies: Summaries<NetworkPolicy>,
     /// The watched Namespaces, each cached with its freeze annotation only.
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Every ApprovalNotifier being watched.
+    pub notifiers: Store<ApprovalNotifier>,
 }
 
 impl Stores {
@@ -609,6 +612,7 @@ mod tests {
             role_bindings: Summaries::default(),
             network_policies: Summaries::default(),
             namespaces: reflector::store().0,
+            notifiers: reflector::store().0,
         };
         let ctx = Context::new(
             Client::new(service, "default"),

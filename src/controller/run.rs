@@ -33,12 +33,14 @@ use tokio::sync::watch;
 
 use super::rendered::{RenderedKind, Summaries};
 use super::{
-    CacheSync, Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request,
+    CacheSync, Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request, notifier,
     model_config, remote_mcp_server, retry_after_error,
 };
 use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
-use crate::api::{Agent, ApprovalMode, ApprovalRequest, ModelConfig, RemoteMCPServer};
+use crate::api::{
+    Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest, ModelConfig, RemoteMCPServer,
+};
 use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::proxy::ProxyUrl;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
@@ -475,6 +477,20 @@ where
     (reader, stream)
 }
 
+/// The objects of a shared stream whose `metadata.generation` changed (or that are new): a
+/// status write passes nothing on.
+fn spec_changed<K: Resource + Send + Sync + 'static>(
+    objects: impl Stream<Item = Arc<K>> + Send + 'static,
+) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    let seen = std::sync::Mutex::new(std::collections::HashMap::<String, Option<i64>>::new());
+    objects.filter(move |object| {
+        let key = object.meta().uid.clone().unwrap_or_default();
+        let generation = object.meta().generation;
+        let changed = seen.lock().expect("not poisoned").insert(key, generation) != Some(generation);
+        futures::future::ready(changed)
+    })
+}
+
 /// Trigger stream of metadata changes of `K` (nothing cached).
 fn metadata<K>(
     client: &Client,
@@ -646,6 +662,21 @@ async fn run_controllers(
     let (network_policies, network_policy_events) =
         owned::<NetworkPolicy>(&client, namespace, &caches);
     let (namespaces, namespace_events) = namespaces(&client, namespace, agents.clone(), &caches);
+    // ApprovalNotifiers: read by the request reconciler when it delivers; a new or changed
+    // notifier requeues the open requests of its namespace.
+    let (notifiers, notifier_writer) = reflector::store_shared::<ApprovalNotifier>(64);
+    let notifiers_for_notifiers = notifier_writer.subscribe().expect("shared store");
+    let notifiers_for_requests = notifier_writer.subscribe().expect("shared store");
+    let notifier_root = caches.track(
+        "ApprovalNotifier",
+        watcher(
+            api::<ApprovalNotifier>(&client, namespace),
+            watcher::Config::default(),
+        )
+        .modify(slim)
+        .default_backoff()
+        .reflect_shared(notifier_writer),
+    );
     let stores = Stores {
         agents: agents.clone(),
         approvals: approvals.clone(),
@@ -657,6 +688,7 @@ async fn run_controllers(
         role_bindings,
         network_policies,
         namespaces,
+        notifiers: notifiers.clone(),
     };
     let render = RenderOptions {
         default_approval_mode: args.default_approval_mode,
@@ -748,7 +780,26 @@ async fn run_controllers(
 
     let request_controller = {
         let approvals = approvals.clone();
+        let open_in_namespace = {
+            let approvals = approvals.clone();
+            move |notifier: Arc<ApprovalNotifier>| {
+                let namespace = notifier.namespace();
+                approvals
+                    .state_filter(|r| {
+                        r.namespace() == namespace
+                            && !r
+                                .status
+                                .as_ref()
+                                .and_then(|s| s.phase)
+                                .is_some_and(|p| p.is_terminal())
+                    })
+                    .iter()
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect::<Vec<_>>()
+            }
+        };
         Controller::for_shared_stream(requests_for_requests, approvals.clone())
+            .watches_shared_stream(spec_changed(notifiers_for_requests), open_in_namespace)
             .with_config(bounded())
             .watches_shared_stream(agents_for_requests, move |agent: Arc<Agent>| {
                 let namespace = agent.namespace();
@@ -829,6 +880,16 @@ async fn run_controllers(
             )
     };
 
+    let notifier_controller = Controller::for_shared_stream(notifiers_for_notifiers, notifiers)
+        .graceful_shutdown_on(shutdown())
+        .run(
+            notifier::reconcile,
+            |object, error, ctx| {
+                retry_after_error(notifier::CONTROLLER, object.as_ref(), error, &ctx)
+            },
+            ctx.clone(),
+        );
+
     let trimming = tokio::spawn(trim_free_memory());
 
     let readiness = {
@@ -842,11 +903,12 @@ async fn run_controllers(
         })
     };
 
-    let controllers = futures::future::join4(
+    let controllers = futures::future::join5(
         drain(agent_controller),
         drain(request_controller),
         drain(model_config_controller),
         drain(server_controller),
+        drain(notifier_controller),
     );
     // Once stopping, in-flight reconciles get SHUTDOWN_GRACE to finish; whatever is still
     // running then is dropped (each reconcile is idempotent and resumes on the next leader).
@@ -856,7 +918,11 @@ async fn run_controllers(
     };
     tokio::select! {
         _ = controllers => tracing::info!("controllers stopped"),
-        _ = futures::future::join(drain_watch(agent_root), drain_watch(approval_root)).fuse() => {
+        _ = futures::future::join3(
+            drain_watch(agent_root),
+            drain_watch(approval_root),
+            drain_watch(notifier_root),
+        ).fuse() => {
             tracing::error!("a watch stream ended unexpectedly");
         }
         _ = grace_over => {

@@ -118,6 +118,7 @@ def test_chart_ships_every_crd_kept_on_uninstall(chart):
     crds = rendered_crds(chart)
     assert sorted(crd["metadata"]["name"] for crd in crds) == [
         "agents.kagent.dev",
+        "approvalnotifiers.kagent.dev",
         "approvalrequests.kagent.dev",
         "modelconfigs.kagent.dev",
         "remotemcpservers.kagent.dev",
@@ -168,6 +169,7 @@ def test_default_objects(chart):
             "ClusterRole",  # hitl-viewer
             "ClusterRoleBinding",
             "CustomResourceDefinition",  # Agent
+            "CustomResourceDefinition",  # ApprovalNotifier
             "CustomResourceDefinition",  # ApprovalRequest
             "CustomResourceDefinition",  # ModelConfig
             "CustomResourceDefinition",  # RemoteMCPServer
@@ -267,10 +269,11 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
                                   "name": f"{FULLNAME}-controller"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
     assert sorted(rules_of(role)) == sorted([
-        (("kagent.dev",), ("agents", "remotemcpservers", "modelconfigs"), ("get", "list", "watch", "patch")),
+        (("kagent.dev",), ("agents", "remotemcpservers", "modelconfigs", "approvalnotifiers"),
+         ("get", "list", "watch", "patch")),
         (("kagent.dev",), ("approvalrequests",), ("get", "list", "watch", "patch", "create", "delete")),
         (("kagent.dev",), ("agents/status", "remotemcpservers/status", "modelconfigs/status",
-                           "approvalrequests/status"), ("patch",)),
+                           "approvalrequests/status", "approvalnotifiers/status"), ("patch",)),
         (("kagent.dev",), ("agents/finalizers",), ("update",)),
         (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch", "delete")),
         (("",), ("services", "serviceaccounts", "secrets"), ("get", "list", "watch", "create", "patch", "delete")),

@@ -172,6 +172,7 @@ pub struct Cache {
     pub role_bindings: Vec<k8s_openapi::api::rbac::v1::RoleBinding>,
     pub network_policies: Vec<k8s_openapi::api::networking::v1::NetworkPolicy>,
     pub namespaces: Vec<kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
+    pub notifiers: Vec<hitl_operator::api::ApprovalNotifier>,
 }
 
 impl Cache {
@@ -188,6 +189,7 @@ impl Cache {
             role_bindings: rendered_store_of(self.role_bindings),
             network_policies: rendered_store_of(self.network_policies),
             namespaces: store_of(self.namespaces),
+            notifiers: store_of(self.notifiers),
         };
         Arc::new(Context::new(
             client,
