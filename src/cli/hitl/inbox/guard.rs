@@ -6,6 +6,7 @@
 //! without a preflight, which the inbox never answers).
 
 use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
 /// Header carrying the token on writes (and optionally on reads).
 pub const TOKEN_HEADER: &str = "x-hitl-token";
@@ -55,6 +56,12 @@ impl Refusal {
             }
             Self::NotJson => "refused: decisions are JSON POSTs",
         }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status(), self.message()).into_response()
     }
 }
 

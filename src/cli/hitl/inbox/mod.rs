@@ -253,7 +253,7 @@ async fn relay(
                     listed |= matches!(event, watcher::Event::InitDone);
                     error = None;
                 }
-                Some(Err(e)) => error = Some(format!("the list may be out of date: {e}")),
+                Some(Err(e)) => error = Some(format!("the list may be out of date: {}", why(&e))),
             },
             _ = tick.tick() => {}
         }
@@ -275,6 +275,17 @@ async fn relay(
             }
             changed
         });
+    }
+}
+
+/// The apiserver's own message when it refused, else the error.
+fn why(error: &watcher::Error) -> String {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.message.clone(),
+        watcher::Error::WatchError(status) => status.message.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -303,19 +314,6 @@ struct TokenQuery {
     token: Option<String>,
 }
 
-fn admit(
-    shared: &Shared,
-    access: Access,
-    method: &Method,
-    headers: &HeaderMap,
-    query_token: Option<&str>,
-) -> Result<(), Response> {
-    shared
-        .guard
-        .check(access, method, headers, query_token)
-        .map_err(|refusal| (refusal.status(), refusal.message()).into_response())
-}
-
 fn asset(
     shared: &Shared,
     method: &Method,
@@ -323,9 +321,9 @@ fn asset(
     kind: &'static str,
     body: &'static str,
 ) -> Response {
-    match admit(shared, Access::Asset, method, headers, None) {
+    match shared.guard.check(Access::Asset, method, headers, None) {
         Ok(()) => ([(header::CONTENT_TYPE, kind)], body).into_response(),
-        Err(refused) => refused,
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -358,14 +356,9 @@ async fn events(
     headers: HeaderMap,
     Query(query): Query<TokenQuery>,
 ) -> Response {
-    if let Err(refused) = admit(
-        &shared,
-        Access::Read,
-        &method,
-        &headers,
-        query.token.as_deref(),
-    ) {
-        return refused;
+    let token = query.token.as_deref();
+    if let Err(refusal) = shared.guard.check(Access::Read, &method, &headers, token) {
+        return refusal.into_response();
     }
     Sse::new(snapshots(shared.snapshots.clone()))
         .keep_alive(KeepAlive::default())
@@ -396,8 +389,8 @@ async fn decisions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = admit(&shared, Access::Write, &method, &headers, None) {
-        return refused;
+    if let Err(refusal) = shared.guard.check(Access::Write, &method, &headers, None) {
+        return refusal.into_response();
     }
     let form: DecisionForm = match serde_json::from_slice(&body) {
         Ok(form) => form,
