@@ -192,16 +192,13 @@ new_request r4 helper 3600
 expect_fail "a user without patch cannot decide" "forbidden" \
   kubectl -n "$NS" --as=eve patch approvalrequest r4 --type merge -p "$(decision_patch Approve eve)"
 
-# start_inbox USER: `kubectl hitl ui` acting as USER (a copy of the kubeconfig impersonating
-# them), its base URL in INBOX_BASE[USER] and its token in INBOX_TOKEN[USER].
+# start_inbox USER: `kubectl hitl ui` acting as USER (a kubeconfig impersonating them), its base
+# URL in INBOX_BASE[USER] and its token in INBOX_TOKEN[USER].
 declare -A INBOX_BASE=() INBOX_TOKEN=() INBOX_PID=()
 start_inbox() {
-  local user=$1 kubeconfig out url name
+  local user=$1 kubeconfig out url
   kubeconfig=$(mktemp) out=$(mktemp)
-  kubectl config view --raw --minify --flatten >"$kubeconfig"
-  chmod 600 "$kubeconfig"
-  name=$(KUBECONFIG=$kubeconfig kubectl config view -o jsonpath='{.users[0].name}')
-  KUBECONFIG=$kubeconfig kubectl config set "users.$name.act-as" "$user" >/dev/null
+  kubeconfig_as "$kubeconfig" "$user" system:authenticated
   KUBECONFIG=$kubeconfig "$PLUGIN" -n "$NS" ui --no-open >"$out" 2>&1 &
   INBOX_PID[$user]=$!
   for _ in $(seq 100); do
@@ -209,10 +206,10 @@ start_inbox() {
     [[ -n $url ]] && break
     sleep 0.1
   done
+  rm -f "$kubeconfig"
   [[ -n $url ]] || { fail "the inbox as $user did not start: $(cat "$out")"; return; }
   INBOX_BASE[$user]=${url%%/#*}
   INBOX_TOKEN[$user]=${url##*token=}
-  rm -f "$kubeconfig"
 }
 stop_inboxes() { local pid; for pid in "${INBOX_PID[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 # inbox_decide USER NAME [ORIGIN]: approves NAME through USER's inbox as its page does (from
