@@ -18,9 +18,16 @@ $(PEERS_STAMP): tests/mcp-peers/package-lock.json
 	touch $@
 peers: $(PEERS_STAMP)
 
-## Unit, golden, schema/CEL, compatibility, integration and Helm chart tests. Installs the
-## pinned npm MCP peers and the chart tests' Python venv first, so every test runs.
-test: $(PEERS_STAMP) $(CHART_STAMP)
+# playwright-core, which drives Chromium in the inbox's browser test (tests/inbox.rs).
+UI_STAMP := tests/ui/node_modules/.installed
+$(UI_STAMP): tests/ui/package-lock.json
+	npm ci --prefix tests/ui --no-audit --no-fund
+	touch $@
+
+## Unit, golden, schema/CEL, compatibility, integration, browser and Helm chart tests. Installs
+## the pinned npm MCP peers, playwright-core and the chart tests' Python venv first, so every
+## test runs (the browser test also needs Debian's `chromium`; .ci/run installs it).
+test: $(PEERS_STAMP) $(UI_STAMP) $(CHART_STAMP)
 	$(CARGO) test --all-targets --no-fail-fast
 	$(MAKE) chart-test
 

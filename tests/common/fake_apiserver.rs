@@ -4,6 +4,8 @@
 //! It records every request body and can be told to fail every request. It also serves the
 //! gate's watch of its own Agent: any Agent asked for exists, is never frozen and never changes
 //! (the freeze is tested with the gate's view fed directly, and on the real apiserver).
+//! For `kubectl hitl ui`, it also watches the whole collection, answers SelfSubjectReviews (as
+//! user `alice`) and can refuse decisions on chosen requests as RBAC would.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +26,7 @@ struct Store {
     requests: Vec<(String, String, String)>,
     fail: Option<u16>,
     watches: BTreeMap<String, usize>,
+    forbidden: std::collections::BTreeSet<String>,
 }
 
 /// The fake apiserver's shared state.
@@ -121,6 +124,10 @@ impl FakeApi {
                 "/apis/kagent.dev/v1alpha2/namespaces/{ns}/agents",
                 get(agents),
             )
+            .route(
+                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                axum::routing::post(self_subject_review),
+            )
             .with_state(api.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         api
@@ -172,6 +179,11 @@ impl FakeApi {
             .get(name)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Makes every write of a decision on request `name` fail as RBAC refuses it.
+    pub fn forbid_decisions(&self, name: &str) {
+        self.store.lock().unwrap().forbidden.insert(name.into());
     }
 
     /// Writes a decision, as `kubectl hitl approve|deny` would (write-once).
@@ -296,12 +308,21 @@ async fn agents(Path(ns): Path<String>, Query(q): Query<BTreeMap<String, String>
     .into_response()
 }
 
+/// The caller is `alice`.
+async fn self_subject_review() -> Response {
+    let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+        "metadata": {}, "status": {"userInfo": {"username": "alice", "groups": ["approvers"]}}});
+    (StatusCode::CREATED, axum::Json(review)).into_response()
+}
+
+/// A watch of one request (field selector `metadata.name=`) or, without one, of every request.
 fn watch(api: FakeApi, q: BTreeMap<String, String>) -> Response {
     let name = q
         .get("fieldSelector")
         .and_then(|f| f.strip_prefix("metadata.name="))
         .unwrap_or_default()
         .to_string();
+    let every = name.is_empty();
     let from: u64 = q
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
@@ -333,8 +354,9 @@ fn watch(api: FakeApi, q: BTreeMap<String, String>) -> Response {
             }
         }
         while let Ok((kind, obj)) = rx.recv().await {
-            if obj["metadata"]["name"] == json!(name) && (kind == "DELETED" || rv_of(&obj) > last) {
-                last = rv_of(&obj);
+            let watched = every || obj["metadata"]["name"] == json!(name);
+            if watched && (kind == "DELETED" || rv_of(&obj) > last) {
+                last = last.max(rv_of(&obj));
                 if tx.send(line(&kind, &obj)).is_err() {
                     return;
                 }
@@ -401,6 +423,13 @@ async fn patch_main(
     }
     let patch: Value = serde_json::from_slice(&body).unwrap();
     let mut s = api.store.lock().unwrap();
+    if s.forbidden.contains(&name) {
+        let message = format!(
+            "approvalrequests.kagent.dev \"{name}\" is forbidden: User \"alice\" cannot approve \
+             resource \"agents\" in API group \"kagent.dev\""
+        );
+        return status(403, "Forbidden", &message);
+    }
     s.rv += 1;
     let rv = s.rv;
     let Some(obj) = s.objects.get_mut(&name) else {

@@ -29,6 +29,7 @@ FAILURES=0
 POLICY=0
 
 cleanup() {
+  stop_inboxes
   if [[ -n ${AGENT_KUBECONFIG:-} ]]; then rm -f "$AGENT_KUBECONFIG" "$AGENT_KUBECONFIG.ca"; fi
   if [[ ${HITL_E2E_KEEP:-0} == 1 ]]; then
     echo "kept namespace $NS"
@@ -191,6 +192,35 @@ new_request r4 helper 3600
 expect_fail "a user without patch cannot decide" "forbidden" \
   kubectl -n "$NS" --as=eve patch approvalrequest r4 --type merge -p "$(decision_patch Approve eve)"
 
+# start_inbox USER: `kubectl hitl ui` acting as USER (a kubeconfig impersonating them), its base
+# URL in INBOX_BASE[USER] and its token in INBOX_TOKEN[USER].
+declare -A INBOX_BASE=() INBOX_TOKEN=() INBOX_PID=()
+start_inbox() {
+  local user=$1 kubeconfig out url
+  kubeconfig=$(mktemp) out=$(mktemp)
+  kubeconfig_as "$kubeconfig" "$user" system:authenticated
+  KUBECONFIG=$kubeconfig "$PLUGIN" -n "$NS" ui --no-open >"$out" 2>&1 &
+  INBOX_PID[$user]=$!
+  for _ in $(seq 100); do
+    url=$(grep -o 'http://127.0.0.1:[0-9]*/#token=[0-9a-f]*' "$out" || true)
+    [[ -n $url ]] && break
+    sleep 0.1
+  done
+  rm -f "$kubeconfig"
+  [[ -n $url ]] || { fail "the inbox as $user did not start: $(cat "$out")"; return; }
+  INBOX_BASE[$user]=${url%%/#*}
+  INBOX_TOKEN[$user]=${url##*token=}
+}
+stop_inboxes() { local pid; for pid in "${INBOX_PID[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+# inbox_decide USER NAME [ORIGIN]: approves NAME through USER's inbox as its page does (from
+# ORIGIN, by default the inbox's own); prints the answer, then the HTTP status on a line of its own.
+inbox_decide() {
+  local user=$1 name=$2 origin=${3:-${INBOX_BASE[$1]}}
+  curl -s --max-time 10 -w '\n%{http_code}' -X POST "${INBOX_BASE[$user]}/api/decisions" \
+    -H "Origin: $origin" -H "X-Hitl-Token: ${INBOX_TOKEN[$user]}" -H 'Content-Type: application/json' \
+    -d "{\"decision\":\"Approve\",\"requests\":[{\"namespace\":\"$NS\",\"name\":\"$name\"}]}"
+}
+
 # agent_status_patch NAME BODY: what the gate sends to record consumption, a merge patch of the
 # status subresource with the agent's token (`kubectl patch --subresource=status` would first GET
 # the status, which the agent's Role does not grant).
@@ -232,6 +262,24 @@ EOF
   expect_eq "r3 executed" "Executed" "$(jpath r3 '{.status.phase}')"
   expect_fail "consumption is write-once" "write-once" \
     agent_status_patch r3 "{\"status\":{\"consumedAt\":\"$(timestamp 5)\"}}"
+
+  echo "== the inbox (kubectl hitl ui), as alice and as mallory"
+  new_request r9 helper 3600
+  new_request r10 helper 3600
+  start_inbox alice
+  start_inbox mallory
+  expect_ok "alice's inbox lists r9 as pending, acting as alice" \
+    bash -c "curl -sN --max-time 3 '${INBOX_BASE[alice]}/events?token=${INBOX_TOKEN[alice]}' | grep -m1 '^data:' | grep -q '\"user\":\"alice\".*\"name\":\"r9\"'"
+  out=$(inbox_decide alice r9 http://evil.example)
+  expect_eq "a cross-origin decision is refused by the inbox" "403" "${out##*$'\n'}"
+  expect_eq "r9 still undecided" "" "$(jpath r9 '{.spec.decision.type}')"
+  out=$(inbox_decide alice r9)
+  expect_ok "alice approves r9 in her inbox" grep -q '"ok":true' <<<"$out"
+  expect_eq "r9 approved by alice through the inbox" "Approve alice" "$(jpath r9 '{.spec.decision.type} {.spec.decision.decidedBy}')"
+  out=$(inbox_decide mallory r10)
+  expect_ok "mallory's inbox shows the refusal and the rolebinding that would grant it" \
+    bash -c "grep -q 'mallory may not decide approvalrequest/r10' <<<'$out' && grep -q 'needs the RBAC verb approve' <<<'$out' && grep -q 'create rolebinding hitl-approver-mallory' <<<'$out'"
+  expect_eq "r10 still undecided" "" "$(jpath r10 '{.spec.decision.type}')"
 fi
 
 echo

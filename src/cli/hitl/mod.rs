@@ -4,6 +4,7 @@ pub mod decide;
 pub mod describe;
 pub mod error;
 pub mod identity;
+pub mod inbox;
 pub mod output;
 pub mod table;
 pub mod visible;
@@ -51,6 +52,8 @@ pub enum Command {
     Deny(DenyArgs),
     /// Stream new and changed ApprovalRequests until interrupted.
     Watch(WatchArgs),
+    /// Open a web inbox on 127.0.0.1 to see and decide requests, as yourself.
+    Ui(UiArgs),
 }
 
 /// `list` options.
@@ -122,6 +125,20 @@ pub struct WatchArgs {
     /// Only show requests that are Pending.
     #[arg(long)]
     pub pending: bool,
+}
+
+/// `ui` options.
+#[derive(Args, Debug)]
+pub struct UiArgs {
+    /// Show every namespace (needs list and watch on approvalrequests cluster-wide).
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Print the address without opening a browser.
+    #[arg(long)]
+    pub no_open: bool,
 }
 
 /// Parse-independent entry point: connect with the kubeconfig and run `cli`. Returns whether
@@ -270,6 +287,15 @@ pub async fn execute(
                 watcher(scoped(args.all_namespaces), watcher::Config::default()).default_backoff();
             watch::print_events(events, clock, args.all_namespaces, args.pending, out, err).await?;
             Ok(true)
+        }
+        Command::Ui(args) => {
+            let scope = if args.all_namespaces {
+                inbox::Scope::All
+            } else {
+                inbox::Scope::Namespace(namespace.to_owned())
+            };
+            let user = identity::username(&client).await?;
+            inbox::run(client, scope, user, args, out).await
         }
     }
 }

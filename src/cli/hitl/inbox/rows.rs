@@ -1,0 +1,242 @@
+//! What the inbox page shows of each ApprovalRequest: a flat row, computed at one instant, with
+//! every string as `kubectl hitl get` shows it (hidden characters written out).
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use serde::Serialize;
+
+use super::super::visible::visible;
+use crate::api::ApprovalRequest;
+use crate::api::approval_request::{DecisionType, Phase};
+use crate::gate::redact;
+
+/// How many finished requests the page lists below the pending ones (the most recent).
+pub const RECENT: usize = 50;
+
+/// Where a request stands, as the page tells the states apart.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Waiting for a decision.
+    Pending,
+    /// Approved; the agent's call has not run yet.
+    Approved,
+    /// Approved and run once.
+    Executed,
+    /// Denied.
+    Denied,
+    /// Not decided in time.
+    Expired,
+    /// Withdrawn (policy changed, agent gone or frozen).
+    Cancelled,
+}
+
+impl From<Phase> for State {
+    fn from(phase: Phase) -> Self {
+        match phase {
+            Phase::Pending => Self::Pending,
+            Phase::Approved => Self::Approved,
+            Phase::Executed => Self::Executed,
+            Phase::Denied => Self::Denied,
+            Phase::Expired => Self::Expired,
+            Phase::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+/// One request as the page shows it.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    /// Namespace of the request.
+    pub namespace: String,
+    /// Name of the request.
+    pub name: String,
+    /// The agent that asked.
+    pub agent: String,
+    /// The tool server (`kind namespace/name`).
+    pub server: String,
+    /// The tool.
+    pub tool: String,
+    /// The redacted arguments preview, pretty-printed JSON.
+    pub arguments: String,
+    /// What redaction hid, when it hid something.
+    pub redaction: Option<String>,
+    /// The state at the instant of the snapshot.
+    pub state: State,
+    /// Approvals given of those needed, `1/2`.
+    pub approvals: String,
+    /// When the gate asked (RFC 3339).
+    pub created: Option<String>,
+    /// After this no decision counts (RFC 3339).
+    pub expires_at: String,
+    /// Who decided, and how, when someone did.
+    pub decided_by: Option<String>,
+    /// The decision's reason.
+    pub reason: Option<String>,
+}
+
+fn shown(text: &str) -> String {
+    visible(text).into_owned()
+}
+
+/// The row of `request` at `now`.
+pub fn row(request: &ApprovalRequest, now: Timestamp) -> Row {
+    let spec = &request.spec;
+    let arguments = spec.arguments_preview.as_ref().map_or_else(
+        || "(no preview)".to_owned(),
+        |preview| serde_json::to_string_pretty(preview).expect("a JSON map serializes"),
+    );
+    let decided_by = spec.decision.as_ref().map(|d| {
+        let verb = match d.decision_type {
+            DecisionType::Approve => "approved",
+            DecisionType::Deny => "denied",
+        };
+        format!("{verb} by {}", shown(&d.decided_by))
+    });
+    Row {
+        namespace: request.namespace().unwrap_or_default(),
+        name: request.name_any(),
+        agent: shown(&spec.agent_ref.name),
+        server: format!(
+            "{} {}/{}",
+            spec.tool_server.kind.as_str(),
+            spec.tool_server.namespace,
+            spec.tool_server.name
+        ),
+        tool: shown(&spec.tool_name),
+        arguments: shown(&arguments),
+        redaction: spec.arguments_preview.as_ref().and_then(redact::notice),
+        state: request.phase_at(now).into(),
+        approvals: request.approvals_summary(),
+        created: request
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string()),
+        expires_at: spec.expires_at.0.to_string(),
+        decided_by,
+        reason: spec
+            .decision
+            .as_ref()
+            .and_then(|d| d.reason.as_deref())
+            .map(shown),
+    }
+}
+
+/// The rows of `requests` at `now`: every pending one, soonest expiry first, then the
+/// [`RECENT`] most recently created of the others.
+pub fn snapshot<'a>(
+    requests: impl IntoIterator<Item = &'a ApprovalRequest>,
+    now: Timestamp,
+) -> Vec<Row> {
+    let (mut pending, mut others): (Vec<Row>, Vec<Row>) = requests
+        .into_iter()
+        .map(|r| row(r, now))
+        .partition(|r| r.state == State::Pending);
+    pending.sort_by(|a, b| a.expires_at.cmp(&b.expires_at).then(a.name.cmp(&b.name)));
+    others.sort_by(|a, b| b.created.cmp(&a.created).then(a.name.cmp(&b.name)));
+    others.truncate(RECENT);
+    pending.extend(others);
+    pending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(
+        name: &str,
+        created: &str,
+        expires: &str,
+        decision: Option<&str>,
+    ) -> ApprovalRequest {
+        let mut r = json!({
+            "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequest",
+            "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": created},
+            "spec": {
+                "agentRef": {"name": "helper"},
+                "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "team-a"},
+                "toolName": "delete_file",
+                "argumentsPreview": {"path": "/data/\u{202e}txt.exe", "token": "[REDACTED]"},
+                "argumentsSha256": "a".repeat(64), "argumentsBytes": 40,
+                "requestedBy": "system:serviceaccount:team-a:helper",
+                "expiresAt": expires
+            }
+        });
+        if let Some(kind) = decision {
+            r["spec"]["decision"] = json!({"type": kind, "decidedBy": "alice", "reason": "ok"});
+        }
+        serde_json::from_value(r).unwrap()
+    }
+
+    #[test]
+    fn a_row_shows_what_get_shows() {
+        let now: Timestamp = "2026-11-22T00:10:00Z".parse().unwrap();
+        let r = row(
+            &request("r1", "2026-11-22T00:00:00Z", "2026-11-22T01:00:00Z", None),
+            now,
+        );
+        assert_eq!(r.state, State::Pending);
+        assert_eq!(r.server, "RemoteMCPServer team-a/fs");
+        assert_eq!(r.approvals, "0/1");
+        assert!(r.arguments.contains("\\u{202e}"), "{}", r.arguments);
+        assert!(!r.arguments.contains('\u{202e}'));
+        assert!(
+            r.arguments.contains("\n  \"path\""),
+            "pretty: {}",
+            r.arguments
+        );
+        assert!(r.redaction.is_some(), "the redacted token is told");
+        assert_eq!(r.decided_by, None);
+    }
+
+    #[test]
+    fn states_follow_the_phase_at_the_instant() {
+        let now: Timestamp = "2026-11-22T00:10:00Z".parse().unwrap();
+        let late = request("r", "2026-11-22T00:00:00Z", "2026-11-22T00:05:00Z", None);
+        assert_eq!(row(&late, now).state, State::Expired);
+        let denied = request(
+            "r",
+            "2026-11-22T00:00:00Z",
+            "2026-11-22T01:00:00Z",
+            Some("Deny"),
+        );
+        let r = row(&denied, now);
+        assert_eq!(r.state, State::Denied);
+        assert_eq!(r.decided_by.as_deref(), Some("denied by alice"));
+        assert_eq!(r.reason.as_deref(), Some("ok"));
+    }
+
+    #[test]
+    fn pending_first_by_expiry_then_recent_others() {
+        let now: Timestamp = "2026-11-22T00:10:00Z".parse().unwrap();
+        let mut requests = vec![
+            request(
+                "later",
+                "2026-11-22T00:01:00Z",
+                "2026-11-22T02:00:00Z",
+                None,
+            ),
+            request(
+                "sooner",
+                "2026-11-22T00:02:00Z",
+                "2026-11-22T01:00:00Z",
+                None,
+            ),
+        ];
+        for i in 0..RECENT + 5 {
+            requests.push(request(
+                &format!("done-{i:03}"),
+                &format!("2026-11-21T{:02}:{:02}:00Z", i / 60, i % 60),
+                "2026-11-22T01:00:00Z",
+                Some("Deny"),
+            ));
+        }
+        let rows = snapshot(&requests, now);
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names[..3], ["sooner", "later", "done-054"]);
+        assert_eq!(rows.len(), 2 + RECENT, "finished requests are capped");
+    }
+}
