@@ -731,13 +731,22 @@ fn requester_may_not_write_controller_fields() {
     let mut notified = old.clone();
     notified["status"]["notifications"] = record;
     let mut erased = consumed(notified.clone());
-    erased["status"].as_object_mut().unwrap().remove("notifications");
+    erased["status"]
+        .as_object_mut()
+        .unwrap()
+        .remove("notifications");
     denied_with(
         admit(p, "UPDATE", AGENT_SA, &erased, Some(&notified)),
         "status.notifications",
     );
     assert_eq!(
-        admit(p, "UPDATE", AGENT_SA, &consumed(notified.clone()), Some(&notified)),
+        admit(
+            p,
+            "UPDATE",
+            AGENT_SA,
+            &consumed(notified.clone()),
+            Some(&notified)
+        ),
         Verdict::Allowed,
         "consuming leaves the records as they are"
     );
@@ -815,8 +824,14 @@ fn status_policy_covers_every_status_field() {
     }
     assert_eq!(
         constrained,
-        ["conditions", "consumedAt", "decidedAt", "notifications", "phase"]
-            .map(String::from)
-            .into()
+        [
+            "conditions",
+            "consumedAt",
+            "decidedAt",
+            "notifications",
+            "phase"
+        ]
+        .map(String::from)
+        .into()
     );
 }

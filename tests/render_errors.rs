@@ -198,7 +198,7 @@ fn kagent_kinds_we_do_not_serve_are_refused() {
     assert_eq!(
         problems(yaml),
         [
-            "t.yaml: ToolServer ns/m: apiVersion \"kagent.dev/v1alpha1\" kind \"ToolServer\" is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig and ApprovalRequest in kagent.dev/v1alpha2)"
+            "t.yaml: ToolServer ns/m: apiVersion \"kagent.dev/v1alpha1\" kind \"ToolServer\" is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig, ApprovalRequest and ApprovalNotifier in kagent.dev/v1alpha2)"
         ]
     );
 }

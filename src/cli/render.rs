@@ -143,7 +143,7 @@ pub fn render_documents(
             && !is_kmcp(api_version, kind)
         {
             report.problems.push(format!(
-                "{}: {kind} {}: apiVersion {api_version:?} kind {kind:?} is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig and ApprovalRequest in {}/{})",
+                "{}: {kind} {}: apiVersion {api_version:?} kind {kind:?} is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig, ApprovalRequest and ApprovalNotifier in {}/{})",
                 document.file,
                 object_name(&document.value),
                 api::GROUP,

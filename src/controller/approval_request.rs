@@ -371,9 +371,8 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         phase => {
             let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(agent.as_deref()))
             else {
-                return Ok(notify_at.map_or_else(Action::await_change, |at| {
-                    Action::requeue(until(now, at))
-                }));
+                return Ok(notify_at
+                    .map_or_else(Action::await_change, |at| Action::requeue(until(now, at))));
             };
             if now >= delete_at {
                 tracing::info!(%namespace, %name, phase = phase.as_str(), "deleting finished ApprovalRequest");

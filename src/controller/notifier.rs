@@ -145,7 +145,14 @@ async fn reconcile_inner(notifier: &ApprovalNotifier, ctx: &Context) -> Result<A
             generation,
             now,
         ),
-        Err(problem) => new_condition(READY, false, problem.reason, problem.message, generation, now),
+        Err(problem) => new_condition(
+            READY,
+            false,
+            problem.reason,
+            problem.message,
+            generation,
+            now,
+        ),
     };
     let current = notifier.status.clone().unwrap_or_default();
     let mut conditions = current.conditions.clone();
@@ -189,7 +196,10 @@ pub async fn deliver(
     let mut wake = None;
     for notifier in notifiers {
         let name = notifier.name_any();
-        wake = earliest(wake, plan::next_reminder(&notifier.spec, request, phase, now));
+        wake = earliest(
+            wake,
+            plan::next_reminder(&notifier.spec, request, phase, now),
+        );
         let Some(event) = plan::due(&notifier.spec, request, phase, now) else {
             continue;
         };
@@ -291,8 +301,12 @@ async fn attempt(
         (Err(_), true) => "given_up",
     });
     match &outcome {
-        Ok(()) => tracing::info!(notifier = %notifier_name, request = %request.name_any(), event = %event.key(), attempt = n, "notification delivered"),
-        Err(error) => tracing::warn!(notifier = %notifier_name, request = %request.name_any(), event = %event.key(), attempt = n, %error, "notification failed"),
+        Ok(()) => {
+            tracing::info!(notifier = %notifier_name, request = %request.name_any(), event = %event.key(), attempt = n, "notification delivered")
+        }
+        Err(error) => {
+            tracing::warn!(notifier = %notifier_name, request = %request.name_any(), event = %event.key(), attempt = n, %error, "notification failed")
+        }
     }
     record_outcome(&api, written, &notifier_name, event, n, &outcome, finished).await?;
     if outcome.is_ok() || given_up {
@@ -311,8 +325,14 @@ async fn attempt(
             request.name_any()
         );
         let targets = [notifier.object_ref(&())];
-        ctx.publish(EventType::Warning, "DeliveryFailed", note, "Notify", &targets)
-            .await;
+        ctx.publish(
+            EventType::Warning,
+            "DeliveryFailed",
+            note,
+            "Notify",
+            &targets,
+        )
+        .await;
     }
     Ok(true)
 }
@@ -392,8 +412,10 @@ async fn record_on_notifier(
     delivery: Delivery,
     given_up: bool,
 ) -> Result<()> {
-    let api: Api<ApprovalNotifier> =
-        Api::namespaced(ctx.client.clone(), &notifier.namespace().unwrap_or_default());
+    let api: Api<ApprovalNotifier> = Api::namespaced(
+        ctx.client.clone(),
+        &notifier.namespace().unwrap_or_default(),
+    );
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()

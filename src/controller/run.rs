@@ -33,8 +33,8 @@ use tokio::sync::watch;
 
 use super::rendered::{RenderedKind, Summaries};
 use super::{
-    CacheSync, Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request, notifier,
-    model_config, remote_mcp_server, retry_after_error,
+    CacheSync, Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request,
+    model_config, notifier, remote_mcp_server, retry_after_error,
 };
 use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
@@ -486,7 +486,8 @@ fn spec_changed<K: Resource + Send + Sync + 'static>(
     objects.filter(move |object| {
         let key = object.meta().uid.clone().unwrap_or_default();
         let generation = object.meta().generation;
-        let changed = seen.lock().expect("not poisoned").insert(key, generation) != Some(generation);
+        let changed =
+            seen.lock().expect("not poisoned").insert(key, generation) != Some(generation);
         futures::future::ready(changed)
     })
 }

@@ -77,7 +77,9 @@ fn facts(request: &ApprovalRequest, event: Event, phase: Phase) -> Value {
 pub fn cloud_event(request: &ApprovalRequest, event: Event, phase: Phase, now: Timestamp) -> Value {
     let namespace = request.namespace().unwrap_or_default();
     let name = request.name_any();
-    let identity = request.uid().unwrap_or_else(|| format!("{namespace}/{name}"));
+    let identity = request
+        .uid()
+        .unwrap_or_else(|| format!("{namespace}/{name}"));
     json!({
         "specversion": "1.0",
         "id": format!("{identity}/{}", event.key()),
@@ -119,7 +121,11 @@ pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase) -> Value {
                     DecisionType::Approve => "Approved",
                     DecisionType::Deny => "Denied",
                 };
-                let reason = d.reason.as_deref().map(|r| format!(": {}", slack_text(r))).unwrap_or_default();
+                let reason = d
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(": {}", slack_text(r)))
+                    .unwrap_or_default();
                 format!("{verb} by {}{reason}: {what}", slack_text(&d.decided_by))
             }
             None => format!("Decided: {what}"),
@@ -143,7 +149,11 @@ pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase) -> Value {
     );
     if phase == Phase::Pending {
         let (approve, deny) = commands(request);
-        details.push_str(&format!("\n`{}`\n`{}`", slack_text(&approve), slack_text(&deny)));
+        details.push_str(&format!(
+            "\n`{}`\n`{}`",
+            slack_text(&approve),
+            slack_text(&deny)
+        ));
     }
     json!({
         "text": headline,
@@ -189,24 +199,46 @@ mod tests {
         assert_eq!(e["specversion"], "1.0");
         assert_eq!(e["type"], "dev.kagent.approvalrequest.created");
         assert_eq!(e["id"], "u-1/created");
-        assert_eq!(e["source"], "/apis/kagent.dev/v1alpha2/namespaces/team-a/approvalrequests/helper-delete-file-1");
+        assert_eq!(
+            e["source"],
+            "/apis/kagent.dev/v1alpha2/namespaces/team-a/approvalrequests/helper-delete-file-1"
+        );
         assert_eq!(e["data"]["argumentsPreview"]["token"], "[REDACTED]");
         assert_eq!(e["data"]["argumentsBytes"], 77);
-        assert_eq!(e["data"]["approve"], "kubectl hitl approve helper-delete-file-1 -n team-a");
-        let later = cloud_event(&r, Event::Created, Phase::Pending, "2026-11-22T00:09:00Z".parse().unwrap());
-        assert_eq!(later["id"], e["id"], "every attempt at one message has one id");
+        assert_eq!(
+            e["data"]["approve"],
+            "kubectl hitl approve helper-delete-file-1 -n team-a"
+        );
+        let later = cloud_event(
+            &r,
+            Event::Created,
+            Phase::Pending,
+            "2026-11-22T00:09:00Z".parse().unwrap(),
+        );
+        assert_eq!(
+            later["id"], e["id"],
+            "every attempt at one message has one id"
+        );
         let keys: Vec<&String> = e["data"].as_object().unwrap().keys().collect();
-        assert!(!keys.iter().any(|k| *k == "message" || *k == "requestedBy"), "{keys:?}");
+        assert!(
+            !keys.iter().any(|k| *k == "message" || *k == "requestedBy"),
+            "{keys:?}"
+        );
     }
 
     #[test]
     fn a_decided_message_names_who_and_why_and_offers_no_command() {
-        let r = request(Some(json!({"type": "Deny", "decidedBy": "alice", "reason": "wrong <file>"})));
+        let r = request(Some(
+            json!({"type": "Deny", "decidedBy": "alice", "reason": "wrong <file>"}),
+        ));
         let e = cloud_event(&r, Event::Decided, Phase::Denied, Timestamp::UNIX_EPOCH);
         assert_eq!(e["data"]["decision"]["decidedBy"], "alice");
         assert!(e["data"].get("approve").is_none());
         let s = slack(&r, Event::Decided, Phase::Denied);
-        assert_eq!(s["text"], "Denied by alice: wrong &lt;file&gt;: `delete_file` of agent *helper* in team-a");
+        assert_eq!(
+            s["text"],
+            "Denied by alice: wrong &lt;file&gt;: `delete_file` of agent *helper* in team-a"
+        );
     }
 
     #[test]
@@ -216,9 +248,19 @@ mod tests {
         assert!(!body.contains("<!channel>"), "{body}");
         assert!(body.contains("&lt;!channel&gt;"));
         let code = s["blocks"][1]["text"]["text"].as_str().unwrap();
-        assert_eq!(code.matches("```").count(), 2, "only the block's own fences: {code}");
-        assert!(code.contains("\\u{202e}"), "hidden characters written out: {code}");
+        assert_eq!(
+            code.matches("```").count(),
+            2,
+            "only the block's own fences: {code}"
+        );
+        assert!(
+            code.contains("\\u{202e}"),
+            "hidden characters written out: {code}"
+        );
         let details = s["blocks"][2]["elements"][0]["text"].as_str().unwrap();
-        assert!(details.contains("`kubectl hitl approve helper-delete-file-1 -n team-a`"), "{details}");
+        assert!(
+            details.contains("`kubectl hitl approve helper-delete-file-1 -n team-a`"),
+            "{details}"
+        );
     }
 }

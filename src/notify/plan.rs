@@ -66,10 +66,17 @@ pub fn covers(
 /// now (a decision or an expiry over a reminder, the latest reminder over earlier ones, a
 /// reminder over `created`). `None` when nothing is to be sent. Whether it was sent already
 /// is for [`next_attempt`] to say.
-pub fn due(spec: &ApprovalNotifierSpec, request: &ApprovalRequest, phase: Phase, now: Timestamp) -> Option<Event> {
+pub fn due(
+    spec: &ApprovalNotifierSpec,
+    request: &ApprovalRequest,
+    phase: Phase,
+    now: Timestamp,
+) -> Option<Event> {
     let on = spec.notify_on();
     match phase {
-        Phase::Approved | Phase::Executed | Phase::Denied => on.on_decided().then_some(Event::Decided),
+        Phase::Approved | Phase::Executed | Phase::Denied => {
+            on.on_decided().then_some(Event::Decided)
+        }
         Phase::Expired => on.on_expired().then_some(Event::Expired),
         Phase::Cancelled => None,
         Phase::Pending => {
@@ -86,14 +93,21 @@ pub fn due(spec: &ApprovalNotifierSpec, request: &ApprovalRequest, phase: Phase,
 }
 
 /// When the next reminder about `request` in `phase` falls due after `now`, if one will.
-pub fn next_reminder(spec: &ApprovalNotifierSpec, request: &ApprovalRequest, phase: Phase, now: Timestamp) -> Option<Timestamp> {
+pub fn next_reminder(
+    spec: &ApprovalNotifierSpec,
+    request: &ApprovalRequest,
+    phase: Phase,
+    now: Timestamp,
+) -> Option<Timestamp> {
     if phase != Phase::Pending {
         return None;
     }
     let reminder = spec.notify_on().reminder?;
     let every = parse_duration_seconds(&reminder.after).filter(|s| *s >= 1.0)?;
     let created = request.metadata.creation_timestamp.as_ref()?.0;
-    let sent = (now.duration_since(created).as_secs_f64() / every).floor().max(0.0) as u32;
+    let sent = (now.duration_since(created).as_secs_f64() / every)
+        .floor()
+        .max(0.0) as u32;
     let next = sent.checked_add(1).filter(|n| *n <= reminder.count())?;
     let at = created + SignedDuration::from_secs_f64(every * f64::from(next));
     (at < request.spec.expires_at.0).then_some(at)
@@ -117,7 +131,11 @@ pub enum Attempt {
 /// it is retried after the backoff, so a message may arrive twice only if the channel
 /// accepted it in the instant before that sender died (receivers can drop duplicates by the
 /// CloudEvents `id`, the same for every attempt).
-pub fn next_attempt(record: Option<&NotificationRecord>, max_attempts: u32, now: Timestamp) -> Attempt {
+pub fn next_attempt(
+    record: Option<&NotificationRecord>,
+    max_attempts: u32,
+    now: Timestamp,
+) -> Attempt {
     let Some(record) = record else {
         return Attempt::Now(1);
     };
@@ -140,7 +158,9 @@ pub fn next_attempt(record: Option<&NotificationRecord>, max_attempts: u32, now:
 
 /// The wait after `failed` failed attempts: 2 s, 4 s, 8 s, … at most 5 minutes.
 pub fn backoff(failed: u32) -> Duration {
-    let factor = 1u32.checked_shl(failed.saturating_sub(1)).unwrap_or(u32::MAX);
+    let factor = 1u32
+        .checked_shl(failed.saturating_sub(1))
+        .unwrap_or(u32::MAX);
     FIRST_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF)
 }
 
@@ -155,8 +175,11 @@ mod tests {
     }
 
     fn notifier(extra: serde_json::Value) -> ApprovalNotifierSpec {
-        let mut spec = json!({"channel": {"type": "Webhook", "urlFrom": {"name": "hook", "key": "url"}}});
-        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let mut spec =
+            json!({"channel": {"type": "Webhook", "urlFrom": {"name": "hook", "key": "url"}}});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         serde_json::from_value(spec).unwrap()
     }
 
@@ -176,19 +199,34 @@ mod tests {
     }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn tools_and_agent_labels_select_requests() {
         let r = request("delete_file");
-        assert!(covers(&notifier(json!({})), &r, None), "no selector: every request");
-        assert!(!covers(&notifier(json!({"tools": ["read_file"]})), &r, None));
+        assert!(
+            covers(&notifier(json!({})), &r, None),
+            "no selector: every request"
+        );
+        assert!(!covers(
+            &notifier(json!({"tools": ["read_file"]})),
+            &r,
+            None
+        ));
         let by_team = notifier(json!({"agentSelector": {"matchLabels": {"team": "payments"}}}));
         assert!(covers(&by_team, &r, Some(&labels(&[("team", "payments")]))));
         assert!(!covers(&by_team, &r, Some(&labels(&[("team", "web")]))));
-        assert!(!covers(&by_team, &r, None), "an Agent that is gone matches no selector");
-        let broken = notifier(json!({"agentSelector": {"matchExpressions": [{"key": "team", "operator": "Bogus"}]}}));
+        assert!(
+            !covers(&by_team, &r, None),
+            "an Agent that is gone matches no selector"
+        );
+        let broken = notifier(
+            json!({"agentSelector": {"matchExpressions": [{"key": "team", "operator": "Bogus"}]}}),
+        );
         assert!(!covers(&broken, &r, Some(&labels(&[("team", "payments")]))));
     }
 
@@ -199,11 +237,16 @@ mod tests {
         let at = ts("2026-11-22T00:20:00Z");
         assert_eq!(due(&plain, &r, Phase::Pending, at), Some(Event::Created));
         assert_eq!(due(&plain, &r, Phase::Approved, at), Some(Event::Decided));
-        assert_eq!(due(&plain, &r, Phase::Executed, at), Some(Event::Decided), "one message for a decision");
+        assert_eq!(
+            due(&plain, &r, Phase::Executed, at),
+            Some(Event::Decided),
+            "one message for a decision"
+        );
         assert_eq!(due(&plain, &r, Phase::Denied, at), Some(Event::Decided));
         assert_eq!(due(&plain, &r, Phase::Expired, at), Some(Event::Expired));
         assert_eq!(due(&plain, &r, Phase::Cancelled, at), None);
-        let quiet = notifier(json!({"events": {"created": false, "decided": false, "expired": false}}));
+        let quiet =
+            notifier(json!({"events": {"created": false, "decided": false, "expired": false}}));
         for phase in [Phase::Pending, Phase::Approved, Phase::Expired] {
             assert_eq!(due(&quiet, &r, phase, at), None);
         }
@@ -217,16 +260,46 @@ mod tests {
         assert_eq!(pending("2026-11-22T00:14:59Z"), Some(Event::Created));
         assert_eq!(pending("2026-11-22T00:15:00Z"), Some(Event::Reminder(1)));
         assert_eq!(pending("2026-11-22T00:31:00Z"), Some(Event::Reminder(2)));
-        assert_eq!(pending("2026-11-22T00:59:00Z"), Some(Event::Reminder(2)), "at most 2");
+        assert_eq!(
+            pending("2026-11-22T00:59:00Z"),
+            Some(Event::Reminder(2)),
+            "at most 2"
+        );
         let next = |at: &str| next_reminder(&reminding, &r, Phase::Pending, ts(at));
-        assert_eq!(next("2026-11-22T00:01:00Z"), Some(ts("2026-11-22T00:15:00Z")));
-        assert_eq!(next("2026-11-22T00:15:00Z"), Some(ts("2026-11-22T00:30:00Z")));
-        assert_eq!(next("2026-11-22T00:30:00Z"), None, "the second was the last");
-        assert_eq!(next_reminder(&reminding, &r, Phase::Approved, ts("2026-11-22T00:01:00Z")), None);
+        assert_eq!(
+            next("2026-11-22T00:01:00Z"),
+            Some(ts("2026-11-22T00:15:00Z"))
+        );
+        assert_eq!(
+            next("2026-11-22T00:15:00Z"),
+            Some(ts("2026-11-22T00:30:00Z"))
+        );
+        assert_eq!(
+            next("2026-11-22T00:30:00Z"),
+            None,
+            "the second was the last"
+        );
+        assert_eq!(
+            next_reminder(&reminding, &r, Phase::Approved, ts("2026-11-22T00:01:00Z")),
+            None
+        );
         let late = notifier(json!({"events": {"reminder": {"after": "45m", "max": 3}}}));
-        assert_eq!(next_reminder(&late, &r, Phase::Pending, ts("2026-11-22T00:50:00Z")), None, "none after expiry");
-        let without_created = notifier(json!({"events": {"created": false, "reminder": {"after": "15m"}}}));
-        assert_eq!(due(&without_created, &r, Phase::Pending, ts("2026-11-22T00:01:00Z")), None);
+        assert_eq!(
+            next_reminder(&late, &r, Phase::Pending, ts("2026-11-22T00:50:00Z")),
+            None,
+            "none after expiry"
+        );
+        let without_created =
+            notifier(json!({"events": {"created": false, "reminder": {"after": "15m"}}}));
+        assert_eq!(
+            due(
+                &without_created,
+                &r,
+                Phase::Pending,
+                ts("2026-11-22T00:01:00Z")
+            ),
+            None
+        );
         assert_eq!(Event::Reminder(2).key(), "reminder-2");
     }
 
@@ -245,12 +318,43 @@ mod tests {
     fn attempts_back_off_then_give_up() {
         let now = ts("2026-11-22T00:00:10Z");
         assert_eq!(next_attempt(None, 5, now), Attempt::Now(1));
-        assert_eq!(next_attempt(Some(&record(1, Some("2026-11-22T00:00:00Z"), true)), 5, now), Attempt::Delivered);
+        assert_eq!(
+            next_attempt(Some(&record(1, Some("2026-11-22T00:00:00Z"), true)), 5, now),
+            Attempt::Delivered
+        );
         // One failure: 2 s later; three failures: 8 s later.
-        assert_eq!(next_attempt(Some(&record(1, Some("2026-11-22T00:00:09Z"), false)), 5, now), Attempt::At(ts("2026-11-22T00:00:11Z")));
-        assert_eq!(next_attempt(Some(&record(1, Some("2026-11-22T00:00:08Z"), false)), 5, now), Attempt::Now(2));
-        assert_eq!(next_attempt(Some(&record(3, Some("2026-11-22T00:00:05Z"), false)), 5, now), Attempt::At(ts("2026-11-22T00:00:13Z")));
-        assert_eq!(next_attempt(Some(&record(5, Some("2026-11-22T00:00:00Z"), false)), 5, now), Attempt::GivenUp);
+        assert_eq!(
+            next_attempt(
+                Some(&record(1, Some("2026-11-22T00:00:09Z"), false)),
+                5,
+                now
+            ),
+            Attempt::At(ts("2026-11-22T00:00:11Z"))
+        );
+        assert_eq!(
+            next_attempt(
+                Some(&record(1, Some("2026-11-22T00:00:08Z"), false)),
+                5,
+                now
+            ),
+            Attempt::Now(2)
+        );
+        assert_eq!(
+            next_attempt(
+                Some(&record(3, Some("2026-11-22T00:00:05Z"), false)),
+                5,
+                now
+            ),
+            Attempt::At(ts("2026-11-22T00:00:13Z"))
+        );
+        assert_eq!(
+            next_attempt(
+                Some(&record(5, Some("2026-11-22T00:00:00Z"), false)),
+                5,
+                now
+            ),
+            Attempt::GivenUp
+        );
         assert_eq!(backoff(1), Duration::from_secs(2));
         assert_eq!(backoff(20), MAX_BACKOFF);
         assert_eq!(backoff(u32::MAX), MAX_BACKOFF);

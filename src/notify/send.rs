@@ -14,7 +14,12 @@ const MAX_ERROR: usize = 512;
 
 /// POSTs `body` to `url` as `channel` wants it. `Err` says why the attempt failed, in words
 /// fit for `status.notifications[].lastError` (never the URL: it is a credential).
-pub async fn post(http: &reqwest::Client, channel: ChannelType, url: &str, body: &Value) -> Result<(), String> {
+pub async fn post(
+    http: &reqwest::Client,
+    channel: ChannelType,
+    url: &str,
+    body: &Value,
+) -> Result<(), String> {
     let content_type = match channel {
         ChannelType::Webhook => CLOUD_EVENT_CONTENT_TYPE,
         ChannelType::Slack => "application/json",
@@ -32,7 +37,10 @@ pub async fn post(http: &reqwest::Client, channel: ChannelType, url: &str, body:
         return Ok(());
     }
     let text = response.text().await.unwrap_or_default();
-    Err(cut(&format!("HTTP {status}: {}", text.trim())))
+    match text.trim() {
+        "" => Err(format!("HTTP {status}")),
+        text => Err(cut(&format!("HTTP {status}: {text}"))),
+    }
 }
 
 fn describe(error: &reqwest::Error) -> String {

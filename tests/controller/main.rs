@@ -5,4 +5,5 @@ mod agent;
 mod approval_request;
 mod harness;
 mod model_config;
+mod notifier;
 mod remote_mcp_server;

@@ -3,7 +3,7 @@
 # binaries (target/debug) and the npm MCP peers. Prints a SKIP line and exits 0 when no cluster
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
-# Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum
+# Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, notify
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -14,6 +14,8 @@
 #   freeze  tests/e2e/freeze.sh: the freeze annotation on an Agent and on its Namespace
 #   quorum  tests/e2e/quorum.sh: a rule asking for two approvals: 1/2 keeps the call waiting,
 #           the same person twice, the requester and ServiceAccounts refused, 2/2 runs it once
+#   notify  tests/e2e/notify.sh: ApprovalNotifiers with a real receiver: retries, reminders, a
+#           leader change between attempts, expiry, no secret in any message
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -23,7 +25,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum notify)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins
