@@ -34,7 +34,8 @@ pub const DEFAULT_REMINDERS: u32 = 3;
     printcolumn = r#"{"name": "Delivered", "type": "integer", "description": "Messages delivered", "jsonPath": ".status.delivered"}"#,
     printcolumn = r#"{"name": "Failures", "type": "integer", "description": "Messages given up after every attempt failed", "jsonPath": ".status.failures"}"#,
     printcolumn = r#"{"name": "Last-Delivery", "type": "date", "jsonPath": ".status.lastDelivery.at"}"#,
-    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    validation = kube::core::Rule::new("!has(self.spec.channel.buttons) || !self.spec.channel.buttons || self.spec.channel.type == 'Slack'").field_path(".spec.channel.buttons").message("buttons are for Slack channels only")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalNotifierSpec {
@@ -71,6 +72,12 @@ pub struct NotificationChannel {
     /// The Secret key (same namespace) holding the URL to POST to. URLs of incoming webhooks
     /// are credentials: they are never put in the spec.
     pub url_from: SecretKeyRef,
+    /// Slack only: Approve and Deny buttons on messages about pending requests. They work when
+    /// the Slack app's Interactivity Request URL points at the controller's Slack interactions
+    /// endpoint (chart value `slack.interactions`), and only for Slack users the cluster admin
+    /// mapped to Kubernetes users.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buttons: Option<bool>,
 }
 
 /// The kind of channel.

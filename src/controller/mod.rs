@@ -10,6 +10,7 @@ pub mod notifier;
 pub mod remote_mcp_server;
 pub mod rendered;
 pub mod run;
+pub mod slack;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;

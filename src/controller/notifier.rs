@@ -290,7 +290,9 @@ async fn attempt(
 
     let body = match spec.channel.channel_type {
         ChannelType::Webhook => message::cloud_event(&request, event, phase, now),
-        ChannelType::Slack => message::slack(&request, event, phase),
+        ChannelType::Slack => {
+            message::slack(&request, event, phase, spec.channel.buttons == Some(true))
+        }
     };
     let outcome = send::post(&ctx.http, spec.channel.channel_type, &url, &body).await;
     let finished = ctx.clock.now();

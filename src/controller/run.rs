@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use super::rendered::{RenderedKind, Summaries};
 use super::{
     CacheSync, Context, MANAGED_SELECTOR, Metrics, Stores, SystemClock, agent, approval_request,
-    model_config, notifier, remote_mcp_server, retry_after_error,
+    model_config, notifier, remote_mcp_server, retry_after_error, slack,
 };
 use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
@@ -110,6 +110,71 @@ pub struct ControllerArgs {
     /// Namespace of the Lease (default: --namespace, else the kubeconfig's namespace).
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
+    /// Serve Slack interactions (the Approve and Deny buttons of Slack notifiers) on this
+    /// address, at /slack/interactions (unset: off). docs/approvers.md.
+    #[arg(long, env = "SLACK_INTERACTIONS_ADDR", requires_all = ["slack_signing_secret_file", "slack_users_file"])]
+    pub slack_interactions_addr: Option<SocketAddr>,
+    /// File holding the Slack app's signing secret.
+    #[arg(long, env = "SLACK_SIGNING_SECRET_FILE")]
+    pub slack_signing_secret_file: Option<std::path::PathBuf>,
+    /// File mapping Slack user IDs to the Kubernetes users they act as (YAML:
+    /// `U0123ABCD: {user: alice, groups: [approvers]}`).
+    #[arg(long, env = "SLACK_USERS_FILE")]
+    pub slack_users_file: Option<std::path::PathBuf>,
+    /// Replies go only to Slack response URLs that start with this.
+    #[arg(
+        long,
+        env = "SLACK_RESPONSE_URL_PREFIX",
+        default_value = "https://hooks.slack.com/"
+    )]
+    pub slack_response_url_prefix: String,
+}
+
+/// Starts the Slack interactions endpoint when `--slack-interactions-addr` is set: reads the
+/// signing secret and the user mapping (a startup error when either is missing or invalid).
+async fn serve_slack(args: &ControllerArgs) -> Result<()> {
+    let (Some(addr), Some(secret_file), Some(users_file)) = (
+        args.slack_interactions_addr,
+        &args.slack_signing_secret_file,
+        &args.slack_users_file,
+    ) else {
+        return Ok(());
+    };
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let secret = read(secret_file)?;
+    let mapping =
+        crate::notify::slack::mapping(&read(users_file)?).map_err(|message| Error::Yaml {
+            file: users_file.display().to_string(),
+            message,
+        })?;
+    let endpoint = slack::Endpoint {
+        verifier: crate::notify::slack::Verifier::new(secret.trim().as_bytes()),
+        mapping,
+        config: kube::Config::infer()
+            .await
+            .map_err(kube::Error::InferConfig)?,
+        http: reqwest::Client::new(),
+        response_url_prefix: args.slack_response_url_prefix.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
+    tracing::info!(%addr, users = endpoint.mapping.len(), "serving Slack interactions at {}", slack::PATH);
+    let server = axum::serve(listener, slack::router(Arc::new(endpoint)));
+    tokio::spawn(async move {
+        if let Err(error) = server.await {
+            tracing::error!(%error, "Slack interactions server stopped");
+        }
+    });
+    Ok(())
 }
 
 /// Refuses to start with an `--agent-selector` the apiserver cannot parse (one list of at most
@@ -212,6 +277,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
             tracing::error!(%error, "metrics server stopped");
         }
     });
+    serve_slack(&args).await?;
 
     // `stop` turns true on SIGTERM or when leadership is lost.
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -102,8 +102,9 @@ fn slack_text(text: &str) -> String {
         .replace('`', "\u{2cb}")
 }
 
-/// A Slack incoming-webhook message: a `text` fallback and `blocks`.
-pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase) -> Value {
+/// A Slack incoming-webhook message: a `text` fallback and `blocks`; with `buttons`, Approve
+/// and Deny buttons (each asking for a confirmation) while the request is pending.
+pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase, buttons: bool) -> Value {
     let spec = &request.spec;
     let namespace = request.namespace().unwrap_or_default();
     let what = format!(
@@ -155,14 +156,31 @@ pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase) -> Value {
             slack_text(&deny)
         ));
     }
-    json!({
-        "text": headline,
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": headline}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": format!("```{}```", slack_text(&preview))}},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": details}]},
-        ],
-    })
+    let mut blocks = vec![
+        json!({"type": "section", "text": {"type": "mrkdwn", "text": headline}}),
+        json!({"type": "section", "text": {"type": "mrkdwn", "text": format!("```{}```", slack_text(&preview))}}),
+        json!({"type": "context", "elements": [{"type": "mrkdwn", "text": details}]}),
+    ];
+    if buttons && phase == Phase::Pending {
+        let value = format!("{namespace}/{}", request.name_any());
+        let button = |text: &str, action: &str, style: &str, verb: &str| {
+            json!({
+                "type": "button", "text": {"type": "plain_text", "text": text},
+                "action_id": action, "value": value, "style": style,
+                "confirm": {
+                    "title": {"type": "plain_text", "text": format!("{text} {}?", visible(&spec.tool_name))},
+                    "text": {"type": "mrkdwn", "text": format!("{verb} request `{}` as your Kubernetes user.", slack_text(&request.name_any()))},
+                    "confirm": {"type": "plain_text", "text": text},
+                    "deny": {"type": "plain_text", "text": "Cancel"},
+                },
+            })
+        };
+        blocks.push(json!({"type": "actions", "elements": [
+            button("Approve", super::slack::APPROVE, "primary", "The call runs once when you approve"),
+            button("Deny", super::slack::DENY, "danger", "The call does not run when you deny"),
+        ]}));
+    }
+    json!({"text": headline, "blocks": blocks})
 }
 
 #[cfg(test)]
@@ -234,7 +252,12 @@ mod tests {
         let e = cloud_event(&r, Event::Decided, Phase::Denied, Timestamp::UNIX_EPOCH);
         assert_eq!(e["data"]["decision"]["decidedBy"], "alice");
         assert!(e["data"].get("approve").is_none());
-        let s = slack(&r, Event::Decided, Phase::Denied);
+        let s = slack(&r, Event::Decided, Phase::Denied, true);
+        assert_eq!(
+            s["blocks"].as_array().unwrap().len(),
+            3,
+            "no buttons once decided"
+        );
         assert_eq!(
             s["text"],
             "Denied by alice: wrong &lt;file&gt;: `delete_file` of agent *helper* in team-a"
@@ -243,7 +266,12 @@ mod tests {
 
     #[test]
     fn slack_text_cannot_mention_link_or_leave_its_code_block() {
-        let s = slack(&request(None), Event::Created, Phase::Pending);
+        let s = slack(&request(None), Event::Created, Phase::Pending, false);
+        assert_eq!(
+            s["blocks"].as_array().unwrap().len(),
+            3,
+            "no buttons unless asked for"
+        );
         let body = s.to_string();
         assert!(!body.contains("<!channel>"), "{body}");
         assert!(body.contains("&lt;!channel&gt;"));

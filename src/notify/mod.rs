@@ -6,3 +6,4 @@
 pub mod message;
 pub mod plan;
 pub mod send;
+pub mod slack;

@@ -556,3 +556,59 @@ def test_rendered_copy_is_current(chart, template, variant):
         path.write_text(text)
     assert path.exists(), f"{path} missing: run make chart-bless"
     assert path.read_text() == text, f"{path} is stale: run make chart-bless"
+
+
+# ---------------------------------------------------------------- Slack interactions
+
+SLACK = {"slack": {"interactions": {
+    "enabled": True,
+    "signingSecret": {"name": "slack-app", "key": "signing"},
+    "users": {"U0ALICE": {"user": "alice@example.com", "groups": ["approvers"]},
+              "U0BOB": {"user": "bob@example.com"}},
+    "ingress": {"enabled": True, "host": "hitl.example.com", "tlsSecretName": "hitl-tls",
+                "className": "nginx"},
+}}}
+
+
+def test_slack_interactions_are_off_by_default(chart):
+    docs = objects(chart)
+    assert not [a for a in controller(docs)["args"] if a.startswith("--slack")]
+    assert not [d for d in docs if d["metadata"]["name"].endswith(("-slack", "-slack-users", "-slack-impersonator"))]
+    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert not [r for r in cluster_roles if allows(r, "", "users", "impersonate")], "no impersonation unless enabled"
+
+
+def test_slack_interactions_serve_the_endpoint_with_the_mapping_and_impersonate_only_mapped_people(chart):
+    docs = objects(chart, SLACK)
+    container = controller(docs)
+    args = args_map(container)
+    assert args["--slack-interactions-addr"] == "0.0.0.0:8443"
+    assert args["--slack-signing-secret-file"] == "/etc/hitl/slack/signing-secret"
+    assert args["--slack-users-file"] == "/etc/hitl/slack-users/users.yaml"
+    assert args["--slack-response-url-prefix"] == "https://hooks.slack.com/"
+    assert {"name": "slack", "containerPort": 8443, "protocol": "TCP"} in container["ports"]
+    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["slack-signing-secret"]["secret"] == {
+        "secretName": "slack-app", "items": [{"key": "signing", "path": "signing-secret"}]}
+    assert volumes["slack-users"]["configMap"]["name"] == f"{FULLNAME}-slack-users"
+    mapping = yaml.safe_load(one(docs, "ConfigMap", f"{FULLNAME}-slack-users")["data"]["users.yaml"])
+    assert mapping == SLACK["slack"]["interactions"]["users"]
+    role = one(docs, "ClusterRole", f"{FULLNAME}-slack-impersonator")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"],
+         "resourceNames": ["alice@example.com", "bob@example.com"]},
+        {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["approvers"]},
+    ]
+    binding = one(docs, "ClusterRoleBinding", f"{FULLNAME}-slack-impersonator")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+    assert one(docs, "Service", f"{FULLNAME}-slack")["spec"]["ports"][0]["targetPort"] == "slack"
+    ingress = one(docs, "Ingress", f"{FULLNAME}-slack")
+    assert ingress["spec"]["rules"][0]["host"] == "hitl.example.com"
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["path"] == "/slack/interactions"
+    assert ingress["spec"]["tls"] == [{"hosts": ["hitl.example.com"], "secretName": "hitl-tls"}]
+
+
+def test_slack_interactions_need_the_signing_secret(chart):
+    values = {"slack": {"interactions": {"enabled": True, "users": {"U1": {"user": "a"}}}}}
+    with pytest.raises(helm_python.HelmRenderError, match="signingSecret.name is required"):
+        objects(chart, values)

@@ -5,7 +5,8 @@
 # Needs BIN (the hitl-operator binary), PEERS (tests/mcp-peers) and AGENT; GATES_TOOLS, the
 # Agent's toolNames on the recorder, defaults to [delete_file]; GATES_APPROVAL, when set, is the
 # Agent's spec.declarative.approval (flow YAML; default a 10m timeout, 60s wait);
-# GATES_CONTROLLER_KUBECONFIG, when set, is the controller's kubeconfig (default: KUBECONFIG's).
+# GATES_CONTROLLER_KUBECONFIG, when set, is the controller's kubeconfig (default: KUBECONFIG's);
+# GATES_CONTROLLER_ARGS, an array, more controller flags.
 
 # gates_require: BIN (HITL_E2E_BIN, default the debug build, built if missing) and PEERS, and
 # kubectl-hitl on PATH and the npm peers installed, or the suite fails saying what is missing.
@@ -19,6 +20,7 @@ gates_require() {
 
 # gates_setup: everything but the gates; sets RECORDER_PORT and CONTROLLER_PORT.
 gates_setup() {
+  [ -n "${GATES_CONTROLLER_ARGS+set}" ] || GATES_CONTROLLER_ARGS=()
   kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
   kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev crd/approvalrequests.kagent.dev >/dev/null
   kubectl create namespace "$NS" >/dev/null
@@ -31,7 +33,8 @@ gates_setup() {
   local as=()
   [ -z "${GATES_CONTROLLER_KUBECONFIG:-}" ] || as=(env KUBECONFIG="$GATES_CONTROLLER_KUBECONFIG")
   start controller "$WORK/controller.log" "${as[@]}" "$BIN" controller --namespace "$NS" \
-    --leader-election=false --metrics-addr="127.0.0.1:$CONTROLLER_PORT" --log-format json
+    --leader-election=false --metrics-addr="127.0.0.1:$CONTROLLER_PORT" --log-format json \
+    "${GATES_CONTROLLER_ARGS[@]}"
   wait_for "the controller's /readyz" 30 http_ok "http://127.0.0.1:$CONTROLLER_PORT/readyz"
 
   kubectl -n "$NS" apply -f - >/dev/null <<YAML

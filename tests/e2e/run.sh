@@ -3,7 +3,8 @@
 # binaries (target/debug) and the npm MCP peers. Prints a SKIP line and exits 0 when no cluster
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
-# Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, notify
+# Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, notify,
+#        slack
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -16,6 +17,8 @@
 #           the same person twice, the requester and ServiceAccounts refused, 2/2 runs it once
 #   notify  tests/e2e/notify.sh: ApprovalNotifiers with a real receiver: retries, reminders, a
 #           leader change between attempts, expiry, no secret in any message
+#   slack   tests/e2e/slack.sh: Approve from Slack: signed presses (forged, stale, replayed
+#           refused), an unmapped user, mallory refused by the admission policy, alice approves
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -25,7 +28,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum notify)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum notify slack)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins
