@@ -1127,3 +1127,27 @@ fn every_rule_fits_the_cel_cost_budget() {
     );
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+fn notifier(channel: Value) -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalNotifier",
+        "metadata": {"name": "n", "namespace": "default"},
+        "spec": {"channel": channel}
+    })
+}
+
+#[test]
+fn notifier_buttons_are_for_slack_only() {
+    let url_from = json!({"name": "hook", "key": "url"});
+    assert_valid(&notifier(
+        json!({"type": "Slack", "urlFrom": url_from, "buttons": true}),
+    ));
+    assert_valid(&notifier(
+        json!({"type": "Webhook", "urlFrom": url_from, "buttons": false}),
+    ));
+    assert_rejected(
+        &notifier(json!({"type": "Webhook", "urlFrom": url_from, "buttons": true})),
+        None,
+        "The ApprovalNotifier \"n\" is invalid: spec.channel.buttons: Invalid value: buttons are for Slack channels only",
+    );
+}

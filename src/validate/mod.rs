@@ -265,8 +265,10 @@ impl Schemas {
                     .validate_compiled(compiled, &body, old_body.as_ref())
             {
                 errors.extend(failures.into_vec().into_iter().map(|failure| {
+                    // A rule at the root with a fieldPath (".spec.x") is reported from the
+                    // root: the apiserver prints it without the leading dot.
                     FieldError::new(
-                        &failure.field_path,
+                        failure.field_path.trim_start_matches('.'),
                         format!("Invalid value: {}", failure.message),
                     )
                 }));
