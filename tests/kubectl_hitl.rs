@@ -598,6 +598,32 @@ async fn forbidden_to_read_is_reported() {
 }
 
 #[tokio::test]
+async fn the_inbox_refuses_to_start_where_nothing_can_be_listed() {
+    let cli = Cli::try_parse_from(["kubectl-hitl", "ui", "-A", "--no-open"]).unwrap();
+    let (client, server) = mock_client(vec![
+        ssr_step("carol"),
+        step(
+            "GET",
+            "/apis/kagent.dev/v1alpha2/approvalrequests?&limit=1",
+            None,
+            403,
+            status(403, "Forbidden", "cannot list at the cluster scope"),
+        ),
+    ]);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let clock = || NOW.parse::<Timestamp>().unwrap();
+    let result = execute(&cli.command, client, NS, &clock, &mut out, &mut err).await;
+    server.await.unwrap();
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "you cannot list approvalrequests in all namespaces: cannot list at the cluster scope; \
+         choose a namespace where you can (-n NAMESPACE), or ask for the hitl-viewer or \
+         hitl-approver role there"
+    );
+    assert!(out.is_empty(), "no address printed, nothing served");
+}
+
+#[tokio::test]
 async fn a_concurrent_decision_wins_and_is_reported() {
     let r = request("r1", "helper", "7");
     let (ok, _, err) = run(

@@ -9,6 +9,9 @@ pub enum CommandError {
     /// The caller's username could not be found out, so no decidedBy can be written.
     #[error("cannot find out who you are: {0}")]
     Identity(String),
+    /// The caller may not list the requests the command would show.
+    #[error("{0}")]
+    CannotList(String),
     /// The Kubernetes API failed in a way the command does not handle.
     #[error("{0}")]
     Api(#[from] kube::Error),

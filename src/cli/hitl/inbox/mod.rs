@@ -198,6 +198,7 @@ pub async fn run(
     args: &super::UiArgs,
     out: &mut dyn std::io::Write,
 ) -> Result<bool, super::error::CommandError> {
+    check_scope(&client, &scope).await?;
     let inbox = Inbox::bind(client, scope.clone(), user.clone(), args.port).await?;
     writeln!(
         out,
@@ -215,6 +216,24 @@ pub async fn run(
         })
         .await?;
     Ok(true)
+}
+
+/// Refuses to start an inbox that could show nothing: the caller cannot list ApprovalRequests
+/// in `scope` (say, `-A` without a cluster-wide grant).
+pub async fn check_scope(client: &Client, scope: &Scope) -> Result<(), super::error::CommandError> {
+    let probe = kube::api::ListParams::default().limit(1);
+    match scope.api(client.clone()).list_metadata(&probe).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            Err(super::error::CommandError::CannotList(format!(
+                "you cannot list approvalrequests in {}: {}; choose a namespace where you can \
+                 (-n NAMESPACE), or ask for the hitl-viewer or hitl-approver role there",
+                scope.describe(),
+                status.message
+            )))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Asks the desktop to open `url`; silently does nothing where there is no desktop.
