@@ -137,6 +137,49 @@ fn with_rv(request: &ApprovalRequest, rv: &str, records: Value) -> Value {
     r
 }
 
+/// The requests of one attempt at a message about `cached` whose notifier is `notifier`: the
+/// Secret, the request re-read, the attempt recorded (`started`), its outcome (`finished`),
+/// then the notifier's counters.
+fn one_attempt(
+    url: &str,
+    cached: &ApprovalRequest,
+    started: &Value,
+    finished: &Value,
+    notifier: &ApprovalNotifier,
+) -> Vec<Exchange> {
+    let notifier = serde_json::to_value(notifier).unwrap();
+    vec![
+        expect(Method::GET, SECRET, secret(url)),
+        expect(Method::GET, REQUEST, serde_json::to_value(cached).unwrap()),
+        expect(
+            Method::PATCH,
+            &format!("{REQUEST}/status{BY_NOTIFIER}"),
+            with_rv(cached, "6", started.clone()),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("{REQUEST}/status{BY_NOTIFIER}"),
+            with_rv(cached, "7", finished.clone()),
+        ),
+        expect(Method::GET, NOTIFIER, notifier.clone()),
+        expect(
+            Method::PATCH,
+            &format!("{NOTIFIER}/status{BY_NOTIFIER}"),
+            notifier,
+        ),
+    ]
+}
+
+/// The cache: the Agent, `cached` and `notifier`.
+fn cache_of(cached: &ApprovalRequest, notifier: ApprovalNotifier) -> Cache {
+    Cache {
+        agents: vec![agent()],
+        approvals: vec![cached.clone()],
+        notifiers: vec![notifier],
+        ..Cache::default()
+    }
+}
+
 #[tokio::test]
 async fn a_message_is_recorded_before_it_is_sent_then_marked_delivered() {
     let hook = receiver(vec![]).await;
@@ -145,36 +188,8 @@ async fn a_message_is_recorded_before_it_is_sent_then_marked_delivered() {
                           "lastAttemptAt": at(600).to_string()}]);
     let mut delivered = started.clone();
     delivered[0]["deliveredAt"] = json!(at(600).to_string());
-    let script = vec![
-        expect(Method::GET, SECRET, secret(&hook.url)),
-        expect(Method::GET, REQUEST, serde_json::to_value(&cached).unwrap()),
-        expect(
-            Method::PATCH,
-            &format!("{REQUEST}/status{BY_NOTIFIER}"),
-            with_rv(&cached, "6", started.clone()),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("{REQUEST}/status{BY_NOTIFIER}"),
-            with_rv(&cached, "7", delivered.clone()),
-        ),
-        expect(
-            Method::GET,
-            NOTIFIER,
-            serde_json::to_value(notifier(5)).unwrap(),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("{NOTIFIER}/status{BY_NOTIFIER}"),
-            serde_json::to_value(notifier(5)).unwrap(),
-        ),
-    ];
-    let cache = Cache {
-        agents: vec![agent()],
-        approvals: vec![cached.clone()],
-        notifiers: vec![notifier(5)],
-        ..Cache::default()
-    };
+    let script = one_attempt(&hook.url, &cached, &started, &delivered, &notifier(5));
+    let cache = cache_of(&cached, notifier(5));
     let (result, requests) = run_script(script, |client| {
         let ctx = cache.context(client, at(600));
         async move { (reconcile(Arc::new(cached), ctx.clone()).await, ctx) }
@@ -227,12 +242,7 @@ async fn nothing_is_sent_when_the_request_changed_since_it_was_read() {
             StatusCode::CONFLICT,
         ),
     ];
-    let cache = Cache {
-        agents: vec![agent()],
-        approvals: vec![cached.clone()],
-        notifiers: vec![notifier(5)],
-        ..Cache::default()
-    };
+    let cache = cache_of(&cached, notifier(5));
     let (action, _) = run_script(script, |client| {
         let ctx = cache.context(client, at(600));
         async move { reconcile(Arc::new(cached), ctx).await }
@@ -253,12 +263,7 @@ async fn an_attempt_waits_out_its_backoff() {
         json!([{"notifier": "oncall", "event": "created", "attempts": 2,
                 "lastAttemptAt": at(598).to_string(), "lastError": "HTTP 503"}]),
     );
-    let cache = Cache {
-        agents: vec![agent()],
-        approvals: vec![cached.clone()],
-        notifiers: vec![notifier(5)],
-        ..Cache::default()
-    };
+    let cache = cache_of(&cached, notifier(5));
     let (action, requests) = run_script(vec![], |client| {
         let ctx = cache.context(client, at(600));
         async move { reconcile(Arc::new(cached), ctx).await }
@@ -277,37 +282,9 @@ async fn the_last_failed_attempt_gives_the_message_up_and_says_so() {
     let cached = request("5", before);
     let mut started = json!([{"notifier": "oncall", "event": "created", "attempts": 3,
                               "lastAttemptAt": at(600).to_string(), "lastError": "HTTP 503"}]);
-    let script = vec![
-        expect(Method::GET, SECRET, secret(&hook.url)),
-        expect(Method::GET, REQUEST, serde_json::to_value(&cached).unwrap()),
-        expect(
-            Method::PATCH,
-            &format!("{REQUEST}/status{BY_NOTIFIER}"),
-            with_rv(&cached, "6", started.clone()),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("{REQUEST}/status{BY_NOTIFIER}"),
-            with_rv(&cached, "7", started.clone()),
-        ),
-        expect(
-            Method::GET,
-            NOTIFIER,
-            serde_json::to_value(notifier(3)).unwrap(),
-        ),
-        expect(
-            Method::PATCH,
-            &format!("{NOTIFIER}/status{BY_NOTIFIER}"),
-            serde_json::to_value(notifier(3)).unwrap(),
-        ),
-        expect(Method::POST, EVENTS, event_created()),
-    ];
-    let cache = Cache {
-        agents: vec![agent()],
-        approvals: vec![cached.clone()],
-        notifiers: vec![notifier(3)],
-        ..Cache::default()
-    };
+    let mut script = one_attempt(&hook.url, &cached, &started, &started, &notifier(3));
+    script.push(expect(Method::POST, EVENTS, event_created()));
+    let cache = cache_of(&cached, notifier(3));
     let (result, requests) = run_script(script, |client| {
         let ctx = cache.context(client, at(600));
         async move { (reconcile(Arc::new(cached), ctx.clone()).await, ctx) }

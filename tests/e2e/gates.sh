@@ -131,3 +131,23 @@ runs() {
 import json, sys
 print(sum(1 for c in json.load(sys.stdin) if c["tool"] == sys.argv[1] and c["args"].get("path") == sys.argv[2]))' "$1" "$2"
 }
+
+# gates_with_policies: the chart's user roles and admission policies (their checked-in
+# renderings), removed on exit unless they were there before (or HITL_E2E_KEEP=1); and the
+# controller run as the chart's ServiceAccount would (a status writer for the policies), by
+# impersonation. Call after `throwaway`, before gates_setup.
+gates_with_policies() {
+  kubectl apply -f tests/chart/rendered/user-roles.default.yaml >/dev/null
+  GATES_POLICY_ADDED=0
+  kubectl get validatingadmissionpolicy hitl-hitl-operator-approval-decision >/dev/null 2>&1 || GATES_POLICY_ADDED=1
+  kubectl apply -f tests/chart/rendered/admission-policy.default.yaml >/dev/null
+  trap gates_policies_cleanup EXIT
+  GATES_CONTROLLER_KUBECONFIG=$WORK/controller.kubeconfig
+  kubeconfig_as "$GATES_CONTROLLER_KUBECONFIG" system:serviceaccount:hitl-system:hitl-hitl-operator system:masters
+}
+gates_policies_cleanup() {
+  throwaway_cleanup
+  if [ "$GATES_POLICY_ADDED" = 1 ] && [ "${HITL_E2E_KEEP:-0}" != 1 ]; then
+    kubectl delete -f tests/chart/rendered/admission-policy.default.yaml --ignore-not-found >/dev/null 2>&1 || true
+  fi
+}

@@ -24,16 +24,6 @@ gates_require
 AGENT=payments
 throwaway hitl-e2e-quorum
 
-# The admission policies are cluster-scoped: removed at the end only if this suite added them.
-POLICY_ADDED=0
-quorum_cleanup() {
-  throwaway_cleanup
-  if [ "$POLICY_ADDED" = 1 ] && [ "${HITL_E2E_KEEP:-0}" != 1 ]; then
-    kubectl delete -f tests/chart/rendered/admission-policy.default.yaml --ignore-not-found >/dev/null 2>&1 || true
-  fi
-}
-trap quorum_cleanup EXIT
-
 jp() { kubectl -n "$NS" get "$1" -o "jsonpath=$2"; }
 expect_in() { grep -qF -- "$2" <<<"$3" || fail "$1: want '$2' in: $3"; }
 # refused WHO PATTERN COMMAND...: the command fails, saying PATTERN (grep -E).
@@ -53,13 +43,9 @@ awaiting() { [ "$(gate_metric a hitl_gate_calls_awaiting_decision)" = 1 ]; }
 
 step "setup: CRDs, roles and admission policies, namespace $NS, recorder, controller, Agent $AGENT (two approvals)"
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-kubectl apply -f tests/chart/rendered/user-roles.default.yaml >/dev/null
-kubectl get validatingadmissionpolicy hitl-hitl-operator-approval-quorum >/dev/null 2>&1 || POLICY_ADDED=1
-kubectl apply -f tests/chart/rendered/admission-policy.default.yaml >/dev/null
+gates_with_policies
 # The controller as the chart's ServiceAccount (the status policy lets it write statuses), with
 # an admin's rights.
-GATES_CONTROLLER_KUBECONFIG=$WORK/controller.kubeconfig
-kubeconfig_as "$GATES_CONTROLLER_KUBECONFIG" system:serviceaccount:hitl-system:hitl-hitl-operator system:masters
 GATES_APPROVAL="{timeout: 10m, waitTimeout: 120s, rules: [{name: two-person, tool: delete_file, action: RequireApproval, requiredApprovals: 2}]}"
 gates_setup
 grep -q '"required_approvals":2' "$WORK/gate.json" || fail "gate.json does not carry the rule's two approvals: $(cat "$WORK/gate.json")"

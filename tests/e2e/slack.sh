@@ -25,14 +25,6 @@ skip_without_cluster
 gates_require
 AGENT=slacked
 throwaway hitl-e2e-slack
-POLICY_ADDED=0
-slack_cleanup() {
-  throwaway_cleanup
-  if [ "$POLICY_ADDED" = 1 ] && [ "${HITL_E2E_KEEP:-0}" != 1 ]; then
-    kubectl delete -f tests/chart/rendered/admission-policy.default.yaml --ignore-not-found >/dev/null 2>&1 || true
-  fi
-}
-trap slack_cleanup EXIT
 
 SIGNING_SECRET=e2e-signing-secret-$RANDOM$RANDOM
 SLACK_PORT=$(free_port)
@@ -84,9 +76,7 @@ undecided() { [ -z "$(jp "approvalrequest/$1" '{.spec.decision.type}')" ]; }
 
 step "setup: CRDs, roles and admission policies, namespace $NS, the receiver, the controller with the Slack endpoint, Agent $AGENT, its gate, a Slack notifier with buttons"
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-kubectl apply -f tests/chart/rendered/user-roles.default.yaml >/dev/null
-kubectl get validatingadmissionpolicy hitl-hitl-operator-approval-decision >/dev/null 2>&1 || POLICY_ADDED=1
-kubectl apply -f tests/chart/rendered/admission-policy.default.yaml >/dev/null
+gates_with_policies
 start receiver "$WORK/receiver.log" python3 tests/e2e/receiver.py "${RECEIVER##*:}" "$WORK/received.jsonl"
 wait_for "the receiver" 10 http_ok "$RECEIVER/"
 printf '%s\n' "$SIGNING_SECRET" >"$WORK/signing-secret"
@@ -94,9 +84,6 @@ cat >"$WORK/slack-users.yaml" <<YAML
 U0ALICE: {user: alice}
 U0MALLORY: {user: mallory}
 YAML
-# The controller runs as the chart's ServiceAccount would (a status writer for the policies).
-GATES_CONTROLLER_KUBECONFIG=$WORK/controller.kubeconfig
-kubeconfig_as "$GATES_CONTROLLER_KUBECONFIG" system:serviceaccount:hitl-system:hitl-hitl-operator system:masters
 GATES_CONTROLLER_ARGS=(--slack-interactions-addr "127.0.0.1:$SLACK_PORT"
   --slack-signing-secret-file "$WORK/signing-secret" --slack-users-file "$WORK/slack-users.yaml"
   --slack-response-url-prefix "$RECEIVER/")
