@@ -2,8 +2,12 @@
 //! stream into whole events, reading an event's type and data, and rewriting an event's data.
 //! Events the gate does not change are passed on as the exact bytes received.
 
+use std::borrow::Cow;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
 use bytes::{Bytes, BytesMut};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 
 /// The longest event the splitter holds, 16 MiB (terminator included). A longer one ends the
 /// stream with [`EventTooLarge`] rather than being buffered without bound: an MCP message that
@@ -23,64 +27,97 @@ impl From<EventTooLarge> for std::io::Error {
 
 /// Splits a byte stream into complete events (each with its terminating blank line). It
 /// remembers how far it has looked, so each byte is scanned once however the stream is cut:
-/// splitting is linear in the stream's length.
+/// splitting is linear in the stream's length. Events that lie whole in one chunk are slices
+/// of that chunk, not copies; only an event cut across chunks is gathered in a buffer.
 #[derive(Default, Debug)]
 pub struct Splitter {
+    /// The start of an event cut across chunks, with the chunks after it; empty when the last
+    /// chunk ended at the end of an event.
     buf: BytesMut,
-    /// How much of `buf` has been scanned for the end of its first event.
+    /// The part of the last chunk not yet split, while `buf` is empty.
+    chunk: Bytes,
+    /// How much of the unsplit bytes (`chunk` or `buf`) has been scanned for the end of their
+    /// first event.
     scanned: usize,
     /// Whether the scan stopped inside a line (rather than at the start of one).
     mid_line: bool,
 }
 
 impl Splitter {
-    /// Adds a chunk and returns the events it completes; fails once an event is longer than
+    /// Adds a chunk; [`Self::next_event`] then returns the events it completes.
+    pub fn push(&mut self, chunk: Bytes) {
+        if self.buf.is_empty() && self.chunk.is_empty() {
+            self.chunk = chunk;
+        } else {
+            self.gather();
+            self.buf.extend_from_slice(&chunk);
+        }
+    }
+
+    /// The next complete event of what was pushed, if any; fails once an event is longer than
     /// [`MAX_EVENT_BYTES`].
-    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Bytes>, EventTooLarge> {
-        self.buf.extend_from_slice(chunk);
-        let mut events = Vec::new();
-        while let Some(end) = self.event_end() {
-            if end > MAX_EVENT_BYTES {
-                return Err(EventTooLarge);
+    pub fn next_event(&mut self) -> Result<Option<Bytes>, EventTooLarge> {
+        let event = if self.buf.is_empty() {
+            let end = event_end(&self.chunk, &mut self.scanned, &mut self.mid_line);
+            end.map(|end| self.chunk.split_to(end))
+        } else {
+            let end = event_end(&self.buf, &mut self.scanned, &mut self.mid_line);
+            end.map(|end| self.buf.split_to(end).freeze())
+        };
+        match event {
+            Some(event) if event.len() > MAX_EVENT_BYTES => Err(EventTooLarge),
+            Some(event) => Ok(Some(event)),
+            None => {
+                // The rest starts an event that a later chunk ends: keep it.
+                self.gather();
+                if self.buf.len() > MAX_EVENT_BYTES {
+                    return Err(EventTooLarge);
+                }
+                Ok(None)
             }
-            events.push(self.buf.split_to(end).freeze());
         }
-        if self.buf.len() > MAX_EVENT_BYTES {
-            return Err(EventTooLarge);
+    }
+
+    /// Moves the unsplit part of the last chunk into the buffer.
+    fn gather(&mut self) {
+        if !self.chunk.is_empty() {
+            self.buf.extend_from_slice(&std::mem::take(&mut self.chunk));
         }
-        Ok(events)
     }
 
     /// What is left when the stream ends (an unterminated event), if anything.
-    pub fn finish(self) -> Option<Bytes> {
+    pub fn finish(mut self) -> Option<Bytes> {
+        self.gather();
         (!self.buf.is_empty()).then(|| self.buf.freeze())
     }
+}
 
-    /// Where the first complete event of the buffer ends (after its blank line), scanning on
-    /// from where the last call stopped; the scan starts afresh after an event.
-    fn event_end(&mut self) -> Option<usize> {
-        let mut i = self.scanned;
-        while i < self.buf.len() {
-            // A `\r` ending the buffer may be the start of `\r\n`: look again at it next time.
-            let Some(t) = terminator(&self.buf, i) else {
-                break;
-            };
-            if t == 0 {
-                self.mid_line = true;
-                i += 1;
-            } else if self.mid_line {
-                self.mid_line = false;
-                i += t;
-            } else {
-                // A blank line: the end of the event (or, before any field, a lone terminator,
-                // passed on as an event of its own).
-                self.scanned = 0;
-                return Some(i + t);
-            }
+/// Where the first complete event of `buf` ends (after its blank line), scanning on from
+/// `scanned`, where the last call stopped (`mid_line` saying whether that was inside a line);
+/// the scan starts afresh after an event.
+fn event_end(buf: &[u8], scanned: &mut usize, mid_line: &mut bool) -> Option<usize> {
+    let mut i = *scanned;
+    while i < buf.len() {
+        // A `\r` ending the buffer may be the start of `\r\n`: look again at it next time.
+        let Some(t) = terminator(buf, i) else {
+            break;
+        };
+        if t == 0 {
+            // Inside a line: on to its end.
+            *mid_line = true;
+            i = memchr::memchr2(b'\n', b'\r', &buf[i..]).map_or(buf.len(), |n| i + n);
+        } else if *mid_line {
+            *mid_line = false;
+            i += t;
+        } else {
+            // A blank line: the end of the event (or, before any field, a lone terminator,
+            // passed on as an event of its own).
+            *scanned = 0;
+            return Some(i + t);
         }
-        self.scanned = i;
-        None
     }
+    *scanned = i;
+    None
 }
 
 /// A byte stream cut into whole events (the last one may be unterminated); an error, or an
@@ -88,24 +125,53 @@ impl Splitter {
 pub fn events<E: From<EventTooLarge> + Send + 'static>(
     stream: impl Stream<Item = Result<Bytes, E>> + Send + 'static,
 ) -> impl Stream<Item = Result<Bytes, E>> + Send {
-    futures::stream::unfold(
-        (stream.boxed(), Some(Splitter::default())),
-        |(mut stream, mut splitter)| async move {
-            let split = splitter.as_mut()?;
-            let items: Vec<Result<Bytes, E>> = match stream.next().await {
-                Some(Ok(chunk)) => match split.push(&chunk) {
-                    Ok(events) => events.into_iter().map(Ok).collect(),
-                    Err(e) => {
-                        return Some((futures::stream::iter(vec![Err(e.into())]), (stream, None)));
-                    }
-                },
-                Some(Err(e)) => return Some((futures::stream::iter(vec![Err(e)]), (stream, None))),
-                None => splitter.take()?.finish().into_iter().map(Ok).collect(),
+    Events {
+        stream: Box::pin(stream),
+        splitter: Some(Splitter::default()),
+    }
+}
+
+/// See [`events`].
+struct Events<S> {
+    stream: Pin<Box<S>>,
+    /// `None` once the stream has ended.
+    splitter: Option<Splitter>,
+}
+
+impl<S, E> Stream for Events<S>
+where
+    S: Stream<Item = Result<Bytes, E>>,
+    E: From<EventTooLarge>,
+{
+    type Item = Result<Bytes, E>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            let Some(splitter) = this.splitter.as_mut() else {
+                return Poll::Ready(None);
             };
-            Some((futures::stream::iter(items), (stream, splitter)))
-        },
-    )
-    .flatten()
+            match splitter.next_event() {
+                Ok(Some(event)) => return Poll::Ready(Some(Ok(event))),
+                Ok(None) => {}
+                Err(e) => {
+                    this.splitter = None;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+            }
+            match ready!(this.stream.as_mut().poll_next(cx)) {
+                Some(Ok(chunk)) => splitter.push(chunk),
+                Some(Err(e)) => {
+                    this.splitter = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => {
+                    let rest = this.splitter.take().and_then(Splitter::finish);
+                    return Poll::Ready(rest.map(Ok));
+                }
+            }
+        }
+    }
 }
 
 /// Length of the line terminator at `i`: `Some(0)` if none, `None` if undecidable yet (a `\r`
@@ -122,12 +188,22 @@ fn terminator(buf: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+/// The event's non-empty lines: what lies between `\n`, `\r` and `\r\n` terminators.
 fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
-    event
-        .split(|b| *b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
-        .flat_map(|l| l.split(|b| *b == b'\r'))
-        .filter(|l| !l.is_empty())
+    let mut rest = event;
+    std::iter::from_fn(move || {
+        loop {
+            if rest.is_empty() {
+                return None;
+            }
+            let end = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
+            let line = &rest[..end];
+            rest = rest.get(end + 1..).unwrap_or_default();
+            if !line.is_empty() {
+                return Some(line);
+            }
+        }
+    })
 }
 
 fn field<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
@@ -143,16 +219,18 @@ pub fn event_type(event: &[u8]) -> &[u8] {
         .unwrap_or(b"message")
 }
 
-/// The event's data: its `data:` lines joined by `\n`. `None` when it has none.
-pub fn data(event: &[u8]) -> Option<Vec<u8>> {
-    let mut out: Option<Vec<u8>> = None;
+/// The event's data: its `data:` lines joined by `\n` (borrowed from the event when it has
+/// one). `None` when it has none.
+pub fn data(event: &[u8]) -> Option<Cow<'_, [u8]>> {
+    let mut out: Option<Cow<[u8]>> = None;
     for d in lines(event).filter_map(|l| field(l, b"data")) {
         match &mut out {
             Some(o) => {
+                let o = o.to_mut();
                 o.push(b'\n');
                 o.extend_from_slice(d);
             }
-            None => out = Some(d.to_vec()),
+            None => out = Some(Cow::Borrowed(d)),
         }
     }
     out
@@ -181,23 +259,31 @@ pub fn message(data: &[u8]) -> Bytes {
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
+
     use super::*;
+
+    /// Pushes `chunk` and takes the events it completes.
+    fn push(s: &mut Splitter, chunk: &[u8]) -> Result<Vec<Bytes>, EventTooLarge> {
+        s.push(Bytes::copy_from_slice(chunk));
+        std::iter::from_fn(|| s.next_event().transpose()).collect()
+    }
 
     #[test]
     fn splits_across_chunks_and_terminators() {
         let mut s = Splitter::default();
-        assert!(s.push(b"event: message\nda").unwrap().is_empty());
+        assert!(push(&mut s, b"event: message\nda").unwrap().is_empty());
         assert_eq!(
-            s.push(b"ta: {}\n\nid: 1\r").unwrap(),
+            push(&mut s, b"ta: {}\n\nid: 1\r").unwrap(),
             vec![Bytes::from_static(b"event: message\ndata: {}\n\n")]
         );
-        assert!(s.push(b"\ndata: a\r").unwrap().is_empty());
+        assert!(push(&mut s, b"\ndata: a\r").unwrap().is_empty());
         assert_eq!(
-            s.push(b"\n\r\ndata: b\r\r").unwrap(),
+            push(&mut s, b"\n\r\ndata: b\r\r").unwrap(),
             vec![Bytes::from_static(b"id: 1\r\ndata: a\r\n\r\n"),]
         );
         assert_eq!(
-            s.push(b": c").unwrap(),
+            push(&mut s, b": c").unwrap(),
             vec![Bytes::from_static(b"data: b\r\r")]
         );
         assert_eq!(s.finish(), Some(Bytes::from_static(b": c")));
@@ -210,7 +296,7 @@ mod tests {
         let mut s = Splitter::default();
         let mut events = Vec::new();
         for chunk in stream.as_bytes().chunks(4096) {
-            events.extend(s.push(chunk).unwrap());
+            events.extend(push(&mut s, chunk).unwrap());
         }
         assert_eq!(events.len(), 2);
         assert_eq!(event_type(&events[0]), b"message");
@@ -245,7 +331,7 @@ mod tests {
             b"\n\n",
         ]
         .concat();
-        assert_eq!(s.push(&whole).unwrap(), [Bytes::from(whole)]);
+        assert_eq!(push(&mut s, &whole).unwrap(), [Bytes::from(whole)]);
     }
 
     #[test]
@@ -253,7 +339,7 @@ mod tests {
         let ev = b"event: endpoint\r\nid: 7\ndata: /messages?\ndata:sessionId=1\n\n";
         assert_eq!(event_type(ev), b"endpoint");
         assert_eq!(event_type(b"data: x\n\n"), b"message");
-        assert_eq!(data(ev).unwrap(), b"/messages?\nsessionId=1");
+        assert_eq!(&*data(ev).unwrap(), b"/messages?\nsessionId=1");
         assert_eq!(data(b": comment\n\n"), None);
         assert_eq!(
             &with_data(ev, b"{\n}")[..],

@@ -114,7 +114,7 @@ where
                 .ok_or("the SSE stream ended")?
                 .map_err(|e| e.to_string())?;
             if let Some(data) = sse::data(&event) {
-                return Ok((sse::event_type(&event).to_vec(), data));
+                return Ok((sse::event_type(&event).to_vec(), data.into_owned()));
             }
         }
     }

@@ -249,7 +249,10 @@ pub struct Message {
 /// holding `tools/list` or `tools/call` is refused as well.
 pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     let msg = parse_unique(body, true)?;
-    let body = serde_json::to_vec(&msg).expect("a parsed JSON value serializes");
+    // Written out about as long as it came: one allocation, not one per doubling.
+    let mut out = Vec::with_capacity(body.len());
+    serde_json::to_writer(&mut out, &msg).expect("a parsed JSON value serializes");
+    let body = out;
     let incoming = if let Value::Array(batch) = &msg {
         for m in batch {
             if matches!(method(m)?, Some("tools/list" | "tools/call")) {

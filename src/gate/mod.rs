@@ -14,5 +14,6 @@ pub mod outcome;
 pub mod policy;
 pub mod proxy;
 pub mod redact;
+pub mod routes;
 pub mod server;
 pub mod upstream;

@@ -302,9 +302,12 @@ pub fn filter_event(up: &Upstream, event: Bytes, request: Option<&Value>) -> Opt
 /// one that has `tool` in any ASCII case (every key that case-folds to `tools` has it) or a
 /// `\u` escape (which could spell it). Other messages, most answers, are not parsed.
 fn filter_message(up: &Upstream, message: &[u8]) -> Filtered {
-    let may_list_tools = message
-        .windows(4)
-        .any(|w| w.eq_ignore_ascii_case(b"tool") || w.starts_with(b"\\u"));
+    let may_list_tools = memchr::memchr3_iter(b't', b'T', b'\\', message).any(|i| {
+        let rest = &message[i..];
+        rest.get(..4)
+            .is_some_and(|w| w.eq_ignore_ascii_case(b"tool"))
+            || rest.get(1) == Some(&b'u')
+    });
     if !may_list_tools {
         return Filtered::Unchanged;
     }

@@ -1,13 +1,11 @@
 //! Wiring: the MCP router (one route per tool server), the `/healthz` + `/metrics` router, and
 //! `hitl-operator gate --config FILE`.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::routing::{any, get, post};
+use axum::routing::get;
 use axum::serve::ListenerExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -18,10 +16,10 @@ use super::config::GateConfig;
 use super::decision::{Clock, SystemClock};
 use super::freeze::FreezeWatch;
 use super::hash::BindingKey;
-use super::legacy::{self, LegacyRoute};
+use super::legacy::LegacyRoute;
 use super::metrics::Metrics;
 use super::policy::ServerPolicy;
-use super::proxy;
+use super::routes::{McpRoutes, McpRoutesBuilder};
 use super::upstream::{HttpClient, Shared, Upstream};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::{Error, Result};
@@ -74,7 +72,7 @@ pub fn http_client() -> Result<HttpClient> {
         .build(tls))
 }
 
-/// The gate's MCP router and its metrics, from its configuration, the Agent's binding key, a
+/// The gate's MCP routes and its metrics, from its configuration, the Agent's binding key, a
 /// Kubernetes client and the view of the Agent's freeze.
 pub fn build(
     config: &GateConfig,
@@ -84,7 +82,7 @@ pub fn build(
     pod: String,
     progress_every: Duration,
     freeze: FreezeWatch,
-) -> Result<(Router, Arc<Metrics>)> {
+) -> Result<(McpRoutes, Arc<Metrics>)> {
     let metrics = Arc::new(Metrics::default());
     let settings = ApprovalSettings {
         timeout: seconds("approval.timeout_seconds", config.approval.timeout_seconds)?,
@@ -103,10 +101,15 @@ pub fn build(
         approvals: Approvals::new(client, config.agent.clone(), settings, clock),
         metrics: metrics.clone(),
     };
-    let mut router = Router::new();
-    let mut seen = HashSet::new();
+    let mut routes = McpRoutesBuilder::default();
     for (i, server) in config.servers.iter().enumerate() {
-        if !server.route.starts_with('/') || !seen.insert(server.route.clone()) {
+        let taken = match server.protocol {
+            McpProtocol::StreamableHttp => routes.has(&server.route),
+            McpProtocol::Sse => {
+                routes.has(&server.route) || routes.has(&format!("{}/messages", server.route))
+            }
+        };
+        if !server.route.starts_with('/') || taken {
             return Err(invalid(
                 &format!("servers[{i}].route"),
                 format!("{:?} must be a unique absolute path", server.route),
@@ -118,25 +121,12 @@ pub fn build(
             Upstream::new(server.clone(), policy, &config.agent.name, shared.clone())
                 .map_err(|m| invalid(&format!("servers[{i}].params"), m))?,
         );
-        router = match server.protocol {
-            McpProtocol::StreamableHttp => {
-                router.route(&server.route, any(proxy::streamable).with_state(up))
-            }
-            McpProtocol::Sse => {
-                let route = Arc::new(LegacyRoute::new(up));
-                router
-                    .route(&server.route, get(legacy::open).with_state(route.clone()))
-                    .route(
-                        &format!("{}/messages", server.route),
-                        post(legacy::message).with_state(route),
-                    )
-            }
-        };
+        match server.protocol {
+            McpProtocol::StreamableHttp => routes.streamable(&server.route, up),
+            McpProtocol::Sse => routes.legacy(&server.route, Arc::new(LegacyRoute::new(up))),
+        }
     }
-    Ok((
-        router.layer(DefaultBodyLimit::max(proxy::MAX_MESSAGE_BYTES)),
-        metrics,
-    ))
+    Ok((routes.build(), metrics))
 }
 
 /// `/healthz` and `/metrics`.

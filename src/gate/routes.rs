@@ -1,0 +1,172 @@
+//! The gate's MCP routes: each request goes to its tool server's handler by an exact match of
+//! its path, with no general router in between. The routes are a few fixed paths (one per
+//! server, two for a legacy SSE server), and a router's per-request work (its path lookup, the
+//! URL-parameter and matched-path extensions, a boxed clone of the route's service, the boxing
+//! of its futures) cost as much as some of the gate's own checks.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::handler::Handler;
+use axum::http::{HeaderValue, Method, Response, StatusCode, header};
+use futures::future::BoxFuture;
+use tower::{Layer, Service};
+
+use super::legacy::{self, LegacyRoute};
+use super::proxy;
+use super::upstream::Upstream;
+
+/// What a route leads to.
+enum Target {
+    /// A Streamable HTTP server: every method.
+    Streamable(Arc<Upstream>),
+    /// A legacy SSE server's event stream: GET (and HEAD).
+    LegacyStream(Arc<LegacyRoute>),
+    /// A legacy SSE server's messages: POST.
+    LegacyMessages(Arc<LegacyRoute>),
+}
+
+/// The routes of every server, by path: the service inside [`McpRoutes`].
+#[derive(Clone)]
+pub struct Dispatch {
+    routes: Arc<HashMap<String, Target>>,
+}
+
+/// The gate's MCP service: [`Dispatch`] with the longest message a client may POST,
+/// [`proxy::MAX_MESSAGE_BYTES`], as the body limit. Serve it with `axum::serve`.
+#[derive(Clone)]
+pub struct McpRoutes {
+    inner: <DefaultBodyLimit as Layer<Dispatch>>::Service,
+}
+
+impl std::fmt::Debug for McpRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpRoutes").finish_non_exhaustive()
+    }
+}
+
+/// Builds [`McpRoutes`], a route at a time.
+#[derive(Default)]
+pub struct McpRoutesBuilder {
+    routes: HashMap<String, Target>,
+}
+
+impl McpRoutesBuilder {
+    /// Whether `path` is taken already.
+    pub fn has(&self, path: &str) -> bool {
+        self.routes.contains_key(path)
+    }
+
+    /// A Streamable HTTP server on `path`.
+    pub fn streamable(&mut self, path: &str, up: Arc<Upstream>) {
+        self.routes.insert(path.to_owned(), Target::Streamable(up));
+    }
+
+    /// A legacy SSE server: its event stream on `path`, its messages on `<path>/messages`.
+    pub fn legacy(&mut self, path: &str, route: Arc<LegacyRoute>) {
+        self.routes.insert(
+            format!("{path}/messages"),
+            Target::LegacyMessages(route.clone()),
+        );
+        self.routes
+            .insert(path.to_owned(), Target::LegacyStream(route));
+    }
+
+    /// The routes as a service.
+    pub fn build(self) -> McpRoutes {
+        let dispatch = Dispatch {
+            routes: Arc::new(self.routes),
+        };
+        McpRoutes {
+            inner: DefaultBodyLimit::max(proxy::MAX_MESSAGE_BYTES).layer(dispatch),
+        }
+    }
+}
+
+/// An empty answer with `status`.
+fn status(status: StatusCode) -> Response<Body> {
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = status;
+    resp
+}
+
+/// HTTP 405 naming the methods the route takes.
+fn not_allowed(allow: &'static str) -> Response<Body> {
+    let mut resp = status(StatusCode::METHOD_NOT_ALLOWED);
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    resp
+}
+
+impl Service<Request> for Dispatch {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let routes = self.routes.clone();
+        Box::pin(async move {
+            let method = request.method();
+            Ok(match routes.get(request.uri().path()) {
+                None => status(StatusCode::NOT_FOUND),
+                Some(Target::Streamable(up)) => proxy::streamable(State(up.clone()), request).await,
+                Some(Target::LegacyStream(route)) => {
+                    if method == Method::GET || method == Method::HEAD {
+                        Handler::<_, Arc<LegacyRoute>>::call(legacy::open, request, route.clone())
+                            .await
+                    } else {
+                        not_allowed("GET,HEAD")
+                    }
+                }
+                Some(Target::LegacyMessages(route)) => {
+                    if method == Method::POST {
+                        Handler::<_, Arc<LegacyRoute>>::call(
+                            legacy::message,
+                            request,
+                            route.clone(),
+                        )
+                        .await
+                    } else {
+                        not_allowed("POST")
+                    }
+                }
+            })
+        })
+    }
+}
+
+impl Service<Request> for McpRoutes {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = <<DefaultBodyLimit as Layer<Dispatch>>::Service as Service<Request>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        self.inner.call(request)
+    }
+}
+
+impl<L: axum::serve::Listener> Service<axum::serve::IncomingStream<'_, L>> for McpRoutes {
+    type Response = Self;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: axum::serve::IncomingStream<'_, L>) -> Self::Future {
+        std::future::ready(Ok(self.clone()))
+    }
+}
