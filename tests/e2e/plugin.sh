@@ -127,7 +127,7 @@ kubectl -n "$NS" create rolebinding hitl-agent --role=hitl-agent --serviceaccoun
 kubectl -n "$NS" create rolebinding hitl-agent-status --role=hitl-agent-status --serviceaccount="$NS:helper" >/dev/null
 # alice may decide in this namespace; mallory may patch but lacks the verb approve.
 kubectl -n "$NS" create rolebinding alice-approves --clusterrole=hitl-approver --user=alice >/dev/null
-kubectl -n "$NS" create role patch-only --verb=get,patch --resource=approvalrequests.kagent.dev >/dev/null
+kubectl -n "$NS" create role patch-only --verb=get,list,watch,patch --resource=approvalrequests.kagent.dev >/dev/null
 kubectl -n "$NS" create rolebinding mallory-patches --role=patch-only --user=mallory >/dev/null
 
 if [[ $POLICY == 1 ]]; then
@@ -280,6 +280,11 @@ EOF
   expect_ok "mallory's inbox shows the refusal and the rolebinding that would grant it" \
     bash -c "grep -q 'mallory may not decide approvalrequest/r10' <<<'$out' && grep -q 'needs the RBAC verb approve' <<<'$out' && grep -q 'create rolebinding hitl-approver-mallory' <<<'$out'"
   expect_eq "r10 still undecided" "" "$(jpath r10 '{.spec.decision.type}')"
+  eve_kubeconfig=$(mktemp)
+  kubeconfig_as "$eve_kubeconfig" eve system:authenticated
+  expect_fail "eve's inbox (she cannot list requests) refuses to start" "you cannot list approvalrequests in namespace $NS" \
+    timeout 10 env KUBECONFIG="$eve_kubeconfig" "$PLUGIN" -n "$NS" ui --no-open
+  rm -f "$eve_kubeconfig"
 fi
 
 echo
