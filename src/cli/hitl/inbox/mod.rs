@@ -107,7 +107,7 @@ struct Target {
 
 /// What happened to one named request.
 #[derive(Serialize)]
-struct Result_ {
+struct DecisionResult {
     namespace: String,
     name: String,
     ok: bool,
@@ -447,7 +447,7 @@ async fn decisions(
     axum::Json(serde_json::json!({ "results": results })).into_response()
 }
 
-async fn decide_one(shared: &Shared, target: &Target, request: &decide::Request) -> Result_ {
+async fn decide_one(shared: &Shared, target: &Target, request: &decide::Request) -> DecisionResult {
     let (ok, message) = if !shared.scope.covers(&target.namespace) {
         (
             false,
@@ -474,7 +474,7 @@ async fn decide_one(shared: &Shared, target: &Target, request: &decide::Request)
             Err(e) => (false, format!("error: {e}")),
         }
     };
-    Result_ {
+    DecisionResult {
         namespace: target.namespace.clone(),
         name: target.name.clone(),
         ok,
