@@ -138,6 +138,7 @@ fn gate_config(upstream: &str) -> GateConfig {
             timeout_seconds: 3600.0,
             wait_timeout_seconds: 30.0,
             ttl_after_finished_seconds: 86400.0,
+            grant_max_ttl_seconds: None,
         },
         listen: "127.0.0.1:0".into(),
         metrics_listen: "127.0.0.1:0".into(),

@@ -121,6 +121,17 @@ pub enum Error {
         /// Whose it is.
         owner: String,
     },
+    /// A grant was used for a call, but the ApprovalRequest recording it could not be written;
+    /// the call did not run.
+    #[error(
+        "the ApprovalGrant {grant} covers the call, but recording it failed: {source}; the call was not run"
+    )]
+    GrantRecord {
+        /// Name of the grant used.
+        grant: String,
+        /// Cause.
+        source: kube::Error,
+    },
     /// The operating system's random source failed.
     #[error("random source: {0}")]
     Random(#[from] getrandom::Error),
@@ -148,6 +159,7 @@ impl Error {
             Self::ApiTimeout { .. } => "ApiTimeout",
             Self::TooManyRequests { .. } => "ApprovalRateLimited",
             Self::Random(_) => "RandomSourceFailed",
+            Self::GrantRecord { .. } => "GrantRecordFailed",
             Self::OwnedElsewhere { .. } => "OwnedByAnotherController",
             Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
             Self::CreateRace { .. } => "ApprovalRequestCreateRace",

@@ -835,3 +835,84 @@ fn status_policy_covers_every_status_field() {
         .into()
     );
 }
+
+// ------------------------------------------------------------------ grants (CREATE)
+
+/// A grant alice gives, as the apiserver sees it at admission (creationTimestamp already set).
+fn grant(granted_by: &str, expires_at: &str) -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2",
+        "kind": "ApprovalGrant",
+        "metadata": {"name": "helper-delete-file-x", "namespace": "team-a",
+                     "creationTimestamp": "2026-11-24T10:00:00Z"},
+        "spec": {
+            "agentRef": {"name": "helper"},
+            "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "team-a"},
+            "toolName": "delete_file",
+            "expiresAt": expires_at,
+            "reason": "cleanup",
+            "grantedBy": granted_by
+        }
+    })
+}
+
+#[test]
+fn the_grant_policy_checks_rbac_through_the_authorizer() {
+    let p = &load("default")["grant"];
+    assert_eq!(p.authorizer, [AUTHORIZER_CHECK]);
+    Program::compile(AUTHORIZER_CHECK).unwrap();
+    assert!(p.match_conditions.is_empty());
+}
+
+#[test]
+fn a_person_grants_in_their_own_name_within_the_longest_lifetime() {
+    let p = &load("default")["grant"];
+    let in_an_hour = "2026-11-24T11:00:00Z";
+    assert_eq!(
+        admit(p, "CREATE", "alice", &grant("alice", in_an_hour), None),
+        Verdict::Allowed
+    );
+    // Exactly the longest lifetime is allowed; a second more is not.
+    assert_eq!(
+        admit(
+            p,
+            "CREATE",
+            "alice",
+            &grant("alice", "2026-11-25T10:00:00Z"),
+            None
+        ),
+        Verdict::Allowed
+    );
+    denied_with(
+        admit(
+            p,
+            "CREATE",
+            "alice",
+            &grant("alice", "2026-11-25T10:00:01Z"),
+            None,
+        ),
+        "at most 24h after the grant's creation",
+    );
+    denied_with(
+        admit(
+            p,
+            "CREATE",
+            "alice",
+            &grant("alice", "2026-11-24T10:00:00Z"),
+            None,
+        ),
+        "must lie in the future",
+    );
+    // A forged grantedBy.
+    denied_with(
+        admit(p, "CREATE", "mallory", &grant("alice", in_an_hour), None),
+        "spec.grantedBy must be your username mallory",
+    );
+    // A ServiceAccount, the agent's own among them, even in its own name.
+    for sa in [AGENT_SA, OTHER_SA] {
+        denied_with(
+            admit(p, "CREATE", sa, &grant(sa, in_an_hour), None),
+            "ServiceAccounts (agents among them) cannot grant",
+        );
+    }
+}

@@ -1023,3 +1023,210 @@ async fn watch_lists_then_streams_changes() {
     );
     assert!(err.is_empty());
 }
+
+const GRANTS: &str = "/apis/kagent.dev/v1alpha2/namespaces/team-a/approvalgrants";
+
+#[tokio::test]
+async fn approve_remember_approves_then_creates_the_grant_for_the_same_session() {
+    let mut r = request("r1", "helper", "7");
+    r["spec"]["context"] = json!({"sessionId": "sess-9", "callId": "3"});
+    let grant = json!({
+        "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrant",
+        "metadata": {"generateName": "helper-delete-file-", "namespace": NS},
+        "spec": {
+            "agentRef": {"name": "helper"},
+            "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": NS},
+            "toolName": "delete_file", "sessionId": "sess-9",
+            "expiresAt": "2026-11-22T00:40:00Z", "maxUses": 5,
+            "reason": "looks right", "grantedBy": "alice"
+        }
+    });
+    let mut created = grant.clone();
+    created["metadata"]["name"] = json!("helper-delete-file-x7k2p");
+    let (ok, out, err) = run(
+        &[
+            "approve",
+            "r1",
+            "--reason",
+            "looks right",
+            "--remember",
+            "session,30m,5-uses",
+        ],
+        vec![
+            ssr_step("alice"),
+            // Checked before anything is written.
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            patch_step(
+                "r1",
+                decision_body("7", "Approve", Some("looks right")),
+                200,
+                decided(r, "Approve", "alice"),
+            ),
+            step(
+                "POST",
+                format!("{GRANTS}?&fieldManager=kubectl-hitl"),
+                Some(grant),
+                201,
+                created,
+            ),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "approvalrequest/r1 approved (decidedBy alice)\n\
+         approvalgrant/helper-delete-file-x7k2p created: helper's calls of delete_file on team-a/fs in session sess-9 run without asking, expiring in 30m (2026-11-22T00:40:00Z), at most 5 times\n"
+    );
+}
+
+#[tokio::test]
+async fn approve_remember_writes_nothing_for_a_request_without_a_session() {
+    let (ok, out, err) = run(
+        &["approve", "r1", "--remember", "session"],
+        vec![
+            ssr_step("alice"),
+            step(
+                "GET",
+                format!("{ARS}/r1"),
+                None,
+                200,
+                request("r1", "helper", "7"),
+            ),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(out, "");
+    assert!(err.contains("records no MCP session"), "{err}");
+}
+
+#[tokio::test]
+async fn a_refused_grant_is_reported_and_fails_the_command() {
+    let r = request("r1", "helper", "7");
+    let (ok, out, err) = run(
+        &["approve", "r1", "--remember", "1h"],
+        vec![
+            ssr_step("alice"),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            step("GET", format!("{ARS}/r1"), None, 200, r.clone()),
+            patch_step(
+                "r1",
+                decision_body("7", "Approve", None),
+                200,
+                decided(r, "Approve", "alice"),
+            ),
+            step(
+                "POST",
+                format!("{GRANTS}?&fieldManager=kubectl-hitl"),
+                Some(json!({
+                    "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrant",
+                    "metadata": {"generateName": "helper-delete-file-", "namespace": NS},
+                    "spec": {
+                        "agentRef": {"name": "helper"},
+                        "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": NS},
+                        "toolName": "delete_file", "expiresAt": "2026-11-22T01:10:00Z",
+                        "reason": "remembered when approving approvalrequest/r1",
+                        "grantedBy": "alice"
+                    }
+                })),
+                403,
+                status(
+                    403,
+                    "Forbidden",
+                    "alice may not grant: it needs the RBAC verb approve",
+                ),
+            ),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(out, "approvalrequest/r1 approved (decidedBy alice)\n");
+    assert!(
+        err.contains("the grant was not created: alice may not grant"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn grants_lists_and_revokes() {
+    let grant = json!({
+        "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrant",
+        "metadata": {"name": "g1", "namespace": NS},
+        "spec": {
+            "agentRef": {"name": "helper"},
+            "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": NS},
+            "expiresAt": "2026-11-22T01:10:00Z", "maxUses": 3,
+            "reason": "cleanup", "grantedBy": "alice"
+        },
+        "status": {"uses": 1}
+    });
+    let grant_list = json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrantList",
+        "metadata": {"resourceVersion": "9"}, "items": [grant.clone()]});
+    let (ok, out, err) = run(
+        &["grants"],
+        vec![step("GET", format!("{GRANTS}?"), None, 200, grant_list)],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "NAME",
+            "AGENT",
+            "SERVER",
+            "TOOL",
+            "SESSION",
+            "USES",
+            "STATE",
+            "EXPIRES",
+            "GRANTED-BY"
+        ]
+    );
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        [
+            "g1",
+            "helper",
+            "team-a/fs",
+            "*",
+            "*",
+            "1/3",
+            "Active",
+            "in",
+            "60m",
+            "alice"
+        ]
+    );
+    let (ok, out, err) = run(
+        &["grants", "revoke", "g1", "gone"],
+        vec![
+            step(
+                "PATCH",
+                format!("{GRANTS}/g1?&fieldManager=kubectl-hitl"),
+                Some(json!({"spec": {"revoked": true}})),
+                200,
+                grant,
+            ),
+            step(
+                "PATCH",
+                format!("{GRANTS}/gone?&fieldManager=kubectl-hitl"),
+                Some(json!({"spec": {"revoked": true}})),
+                404,
+                status(404, "NotFound", "not found"),
+            ),
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        out,
+        "approvalgrant/g1 revoked: calls it covered ask a person again\n"
+    );
+    assert_eq!(
+        err,
+        "error: approvalgrant/gone not found in namespace team-a\n"
+    );
+}

@@ -198,7 +198,7 @@ fn kagent_kinds_we_do_not_serve_are_refused() {
     assert_eq!(
         problems(yaml),
         [
-            "t.yaml: ToolServer ns/m: apiVersion \"kagent.dev/v1alpha1\" kind \"ToolServer\" is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig, ApprovalRequest and ApprovalNotifier in kagent.dev/v1alpha2)"
+            "t.yaml: ToolServer ns/m: apiVersion \"kagent.dev/v1alpha1\" kind \"ToolServer\" is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig, ApprovalRequest, ApprovalNotifier and ApprovalGrant in kagent.dev/v1alpha2)"
         ]
     );
 }
@@ -632,4 +632,26 @@ fn approval_rules_need_a_gate() {
             "t.yaml: Agent ns/a: spec.declarative.approval.rules: Forbidden: approval rules are enforced by the gate, and approval mode Runtime runs none; use mode Gate or Both, or remove the rules"
         ]
     );
+}
+
+#[test]
+fn a_grant_whose_condition_does_not_compile_is_named() {
+    let grant = |when: &str| {
+        format!(
+            "apiVersion: kagent.dev/v1alpha2\nkind: ApprovalGrant\nmetadata: {{name: g, namespace: ns}}\nspec:\n  agentRef: {{name: a}}\n  toolServer: {{kind: RemoteMCPServer, name: fs, namespace: ns}}\n  expiresAt: \"2026-11-25T00:00:00Z\"\n  reason: cleanup\n  grantedBy: alice\n  when: \"{when}\"\n"
+        )
+    };
+    let found = problems(&grant("args.path.startsWith("));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("t.yaml: ApprovalGrant ns/g: spec.when: CEL"),
+        "{found:?}"
+    );
+    let found = problems(&grant("secret == 1"));
+    assert!(
+        found[0].contains("undeclared reference to 'secret'"),
+        "{found:?}"
+    );
+    let report = render(&grant("args.path.startsWith('/tmp/')"));
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
 }

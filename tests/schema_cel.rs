@@ -700,12 +700,12 @@ fn approved_phase_requires_an_approve_decision() {
     assert_rejected(
         &with(request(), "/status/phase", json!("Approved")),
         None,
-        "The ApprovalRequest \"r1\" is invalid: Invalid value: phase Approved or Executed requires spec.decision.type Approve",
+        "The ApprovalRequest \"r1\" is invalid: Invalid value: phase Approved or Executed requires spec.decision.type Approve or spec.grant",
     );
     assert_rejected(
         &with(decided("Deny"), "/status/phase", json!("Executed")),
         None,
-        "The ApprovalRequest \"r1\" is invalid: Invalid value: phase Approved or Executed requires spec.decision.type Approve",
+        "The ApprovalRequest \"r1\" is invalid: Invalid value: phase Approved or Executed requires spec.decision.type Approve or spec.grant",
     );
 }
 
@@ -1150,4 +1150,149 @@ fn notifier_buttons_are_for_slack_only() {
         None,
         "The ApprovalNotifier \"n\" is invalid: spec.channel.buttons: Invalid value: buttons are for Slack channels only",
     );
+}
+
+// ---- ApprovalRequest decided by a grant ----
+
+fn granted() -> Value {
+    with(
+        request(),
+        "/spec/grant",
+        json!({"name": "g1", "grantedBy": "alice", "reason": "cleanup week"}),
+    )
+}
+
+#[test]
+fn a_request_decided_by_a_grant_is_created_with_it_and_executes_without_a_decision() {
+    assert_valid(&granted());
+    let executed = with(
+        granted(),
+        "/status",
+        json!({"phase": "Executed", "consumedAt": "2026-11-22T00:10:00Z", "consumedBy": "pod-1"}),
+    );
+    assert_eq!(errors(&executed, Some(&granted())), Vec::<String>::new());
+}
+
+#[test]
+fn the_grant_of_a_request_is_immutable_and_excludes_a_decision() {
+    const IMMUTABLE: &str = "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals";
+    assert_rejected(&granted(), Some(&request()), IMMUTABLE);
+    assert_rejected(&request(), Some(&granted()), IMMUTABLE);
+    assert_rejected(
+        &with(granted(), "/spec/grant/grantedBy", json!("mallory")),
+        Some(&granted()),
+        IMMUTABLE,
+    );
+    let both = with(
+        granted(),
+        "/spec/decision",
+        json!({"type": "Deny", "decidedBy": "bob"}),
+    );
+    assert_rejected(
+        &both,
+        Some(&granted()),
+        "The ApprovalRequest \"r1\" is invalid: spec.grant: Invalid value: a request decided by a grant (spec.grant) takes no decision, approvals or requiredApprovals",
+    );
+    assert_rejected(
+        &with(granted(), "/spec/requiredApprovals", json!(2)),
+        None,
+        "The ApprovalRequest \"r1\" is invalid: spec.grant: Invalid value: a request decided by a grant (spec.grant) takes no decision, approvals or requiredApprovals",
+    );
+}
+
+// ---- ApprovalGrant ----
+
+fn approval_grant() -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2",
+        "kind": "ApprovalGrant",
+        "metadata": {"name": "g1", "namespace": "default"},
+        "spec": {
+            "agentRef": {"name": "file-agent"},
+            "toolServer": {"kind": "RemoteMCPServer", "name": "filesystem-server", "namespace": "default"},
+            "toolName": "delete_file",
+            "sessionId": "s1",
+            "expiresAt": "2026-11-22T01:00:00Z",
+            "maxUses": 2,
+            "reason": "cleanup week",
+            "grantedBy": "alice"
+        }
+    })
+}
+
+const GRANT_IMMUTABLE: &str = "The ApprovalGrant \"g1\" is invalid: spec: Invalid value: a grant is immutable: only spec.revoked can be set";
+
+#[test]
+fn a_grant_needs_its_target_lifetime_reason_and_granter() {
+    assert_valid(&approval_grant());
+    assert_valid(&without(approval_grant(), "/spec/toolName"));
+    for field in ["expiresAt", "reason", "grantedBy", "agentRef", "toolServer"] {
+        let found = errors(&without(approval_grant(), &format!("/spec/{field}")), None);
+        assert!(
+            found
+                .iter()
+                .any(|l| l.contains(&format!("spec.{field}: Required value"))),
+            "{field}: {found:#?}"
+        );
+    }
+    let found = errors(&with(approval_grant(), "/spec/maxUses", json!(0)), None);
+    assert!(
+        found.iter().any(|l| l.contains("spec.maxUses")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn a_grant_is_immutable_but_for_revocation_which_sticks() {
+    let old = approval_grant();
+    for (pointer, value) in [
+        ("/spec/toolName", json!("write_file")),
+        ("/spec/expiresAt", json!("2026-11-23T01:00:00Z")),
+        ("/spec/maxUses", json!(100)),
+        ("/spec/grantedBy", json!("mallory")),
+        ("/spec/sessionId", json!("s2")),
+        ("/spec/when", json!("true")),
+        ("/spec/agentRef/name", json!("other")),
+    ] {
+        assert_rejected(
+            &with(old.clone(), pointer, value),
+            Some(&old),
+            GRANT_IMMUTABLE,
+        );
+    }
+    assert_rejected(
+        &without(old.clone(), "/spec/maxUses"),
+        Some(&old),
+        GRANT_IMMUTABLE,
+    );
+    let revoked = with(old.clone(), "/spec/revoked", json!(true));
+    assert_eq!(errors(&revoked, Some(&old)), Vec::<String>::new());
+    for unrevoked in [
+        with(old.clone(), "/spec/revoked", json!(false)),
+        old.clone(),
+    ] {
+        assert_rejected(
+            &unrevoked,
+            Some(&revoked),
+            "The ApprovalGrant \"g1\" is invalid: spec: Invalid value: a revoked grant stays revoked",
+        );
+    }
+}
+
+#[test]
+fn uses_never_exceed_max_uses_nor_decrease() {
+    let used = |n: i64| with(approval_grant(), "/status", json!({"uses": n}));
+    assert_eq!(errors(&used(2), Some(&used(1))), Vec::<String>::new());
+    assert_rejected(
+        &used(3),
+        Some(&used(2)),
+        "The ApprovalGrant \"g1\" is invalid: Invalid value: status.uses cannot exceed spec.maxUses",
+    );
+    assert_rejected(
+        &used(1),
+        Some(&used(2)),
+        "The ApprovalGrant \"g1\" is invalid: status: Invalid value: status.uses never decreases",
+    );
+    let unlimited = without(used(500), "/spec/maxUses");
+    assert_eq!(errors(&unlimited, None), Vec::<String>::new());
 }

@@ -14,6 +14,8 @@ pub const LABEL_AGENT: &str = "kagent.dev/agent";
 pub const LABEL_TOOL: &str = "kagent.dev/tool";
 /// Label holding the first 16 hex digits of argumentsSha256.
 pub const LABEL_ARGS_HASH: &str = "kagent.dev/args-hash";
+/// Label naming the ApprovalGrant that decided the call, on requests decided by one.
+pub const LABEL_GRANT: &str = "kagent.dev/grant";
 /// Largest serialized argumentsPreview, in bytes.
 pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
 /// Most approvals a request can need or hold (`requiredApprovals`, `approvals`).
@@ -37,12 +39,13 @@ pub const MAX_APPROVALS: u32 = 16;
     printcolumn = r#"{"name": "Rule", "type": "string", "priority": 1, "description": "The Agent's approval rule that asked", "jsonPath": ".spec.rule"}"#,
     printcolumn = r#"{"name": "Phase", "type": "string", "jsonPath": ".status.phase"}"#,
     printcolumn = r#"{"name": "Decided-By", "type": "string", "jsonPath": ".spec.decision.decidedBy"}"#,
+    printcolumn = r#"{"name": "Grant", "type": "string", "priority": 1, "description": "The ApprovalGrant that decided the call instead of a person", "jsonPath": ".spec.grant.name"}"#,
     printcolumn = r#"{"name": "Required", "type": "integer", "priority": 1, "description": "Distinct approvals the call needs (absent: 1)", "jsonPath": ".spec.requiredApprovals"}"#,
     printcolumn = r#"{"name": "Approved-By", "type": "string", "priority": 1, "description": "Who approved so far, on a request needing more than one approval", "jsonPath": ".spec.approvals[*].approvedBy"}"#,
     printcolumn = r#"{"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
-    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.phase) || !(self.status.phase in ['Approved', 'Executed']) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("phase Approved or Executed requires spec.decision.type Approve"),
-    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.consumedAt) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("status.consumedAt may only be set on an approved request")
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.phase) || !(self.status.phase in ['Approved', 'Executed']) || has(self.spec.grant) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("phase Approved or Executed requires spec.decision.type Approve or spec.grant"),
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.consumedAt) || has(self.spec.grant) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("status.consumedAt may only be set on an approved request")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -51,6 +54,8 @@ pub const MAX_APPROVALS: u32 = 16;
     validation = kube::core::Rule::new("has(self.context) == has(oldSelf.context) && (!has(self.context) || self.context == oldSelf.context)").message("spec is immutable except spec.decision and spec.approvals"),
     validation = kube::core::Rule::new("has(self.argumentsPreview) == has(oldSelf.argumentsPreview)").message("spec is immutable except spec.decision and spec.approvals"),
     validation = kube::core::Rule::new("has(self.rule) == has(oldSelf.rule) && (!has(self.rule) || self.rule == oldSelf.rule)").message("spec is immutable except spec.decision and spec.approvals"),
+    validation = kube::core::Rule::new("has(self.grant) == has(oldSelf.grant) && (!has(self.grant) || self.grant == oldSelf.grant)").message("spec is immutable except spec.decision and spec.approvals"),
+    validation = kube::core::Rule::new("!has(self.grant) || (!has(self.decision) && !has(self.approvals) && !has(self.requiredApprovals))").field_path(".grant").message("a request decided by a grant (spec.grant) takes no decision, approvals or requiredApprovals"),
     validation = kube::core::Rule::new("has(self.requiredApprovals) == has(oldSelf.requiredApprovals) && (!has(self.requiredApprovals) || self.requiredApprovals == oldSelf.requiredApprovals)").message("spec is immutable except spec.decision and spec.approvals"),
     validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)").message("spec.decision is write-once: it cannot be changed or removed once set"),
     validation = kube::core::Rule::new("!has(oldSelf.approvals) || (has(self.approvals) && oldSelf.approvals.all(o, self.approvals.exists(n, n == o)))").message("spec.approvals is append-only: an approval cannot be changed or removed"),
@@ -111,6 +116,10 @@ pub struct ApprovalRequestSpec {
     pub approvals: Vec<Approval>,
     /// After this instant no decision counts: the request is Expired and the call never runs.
     pub expires_at: Time,
+    /// The ApprovalGrant that decided the call instead of a person: set by the gate when it
+    /// creates the request, immutable; such a request takes no `decision`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<GrantRef>,
     /// The decision: the only field a person writes. Write-once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
@@ -202,7 +211,8 @@ impl ApprovalRequest {
     /// a finished status phase stands; a consumed approval is Executed; a decision counts only
     /// if recorded before `expiresAt` (when its time is unknown, `now` stands in), otherwise
     /// the request is Expired; without a decision it is Pending until `expiresAt`, and so is
-    /// one whose Approve decision lacks the approvals it needs ([`Self::quorum_met`]).
+    /// one whose Approve decision lacks the approvals it needs ([`Self::quorum_met`]). A request
+    /// decided by a grant is Approved until it is consumed or expires.
     pub fn phase_at(&self, now: Timestamp) -> Phase {
         let status = self.status.as_ref();
         if let Some(phase) = status.and_then(|s| s.phase).filter(|p| p.is_terminal()) {
@@ -212,6 +222,13 @@ impl ApprovalRequest {
             return Phase::Executed;
         }
         let expires_at = self.spec.expires_at.0;
+        if self.spec.grant.is_some() {
+            return if now < expires_at {
+                Phase::Approved
+            } else {
+                Phase::Expired
+            };
+        }
         match &self.spec.decision {
             Some(decision) if self.decision_recorded_at().unwrap_or(now) < expires_at => {
                 match decision.decision_type {
@@ -266,6 +283,22 @@ pub struct CallContext {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub call_id: Option<String>,
+}
+
+/// The grant that decided a request, as the gate found it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantRef {
+    /// Name of the ApprovalGrant (same namespace).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Its `spec.grantedBy`: the person whose standing approval let the call run.
+    #[schemars(length(min = 1, max = 512))]
+    pub granted_by: String,
+    /// Its `spec.reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reason: Option<String>,
 }
 
 /// A person's decision on a request.
@@ -437,6 +470,7 @@ mod tests {
                 required_approvals: None,
                 approvals: Vec::new(),
                 expires_at: Time(ts("2026-11-22T01:00:00Z")),
+                grant: None,
                 decision: decision.map(|decision_type| Decision {
                     decision_type,
                     reason: None,
@@ -562,6 +596,23 @@ mod tests {
         assert_eq!(r.approvals_summary(), "1/1");
         assert!(r.quorum_met("anyone"));
         assert_eq!(request(None, None).approvals_summary(), "0/1");
+    }
+
+    #[test]
+    fn a_request_decided_by_a_grant_is_approved_until_consumed_or_expired() {
+        let mut granted = request(None, None);
+        granted.spec.grant = Some(GrantRef {
+            name: "g".into(),
+            granted_by: "alice".into(),
+            reason: None,
+        });
+        assert_eq!(granted.phase_at(ts(BEFORE)), Phase::Approved);
+        assert_eq!(granted.phase_at(ts(AT)), Phase::Expired);
+        granted.status = Some(ApprovalRequestStatus {
+            consumed_at: Some(Time(ts(BEFORE))),
+            ..Default::default()
+        });
+        assert_eq!(granted.phase_at(ts(AT)), Phase::Executed);
     }
 
     #[test]

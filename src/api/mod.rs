@@ -1,6 +1,7 @@
 //! The API of `kagent.dev/v1alpha2`: one module per kind.
 
 pub mod agent;
+pub mod approval_grant;
 pub mod approval_notifier;
 pub mod approval_request;
 pub mod common;
@@ -10,6 +11,7 @@ pub mod model_config;
 pub mod remote_mcp_server;
 
 pub use agent::{Agent, AgentSpec, AgentStatus, ApprovalMode, GatePlacement};
+pub use approval_grant::{ApprovalGrant, ApprovalGrantSpec};
 pub use approval_notifier::{ApprovalNotifier, ApprovalNotifierSpec};
 pub use approval_request::{ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, Phase};
 pub use mcp_server::MCPServer;
@@ -28,6 +30,7 @@ pub const VERSION: &str = "v1alpha2";
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         Agent::crd(),
+        ApprovalGrant::crd(),
         ApprovalNotifier::crd(),
         ApprovalRequest::crd(),
         ModelConfig::crd(),

@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use serde_json::Value;
 
-use crate::api::{self, Agent, ApprovalMode, MCPServer, ModelConfig, RemoteMCPServer};
+use crate::api::{
+    self, Agent, ApprovalGrant, ApprovalMode, MCPServer, ModelConfig, RemoteMCPServer,
+};
+use crate::gate::condition::Condition;
 use crate::manifest::{self, Document};
 use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::proxy::ProxyUrl;
@@ -16,6 +19,7 @@ use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
 use crate::render::{
     DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions, describe_agent, render_agent,
 };
+use crate::render::{DEFAULT_GRANT_MAX_TTL, GrantMaxTtl};
 use crate::validate::Schemas;
 
 /// Output format of `render`.
@@ -61,6 +65,10 @@ pub struct RenderArgs {
     /// Image of the init container that fetches skills (the controller's --skills-init-image).
     #[arg(long, default_value = DEFAULT_SKILLS_INIT_IMAGE)]
     pub skills_init_image: String,
+    /// Longest lifetime of an ApprovalGrant the gates honour, or `off` (the controller's
+    /// --grant-max-ttl).
+    #[arg(long, default_value = DEFAULT_GRANT_MAX_TTL)]
+    pub grant_max_ttl: GrantMaxTtl,
 }
 
 /// What a render produced: objects to print, or problems (one line each), plus warnings.
@@ -143,7 +151,7 @@ pub fn render_documents(
             && !is_kmcp(api_version, kind)
         {
             report.problems.push(format!(
-                "{}: {kind} {}: apiVersion {api_version:?} kind {kind:?} is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig, ApprovalRequest and ApprovalNotifier in {}/{})",
+                "{}: {kind} {}: apiVersion {api_version:?} kind {kind:?} is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig, ApprovalRequest, ApprovalNotifier and ApprovalGrant in {}/{})",
                 document.file,
                 object_name(&document.value),
                 api::GROUP,
@@ -168,6 +176,15 @@ pub fn render_documents(
             (true, "RemoteMCPServer") => {
                 typed::<RemoteMCPServer>(document).map(|o| store.insert_remote_mcp_server(o))
             }
+            (true, "ApprovalGrant") => typed::<ApprovalGrant>(document).and_then(|grant| {
+                grant_condition_compiles(&grant).map_err(|why| {
+                    format!(
+                        "{}: ApprovalGrant {}: spec.when: {why}",
+                        document.file,
+                        object_name(&document.value)
+                    )
+                })
+            }),
             (false, "Secret") if api_version == "v1" => {
                 typed::<Secret>(document).map(|o| store.insert_secret(o))
             }
@@ -239,6 +256,15 @@ pub fn format_objects(objects: &[Value], output: Output) -> String {
     }
 }
 
+/// Whether the `when` of `grant`, if any, compiles as the gate will compile it (a grant whose
+/// condition does not compile covers nothing).
+fn grant_condition_compiles(grant: &ApprovalGrant) -> Result<(), String> {
+    match &grant.spec.when {
+        Some(when) => Condition::compile(when).map(drop),
+        None => Ok(()),
+    }
+}
+
 /// Runs `render`; returns the process exit code (0 ok, 1 problems found).
 pub fn run(args: &RenderArgs) -> u8 {
     let options = RenderOptions {
@@ -248,6 +274,7 @@ pub fn run(args: &RenderArgs) -> u8 {
         cluster_cidrs: args.cluster_cidrs.clone(),
         proxy_url: args.proxy_url.clone(),
         skills_init_image: args.skills_init_image.clone(),
+        grant_max_ttl: args.grant_max_ttl.0,
     };
     let documents = match manifest::load(&args.paths, args.recursive) {
         Ok(documents) => documents,

@@ -547,6 +547,7 @@ mod tests {
                 required_approvals: None,
                 approvals: Vec::new(),
                 expires_at: Time(at(100)),
+                grant: None,
                 decision: decision.map(|decision_type| Decision {
                     decision_type,
                     reason: Some("ok".into()),

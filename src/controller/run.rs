@@ -44,7 +44,9 @@ use crate::api::{
 use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::proxy::ProxyUrl;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
-use crate::render::{DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions};
+use crate::render::{
+    DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, DEFAULT_GRANT_MAX_TTL, GrantMaxTtl, RenderOptions,
+};
 use crate::{Error, Result};
 
 /// Flags of `hitl-operator controller` (each with an environment fallback).
@@ -89,6 +91,10 @@ pub struct ControllerArgs {
     /// Image of the init container that fetches an Agent's skills.
     #[arg(long, env = "SKILLS_INIT_IMAGE", default_value = DEFAULT_SKILLS_INIT_IMAGE)]
     pub skills_init_image: String,
+    /// Longest lifetime of an ApprovalGrant (`expiresAt` after its creation) the gates
+    /// honour, such as 24h; `off` turns grants off: every gated call asks a person.
+    #[arg(long, env = "GRANT_MAX_TTL", default_value = DEFAULT_GRANT_MAX_TTL)]
+    pub grant_max_ttl: GrantMaxTtl,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -764,6 +770,7 @@ async fn run_controllers(
         cluster_cidrs: args.cluster_cidrs.clone(),
         proxy_url: args.proxy_url.clone(),
         skills_init_image: args.skills_init_image.clone(),
+        grant_max_ttl: args.grant_max_ttl.0,
     };
     let instance = std::env::var("POD_NAME").ok();
     let ctx = Arc::new(Context::new(

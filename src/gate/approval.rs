@@ -27,15 +27,17 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
+use super::condition::Activation;
 use super::config::AgentIdentity;
 use super::decision::{CallKey, Clock, Refusal, Verdict, decide, is_live};
 use super::freeze::FreezeWatch;
+use super::grants::{GrantedCall, Grants};
 use super::hash::ArgsDigest;
 use super::metrics::Metrics;
 use super::redact;
 use crate::api::approval_request::{
-    AgentRef, ApprovalRequest, ApprovalRequestSpec, CallContext, LABEL_AGENT, LABEL_ARGS_HASH,
-    LABEL_TOOL, ToolServerRef,
+    AgentRef, ApprovalRequest, ApprovalRequestSpec, CallContext, GrantRef, LABEL_AGENT,
+    LABEL_ARGS_HASH, LABEL_GRANT, LABEL_TOOL, ToolServerRef,
 };
 use crate::{Error, Result};
 
@@ -124,6 +126,7 @@ pub struct Approvals {
     budget: Arc<std::sync::Mutex<CreationBudget>>,
     metrics: Arc<Metrics>,
     freeze: FreezeWatch,
+    grants: Option<Grants>,
 }
 
 /// A token bucket bounding how fast a gate creates ApprovalRequests, so a looping or hostile
@@ -173,6 +176,9 @@ pub struct ApprovalSettings {
     /// The Agent's freeze: a frozen Agent's calls are refused while they wait, and its
     /// approvals are not consumed.
     pub freeze: FreezeWatch,
+    /// The longest lifetime of an ApprovalGrant the gate honours; `None`: grants are off and
+    /// every gated call asks a person.
+    pub grant_max_ttl: Option<SignedDuration>,
 }
 
 impl Approvals {
@@ -183,6 +189,14 @@ impl Approvals {
         settings: ApprovalSettings,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let grants = settings.grant_max_ttl.map(|max_ttl| {
+            Grants::new(
+                client.clone(),
+                &agent.namespace,
+                max_ttl,
+                settings.metrics.clone(),
+            )
+        });
         Self {
             api: Api::namespaced(client, &agent.namespace),
             timeout: SignedDuration::try_from(settings.timeout).unwrap_or(SignedDuration::MAX),
@@ -194,6 +208,90 @@ impl Approvals {
             budget: Arc::new(std::sync::Mutex::new(CreationBudget::new(Instant::now()))),
             metrics: settings.metrics,
             freeze: settings.freeze,
+            grants,
+        }
+    }
+
+    /// Whether the gate looks for ApprovalGrants before asking a person.
+    pub fn grants_enabled(&self) -> bool {
+        self.grants.is_some()
+    }
+
+    /// Lets `call`, whose facts for conditions are `facts`, run on a grant, if a live one
+    /// covers it (docs/policies.md): records one use of the grant, then an ApprovalRequest
+    /// decided by it and consumed by this gate. The request's name, or `None` when no grant
+    /// covers the call (a person decides). An error after a use was recorded refuses the call.
+    pub async fn by_grant(&self, call: &GatedCall, facts: &Activation) -> Result<Option<String>> {
+        let Some(grants) = &self.grants else {
+            return Ok(None);
+        };
+        let gate = self.identity();
+        let granted = GrantedCall {
+            key: &call.key,
+            session: call.context.session_id.as_deref(),
+            facts,
+            gate: &gate,
+        };
+        let now = self.clock.now();
+        let covering = grants.covering(&granted, now).await;
+        if covering.is_empty() {
+            return Ok(None);
+        }
+        self.take_budget()?;
+        let name = format!("{}-g{:08x}", base_name(&call.key), getrandom::u32()?);
+        let mut used = None;
+        for grant in covering {
+            used = grants.record_use(grant, &granted, now, &name).await;
+            if used.is_some() {
+                break;
+            }
+        }
+        let Some(grant) = used else {
+            return Ok(None);
+        };
+        let grant_name = grant.metadata.name.clone().unwrap_or_default();
+        let failed = |source| Error::GrantRecord {
+            grant: grant_name.clone(),
+            source,
+        };
+        let mut req = self.build(call, &name)?;
+        req.spec.grant = Some(GrantRef::from(&grant));
+        req.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(LABEL_GRANT.into(), label_value(&grant_name));
+        let post = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let created = self.api.create(&post, &req).await.map_err(failed)?;
+        let message = format!(
+            "Approved by the ApprovalGrant {grant_name} (granted by {}) and forwarded by {}",
+            grant.spec.granted_by, self.pod
+        );
+        self.consume(&created, &message, false)
+            .await
+            .map_err(|e| match e {
+                Error::Kube(source) => failed(source),
+                other => other,
+            })?;
+        Ok(Some(name))
+    }
+
+    /// Takes one creation from the budget, or says the agent asks too fast.
+    fn take_budget(&self) -> Result<()> {
+        if self
+            .budget
+            .lock()
+            .expect("budget lock")
+            .take(Instant::now())
+        {
+            Ok(())
+        } else {
+            Err(Error::TooManyRequests {
+                burst: CREATE_BURST,
+                per_second: CREATE_PER_SECOND,
+            })
         }
     }
 
@@ -258,7 +356,8 @@ impl Approvals {
                         let refusal = Refusal::Frozen(why);
                         return Ok(Resolution::Refused { name, refusal });
                     }
-                    match self.consume(&req).await {
+                    let message = format!("Approved call forwarded by {}", self.pod);
+                    match self.consume(&req, &message, true).await {
                         Ok(()) => return Ok(Resolution::Approved { name }),
                         Err(Error::Kube(kube::Error::Api(s)))
                             if s.is_conflict() && conflicts < MAX_CONFLICTS =>
@@ -349,17 +448,7 @@ impl Approvals {
             let created = r.metadata.creation_timestamp.as_ref().map(|t| t.0);
             (created, generation(r, &base))
         });
-        if !self
-            .budget
-            .lock()
-            .expect("budget lock")
-            .take(Instant::now())
-        {
-            return Err(Error::TooManyRequests {
-                burst: CREATE_BURST,
-                per_second: CREATE_PER_SECOND,
-            });
-        }
+        self.take_budget()?;
         // A manager name of its own, so that no approver's writes merge into the creator's
         // managedFields entry (which would make their approval look written at creation).
         let post = PostParams {
@@ -475,6 +564,7 @@ impl Approvals {
                     .then(|| i32::try_from(key.required_approvals).unwrap_or(i32::MAX)),
                 approvals: Vec::new(),
                 expires_at: Time(expires_at),
+                grant: None,
                 decision: None,
             },
         );
@@ -552,17 +642,19 @@ impl Approvals {
         }
     }
 
-    /// Marks an approved request consumed by this gate: a merge patch of the status
-    /// subresource guarded by the request's resourceVersion. A 409 Conflict means another
-    /// gate (or a change) won; the caller re-reads.
-    async fn consume(&self, req: &ApprovalRequest) -> Result<()> {
+    /// Marks an approved request consumed by this gate, saying `message`: a merge patch of the
+    /// status subresource, `guarded` by the request's resourceVersion (a 409 Conflict then
+    /// means another gate, or a change, won; the caller re-reads). A request decided by a
+    /// grant, whose name only this gate knows, is consumed unguarded: the CRD keeps
+    /// `consumedAt` write-once and a finished phase final, whoever else writes its status.
+    async fn consume(&self, req: &ApprovalRequest, message: &str, guarded: bool) -> Result<()> {
         let name = req.metadata.name.clone().unwrap_or_default();
         let now = Time(self.clock.now());
         let mut status = json!({
             "phase": "Executed",
             "consumedAt": now,
             "consumedBy": self.pod,
-            "message": format!("Approved call forwarded by {}", self.pod),
+            "message": message,
         });
         if req
             .status
@@ -572,10 +664,14 @@ impl Approvals {
         {
             status["decidedAt"] = json!(now);
         }
-        let patch = json!({
-            "metadata": {"resourceVersion": req.metadata.resource_version},
-            "status": status,
-        });
+        let patch = if guarded {
+            json!({
+                "metadata": {"resourceVersion": req.metadata.resource_version},
+                "status": status,
+            })
+        } else {
+            json!({"status": status})
+        };
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()

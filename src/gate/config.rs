@@ -59,6 +59,10 @@ pub struct GateApproval {
     pub wait_timeout_seconds: f64,
     /// Seconds finished requests are kept (the controller deletes them after that).
     pub ttl_after_finished_seconds: f64,
+    /// Longest lifetime, in seconds after its creation, of an ApprovalGrant the gate honours;
+    /// absent: grants are off and every gated call asks a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_max_ttl_seconds: Option<f64>,
 }
 
 /// One upstream tool server and the policy for its tools.

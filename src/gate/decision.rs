@@ -118,6 +118,12 @@ pub fn decide(req: &ApprovalRequest, key: &CallKey, gate: &str, now: Timestamp) 
             req.spec.requested_by
         )));
     }
+    if let Some(grant) = &req.spec.grant {
+        return Verdict::Refuse(Refusal::Untrusted(format!(
+            "it records a call decided by the grant {}; such a request is never reused",
+            grant.name
+        )));
+    }
     let required = req.required_approvals();
     if required < key.required_approvals {
         return Verdict::Refuse(Refusal::Untrusted(format!(
@@ -366,6 +372,7 @@ mod tests {
                 required_approvals: None,
                 approvals: Vec::new(),
                 expires_at: Time(t("2026-11-22T01:00:00Z")),
+                grant: None,
                 decision: decision.map(|(decision_type, by)| Decision {
                     decision_type,
                     reason: Some("because".into()),
@@ -416,6 +423,20 @@ mod tests {
         );
         assert_eq!(at(&r, BEFORE), Verdict::Forward);
         assert!(is_live(&r, &key(), GATE, t(BEFORE)));
+    }
+
+    #[test]
+    fn a_request_decided_by_a_grant_is_never_reused() {
+        let mut r = req(None, phase(Phase::Approved));
+        r.spec.grant = Some(crate::api::approval_request::GrantRef {
+            name: "g1".into(),
+            granted_by: "alice".into(),
+            reason: None,
+        });
+        assert!(
+            matches!(at(&r, BEFORE), Verdict::Refuse(Refusal::Untrusted(why)) if why.contains("grant g1"))
+        );
+        assert!(!is_live(&r, &key(), GATE, t(BEFORE)));
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub enum Outcome {
     forwarded,
     /// Approved, consumed and forwarded.
     approved,
+    /// Covered by an ApprovalGrant, recorded and forwarded.
+    granted,
     /// Denied by a person.
     denied,
     /// Not approved before expiresAt.
@@ -46,6 +48,7 @@ pub struct Metrics {
     approval_wait: Histogram,
     upstream_latency: Histogram,
     claim_conflicts: Counter,
+    grant_use_conflicts: Counter,
     awaiting_decision: Gauge,
 }
 
@@ -76,6 +79,12 @@ impl Default for Metrics {
             "Claims of an approval (the resourceVersion-guarded status write) answered 409 Conflict",
             claim_conflicts.clone(),
         );
+        let grant_use_conflicts = Counter::default();
+        registry.register(
+            "grant_use_conflicts",
+            "Uses of an ApprovalGrant (the resourceVersion-guarded status write) answered 409 Conflict and judged again",
+            grant_use_conflicts.clone(),
+        );
         let awaiting_decision = Gauge::default();
         registry.register(
             "calls_awaiting_decision",
@@ -88,6 +97,7 @@ impl Default for Metrics {
             approval_wait,
             upstream_latency,
             claim_conflicts,
+            grant_use_conflicts,
             awaiting_decision,
         }
     }
@@ -97,6 +107,11 @@ impl Metrics {
     /// Counts a claim that got 409 Conflict (the request changed since the gate read it).
     pub fn claim_conflict(&self) {
         self.claim_conflicts.inc();
+    }
+
+    /// Counts a use of a grant that got 409 Conflict (the grant changed since the gate read it).
+    pub fn grant_use_conflict(&self) {
+        self.grant_use_conflicts.inc();
     }
 
     /// Counts a gated call as awaiting its decision until the returned guard is dropped.

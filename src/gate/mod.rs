@@ -6,6 +6,7 @@ pub mod condition;
 pub mod config;
 pub mod decision;
 pub mod freeze;
+pub mod grants;
 pub mod hash;
 pub mod jsonrpc;
 pub mod legacy;

@@ -162,7 +162,8 @@ impl ServerPolicy {
         }
     }
 
-    fn facts<'a>(&'a self, call: &PolicyCall<'a>) -> CallFacts<'a> {
+    /// What conditions (of rules and of grants) see of `call`.
+    pub fn facts<'a>(&'a self, call: &PolicyCall<'a>) -> CallFacts<'a> {
         CallFacts {
             args: call.args,
             args_bytes: call.message_bytes,

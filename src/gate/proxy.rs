@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::approval::{Asked, FREEZE_BOUND, GatedCall, Resolution};
 use super::arrived::arrived_first;
+use super::condition::Activation;
 use super::decision::CallKey;
 use super::hash;
 use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
@@ -582,20 +583,25 @@ pub async fn gated(
         },
     };
     let approvals = &up.shared.approvals;
-    let started = Instant::now();
-    let resolution = approvals.resolve(&gated_call, progress).await;
-    metrics.approval_wait(started.elapsed());
-    let name = match resolution {
-        Ok(Resolution::Approved { name }) => name,
-        Ok(other) => {
-            let (text, kind) = outcome::refusal_text(&call.name, approvals.namespace(), &other)
-                .expect("only Approved has no refusal text");
-            tracing::info!(server = %up.label, tool = %call.name, outcome = ?kind, args_hash = %gated_call.key.binding, "gated call not forwarded");
-            metrics.call(kind);
-            return GatedResult::Refused(text);
-        }
+    let granted = if approvals.grants_enabled() {
+        let facts = Activation::new(&up.policy.facts(&PolicyCall {
+            tool: &call.name,
+            args: &call.arguments,
+            message_bytes: body.len(),
+            session: session_id(headers),
+        }));
+        approvals.by_grant(&gated_call, &facts).await
+    } else {
+        Ok(None)
+    };
+    let (name, kind) = match granted {
+        Ok(Some(name)) => (name, Outcome::granted),
+        Ok(None) => match approve(up, &gated_call, &call.name, progress).await {
+            Ok(name) => (name, Outcome::approved),
+            Err(refused) => return GatedResult::Refused(refused),
+        },
         Err(e) => {
-            tracing::warn!(server = %up.label, tool = %call.name, reason = e.reason(), error = %e, "approval failed; not forwarded");
+            tracing::warn!(server = %up.label, tool = %call.name, reason = e.reason(), error = %e, "grant could not be recorded; not forwarded");
             metrics.call(Outcome::error);
             return GatedResult::Refused(outcome::error(
                 &call.name,
@@ -605,8 +611,8 @@ pub async fn gated(
     };
     match up.send(Method::POST, uri, headers, body).await {
         Ok(resp) => {
-            tracing::info!(server = %up.label, tool = %call.name, request = %name, "approved call forwarded");
-            metrics.call(Outcome::approved);
+            tracing::info!(server = %up.label, tool = %call.name, request = %name, outcome = ?kind, "approved call forwarded");
+            metrics.call(kind);
             GatedResult::Forwarded(resp, name)
         }
         Err(e) => {
@@ -618,6 +624,36 @@ pub async fn gated(
             } else {
                 outcome::upstream_failed_after_approval(&call.name, &name, &why)
             })
+        }
+    }
+}
+
+/// Asks a person to approve `gated_call` and waits: the name of the request whose approval this
+/// gate consumed, or the text refusing the call.
+async fn approve(
+    up: &Upstream,
+    gated_call: &GatedCall,
+    tool: &str,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<String, String> {
+    let metrics = &up.shared.metrics;
+    let approvals = &up.shared.approvals;
+    let started = Instant::now();
+    let resolution = approvals.resolve(gated_call, progress).await;
+    metrics.approval_wait(started.elapsed());
+    match resolution {
+        Ok(Resolution::Approved { name }) => Ok(name),
+        Ok(other) => {
+            let (text, kind) = outcome::refusal_text(tool, approvals.namespace(), &other)
+                .expect("only Approved has no refusal text");
+            tracing::info!(server = %up.label, tool, outcome = ?kind, args_hash = %gated_call.key.binding, "gated call not forwarded");
+            metrics.call(kind);
+            Err(text)
+        }
+        Err(e) => {
+            tracing::warn!(server = %up.label, tool, reason = e.reason(), error = %e, "approval failed; not forwarded");
+            metrics.call(Outcome::error);
+            Err(outcome::error(tool, &format!("{} ({})", e, e.reason())))
         }
     }
 }

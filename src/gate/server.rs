@@ -10,6 +10,7 @@ use axum::serve::ListenerExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use jiff::SignedDuration;
 
 use super::approval::{ApprovalSettings, Approvals};
 use super::config::GateConfig;
@@ -94,6 +95,12 @@ pub fn build(
         pod,
         metrics: metrics.clone(),
         freeze,
+        grant_max_ttl: config
+            .approval
+            .grant_max_ttl_seconds
+            .map(|s| seconds("approval.grant_max_ttl_seconds", s))
+            .transpose()?
+            .map(|ttl| SignedDuration::try_from(ttl).unwrap_or(SignedDuration::MAX)),
     };
     let shared = Shared {
         http: http_client()?,

@@ -20,6 +20,7 @@ pub mod tools;
 
 use std::collections::BTreeMap;
 
+use jiff::SignedDuration;
 use kube::ResourceExt;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -75,6 +76,41 @@ pub struct RenderOptions {
     pub proxy_url: Option<ProxyUrl>,
     /// Image of the init container that fetches skills.
     pub skills_init_image: String,
+    /// The longest lifetime of an ApprovalGrant the gates honour; `None`: grants are off.
+    pub grant_max_ttl: Option<SignedDuration>,
+}
+
+/// Default longest lifetime of an ApprovalGrant: one day.
+pub const DEFAULT_GRANT_MAX_TTL: &str = "24h";
+
+/// `--grant-max-ttl`: a duration (`24h`, `90m`), or `off` to turn grants off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrantMaxTtl(pub Option<SignedDuration>);
+
+impl std::str::FromStr for GrantMaxTtl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(Self(None));
+        }
+        let ttl: SignedDuration = s
+            .parse()
+            .map_err(|e| format!("{s:?} is not a duration such as 24h or 90m, nor off: {e}"))?;
+        if ttl <= SignedDuration::ZERO {
+            return Err(format!("{s:?} must be positive (or off)"));
+        }
+        Ok(Self(Some(ttl)))
+    }
+}
+
+impl std::fmt::Display for GrantMaxTtl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(ttl) => write!(f, "{ttl:#}"),
+            None => f.write_str("off"),
+        }
+    }
 }
 
 impl Default for RenderOptions {
@@ -86,6 +122,10 @@ impl Default for RenderOptions {
             cluster_cidrs: network::default_cluster_cidrs(),
             proxy_url: None,
             skills_init_image: skills::DEFAULT_SKILLS_INIT_IMAGE.to_owned(),
+            grant_max_ttl: DEFAULT_GRANT_MAX_TTL
+                .parse::<GrantMaxTtl>()
+                .ok()
+                .and_then(|t| t.0),
         }
     }
 }
@@ -354,6 +394,7 @@ pub fn render_agent(
             timeout_seconds: timings.timeout,
             wait_timeout_seconds: timings.wait_timeout,
             ttl_after_finished_seconds: timings.ttl_after_finished,
+            grant_max_ttl_seconds: options.grant_max_ttl.map(|ttl| ttl.as_secs_f64()),
         },
         listen: match placement {
             GatePlacement::Sidecar => GATE_LISTEN,

@@ -794,6 +794,24 @@ pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
                 },
             ]),
         };
+        let mut role = role;
+        if inputs.options.grant_max_ttl.is_some() {
+            // Grants: read them, and record their uses (gate::grants). Never create them.
+            role.rules.get_or_insert_default().extend([
+                PolicyRule {
+                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
+                    resources: Some(vec!["approvalgrants".to_owned()]),
+                    verbs: ["get", "list"].map(str::to_owned).to_vec(),
+                    ..PolicyRule::default()
+                },
+                PolicyRule {
+                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
+                    resources: Some(vec!["approvalgrants/status".to_owned()]),
+                    verbs: vec!["patch".to_owned()],
+                    ..PolicyRule::default()
+                },
+            ]);
+        }
         let binding = RoleBinding {
             metadata: metadata(agent, format!("{name}-approval-gate")),
             role_ref: RoleRef {

@@ -118,6 +118,7 @@ def test_chart_ships_every_crd_kept_on_uninstall(chart):
     crds = rendered_crds(chart)
     assert sorted(crd["metadata"]["name"] for crd in crds) == [
         "agents.kagent.dev",
+        "approvalgrants.kagent.dev",
         "approvalnotifiers.kagent.dev",
         "approvalrequests.kagent.dev",
         "modelconfigs.kagent.dev",
@@ -169,6 +170,7 @@ def test_default_objects(chart):
             "ClusterRole",  # hitl-viewer
             "ClusterRoleBinding",
             "CustomResourceDefinition",  # Agent
+            "CustomResourceDefinition",  # ApprovalGrant
             "CustomResourceDefinition",  # ApprovalNotifier
             "CustomResourceDefinition",  # ApprovalRequest
             "CustomResourceDefinition",  # ModelConfig
@@ -183,6 +185,8 @@ def test_default_objects(chart):
             "ValidatingAdmissionPolicy",  # decision
             "ValidatingAdmissionPolicy",  # quorum
             "ValidatingAdmissionPolicy",  # status
+            "ValidatingAdmissionPolicy",  # grant
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
@@ -212,6 +216,7 @@ def test_default_deployment(chart):
         "--gate-image": "ghcr.io/hitl-operator/hitl-operator:0.1.0",
         "--cluster-cidrs": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16",
         "--skills-init-image": "cr.kagent.dev/kagent-dev/kagent/skills-init:0.7.4",
+        "--grant-max-ttl": "24h",
         "--leader-election": "true",
         "--lease-name": FULLNAME,
         "--lease-namespace": NAMESPACE,
@@ -275,6 +280,8 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
         (("kagent.dev",), ("agents/status", "remotemcpservers/status", "modelconfigs/status",
                            "approvalrequests/status", "approvalnotifiers/status"), ("patch",)),
         (("kagent.dev",), ("agents/finalizers",), ("update",)),
+        (("kagent.dev",), ("approvalgrants",), ("get", "list")),
+        (("kagent.dev",), ("approvalgrants/status",), ("patch",)),
         (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch", "delete")),
         (("",), ("services", "serviceaccounts", "secrets"), ("get", "list", "watch", "create", "patch", "delete")),
         (("rbac.authorization.k8s.io",), ("roles", "rolebindings"),
@@ -291,6 +298,10 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
     for verb in ("create", "get", "list", "watch"):
         assert allows(role, "kagent.dev", "approvalrequests", verb)
     assert allows(role, "kagent.dev", "approvalrequests/status", "patch")
+    # The gate reads grants and records their uses.
+    for verb in ("get", "list"):
+        assert allows(role, "kagent.dev", "approvalgrants", verb)
+    assert allows(role, "kagent.dev", "approvalgrants/status", "patch")
     # The gate watches its own Agent for a freeze.
     for verb in ("get", "list", "watch"):
         assert allows(role, "kagent.dev", "agents", verb)
@@ -305,6 +316,7 @@ def test_user_roles(chart):
     assert sorted(rules_of(approver)) == sorted([
         (("kagent.dev",), ("approvalrequests",), ("get", "list", "watch", "patch")),
         (("kagent.dev",), ("agents",), ("approve",)),
+        (("kagent.dev",), ("approvalgrants",), ("get", "list", "watch", "create", "patch", "delete")),
     ])
     assert "rbac.authorization.k8s.io/aggregate-to-admin" not in approver["metadata"]["labels"]
     viewer = one(docs, "ClusterRole", "hitl-viewer")
@@ -316,7 +328,7 @@ def test_user_roles(chart):
 def test_admission_policies_default(chart):
     docs = objects(chart)
     policies = {p["metadata"]["name"]: p for p in find(docs, "ValidatingAdmissionPolicy")}
-    assert sorted(policies) == [f"{FULLNAME}-approval-{n}" for n in ("decision", "quorum", "requester", "status")]
+    assert sorted(policies) == [f"{FULLNAME}-approval-{n}" for n in ("decision", "grant", "quorum", "requester", "status")]
     for p in policies.values():
         assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert p["spec"]["failurePolicy"] == "Fail"
@@ -343,6 +355,29 @@ def test_admission_policies_default(chart):
     status = policies[f"{FULLNAME}-approval-status"]["spec"]
     assert status["matchConstraints"]["resourceRules"][0]["resources"] == ["approvalrequests/status"]
     assert status["matchConditions"][0]["expression"] == f'!(request.userInfo.username in ["{CONTROLLER_USER}"])'
+
+
+    grant = policies[f"{FULLNAME}-approval-grant"]["spec"]
+    assert grant["matchConstraints"]["resourceRules"][0]["resources"] == ["approvalgrants"]
+    assert grant["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+    grant_exprs = [v["expression"] for v in grant["validations"]]
+    assert grant_exprs[0] == exprs[0]
+    assert "object.spec.grantedBy == request.userInfo.username" in grant_exprs
+    assert "!request.userInfo.username.startsWith('system:serviceaccount:')" in grant_exprs
+    assert ("timestamp(object.spec.expiresAt) - timestamp(object.metadata.creationTimestamp)"
+            " <= duration('24h')") in grant_exprs
+
+
+def test_grants_max_ttl_reaches_the_policy_and_the_controller_and_off_turns_them_off(chart):
+    docs = objects(chart, {"grants": {"maxTTL": "90m"}})
+    assert args_map(controller(docs))["--grant-max-ttl"] == "90m"
+    grant = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-grant")
+    assert any("duration('90m')" in v["expression"] for v in grant["spec"]["validations"])
+    off = objects(chart, {"grants": {"maxTTL": "off"}})
+    assert args_map(controller(off))["--grant-max-ttl"] == "off"
+    names = [d["metadata"]["name"] for d in off
+             if d["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
+    assert f"{FULLNAME}-approval-grant" not in names
 
 
 # ---------------------------------------------------------------- non-default values
@@ -503,6 +538,9 @@ def test_notes_name_next_commands(chart):
         ({"networkPolicy": {"clusterCIDRs": []}}, "clusterCIDRs"),
         ({"networkPolicy": {"clusterCIDRs": ["10.0.0.0"]}}, "clusterCIDRs"),
         ({"networkPolicy": {"clusterCIDRs": "10.0.0.0/8"}}, "clusterCIDRs"),
+        ({"grants": {"maxTTL": "forever"}}, "maxTTL"),
+        ({"grants": {"maxTTL": ""}}, "maxTTL"),
+        ({"grants": {"maxTTL": "1d"}}, "maxTTL"),
     ],
 )
 def test_schema_rejects_bad_values(chart, values, message):

@@ -357,6 +357,7 @@ pub fn config(servers: Vec<GateServer>, timeout: f64, wait: f64) -> GateConfig {
             timeout_seconds: timeout,
             wait_timeout_seconds: wait,
             ttl_after_finished_seconds: 86400.0,
+            grant_max_ttl_seconds: None,
         },
         listen: "127.0.0.1:0".into(),
         metrics_listen: "127.0.0.1:0".into(),

@@ -3,8 +3,8 @@
 # binaries (target/debug) and the npm MCP peers. Prints a SKIP line and exits 0 when no cluster
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
-# Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, notify,
-#        slack
+# Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, grants,
+#        notify, slack
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -15,6 +15,8 @@
 #   freeze  tests/e2e/freeze.sh: the freeze annotation on an Agent and on its Namespace
 #   quorum  tests/e2e/quorum.sh: a rule asking for two approvals: 1/2 keeps the call waiting,
 #           the same person twice, the requester and ServiceAccounts refused, 2/2 runs it once
+#   grants  tests/e2e/grants.sh: ApprovalGrants: every admission rule, a condition, maxUses
+#           under calls racing through two gates, revoke and delete, --remember session
 #   notify  tests/e2e/notify.sh: ApprovalNotifiers with a real receiver: retries, reminders, a
 #           leader change between attempts, expiry, no secret in any message
 #   slack   tests/e2e/slack.sh: Approve from Slack: signed presses (forged, stale, replayed
@@ -28,7 +30,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum notify slack)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins

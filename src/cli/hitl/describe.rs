@@ -93,8 +93,22 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
     let mut field = |label: &str, value: &str| {
         let _ = writeln!(s, "{:<14}{value}", format!("{label}:"));
     };
-    match &spec.decision {
-        Some(d) => {
+    match (&spec.decision, &spec.grant) {
+        (_, Some(g)) => {
+            let reason = g
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
+            field(
+                "Decision",
+                &format!(
+                    "Approve by approvalgrant/{}, granted by {}{reason}",
+                    g.name, g.granted_by
+                ),
+            );
+        }
+        (Some(d), None) => {
             let verb = match d.decision_type {
                 DecisionType::Approve => "Approve",
                 DecisionType::Deny => "Deny",
@@ -106,7 +120,7 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
                 .unwrap_or_default();
             field("Decision", &format!("{verb} by {}{reason}", d.decided_by));
         }
-        None => field("Decision", "<none>"),
+        (None, None) => field("Decision", "<none>"),
     }
     if r.required_approvals() > 1 {
         let mut approvals = format!(

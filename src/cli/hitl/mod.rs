@@ -3,6 +3,7 @@
 pub mod decide;
 pub mod describe;
 pub mod error;
+pub mod grants;
 pub mod identity;
 pub mod inbox;
 pub mod output;
@@ -22,6 +23,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use self::decide::Outcome;
 use self::error::CommandError;
 use self::output::Format;
+use crate::api::approval_grant::ApprovalGrant;
 use crate::api::approval_request::{ApprovalRequest, DecisionType, Phase};
 
 /// See and decide the tool calls your AI agents wait on (ApprovalRequests).
@@ -54,6 +56,33 @@ pub enum Command {
     Watch(WatchArgs),
     /// Open a web inbox on 127.0.0.1 to see and decide requests, as yourself.
     Ui(UiArgs),
+    /// List standing approvals (ApprovalGrants), or revoke them.
+    Grants(GrantsArgs),
+}
+
+/// `grants` options.
+#[derive(Args, Debug)]
+pub struct GrantsArgs {
+    /// List across all namespaces.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Output format instead of the table.
+    #[arg(short, long, value_enum)]
+    pub output: Option<Format>,
+    /// What to do instead of listing.
+    #[command(subcommand)]
+    pub action: Option<GrantsCommand>,
+}
+
+/// `grants` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum GrantsCommand {
+    /// Revoke grants at once: calls they covered ask a person again.
+    Revoke {
+        /// Names of ApprovalGrants.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
 }
 
 /// `list` options.
@@ -100,9 +129,14 @@ pub struct ApproveArgs {
     /// Which requests.
     #[command(flatten)]
     pub targets: Targets,
-    /// Why (recorded in spec.decision.reason).
+    /// Why (recorded in spec.decision.reason, and in the grant --remember creates).
     #[arg(long)]
     pub reason: Option<String>,
+    /// Also let the agent's later calls of the same tool run without asking, by creating an
+    /// ApprovalGrant: `session` (only this request's MCP session), a duration (default 1h)
+    /// and `N-uses`, comma-separated, e.g. `session`, `30m,5-uses`. One request only.
+    #[arg(long, conflicts_with = "all")]
+    pub remember: Option<grants::Remember>,
 }
 
 /// `deny` options.
@@ -254,7 +288,20 @@ pub async fn execute(
                 reason: args.reason.clone(),
                 user: identity::username(&client).await?,
             };
-            decide(
+            let grant = match &args.remember {
+                None => None,
+                Some(remember) => {
+                    match remembered(&scoped(false), args, remember, &request.user, clock()).await?
+                    {
+                        Ok(grant) => Some(grant),
+                        Err(line) => {
+                            writeln!(err, "error: {line}")?;
+                            return Ok(false);
+                        }
+                    }
+                }
+            };
+            let decided = decide(
                 &scoped(false),
                 namespace,
                 &args.targets,
@@ -263,7 +310,47 @@ pub async fn execute(
                 out,
                 err,
             )
-            .await
+            .await?;
+            let Some(grant) = grant.filter(|_| decided) else {
+                return Ok(decided);
+            };
+            match grants::create(&Api::namespaced(client, namespace), &grant, clock()).await {
+                Ok(line) => writeln!(out, "{line}")?,
+                Err(line) => {
+                    writeln!(err, "{line}")?;
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        Command::Grants(args) => {
+            let api: Api<ApprovalGrant> = if args.all_namespaces {
+                Api::all(client)
+            } else {
+                Api::namespaced(client, namespace)
+            };
+            if let Some(GrantsCommand::Revoke { names }) = &args.action {
+                let (lines, ok) = grants::revoke(&api, names, namespace).await;
+                for line in lines {
+                    if line.starts_with("error:") {
+                        writeln!(err, "{line}")?;
+                    } else {
+                        writeln!(out, "{line}")?;
+                    }
+                }
+                return Ok(ok);
+            }
+            let items = api.list(&ListParams::default()).await?.items;
+            match args.output {
+                Some(format) => {
+                    out.write_all(output::encode(&output::list(&items), format)?.as_bytes())?
+                }
+                None if items.is_empty() => writeln!(err, "No ApprovalGrants found.")?,
+                None => {
+                    out.write_all(grants::table(&items, clock(), args.all_namespaces).as_bytes())?
+                }
+            }
+            Ok(true)
         }
         Command::Deny(args) => {
             let request = decide::Request {
@@ -298,6 +385,30 @@ pub async fn execute(
             inbox::run(client, scope, user, args, out).await
         }
     }
+}
+
+/// The grant `approve --remember` gives for its one request, or the line saying why it cannot:
+/// checked before anything is written.
+async fn remembered(
+    api: &Api<ApprovalRequest>,
+    args: &ApproveArgs,
+    remember: &grants::Remember,
+    user: &str,
+    now: Timestamp,
+) -> Result<Result<ApprovalGrant, String>, CommandError> {
+    let [name] = args.targets.names.as_slice() else {
+        return Ok(Err("--remember approves one request at a time".into()));
+    };
+    let Some(request) = api.get_opt(name).await? else {
+        return Ok(Err(format!("approvalrequest/{name} not found")));
+    };
+    Ok(grants::grant_for(
+        &request,
+        remember,
+        args.reason.as_deref(),
+        user,
+        now,
+    ))
 }
 
 /// Decide the targets and report each outcome.

@@ -3,7 +3,6 @@
 use serde::Serialize;
 
 use super::error::CommandError;
-use crate::api::ApprovalRequest;
 
 /// A machine-readable output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -25,6 +24,6 @@ pub fn encode<T: Serialize>(value: &T, format: Format) -> Result<String, Command
 }
 
 /// A `v1 List` holding `items`, the shape `kubectl get -o yaml` prints for several objects.
-pub fn list(items: &[ApprovalRequest]) -> serde_json::Value {
+pub fn list<T: Serialize>(items: &[T]) -> serde_json::Value {
     serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
 }

@@ -34,7 +34,10 @@ pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> V
     cells.push(request.spec.tool_name.clone());
     cells.push(args_preview(request));
     cells.push(request.phase_at(now).as_str().to_owned());
-    cells.push(request.approvals_summary());
+    cells.push(match &request.spec.grant {
+        Some(grant) => format!("grant/{}", grant.name),
+        None => request.approvals_summary(),
+    });
     cells.push(meta.creation_timestamp.as_ref().map_or_else(
         || "<unknown>".to_owned(),
         |t| short_duration(now.duration_since(t.0)),
@@ -60,8 +63,16 @@ pub fn header(all_namespaces: bool) -> Vec<String> {
 pub fn table(requests: &[ApprovalRequest], now: Timestamp, all_namespaces: bool) -> String {
     let mut rows = vec![header(all_namespaces)];
     rows.extend(requests.iter().map(|r| row(r, now, all_namespaces)));
-    let mut widths = vec![0; rows[0].len()];
-    for cells in &rows {
+    layout(&rows)
+}
+
+/// Rows of cells (the header first) as a table: columns padded to their widest cell.
+pub fn layout(rows: &[Vec<String>]) -> String {
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let mut widths = vec![0; first.len()];
+    for cells in rows {
         for (w, cell) in widths.iter_mut().zip(cells) {
             *w = (*w).max(cell.chars().count());
         }

@@ -37,6 +37,13 @@ fn approvals(at: Timestamp) -> (Approvals, Handle) {
 }
 
 fn approvals_with_clock(at: Timestamp) -> (Approvals, Handle, Arc<Manual>) {
+    approvals_with(at, None)
+}
+
+fn approvals_with(
+    at: Timestamp,
+    grant_max_ttl: Option<SignedDuration>,
+) -> (Approvals, Handle, Arc<Manual>) {
     let clock = Arc::new(Manual(Mutex::new(at)));
     let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(svc, NS);
@@ -53,6 +60,7 @@ fn approvals_with_clock(at: Timestamp) -> (Approvals, Handle, Arc<Manual>) {
         pod: "gate-pod-0".into(),
         metrics: Arc::new(Metrics::default()),
         freeze: FreezeWatch::fixed(FreezeState::Clear),
+        grant_max_ttl,
     };
     (
         Approvals::new(client, agent, settings, clock.clone()),
@@ -941,4 +949,220 @@ async fn a_request_asking_fewer_approvals_than_the_rule_is_replaced() {
     respond(send, 201, &stored(&body, "8"));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.spec.required_approvals, Some(2));
+}
+
+// Grants (gate::grants): the exact requests of a call a grant covers, and every way a use can
+// fail to be recorded, which leaves the call to a person.
+
+const GRANTS_PATH: &str = "/apis/kagent.dev/v1alpha2/namespaces/team/approvalgrants";
+
+/// A grant by alice of `delete_file` on the call's server, created an hour before [`now`].
+fn grant_object(name: &str, rv: &str) -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrant",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv,
+            "creationTimestamp": "2026-11-21T23:00:00Z"},
+        "spec": {"agentRef": {"name": "agent-a"},
+            "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "tools"},
+            "toolName": "delete_file", "expiresAt": "2026-11-22T01:00:00Z", "maxUses": 2,
+            "reason": "cleanup week", "grantedBy": "alice"},
+    })
+}
+
+fn grant_list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrantList", "metadata": {"resourceVersion": "1"}, "items": items})
+}
+
+/// Runs `by_grant` for the standard call in the background, with grants on.
+fn spawn_by_grant() -> (tokio::task::JoinHandle<Result<Option<String>>>, Handle) {
+    let (a, handle, _) = approvals_with(now(), Some(SignedDuration::from_hours(24)));
+    let arguments = args();
+    let task = tokio::spawn(async move {
+        let facts = Activation::new(&crate::gate::condition::CallFacts {
+            args: &arguments,
+            args_bytes: 64,
+            agent: "agent-a",
+            namespace: NS,
+            server: "fs",
+            tool: "delete_file",
+            session: Some("sess-1"),
+        });
+        a.by_grant(&call(&arguments), &facts).await
+    });
+    (task, handle)
+}
+
+/// Expects the list of grants and answers it with `items`.
+async fn expect_grant_list(handle: &mut Handle, items: Vec<Value>) {
+    let (m, uri, _, send) = next(handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        ("GET", &format!("{GRANTS_PATH}?")[..])
+    );
+    respond(send, 200, &grant_list(items));
+}
+
+/// Expects a resourceVersion-guarded use of grant `g` at `rv` (its `uses`-th); returns the
+/// request name it records and the response handle.
+async fn expect_use(
+    handle: &mut Handle,
+    rv: &str,
+    uses: i64,
+) -> (String, mock::SendResponse<Response<Body>>) {
+    let (m, uri, body, send) = next(handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        (
+            "PATCH",
+            &format!("{GRANTS_PATH}/g/status?&fieldManager=hitl-gate")[..]
+        )
+    );
+    assert_eq!(body["metadata"], json!({"resourceVersion": rv}));
+    assert_eq!(body["status"]["uses"], json!(uses));
+    assert_eq!(body["status"]["lastUsedAt"], json!(now()));
+    let request = body["status"]["lastUsedBy"].as_str().unwrap().to_owned();
+    (request, send)
+}
+
+#[tokio::test]
+async fn a_covering_grant_is_used_once_and_leaves_a_consumed_request() {
+    let (task, mut handle) = spawn_by_grant();
+    let c = call(&args());
+    expect_grant_list(&mut handle, vec![grant_object("g", "5")]).await;
+    let (request, send) = expect_use(&mut handle, "5", 1).await;
+    let base = base_name(&c.key);
+    let suffix = request
+        .strip_prefix(&format!("{base}-g"))
+        .expect("named after the call");
+    assert!(
+        suffix.len() == 8 && suffix.chars().all(|ch| ch.is_ascii_hexdigit()),
+        "{request}"
+    );
+    let mut used = grant_object("g", "6");
+    used["status"] = json!({"uses": 1});
+    respond(send, 200, &used);
+
+    let (m, uri, body, send) = next(&mut handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        ("POST", &format!("{BASE_PATH}?&fieldManager=hitl-gate")[..])
+    );
+    assert_eq!(body["metadata"]["name"], json!(request));
+    assert_eq!(body["metadata"]["labels"]["kagent.dev/grant"], json!("g"));
+    assert_eq!(
+        body["spec"]["grant"],
+        json!({"name": "g", "grantedBy": "alice", "reason": "cleanup week"})
+    );
+    assert!(body["spec"].get("decision").is_none());
+    assert_eq!(body["spec"]["argumentsSha256"], json!(c.digest.binding));
+    let created = stored(&body, "20");
+    respond(send, 201, &created);
+
+    // Consumed at once, without a resourceVersion guard (the CRD keeps consumedAt write-once).
+    let (m, uri, body, send) = next(&mut handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        (
+            "PATCH",
+            &format!("{BASE_PATH}/{request}/status?&fieldManager=hitl-gate")[..]
+        )
+    );
+    assert!(body.get("metadata").is_none(), "{body}");
+    assert_eq!(body["status"]["phase"], json!("Executed"));
+    assert_eq!(body["status"]["consumedAt"], json!(now()));
+    assert_eq!(body["status"]["consumedBy"], json!("gate-pod-0"));
+    assert!(
+        body["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ApprovalGrant g (granted by alice)")
+    );
+    let mut consumed = created.clone();
+    consumed["status"] = body["status"].clone();
+    respond(send, 200, &consumed);
+    assert_eq!(task.await.unwrap().unwrap(), Some(request));
+}
+
+#[tokio::test]
+async fn no_covering_grant_writes_nothing() {
+    let (task, mut handle) = spawn_by_grant();
+    let mut other_tool = grant_object("g", "5");
+    other_tool["spec"]["toolName"] = json!("write_file");
+    let mut used_up = grant_object("h", "5");
+    used_up["status"] = json!({"uses": 2});
+    expect_grant_list(&mut handle, vec![other_tool, used_up]).await;
+    assert_eq!(task.await.unwrap().unwrap(), None);
+}
+
+#[tokio::test]
+async fn unreadable_grants_leave_the_call_to_a_person() {
+    let (task, mut handle) = spawn_by_grant();
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 403, &status(403, "Forbidden"));
+    assert_eq!(task.await.unwrap().unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_grant_revoked_while_being_used_is_not_used() {
+    let (task, mut handle) = spawn_by_grant();
+    expect_grant_list(&mut handle, vec![grant_object("g", "5")]).await;
+    let (_, send) = expect_use(&mut handle, "5", 1).await;
+    respond(send, 409, &status(409, "Conflict"));
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        ("GET", &format!("{GRANTS_PATH}/g")[..])
+    );
+    let mut revoked = grant_object("g", "6");
+    revoked["spec"]["revoked"] = json!(true);
+    respond(send, 200, &revoked);
+    assert_eq!(task.await.unwrap().unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_grant_used_up_by_another_gate_meanwhile_is_not_used_again() {
+    let (task, mut handle) = spawn_by_grant();
+    let mut one_left = grant_object("g", "5");
+    one_left["status"] = json!({"uses": 1});
+    expect_grant_list(&mut handle, vec![one_left]).await;
+    let (_, send) = expect_use(&mut handle, "5", 2).await;
+    respond(send, 409, &status(409, "Conflict"));
+    let (_, _, _, send) = next(&mut handle).await;
+    let mut used_up = grant_object("g", "6");
+    used_up["status"] = json!({"uses": 2});
+    respond(send, 200, &used_up);
+    assert_eq!(task.await.unwrap().unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_grant_changed_but_still_covering_is_used_at_its_new_version() {
+    let (task, mut handle) = spawn_by_grant();
+    expect_grant_list(&mut handle, vec![grant_object("g", "5")]).await;
+    let (_, send) = expect_use(&mut handle, "5", 1).await;
+    respond(send, 409, &status(409, "Conflict"));
+    let (_, _, _, send) = next(&mut handle).await;
+    let mut used_once = grant_object("g", "7");
+    used_once["status"] = json!({"uses": 1});
+    respond(send, 200, &used_once);
+    let (_, send) = expect_use(&mut handle, "7", 2).await;
+    respond(send, 500, &status(500, "InternalError"));
+    assert_eq!(
+        task.await.unwrap().unwrap(),
+        None,
+        "a failed use leaves the call to a person"
+    );
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_be_recorded_after_a_use_refuses_the_call() {
+    let (task, mut handle) = spawn_by_grant();
+    expect_grant_list(&mut handle, vec![grant_object("g", "5")]).await;
+    let (_, send) = expect_use(&mut handle, "5", 1).await;
+    respond(send, 200, &grant_object("g", "6"));
+    let (m, _, _, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    respond(send, 500, &status(500, "InternalError"));
+    let err = task.await.unwrap().unwrap_err();
+    assert_eq!(err.reason(), "GrantRecordFailed");
+    assert!(err.to_string().contains("the call was not run"), "{err}");
 }

@@ -1,0 +1,241 @@
+//! Standing approvals as the gate uses them (docs/policies.md, "Standing grants"): before a
+//! gated call asks a person, the gate looks for a live ApprovalGrant that covers it, records
+//! one use of it exactly once, and leaves an ApprovalRequest decided by the grant, consumed by
+//! this gate, so the audit trail holds every call.
+//!
+//! Exactly once: a use is a merge patch of the grant's status guarded by the resourceVersion
+//! the gate judged, so a grant revoked, deleted or used up by another gate in the meantime is
+//! never used (409 Conflict: read it again and judge again), and the CRD refuses `uses` above
+//! `maxUses` whatever the writer. Anything that goes wrong before the use is recorded leaves
+//! the call to a person; after it, the call is refused (a use counted for a call that did not
+//! run errs on the side of fewer runs).
+
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::condition::{Activation, Condition};
+use super::decision::CallKey;
+use super::metrics::Metrics;
+use crate::api::approval_grant::ApprovalGrant;
+
+/// Prefix of the usernames of ServiceAccounts, which never grant.
+const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+/// How many 409 Conflicts recording one use the gate re-reads before trying another grant.
+const MAX_USE_CONFLICTS: u32 = 5;
+
+/// What a grant is judged against: the call, its session and its facts for `when`.
+pub struct GrantedCall<'a> {
+    /// The call (agent, server, tool, approvals it needs).
+    pub key: &'a CallKey,
+    /// The MCP session id the client sent, if any.
+    pub session: Option<&'a str>,
+    /// The call's facts, for the grant's `when`.
+    pub facts: &'a Activation,
+    /// The gate's own identity (its ServiceAccount's username), which never grants.
+    pub gate: &'a str,
+}
+
+/// Why `grant` does not cover `call` at `now`, if it does not. A grant covers a call of its
+/// agent to its server (and its tool, when it names one; its session, when it names one) while
+/// it is not revoked or being deleted, before its `expiresAt`, which may lie at most `max_ttl`
+/// after its creation, with uses left, granted by a person (not a ServiceAccount, not the
+/// requester), to a call needing one approval, whose arguments satisfy its `when`.
+pub fn why_not_covered(
+    grant: &ApprovalGrant,
+    call: &GrantedCall,
+    now: Timestamp,
+    max_ttl: SignedDuration,
+) -> Option<String> {
+    let spec = &grant.spec;
+    let key = call.key;
+    if spec.agent_ref.name != key.agent
+        || spec.tool_server.kind != key.server_kind
+        || spec.tool_server.namespace != key.server_namespace
+        || spec.tool_server.name != key.server_name
+        || spec.tool_name.as_ref().is_some_and(|t| *t != key.tool)
+    {
+        return Some("it is for another agent, server or tool".into());
+    }
+    if let Some(session) = &spec.session_id
+        && call.session != Some(session.as_str())
+    {
+        return Some(format!("it is for the MCP session {session} only"));
+    }
+    if grant.is_revoked() {
+        return Some("it is revoked".into());
+    }
+    if grant.metadata.deletion_timestamp.is_some() {
+        return Some("it is being deleted".into());
+    }
+    if key.required_approvals > 1 {
+        return Some(format!(
+            "the call needs {} approvals; a grant stands for one",
+            key.required_approvals
+        ));
+    }
+    let granted_by = spec.granted_by.trim();
+    if granted_by.is_empty() || granted_by.starts_with(SERVICE_ACCOUNT_PREFIX) {
+        return Some(format!("it was granted by {granted_by:?}, not by a person"));
+    }
+    if granted_by == call.gate {
+        return Some("it was granted by the agent itself".into());
+    }
+    let expires_at = spec.expires_at.0;
+    if now >= expires_at {
+        return Some(format!("it expired at {expires_at}"));
+    }
+    let Some(created) = grant.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
+        return Some("it has no creationTimestamp".into());
+    };
+    if expires_at.duration_since(created) > max_ttl {
+        return Some(format!(
+            "its expiresAt {expires_at} lies more than the longest grant lifetime ({max_ttl:#}) after its creation at {created}"
+        ));
+    }
+    if let Some(max) = spec.max_uses
+        && i64::from(grant.uses()) >= i64::from(max)
+    {
+        return Some(format!("it is used up ({max} uses)"));
+    }
+    let Some(when) = spec.when.as_deref() else {
+        return None; // No condition: it covers every such call.
+    };
+    match Condition::compile(when).and_then(|c| c.evaluate(call.facts)) {
+        Ok(true) => None,
+        Ok(false) => Some("its condition (spec.when) is false for this call".into()),
+        Err(why) => Some(format!(
+            "its condition (spec.when) cannot be evaluated: {why}"
+        )),
+    }
+}
+
+/// The order grants are tried in: those with a use limit first (so an unlimited grant is not
+/// spent where a limited one would do), then the soonest to expire, then by name.
+fn preference(grant: &ApprovalGrant) -> (bool, Timestamp, String) {
+    (
+        grant.spec.max_uses.is_none(),
+        grant.spec.expires_at.0,
+        grant.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The gate's client for the ApprovalGrants of its agent's namespace.
+#[derive(Clone)]
+pub struct Grants {
+    api: Api<ApprovalGrant>,
+    max_ttl: SignedDuration,
+    metrics: Arc<Metrics>,
+}
+
+impl Grants {
+    /// Grants read through `client` in `namespace`, each living at most `max_ttl`; conflicts
+    /// counted in `metrics`.
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        max_ttl: SignedDuration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            max_ttl,
+            metrics,
+        }
+    }
+
+    /// The grants that cover `call` at `now`, in the order to try them; none when they cannot
+    /// be read (the call then goes to a person).
+    pub async fn covering(&self, call: &GrantedCall<'_>, now: Timestamp) -> Vec<ApprovalGrant> {
+        let listed = match self.api.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list ApprovalGrants; the call goes to a person");
+                return Vec::new();
+            }
+        };
+        let mut covering: Vec<ApprovalGrant> = listed
+            .into_iter()
+            .filter(|g| g.spec.agent_ref.name == call.key.agent)
+            .filter(|g| match why_not_covered(g, call, now, self.max_ttl) {
+                None => true,
+                Some(why) => {
+                    tracing::debug!(grant = %g.metadata.name.as_deref().unwrap_or_default(), %why, "grant does not cover the call");
+                    false
+                }
+            })
+            .collect();
+        covering.sort_by_key(preference);
+        covering
+    }
+
+    /// Records one use of `grant` for the request `request`, re-reading it on a conflict while
+    /// it still covers the call: the grant as used, or `None` when it could not be used.
+    pub async fn record_use(
+        &self,
+        mut grant: ApprovalGrant,
+        call: &GrantedCall<'_>,
+        now: Timestamp,
+        request: &str,
+    ) -> Option<ApprovalGrant> {
+        let name = grant.metadata.name.clone().unwrap_or_default();
+        for _ in 0..=MAX_USE_CONFLICTS {
+            let uses = grant.uses().saturating_add(1);
+            let patch = json!({
+                "metadata": {"resourceVersion": grant.metadata.resource_version},
+                "status": {"uses": uses, "lastUsedAt": Time(now), "lastUsedBy": request},
+            });
+            let params = PatchParams {
+                field_manager: Some(super::approval::FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            match self
+                .api
+                .patch_status(&name, &params, &Patch::Merge(&patch))
+                .await
+            {
+                Ok(used) => {
+                    tracing::info!(grant = %name, uses, %request, granted_by = %used.spec.granted_by, "grant used");
+                    return Some(used);
+                }
+                Err(kube::Error::Api(s)) if s.is_conflict() => {
+                    self.metrics.grant_use_conflict();
+                    tracing::info!(grant = %name, "grant changed while recording a use; re-reading");
+                    grant = match self.api.get_opt(&name).await {
+                        Ok(Some(fresh)) => fresh,
+                        Ok(None) => return None,
+                        Err(e) => {
+                            tracing::warn!(grant = %name, error = %e, "cannot re-read the grant");
+                            return None;
+                        }
+                    };
+                    if let Some(why) = why_not_covered(&grant, call, now, self.max_ttl) {
+                        tracing::info!(grant = %name, %why, "grant no longer covers the call");
+                        return None;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(grant = %name, error = %e, "cannot record a use of the grant");
+                    return None;
+                }
+            }
+        }
+        None
+    }
+}
+
+impl From<&ApprovalGrant> for crate::api::approval_request::GrantRef {
+    fn from(grant: &ApprovalGrant) -> Self {
+        Self {
+            name: grant.metadata.name.clone().unwrap_or_default(),
+            granted_by: grant.spec.granted_by.clone(),
+            reason: Some(grant.spec.reason.chars().take(1024).collect()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

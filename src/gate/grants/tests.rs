@@ -1,0 +1,286 @@
+//! What a grant covers: every reason it does not, one at a time.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::json;
+
+use super::*;
+use crate::api::agent::ToolServerKind;
+use crate::api::approval_grant::{ApprovalGrantSpec, ApprovalGrantStatus};
+use crate::api::approval_request::{AgentRef, ToolServerRef};
+use crate::gate::condition::CallFacts;
+
+const GATE: &str = "system:serviceaccount:team:agent-a";
+
+fn t(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+const CREATED: &str = "2026-11-24T10:00:00Z";
+const NOW: &str = "2026-11-24T10:30:00Z";
+
+fn max_ttl() -> SignedDuration {
+    SignedDuration::from_hours(24)
+}
+
+/// A grant by alice of `delete_file` on `tools/fs` to `agent-a`, created at [`CREATED`], for an hour.
+fn grant() -> ApprovalGrant {
+    ApprovalGrant {
+        metadata: ObjectMeta {
+            name: Some("g".into()),
+            namespace: Some("team".into()),
+            creation_timestamp: Some(Time(t(CREATED))),
+            resource_version: Some("5".into()),
+            ..Default::default()
+        },
+        spec: ApprovalGrantSpec {
+            agent_ref: AgentRef {
+                name: "agent-a".into(),
+            },
+            tool_server: ToolServerRef {
+                kind: ToolServerKind::RemoteMCPServer,
+                name: "fs".into(),
+                namespace: "tools".into(),
+            },
+            tool_name: Some("delete_file".into()),
+            when: None,
+            session_id: None,
+            expires_at: Time(t("2026-11-24T11:00:00Z")),
+            max_uses: None,
+            reason: "cleanup".into(),
+            granted_by: "alice".into(),
+            revoked: None,
+        },
+        status: None,
+    }
+}
+
+fn key(tool: &str, required_approvals: u32) -> CallKey {
+    CallKey {
+        agent: "agent-a".into(),
+        server_kind: ToolServerKind::RemoteMCPServer,
+        server_namespace: "tools".into(),
+        server_name: "fs".into(),
+        tool: tool.into(),
+        binding: "0".repeat(64),
+        required_approvals,
+    }
+}
+
+/// Why `grant` does not cover a call of `tool` with `args` in `session` at [`NOW`].
+fn why(
+    grant: &ApprovalGrant,
+    tool: &str,
+    args: serde_json::Value,
+    session: Option<&str>,
+) -> Option<String> {
+    let facts = Activation::new(&CallFacts {
+        args: &args,
+        args_bytes: args.to_string().len(),
+        agent: "agent-a",
+        namespace: "team",
+        server: "fs",
+        tool,
+        session,
+    });
+    let key = key(tool, 1);
+    let call = GrantedCall {
+        key: &key,
+        session,
+        facts: &facts,
+        gate: GATE,
+    };
+    why_not_covered(grant, &call, t(NOW), max_ttl())
+}
+
+fn covers(grant: &ApprovalGrant) -> bool {
+    why(grant, "delete_file", json!({"path": "/tmp/x"}), Some("s1")).is_none()
+}
+
+#[test]
+fn a_live_grant_covers_its_call() {
+    assert_eq!(why(&grant(), "delete_file", json!({}), None), None);
+    // Without toolName it covers every tool of the server.
+    let mut any_tool = grant();
+    any_tool.spec.tool_name = None;
+    assert_eq!(why(&any_tool, "write_file", json!({}), None), None);
+}
+
+#[test]
+fn it_covers_only_its_agent_server_and_tool() {
+    assert!(
+        why(&grant(), "write_file", json!({}), None)
+            .unwrap()
+            .contains("another agent")
+    );
+    for change in [
+        |g: &mut ApprovalGrant| g.spec.agent_ref.name = "agent-b".into(),
+        |g: &mut ApprovalGrant| g.spec.tool_server.name = "shell".into(),
+        |g: &mut ApprovalGrant| g.spec.tool_server.namespace = "other".into(),
+        |g: &mut ApprovalGrant| g.spec.tool_server.kind = ToolServerKind::Service,
+    ] {
+        let mut other = grant();
+        change(&mut other);
+        assert!(!covers(&other), "{:?}", other.spec);
+    }
+}
+
+#[test]
+fn a_session_grant_covers_that_session_only() {
+    let mut session = grant();
+    session.spec.session_id = Some("s1".into());
+    assert!(covers(&session));
+    assert!(
+        why(&session, "delete_file", json!({}), Some("s2"))
+            .unwrap()
+            .contains("session s1")
+    );
+    assert!(why(&session, "delete_file", json!({}), None).is_some());
+}
+
+#[test]
+fn revoked_deleted_expired_or_used_up_grants_cover_nothing() {
+    let mut revoked = grant();
+    revoked.spec.revoked = Some(true);
+    assert_eq!(
+        why(&revoked, "delete_file", json!({}), None).unwrap(),
+        "it is revoked"
+    );
+    let mut not_revoked = grant();
+    not_revoked.spec.revoked = Some(false);
+    assert!(covers(&not_revoked));
+
+    let mut deleting = grant();
+    deleting.metadata.deletion_timestamp = Some(Time(t(NOW)));
+    assert!(!covers(&deleting));
+
+    let mut expired = grant();
+    expired.spec.expires_at = Time(t(NOW));
+    assert!(
+        why(&expired, "delete_file", json!({}), None)
+            .unwrap()
+            .contains("expired")
+    );
+
+    let mut used_up = grant();
+    used_up.spec.max_uses = Some(2);
+    used_up.status = Some(ApprovalGrantStatus {
+        uses: Some(1),
+        ..Default::default()
+    });
+    assert!(covers(&used_up));
+    used_up.status.as_mut().unwrap().uses = Some(2);
+    assert_eq!(
+        why(&used_up, "delete_file", json!({}), None).unwrap(),
+        "it is used up (2 uses)"
+    );
+}
+
+#[test]
+fn a_grant_living_longer_than_the_maximum_covers_nothing() {
+    let mut long = grant();
+    long.spec.expires_at = Time(t("2026-11-25T10:00:01Z"));
+    assert!(
+        why(&long, "delete_file", json!({}), None)
+            .unwrap()
+            .contains("longest grant lifetime")
+    );
+    long.spec.expires_at = Time(t("2026-11-25T10:00:00Z"));
+    assert!(covers(&long));
+    let mut undated = grant();
+    undated.metadata.creation_timestamp = None;
+    assert!(!covers(&undated));
+}
+
+#[test]
+fn only_a_person_grants() {
+    for by in [
+        "",
+        " ",
+        "system:serviceaccount:team:agent-a",
+        "system:serviceaccount:ops:bot",
+    ] {
+        let mut g = grant();
+        g.spec.granted_by = by.into();
+        assert!(!covers(&g), "{by:?}");
+    }
+    let mut by_gate = grant();
+    by_gate.spec.granted_by = GATE.into();
+    assert!(!covers(&by_gate));
+}
+
+#[test]
+fn a_grant_stands_for_one_approval() {
+    let args = json!({});
+    let facts = Activation::new(&CallFacts {
+        args: &args,
+        args_bytes: 2,
+        agent: "agent-a",
+        namespace: "team",
+        server: "fs",
+        tool: "delete_file",
+        session: None,
+    });
+    let key = key("delete_file", 2);
+    let call = GrantedCall {
+        key: &key,
+        session: None,
+        facts: &facts,
+        gate: GATE,
+    };
+    let why = why_not_covered(&grant(), &call, t(NOW), max_ttl()).unwrap();
+    assert!(why.contains("needs 2 approvals"), "{why}");
+}
+
+#[test]
+fn its_condition_must_hold_and_an_unevaluable_one_covers_nothing() {
+    let mut tmp_only = grant();
+    tmp_only.spec.when = Some("args.path.startsWith('/tmp/')".into());
+    assert!(covers(&tmp_only));
+    assert!(
+        why(
+            &tmp_only,
+            "delete_file",
+            json!({"path": "/etc/passwd"}),
+            None
+        )
+        .unwrap()
+        .contains("is false")
+    );
+    // A missing argument or a type mismatch cannot be evaluated: no cover.
+    assert!(
+        why(&tmp_only, "delete_file", json!({}), None)
+            .unwrap()
+            .contains("cannot be evaluated")
+    );
+    assert!(
+        why(&tmp_only, "delete_file", json!({"path": 7}), None)
+            .unwrap()
+            .contains("cannot be evaluated")
+    );
+    // Neither can an expression that does not compile, or uses an unknown variable.
+    for bad in ["args.path.startsWith(", "secret == 1", "args.path"] {
+        let mut g = grant();
+        g.spec.when = Some(bad.into());
+        assert!(!covers(&g), "{bad}");
+    }
+}
+
+#[test]
+fn limited_grants_are_tried_first_then_the_soonest_to_expire() {
+    let mut unlimited_soon = grant();
+    unlimited_soon.metadata.name = Some("a".into());
+    let mut limited_late = grant();
+    limited_late.metadata.name = Some("b".into());
+    limited_late.spec.max_uses = Some(3);
+    limited_late.spec.expires_at = Time(t("2026-11-24T12:00:00Z"));
+    let mut limited_soon = limited_late.clone();
+    limited_soon.metadata.name = Some("c".into());
+    limited_soon.spec.expires_at = Time(t("2026-11-24T10:45:00Z"));
+    let mut grants = [unlimited_soon, limited_late, limited_soon];
+    grants.sort_by_key(preference);
+    let order: Vec<_> = grants
+        .iter()
+        .map(|g| g.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(order, ["c", "b", "a"]);
+}
