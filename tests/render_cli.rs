@@ -128,3 +128,47 @@ fn crds_command_prints_all_four_crds() {
         );
     }
 }
+
+#[test]
+fn grant_max_ttl_reaches_the_gate_and_off_leaves_the_gate_without_grants() {
+    let render = |ttl: &str| {
+        let (code, stdout, stderr) = hitl(&[
+            "render",
+            "-f",
+            "examples/filesystem-agent.yaml",
+            "-f",
+            "examples/model-openai.yaml",
+            "-o",
+            "json",
+            "--grant-max-ttl",
+            ttl,
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let list: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let items = list["items"].as_array().unwrap().clone();
+        let of = |kind: &str| items.iter().find(|o| o["kind"] == kind).unwrap().clone();
+        let role = of("Role");
+        let grant_rules = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["resources"].to_string().contains("approvalgrants"))
+            .count();
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(of("Secret")).unwrap();
+        let gate: serde_json::Value =
+            serde_json::from_slice(&secret.data.unwrap()["gate.json"].0).unwrap();
+        (
+            grant_rules,
+            gate["approval"]["grant_max_ttl_seconds"].clone(),
+        )
+    };
+    assert_eq!(render("90m"), (2, serde_json::json!(5400.0)));
+    assert_eq!(render("off"), (0, serde_json::Value::Null));
+    let (code, _, stderr) = hitl(&["render", "-f", "examples/", "--grant-max-ttl", "forever"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("not a duration such as 24h or 90m, nor off"),
+        "{stderr}"
+    );
+}
