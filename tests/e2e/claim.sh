@@ -23,11 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh
 source tests/e2e/gates.sh
-fail_on_error
-
-skip_without_cluster
-
-gates_require
+gates_begin
 ROUNDS=${HITL_E2E_CLAIM_ROUNDS:-8}
 AGENT=claim
 throwaway hitl-e2e-claim

@@ -17,11 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh
 source tests/e2e/gates.sh
-fail_on_error
-
-skip_without_cluster
-
-gates_require
+gates_begin
 AGENT=frozen
 GATES_TOOLS="[read_file, delete_file]"
 FREEZE=hitl.kagent.dev/freeze

@@ -8,6 +8,14 @@
 # GATES_CONTROLLER_KUBECONFIG, when set, is the controller's kubeconfig (default: KUBECONFIG's);
 # GATES_CONTROLLER_ARGS, an array, more controller flags.
 
+# gates_begin: how a suite using these starts: failures end it with a FAIL line
+# (fail_on_error), no cluster ends it with SKIP, and gates_require.
+gates_begin() {
+  fail_on_error
+  skip_without_cluster
+  gates_require
+}
+
 # gates_require: BIN (HITL_E2E_BIN, default the debug build, built if missing) and PEERS, and
 # kubectl-hitl on PATH and the npm peers installed, or the suite fails saying what is missing.
 gates_require() {

@@ -18,22 +18,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh
 source tests/e2e/gates.sh
-fail_on_error
-
-skip_without_cluster
-
-gates_require
+gates_begin
 AGENT=janitor
 throwaway hitl-e2e-grants
 
-# refused WHO PATTERN COMMAND...: the command fails, saying PATTERN (grep -E).
-refused() {
-  local who=$1 pattern=$2 out
-  shift 2
-  if out=$("$@" 2>&1); then fail "$who was let through: $out"; fi
-  grep -qE -- "$pattern" <<<"$out" || fail "$who refused without /$pattern/: $out"
-  note "$who: $(grep -E -m1 -- "$pattern" <<<"$out" | cut -c1-200)"
-}
 # grant_yaml NAME GRANTED_BY EXPIRES [EXTRA SPEC LINES]: an ApprovalGrant of delete_file.
 grant_yaml() {
   cat <<YAML
@@ -72,16 +60,7 @@ kubectl -n "$NS" create rolebinding robots --clusterrole=hitl-approver --service
 kubectl -n "$NS" create role grant-writer --verb=create,get,list --resource=approvalgrants.kagent.dev >/dev/null
 kubectl -n "$NS" create rolebinding grant-writers --role=grant-writer --user=mallory >/dev/null
 
-USERS=${HITL_E2E_USERS:-$(dirname "${KUBECONFIG:-$HOME/.kube/config}")}
-if [ -f "$USERS/alice.kubeconfig" ] && [ -f "$USERS/mallory.kubeconfig" ]; then
-  ALICE=$USERS/alice.kubeconfig
-  MALLORY=$USERS/mallory.kubeconfig
-else
-  ALICE=$WORK/alice.kubeconfig
-  MALLORY=$WORK/mallory.kubeconfig
-  kubeconfig_as "$ALICE" alice approvers
-  kubeconfig_as "$MALLORY" mallory nobody
-fi
+e2e_users
 forged_grant_refused() {
   local out
   out=$(grant_yaml forged bob "$(in_minutes 30)" | kubectl --kubeconfig "$ALICE" -n "$NS" create --dry-run=server -f - 2>&1) && return 1

@@ -165,6 +165,40 @@ json.dump(config, sys.stdout)' "$2" "$3" >"$1"
   chmod 600 "$1"
 }
 
+# refused WHO PATTERN COMMAND...: the command must fail, saying PATTERN (grep -iE); notes the
+# line that says it.
+refused() {
+  local who=$1 pattern=$2 out
+  shift 2
+  if out=$("$@" 2>&1); then fail "$who was let through: $out"; fi
+  grep -qiE -- "$pattern" <<<"$out" || fail "$who refused without /$pattern/: $out"
+  note "$who: $(grep -iE -m1 -- "$pattern" <<<"$out" | cut -c1-200)"
+}
+
+# e2e_users: sets ALICE and MALLORY to kubeconfigs of alice (group approvers) and mallory (no
+# rights): those in $HITL_E2E_USERS (default: the folder of $KUBECONFIG, as
+# ../shared/k8s/cluster-up.sh makes them), else kubeconfigs in $WORK impersonating them; and
+# checks that each authenticates as its user.
+e2e_users() {
+  local users=${HITL_E2E_USERS:-$(dirname "${KUBECONFIG:-$HOME/.kube/config}")} who kc
+  if [ -f "$users/alice.kubeconfig" ] && [ -f "$users/mallory.kubeconfig" ]; then
+    ALICE=$users/alice.kubeconfig
+    MALLORY=$users/mallory.kubeconfig
+  else
+    ALICE=$WORK/alice.kubeconfig
+    MALLORY=$WORK/mallory.kubeconfig
+    kubeconfig_as "$ALICE" alice approvers
+    kubeconfig_as "$MALLORY" mallory nobody
+    note "no alice/mallory kubeconfigs in $users: impersonating them"
+  fi
+  for who in alice mallory; do
+    kc=$ALICE
+    [ "$who" = mallory ] && kc=$MALLORY
+    [ "$(kubectl --kubeconfig "$kc" auth whoami -o jsonpath='{.status.userInfo.username}')" = "$who" ] ||
+      fail "$kc does not authenticate as $who"
+  done
+}
+
 # throwaway PREFIX: sets NS (PREFIX-<epoch>, not created yet) and WORK (a new directory), and
 # on exit stops the suite's processes, deletes NS and WORK (HITL_E2E_KEEP=1 keeps both).
 throwaway() {

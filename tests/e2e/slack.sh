@@ -18,11 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh
 source tests/e2e/gates.sh
-fail_on_error
-
-skip_without_cluster
-
-gates_require
+gates_begin
 AGENT=slacked
 throwaway hitl-e2e-slack
 

@@ -141,21 +141,7 @@ EOF
 wait_for "the admission policies to refuse a forged requestedBy" 30 forged_request_refused
 ok "admission policies active (a forged requestedBy is refused)"
 
-USERS=${HITL_E2E_USERS:-$(dirname "${KUBECONFIG:-$HOME/.kube/config}")}
-if [ -f "$USERS/alice.kubeconfig" ] && [ -f "$USERS/mallory.kubeconfig" ]; then
-  ALICE=$USERS/alice.kubeconfig
-  MALLORY=$USERS/mallory.kubeconfig
-else
-  ALICE=$WORK/alice.kubeconfig
-  MALLORY=$WORK/mallory.kubeconfig
-  kubeconfig_as "$ALICE" alice approvers
-  kubeconfig_as "$MALLORY" mallory nobody
-  note "no alice/mallory kubeconfigs in $USERS: impersonating them"
-fi
-[ "$(kubectl --kubeconfig "$ALICE" auth whoami -o jsonpath='{.status.userInfo.username}')" = alice ] ||
-  fail "$ALICE does not authenticate as alice"
-[ "$(kubectl --kubeconfig "$MALLORY" auth whoami -o jsonpath='{.status.userInfo.username}')" = mallory ] ||
-  fail "$MALLORY does not authenticate as mallory"
+e2e_users
 
 # ---------------------------------------------------------------------------------------------
 step "2. tool servers: server-everything and the recorder (tests/mcp-peers/recorder.mjs)"
@@ -481,13 +467,6 @@ ok "one request ($ONCE), one run at the tool server; the other call: already use
 step "10. refusals: mallory and the Agent's ServiceAccount cannot decide; alice denies with a reason"
 mcp_bg keep recorder '[{"op":"call","name":"delete_file","args":{"path":"/data/keep.csv"}}]'
 await_request KEEP delete_file '@.spec.argumentsPreview.path=="/data/keep.csv"'
-refused() { # WHO OUTPUT-PATTERN COMMAND...
-  local who=$1 pattern=$2 out
-  shift 2
-  if out=$("$@" 2>&1); then fail "$who could decide $KEEP: $out"; fi
-  grep -qiE -- "$pattern" <<<"$out" || fail "$who refused without /$pattern/: $out"
-  note "$who: $(grep -iE -m1 -- "$pattern" <<<"$out" | cut -c1-160)"
-}
 refused mallory "forbidden" env KUBECONFIG="$MALLORY" kubectl hitl approve "$KEEP" -n "$NS"
 refused "the Agent's ServiceAccount" "forbidden" env KUBECONFIG="$WORK/agent.kubeconfig" kubectl hitl approve "$KEEP" -n "$NS"
 refused "the Agent's ServiceAccount (kubectl patch)" "forbidden" kubectl --kubeconfig "$WORK/agent.kubeconfig" \
