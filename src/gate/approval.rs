@@ -97,6 +97,11 @@ pub enum Resolution {
         /// Request name.
         name: String,
     },
+    /// A grant covered the call; this gate recorded and consumed its request: forward it.
+    Granted {
+        /// Request name.
+        name: String,
+    },
     /// The call must not run.
     Refused {
         /// Request name.
@@ -221,6 +226,7 @@ impl Approvals {
     /// covers it (docs/policies.md): records one use of the grant, then an ApprovalRequest
     /// decided by it and consumed by this gate. The request's name, or `None` when no grant
     /// covers the call (a person decides). An error after a use was recorded refuses the call.
+    /// Unbounded in time: [`Self::resolve`] bounds it with the rest of the approval.
     pub async fn by_grant(&self, call: &GatedCall, facts: &Activation) -> Result<Option<String>> {
         let Some(grants) = &self.grants else {
             return Ok(None);
@@ -314,18 +320,28 @@ impl Approvals {
         )
     }
 
-    /// Runs the whole approval of `call`: find or create its request, wait for a decision up
-    /// to the wait timeout (calling `progress` now and then), and consume an approval.
-    /// Any error means the call must not run; so does an apiserver that has not answered
-    /// [`API_GRACE`] after the wait timeout.
+    /// Runs the whole approval of `call`: a grant covering it, when `facts` (what conditions
+    /// see of the call) are given and grants are on ([`Self::by_grant`]); else find or create
+    /// its request, wait for a decision up to the wait timeout (calling `progress` now and
+    /// then), and consume an approval. Any error means the call must not run; so does an
+    /// apiserver that has not answered [`API_GRACE`] after the wait timeout.
     pub async fn resolve(
         &self,
         call: &GatedCall,
+        facts: Option<&Activation>,
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Resolution> {
         let bound = self.wait + API_GRACE;
         let _awaiting = self.metrics.awaiting_decision();
-        tokio::time::timeout(bound, self.resolve_unbounded(call, progress))
+        let resolution = async {
+            if let Some(facts) = facts
+                && let Some(name) = self.by_grant(call, facts).await?
+            {
+                return Ok(Resolution::Granted { name });
+            }
+            self.resolve_unbounded(call, progress).await
+        };
+        tokio::time::timeout(bound, resolution)
             .await
             .unwrap_or(Err(Error::ApiTimeout {
                 waited: bound.as_secs(),

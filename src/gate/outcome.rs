@@ -63,14 +63,15 @@ pub fn upstream_lost(tool: &str, approval: Option<&str>, why: &str) -> String {
     )
 }
 
-/// The text and metric outcome of a resolution that does not forward (`None` for Approved).
+/// The text and metric outcome of a resolution that does not forward (`None` for Approved and
+/// Granted).
 pub fn refusal_text(
     tool: &str,
     namespace: &str,
     resolution: &Resolution,
 ) -> Option<(String, Outcome)> {
     match resolution {
-        Resolution::Approved { .. } => None,
+        Resolution::Approved { .. } | Resolution::Granted { .. } => None,
         Resolution::Pending { name, previous } => {
             let before = previous
                 .as_deref()

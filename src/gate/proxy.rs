@@ -582,32 +582,17 @@ pub async fn gated(
             }),
         },
     };
-    let approvals = &up.shared.approvals;
-    let granted = if approvals.grants_enabled() {
-        let facts = Activation::new(&up.policy.facts(&PolicyCall {
+    let facts = up.shared.approvals.grants_enabled().then(|| {
+        Activation::new(&up.policy.facts(&PolicyCall {
             tool: &call.name,
             args: &call.arguments,
             message_bytes: body.len(),
             session: session_id(headers),
-        }));
-        approvals.by_grant(&gated_call, &facts).await
-    } else {
-        Ok(None)
-    };
-    let (name, kind) = match granted {
-        Ok(Some(name)) => (name, Outcome::granted),
-        Ok(None) => match approve(up, &gated_call, &call.name, progress).await {
-            Ok(name) => (name, Outcome::approved),
-            Err(refused) => return GatedResult::Refused(refused),
-        },
-        Err(e) => {
-            tracing::warn!(server = %up.label, tool = %call.name, reason = e.reason(), error = %e, "grant could not be recorded; not forwarded");
-            metrics.call(Outcome::error);
-            return GatedResult::Refused(outcome::error(
-                &call.name,
-                &format!("{} ({})", e, e.reason()),
-            ));
-        }
+        }))
+    });
+    let (name, kind) = match approve(up, &gated_call, facts.as_ref(), &call.name, progress).await {
+        Ok(approved) => approved,
+        Err(refused) => return GatedResult::Refused(refused),
     };
     match up.send(Method::POST, uri, headers, body).await {
         Ok(resp) => {
@@ -628,21 +613,24 @@ pub async fn gated(
     }
 }
 
-/// Asks a person to approve `gated_call` and waits: the name of the request whose approval this
-/// gate consumed, or the text refusing the call.
+/// Resolves the approval of `gated_call` (a grant, with the call's `facts`, or a person): the
+/// name of the request this gate consumed and how it was approved, or the text refusing the
+/// call.
 async fn approve(
     up: &Upstream,
     gated_call: &GatedCall,
+    facts: Option<&Activation>,
     tool: &str,
     progress: &(dyn Fn(&str) + Send + Sync),
-) -> Result<String, String> {
+) -> Result<(String, Outcome), String> {
     let metrics = &up.shared.metrics;
     let approvals = &up.shared.approvals;
     let started = Instant::now();
-    let resolution = approvals.resolve(gated_call, progress).await;
+    let resolution = approvals.resolve(gated_call, facts, progress).await;
     metrics.approval_wait(started.elapsed());
     match resolution {
-        Ok(Resolution::Approved { name }) => Ok(name),
+        Ok(Resolution::Approved { name }) => Ok((name, Outcome::approved)),
+        Ok(Resolution::Granted { name }) => Ok((name, Outcome::granted)),
         Ok(other) => {
             let (text, kind) = outcome::refusal_text(tool, approvals.namespace(), &other)
                 .expect("only Approved has no refusal text");

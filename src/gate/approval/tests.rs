@@ -204,8 +204,10 @@ fn watch_uri(name: &str, rv: &str) -> String {
 
 async fn resolve(a: &Approvals, c: &GatedCall) -> Result<Resolution> {
     let progress = Mutex::new(Vec::<String>::new());
-    a.resolve(c, &|m: &str| progress.lock().unwrap().push(m.to_string()))
-        .await
+    a.resolve(c, None, &|m: &str| {
+        progress.lock().unwrap().push(m.to_string())
+    })
+    .await
 }
 
 /// Expects list (empty) + create; answers them; returns the stored object.
@@ -1165,4 +1167,73 @@ async fn a_request_that_cannot_be_recorded_after_a_use_refuses_the_call() {
     let err = task.await.unwrap().unwrap_err();
     assert_eq!(err.reason(), "GrantRecordFailed");
     assert!(err.to_string().contains("the call was not run"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_apiserver_while_looking_for_grants_refuses_the_call_within_the_same_bound() {
+    let (a, mut handle, _) = approvals_with(now(), Some(SignedDuration::from_hours(24)));
+    let arguments = args();
+    let task = tokio::spawn(async move {
+        let facts = Activation::new(&crate::gate::condition::CallFacts {
+            args: &arguments,
+            args_bytes: 64,
+            agent: "agent-a",
+            namespace: NS,
+            server: "fs",
+            tool: "delete_file",
+            session: None,
+        });
+        a.resolve(&call(&arguments), Some(&facts), &|_: &str| {})
+            .await
+    });
+    // The list of grants is sent but never answered.
+    let (m, uri, _, _send) = next(&mut handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        ("GET", &format!("{GRANTS_PATH}?")[..])
+    );
+    let err = task.await.unwrap().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the Kubernetes API did not answer within 40s (approval.waitTimeout plus 10s)"
+    );
+}
+
+#[tokio::test]
+async fn a_call_no_grant_covers_goes_on_to_a_person() {
+    let (a, mut handle, _) = approvals_with(now(), Some(SignedDuration::from_hours(24)));
+    let arguments = args();
+    let c = call(&arguments);
+    let task = tokio::spawn(async move {
+        let facts = Activation::new(&crate::gate::condition::CallFacts {
+            args: &arguments,
+            args_bytes: 64,
+            agent: "agent-a",
+            namespace: NS,
+            server: "fs",
+            tool: "delete_file",
+            session: None,
+        });
+        a.resolve(&call(&arguments), Some(&facts), &|_: &str| {})
+            .await
+    });
+    expect_grant_list(&mut handle, vec![]).await;
+    let obj = expect_list_and_create(&mut handle, &c).await;
+    let name = obj["metadata"]["name"].as_str().unwrap().to_owned();
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
+    send_watch_events(
+        send,
+        &[(
+            "MODIFIED",
+            with_decision(&obj, "11", json!({"type": "Deny", "decidedBy": "alice"})),
+        )],
+    );
+    assert!(matches!(
+        task.await.unwrap().unwrap(),
+        Resolution::Refused {
+            refusal: Refusal::Denied { .. },
+            ..
+        }
+    ));
 }
