@@ -65,6 +65,9 @@ fn facts(request: &ApprovalRequest, event: Event, phase: Phase) -> Value {
             "reason": decision.reason,
         });
     }
+    if let Some(grant) = &spec.grant {
+        data["grant"] = json!(grant);
+    }
     if phase == Phase::Pending {
         data["approve"] = json!(approve);
         data["deny"] = json!(deny);
@@ -129,7 +132,14 @@ pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase, buttons: boo
                     .unwrap_or_default();
                 format!("{verb} by {}{reason}: {what}", slack_text(&d.decided_by))
             }
-            None => format!("Decided: {what}"),
+            None => match &spec.grant {
+                Some(g) => format!(
+                    "Approved by the grant {} of {}: {what}",
+                    slack_text(&g.name),
+                    slack_text(&g.granted_by)
+                ),
+                None => format!("Decided: {what}"),
+            },
         },
         Event::Expired => format!("Expired without a decision: {what}"),
     };
@@ -241,6 +251,27 @@ mod tests {
         assert!(
             !keys.iter().any(|k| *k == "message" || *k == "requestedBy"),
             "{keys:?}"
+        );
+    }
+
+    #[test]
+    fn a_call_run_on_a_grant_is_told_with_the_grant_and_who_gave_it() {
+        let mut r = request(None);
+        r.spec.grant = Some(crate::api::approval_request::GrantRef {
+            name: "tmp-cleanup".into(),
+            granted_by: "alice".into(),
+            reason: Some("scratch".into()),
+        });
+        let e = cloud_event(&r, Event::Decided, Phase::Executed, Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            e["data"]["grant"],
+            json!({"name": "tmp-cleanup", "grantedBy": "alice", "reason": "scratch"})
+        );
+        assert!(e["data"].get("approve").is_none());
+        let s = slack(&r, Event::Decided, Phase::Executed, true);
+        assert_eq!(
+            s["text"],
+            "Approved by the grant tmp-cleanup of alice: `delete_file` of agent *helper* in team-a"
         );
     }
 
