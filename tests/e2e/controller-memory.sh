@@ -5,7 +5,10 @@
 # Usage: tests/e2e/controller-memory.sh [N]      (default 1000; HITL_E2E_BIN, default the
 #        release build $CARGO_TARGET_DIR/release/hitl-operator, target/ without
 #        CARGO_TARGET_DIR; HITL_HEAPTRACK=DIR runs the controller
-#        under heaptrack, its profiles written to DIR, and its RSS figures are then heaptrack's)
+#        under heaptrack, its profiles written to DIR, and its RSS figures are then heaptrack's;
+#        HITL_BENCH_NS=NAMESPACE skips populating and measures cold starts only, COLD_STARTS
+#        of them (default 1), over the Agents and requests a former run kept there with
+#        HITL_E2E_KEEP=1: populating 10 000 takes over an hour on 2 cores, a cold start minutes)
 # Prints: RSS idle (no Agents); N Agents applied while it runs: time until every Deployment
 # exists; N ApprovalRequests created (one per Agent): time until every one has a phase; RSS
 # then; a restart over the N rendered Agents and N requests: time until every Agent was
@@ -20,7 +23,14 @@ skip_without_cluster
 N=${1:-1000}
 BIN=${HITL_E2E_BIN:-${CARGO_TARGET_DIR:-target}/release/hitl-operator}
 [ -x "$BIN" ] || cargo build --release --quiet --bin hitl-operator
-throwaway hitl-bench
+if [ -n "${HITL_BENCH_NS:-}" ]; then
+  NS=$HITL_BENCH_NS
+  kubectl get namespace "$NS" >/dev/null
+  WORK=$(mktemp -d)
+  trap 'stop_all; rm -rf "$WORK"' EXIT
+else
+  throwaway hitl-bench
+fi
 
 rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 reconciles() {
@@ -44,22 +54,6 @@ versions() {
     -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}={.metadata.generation}{"\n"}{end}'
 }
 
-kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
-kubectl create namespace "$NS" >/dev/null
-ADMIN=$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')
-kubectl -n "$NS" apply -f - >/dev/null <<EOF
-apiVersion: kagent.dev/v1alpha2
-kind: ModelConfig
-metadata: {name: default-model-config}
-spec: {provider: OpenAI, model: gpt-4o}
----
-apiVersion: kagent.dev/v1alpha2
-kind: RemoteMCPServer
-metadata: {name: tools}
-spec: {url: "http://127.0.0.1:9/mcp"}
-EOF
-
 PORT=$(free_port)
 start_controller() {
   local wrap=()
@@ -78,14 +72,32 @@ start_controller() {
   wait_for "the controller's /readyz" 60 http_ok "http://127.0.0.1:$PORT/readyz"
 }
 
-step "controller memory at $N Agents ($BIN, namespace $NS)"
-start_controller
-sleep 5
-IDLE=$(rss_mib "${E2E_PIDS[controller]}")
-ok "idle RSS: $IDLE MiB"
+# populate: the Agents and requests, applied while the controller runs; RSS idle and then.
+populate() {
+  kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
+  kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
+  kubectl create namespace "$NS" >/dev/null
+  ADMIN=$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')
+  kubectl -n "$NS" apply -f - >/dev/null <<EOF
+apiVersion: kagent.dev/v1alpha2
+kind: ModelConfig
+metadata: {name: default-model-config}
+spec: {provider: OpenAI, model: gpt-4o}
+---
+apiVersion: kagent.dev/v1alpha2
+kind: RemoteMCPServer
+metadata: {name: tools}
+spec: {url: "http://127.0.0.1:9/mcp"}
+EOF
 
-for i in $(seq 1 "$N"); do
-  cat >>"$WORK/agents-$(((i - 1) / BATCH)).yaml" <<EOF
+  step "controller memory at $N Agents ($BIN, namespace $NS)"
+  start_controller
+  sleep 5
+  IDLE=$(rss_mib "${E2E_PIDS[controller]}")
+  ok "idle RSS: $IDLE MiB"
+
+  for i in $(seq 1 "$N"); do
+    cat >>"$WORK/agents-$(((i - 1) / BATCH)).yaml" <<EOF
 ---
 apiVersion: kagent.dev/v1alpha2
 kind: Agent
@@ -98,9 +110,9 @@ spec:
       - type: McpServer
         mcpServer: {name: tools, toolNames: [read_file, delete_file], requireApproval: [delete_file]}
 EOF
-  # A request the gate of agent-$i would make (created here as the admin, so requestedBy is
-  # that user), pending until 2099.
-  cat >>"$WORK/requests-$(((i - 1) / BATCH)).yaml" <<EOF
+    # A request the gate of agent-$i would make (created here as the admin, so requestedBy is
+    # that user), pending until 2099.
+    cat >>"$WORK/requests-$(((i - 1) / BATCH)).yaml" <<EOF
 ---
 apiVersion: kagent.dev/v1alpha2
 kind: ApprovalRequest
@@ -114,39 +126,53 @@ spec:
   requestedBy: $ADMIN
   expiresAt: "2099-01-01T00:00:00Z"
 EOF
-done
-T=$(now)
-apply_in_batches "$WORK"/agents-*.yaml
-APPLIED=$(elapsed "$T")
-all_rendered() { [ "$(count deployments)" -ge "$N" ]; }
-wait_for "$N Deployments" 1800 all_rendered
-RENDERED=$(elapsed "$T")
-ok "$N Agents applied in $APPLIED s; every Deployment existed $RENDERED s after the apply began"
-T=$(now)
-apply_in_batches "$WORK"/requests-*.yaml
-with_phase() {
-  [ "$(kubectl -n "$NS" get approvalrequests -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' |
-    grep -c .)" -ge "$N" ]
+  done
+  T=$(now)
+  apply_in_batches "$WORK"/agents-*.yaml
+  APPLIED=$(elapsed "$T")
+  all_rendered() { [ "$(count deployments)" -ge "$N" ]; }
+  wait_for "$N Deployments" 1800 all_rendered
+  RENDERED=$(elapsed "$T")
+  ok "$N Agents applied in $APPLIED s; every Deployment existed $RENDERED s after the apply began"
+  T=$(now)
+  apply_in_batches "$WORK"/requests-*.yaml
+  with_phase() {
+    [ "$(kubectl -n "$NS" get approvalrequests -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' |
+      grep -c .)" -ge "$N" ]
+  }
+  wait_for "$N ApprovalRequests with a phase" 1800 with_phase
+  PHASED=$(elapsed "$T")
+  sleep 10
+  AFTER=$(rss_mib "${E2E_PIDS[controller]}")
+  ok "$N ApprovalRequests created; every one had a phase $PHASED s after the first create; RSS $AFTER MiB"
 }
-wait_for "$N ApprovalRequests with a phase" 1800 with_phase
-PHASED=$(elapsed "$T")
-sleep 10
-AFTER=$(rss_mib "${E2E_PIDS[controller]}")
-ok "$N ApprovalRequests created; every one had a phase $PHASED s after the first create; RSS $AFTER MiB"
 
-step "cold start over $N rendered Agents"
-stop controller
-versions | sort >"$WORK/before"
-T=$(now)
-start_controller
-all_reconciled() { [ "$(reconciles)" -ge "$N" ] 2>/dev/null; }
-wait_for "$N Agent reconciles" 1800 all_reconciled
-COLD=$(elapsed "$T")
-sleep 10
-COLD_RSS=$(rss_mib "${E2E_PIDS[controller]}")
-versions | sort >"$WORK/after"
-WRITES=$(comm -13 "$WORK/before" "$WORK/after" | wc -l)
-ok "restart: $N Agents reconciled $COLD s after start, $WRITES rendered objects written, RSS $COLD_RSS MiB"
+# cold_start: the controller restarted over what the namespace holds; time, writes, RSS.
+cold_start() {
+  step "cold start over $N rendered Agents"
+  stop controller
+  versions | sort >"$WORK/before"
+  T=$(now)
+  start_controller
+  all_reconciled() { [ "$(reconciles)" -ge "$N" ] 2>/dev/null; }
+  wait_for "$N Agent reconciles" 1800 all_reconciled
+  COLD=$(elapsed "$T")
+  sleep 10
+  COLD_RSS=$(rss_mib "${E2E_PIDS[controller]}")
+  versions | sort >"$WORK/after"
+  WRITES=$(comm -13 "$WORK/before" "$WORK/after" | wc -l)
+  ok "restart: $N Agents reconciled $COLD s after start, $WRITES rendered objects written, RSS $COLD_RSS MiB"
+}
+
+if [ -z "${HITL_BENCH_NS:-}" ]; then
+  populate
+  cold_start
+else
+  N=$(count agents)
+  IDLE="-" AFTER="-" RENDERED="-" PHASED="-"
+  note "namespace $NS: $N Agents, $(count approvalrequests) ApprovalRequests"
+  for _ in $(seq 1 "${COLD_STARTS:-1}"); do cold_start; done
+fi
 
 echo
 printf '%-52s %s\n' "controller RSS idle" "$IDLE MiB" \
