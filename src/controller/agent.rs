@@ -3,8 +3,8 @@
 //! A reconcile with nothing to change makes no API writes.
 
 use std::collections::BTreeSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -45,8 +45,6 @@ pub const READY: &str = "Ready";
 pub const GATE_ISOLATED: &str = "GateIsolated";
 /// Condition: whether every tool in toolNames is offered by its RemoteMCPServer.
 pub const TOOLS_AVAILABLE: &str = "ToolsAvailable";
-/// Periodic resync, in case a watch event was missed.
-const RESYNC: Duration = Duration::from_secs(3600);
 
 /// Reconciles one Agent.
 pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action> {
@@ -70,24 +68,19 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
     let refs = fetch_refs(agent, ctx).await?;
     let now = ctx.clock.now();
     let generation = agent.meta().generation;
-    let current = agent.status.clone().unwrap_or_default();
-    let mut status = AgentStatus {
-        observed_generation: generation,
-        conditions: current.conditions.clone(),
-        config_hash: current.config_hash.clone(),
-        pending_approvals: Some(
-            i32::try_from(pending_for(
-                ctx.stores
-                    .approvals
-                    .state_filter(|r| r.spec.agent_ref.name == agent.name_any())
-                    .iter()
-                    .map(AsRef::as_ref),
-                &namespace,
-                &agent.name_any(),
-            ))
-            .unwrap_or(i32::MAX),
-        ),
-    };
+    let mut update = StatusUpdate::new(
+        generation,
+        i32::try_from(pending_for(
+            ctx.stores
+                .approvals
+                .state_filter(|r| r.spec.agent_ref.name == agent.name_any())
+                .iter()
+                .map(AsRef::as_ref),
+            &namespace,
+            &agent.name_any(),
+        ))
+        .unwrap_or(i32::MAX),
+    );
 
     let mut failure = None;
     // The Deployments Ready waits for: the rendered ones, else (nothing renders) the agent's.
@@ -102,17 +95,11 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
                 .collect();
             match apply_objects(ctx, agent, &rendered).await {
                 Ok(()) => {
-                    status.config_hash = Some(rendered.config_hash.clone());
-                    set_condition(
-                        &mut status.conditions,
-                        tools_available(agent, &refs, generation, now),
-                    );
+                    update.config_hash = Some(rendered.config_hash.clone());
+                    update.set(tools_available(agent, &refs, generation, now));
                     match &rendered.isolation {
-                        Some(isolation) => set_condition(
-                            &mut status.conditions,
-                            gate_isolated(isolation, generation, now),
-                        ),
-                        None => remove_condition(&mut status.conditions, GATE_ISOLATED),
+                        Some(isolation) => update.set(gate_isolated(isolation, generation, now)),
+                        None => update.remove(GATE_ISOLATED),
                     }
                     let message = if rendered.warnings.is_empty() {
                         "rendered and applied".to_string()
@@ -147,11 +134,7 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
         ),
         Err(error) => return Err(error),
     };
-    let accepted_changed = find(&current.conditions, ACCEPTED).is_none_or(|old| {
-        (&old.status, &old.reason, &old.message)
-            != (&accepted.status, &accepted.reason, &accepted.message)
-    });
-    set_condition(&mut status.conditions, accepted.clone());
+    update.set(accepted.clone());
     let deployments: Vec<(String, Option<Readiness>)> = deployments
         .into_iter()
         .map(|name| {
@@ -163,33 +146,140 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
         .iter()
         .map(|(name, cached)| (name.as_str(), cached.as_ref()))
         .collect();
-    set_condition(
-        &mut status.conditions,
-        ready_condition(&deployments, generation, now),
-    );
+    update.set(ready_condition(&deployments, generation, now));
 
     let freeze = ctx.stores.freeze_of(agent);
     match &freeze {
-        Some(freeze) => set_condition(&mut status.conditions, freeze.condition(generation, now)),
-        None => remove_condition(&mut status.conditions, FROZEN),
+        Some(freeze) => update.set(freeze.condition(generation, now)),
+        None => update.remove(FROZEN),
     }
-    let frozen_before = find(&current.conditions, FROZEN).map(|c| c.message.clone());
-    let frozen_now = freeze.as_ref().map(ToString::to_string);
 
-    if status != current {
-        let api: Api<Agent> = Api::namespaced(ctx.client.clone(), &namespace);
-        apply_status(&api, agent, &status).await?;
-    }
-    if accepted_changed {
-        announce(ctx, agent, &accepted).await;
-    }
-    if frozen_before != frozen_now {
-        announce_freeze(ctx, agent, frozen_now).await;
+    // Unchanged (the cache kept only the status's digest, and it matches): nothing to write
+    // or announce.
+    if let Some(current) = current_status(ctx, agent, &update).await? {
+        let status = update.applied_to(&current);
+        if status != current {
+            let api: Api<Agent> = Api::namespaced(ctx.client.clone(), &namespace);
+            apply_status(&api, agent, &status).await?;
+        }
+        let accepted_changed = find(&current.conditions, ACCEPTED).is_none_or(|old| {
+            (&old.status, &old.reason, &old.message)
+                != (&accepted.status, &accepted.reason, &accepted.message)
+        });
+        if accepted_changed {
+            announce(ctx, agent, &accepted).await;
+        }
+        let frozen_before = find(&current.conditions, FROZEN).map(|c| c.message.clone());
+        let frozen_now = freeze.as_ref().map(ToString::to_string);
+        if frozen_before != frozen_now {
+            announce_freeze(ctx, agent, frozen_now).await;
+        }
     }
     match failure {
         Some(error) => Err(error),
-        None => Ok(Action::requeue(RESYNC)),
+        None => Ok(Action::await_change()),
     }
+}
+
+/// What a reconcile sets in the Agent's status, kept apart from the status it is applied to:
+/// the cache may hold only that status's digest.
+struct StatusUpdate {
+    generation: Option<i64>,
+    pending_approvals: i32,
+    /// The rendered configuration's hash; `None` keeps the current one (nothing was applied).
+    config_hash: Option<String>,
+    /// Conditions set (`Ok`) or removed (`Err`, by type), in order.
+    conditions: Vec<std::result::Result<Condition, &'static str>>,
+}
+
+impl StatusUpdate {
+    fn new(generation: Option<i64>, pending_approvals: i32) -> Self {
+        Self {
+            generation,
+            pending_approvals,
+            config_hash: None,
+            conditions: Vec::new(),
+        }
+    }
+
+    fn set(&mut self, condition: Condition) {
+        self.conditions.push(Ok(condition));
+    }
+
+    fn remove(&mut self, type_: &'static str) {
+        self.conditions.push(Err(type_));
+    }
+
+    /// `current` updated: each condition keeps its transition time unless its status changed.
+    fn applied_to(&self, current: &AgentStatus) -> AgentStatus {
+        let mut conditions = current.conditions.clone();
+        for change in &self.conditions {
+            match change {
+                Ok(condition) => set_condition(&mut conditions, condition.clone()),
+                Err(type_) => remove_condition(&mut conditions, type_),
+            }
+        }
+        AgentStatus {
+            observed_generation: self.generation,
+            conditions,
+            config_hash: self
+                .config_hash
+                .clone()
+                .or_else(|| current.config_hash.clone()),
+            pending_approvals: Some(self.pending_approvals),
+            cached_digest: None,
+        }
+    }
+}
+
+/// Digest of what a status says, transition times left out and conditions in any order: equal
+/// digests mean a write would change nothing but those times.
+pub fn status_digest(status: &AgentStatus) -> u64 {
+    let mut conditions: Vec<&Condition> = status.conditions.iter().collect();
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let mut hasher = DefaultHasher::new();
+    (
+        status.observed_generation,
+        &status.config_hash,
+        status.pending_approvals,
+    )
+        .hash(&mut hasher);
+    for c in conditions {
+        (
+            &c.type_,
+            &c.status,
+            &c.reason,
+            &c.message,
+            c.observed_generation,
+        )
+            .hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// The status `update` applies to: the cached one; where the cache keeps only its digest,
+/// `None` when `update` would leave it as it is, else the status read from the API server (a
+/// read only when something changed, which a write follows).
+async fn current_status(
+    ctx: &Context,
+    agent: &Agent,
+    update: &StatusUpdate,
+) -> Result<Option<AgentStatus>> {
+    let cached = agent.status.clone().unwrap_or_default();
+    let Some(digest) = cached.cached_digest else {
+        return Ok(Some(cached));
+    };
+    if status_digest(&update.applied_to(&AgentStatus::default())) == digest {
+        return Ok(None);
+    }
+    let api: Api<Agent> =
+        Api::namespaced(ctx.client.clone(), &agent.namespace().unwrap_or_default());
+    Ok(Some(
+        api.get_status(&agent.name_any())
+            .await?
+            .status
+            .unwrap_or_default(),
+    ))
 }
 
 /// Fetches every object the Agent references (iterating: a RemoteMCPServer's own references
@@ -595,7 +685,6 @@ fn tools_available(
     )
 }
 
-/// Publishes an Event when the Accepted condition changes.
 /// Publishes a freeze, or its lifting, on the Agent.
 async fn announce_freeze(ctx: &Context, agent: &Agent, freeze: Option<String>) {
     let (type_, reason, note) = match freeze {
@@ -614,6 +703,7 @@ async fn announce_freeze(ctx: &Context, agent: &Agent, freeze: Option<String>) {
     ctx.publish(type_, reason, note, "Freeze", &targets).await;
 }
 
+/// Publishes an Event when the Accepted condition changes.
 async fn announce(ctx: &Context, agent: &Agent, accepted: &Condition) {
     let type_ = if accepted.status == "True" {
         EventType::Normal

@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{CACHE_SYNC_BOUND, Context, measured, notifier};
+use super::{CACHE_SYNC_BOUND, Context, due_in, measured, notifier};
 use crate::Result;
 use crate::api::agent::RuleAction;
 use crate::api::approval_request::ApprovalRequestStatus;
@@ -371,8 +371,7 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         phase => {
             let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(agent.as_deref()))
             else {
-                return Ok(notify_at
-                    .map_or_else(Action::await_change, |at| Action::requeue(until(now, at))));
+                return Ok(notify_at.map_or_else(Action::await_change, |at| due_in(until(now, at))));
             };
             if now >= delete_at {
                 tracing::info!(%namespace, %name, phase = phase.as_str(), "deleting finished ApprovalRequest");
@@ -394,7 +393,7 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         (a, b) => a.or(b),
     };
     Ok(match next {
-        Some(at) => Action::requeue(until(now, at)),
+        Some(at) => due_in(until(now, at)),
         None => Action::await_change(),
     })
 }

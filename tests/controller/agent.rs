@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use hitl_operator::api::agent::AgentStatus;
 use hitl_operator::api::{Agent, ApprovalRequest, ModelConfig, RemoteMCPServer};
-use hitl_operator::controller::agent::reconcile;
+use hitl_operator::controller::agent::{reconcile, status_digest};
 use hitl_operator::render::objects::binding_key_secret;
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{RenderOptions, render_agent};
@@ -317,6 +318,60 @@ async fn reconcile_with_everything_in_place_writes_nothing() {
     .await;
     result.unwrap();
     assert_eq!(requests.iter().filter(|r| r.is_write()).count(), 0);
+}
+
+#[tokio::test]
+async fn a_status_cached_as_its_digest_is_read_only_when_a_write_follows() {
+    let server = server(&["delete_file", "read_file"]);
+    let agent = agent();
+    let objects = rendered(&agent, &server);
+    let settled = settled(&agent, &server, applied_cache(&objects, &agent)).await;
+    let status = settled.status.clone().unwrap();
+    let as_cached = |status: &AgentStatus| {
+        let mut cached = settled.clone();
+        cached.status = Some(AgentStatus {
+            cached_digest: Some(status_digest(status)),
+            ..AgentStatus::default()
+        });
+        cached
+    };
+
+    // The digest of the status as it stands: the references are read, nothing else.
+    let cached = as_cached(&status);
+    let cache = applied_cache(&objects, &cached);
+    let (result, _) = run_script(ref_reads(&server), |client| {
+        reconcile(Arc::new(cached.clone()), cache.context(client, at(600)))
+    })
+    .await;
+    result.unwrap();
+
+    // A status that says something else: it is read, then written with its conditions'
+    // transition times kept (nothing but the count changed, so no Event).
+    let mut stale = status.clone();
+    stale.pending_approvals = Some(3);
+    let cached = as_cached(&stale);
+    let mut read = settled.clone();
+    read.status = Some(stale);
+    let mut script = ref_reads(&server);
+    script.push(expect(
+        Method::GET,
+        "/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status",
+        json_of(&read),
+    ));
+    script.push(expect(
+        Method::PATCH,
+        &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+        json_of(&settled),
+    ));
+    let cache = applied_cache(&objects, &cached);
+    let (result, requests) = run_script(script, |client| {
+        reconcile(Arc::new(cached.clone()), cache.context(client, at(600)))
+    })
+    .await;
+    result.unwrap();
+    let written = &requests.last().unwrap().body["status"];
+    assert_eq!(written["pendingApprovals"], 0);
+    assert_eq!(written["conditions"], json_of(&status)["conditions"]);
 }
 
 #[tokio::test]
