@@ -275,10 +275,9 @@ async fn current_status(
     let api: Api<Agent> =
         Api::namespaced(ctx.client.clone(), &agent.namespace().unwrap_or_default());
     Ok(Some(
-        api.get_status(&agent.name_any())
-            .await?
-            .status
-            .unwrap_or_default(),
+        // The Agent itself, not its status subresource: the chart's role may get agents, and
+        // only patch agents/status.
+        api.get(&agent.name_any()).await?.status.unwrap_or_default(),
     ))
 }
 

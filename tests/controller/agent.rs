@@ -355,7 +355,7 @@ async fn a_status_cached_as_its_digest_is_read_only_when_a_write_follows() {
     let mut script = ref_reads(&server);
     script.push(expect(
         Method::GET,
-        "/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status",
+        "/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a",
         json_of(&read),
     ));
     script.push(expect(
