@@ -265,9 +265,12 @@ async fn current_status(
     agent: &Agent,
     update: &StatusUpdate,
 ) -> Result<Option<AgentStatus>> {
-    let cached = agent.status.clone().unwrap_or_default();
-    let Some(digest) = cached.cached_digest else {
-        return Ok(Some(cached));
+    let Some(digest) = agent
+        .status
+        .as_ref()
+        .and_then(|status| status.cached_digest)
+    else {
+        return Ok(Some(agent.status.clone().unwrap_or_default()));
     };
     if status_digest(&update.applied_to(&AgentStatus::default())) == digest {
         return Ok(None);

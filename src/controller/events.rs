@@ -20,8 +20,13 @@ pub struct Events {
     client: Client,
     reporter: Reporter,
     per_recorder: u32,
-    /// The current recorder and how many Events it has published.
-    current: Mutex<(Recorder, u32)>,
+    current: Mutex<Current>,
+}
+
+/// The recorder in use and how many Events it has published.
+struct Current {
+    recorder: Recorder,
+    published: u32,
 }
 
 impl Events {
@@ -32,7 +37,10 @@ impl Events {
             client,
             reporter,
             per_recorder,
-            current: Mutex::new((recorder, 0)),
+            current: Mutex::new(Current {
+                recorder,
+                published: 0,
+            }),
         }
     }
 
@@ -44,11 +52,14 @@ impl Events {
     ) -> Result<(), kube::Error> {
         let recorder = {
             let mut current = self.current.lock().expect("not poisoned");
-            if current.1 >= self.per_recorder {
-                *current = (Recorder::new(self.client.clone(), self.reporter.clone()), 0);
+            if current.published >= self.per_recorder {
+                *current = Current {
+                    recorder: Recorder::new(self.client.clone(), self.reporter.clone()),
+                    published: 0,
+                };
             }
-            current.1 += 1;
-            current.0.clone()
+            current.published += 1;
+            current.recorder.clone()
         };
         recorder.publish(event, target).await
     }
