@@ -50,11 +50,14 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Controller(args) => serve(
-            "controller",
-            tokio::runtime::Builder::new_multi_thread(),
-            hitl_operator::controller::run(args),
-        ),
+        Command::Controller(args) => {
+            hitl_operator::controller::malloc::limit_arenas();
+            serve(
+                "controller",
+                tokio::runtime::Builder::new_multi_thread(),
+                hitl_operator::controller::run(args),
+            )
+        }
         // One thread: an agent's calls are few, and a proxied message then never waits for
         // another thread to wake up (measured in benches/gate.rs and docs/gate.md).
         Command::Gate(args) => serve(

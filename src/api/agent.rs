@@ -42,6 +42,9 @@ pub const MAX_WHEN_LENGTH: usize = 2048;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("self.type != 'Declarative' || has(self.declarative)").message("spec.declarative is required when type is Declarative"))]
+// The parts most Agents leave unset are boxed here and in `DeclarativeAgentSpec`: the controller
+// caches every Agent, and inline their `None`s took a third of each (docs/controller.md,
+// "Memory on the real control plane").
 pub struct AgentSpec {
     /// Agent type. Only `Declarative` agents are run by hitl-operator; `BYO` is accepted by the
     /// schema for kagent compatibility and reported as unsupported in the Accepted condition.
@@ -57,14 +60,14 @@ pub struct AgentSpec {
     /// A bring-your-own agent (kagent). Not supported by hitl-operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserve_unknown_object")]
-    pub byo: Option<serde_json::Map<String, serde_json::Value>>,
+    pub byo: Option<Box<serde_json::Map<String, serde_json::Value>>>,
     /// Skills fetched into `/skills` of the agent pod before it starts (OCI images, git
     /// repositories).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skills: Option<Skills>,
+    pub skills: Option<Box<Skills>>,
     /// Namespaces whose Agents may use this Agent as a tool (default: its own namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allowed_namespaces: Option<AllowedNamespaces>,
+    pub allowed_namespaces: Option<Box<AllowedNamespaces>>,
 }
 
 /// Skills of an agent: OCI images and git repositories, each unpacked into `/skills/<name>`.
@@ -139,7 +142,7 @@ pub struct DeclarativeAgentSpec {
     pub system_message: Option<String>,
     /// Read the system prompt from a ConfigMap or Secret key instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system_message_from: Option<ValueSource>,
+    pub system_message_from: Option<Box<ValueSource>>,
     /// Name of the ModelConfig in the Agent's namespace (default `default-model-config`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
@@ -149,7 +152,7 @@ pub struct DeclarativeAgentSpec {
     pub stream: Option<bool>,
     /// Long-term memory, with the ModelConfig that embeds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemorySpec>,
+    pub memory: Option<Box<MemorySpec>>,
     /// Treat the system message as a template with `{{include "source/key"}}` and the agent's
     /// variables, reading fragments from these ConfigMaps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,7 +163,7 @@ pub struct DeclarativeAgentSpec {
     pub execute_code_blocks: Option<bool>,
     /// Context management: compaction of the conversation history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<ContextConfig>,
+    pub context: Option<Box<ContextConfig>>,
     /// Skills advertised in the agent's A2A card.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub a2a_config: Option<A2aConfig>,

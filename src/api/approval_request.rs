@@ -67,6 +67,9 @@ pub const MAX_APPROVALS: u32 = 16;
     validation = kube::core::Rule::new("!has(self.decision) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".decision").message("spec.decision cannot be set when the request is created: only an approver adds it later"),
     validation = kube::core::Rule::new("!has(self.approvals) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".approvals").message("spec.approvals cannot be set when the request is created: only approvers add them later")
 )]
+// `argumentsPreview` and `grant` are boxed: the controller caches every request without its
+// preview, and most requests have no grant (docs/controller.md, "Memory on the real control
+// plane").
 pub struct ApprovalRequestSpec {
     /// The agent whose tool call this is (same namespace).
     pub agent_ref: AgentRef,
@@ -80,7 +83,7 @@ pub struct ApprovalRequestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserve_unknown_object")]
     #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("spec is immutable except spec.decision and spec.approvals"))]
-    pub arguments_preview: Option<serde_json::Map<String, serde_json::Value>>,
+    pub arguments_preview: Option<Box<serde_json::Map<String, serde_json::Value>>>,
     /// Binding hash of the full arguments: HMAC-SHA256 (hex) of their RFC 8785 canonical JSON,
     /// keyed with the Agent's binding key, which only its gate holds.
     #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
@@ -119,7 +122,7 @@ pub struct ApprovalRequestSpec {
     /// The ApprovalGrant that decided the call instead of a person: set by the gate when it
     /// creates the request, immutable; such a request takes no `decision`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grant: Option<GrantRef>,
+    pub grant: Option<Box<GrantRef>>,
     /// The decision: the only field a person writes. Write-once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
@@ -601,11 +604,11 @@ mod tests {
     #[test]
     fn a_request_decided_by_a_grant_is_approved_until_consumed_or_expired() {
         let mut granted = request(None, None);
-        granted.spec.grant = Some(GrantRef {
+        granted.spec.grant = Some(Box::new(GrantRef {
             name: "g".into(),
             granted_by: "alice".into(),
             reason: None,
-        });
+        }));
         assert_eq!(granted.phase_at(ts(BEFORE)), Phase::Approved);
         assert_eq!(granted.phase_at(ts(AT)), Phase::Expired);
         granted.status = Some(ApprovalRequestStatus {

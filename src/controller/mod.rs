@@ -6,6 +6,7 @@ pub mod approval_request;
 pub mod discovery;
 pub mod events;
 pub mod fan_out;
+pub mod malloc;
 pub mod metrics;
 pub mod model_config;
 pub mod notifier;

@@ -1030,7 +1030,7 @@ async fn run_controllers(
             ctx.clone(),
         );
 
-    let trimming = tokio::spawn(trim_free_memory());
+    let trimming = tokio::spawn(super::malloc::trim_free_memory());
 
     let readiness = {
         let caches = ctx.caches.clone();
@@ -1073,35 +1073,6 @@ async fn run_controllers(
     trimming.abort();
     metadata_watches.abort();
 }
-
-/// How often the controller hands back the memory malloc keeps after it was freed.
-const TRIM_EVERY: Duration = Duration::from_secs(10);
-
-/// Hands back to the system, every [`TRIM_EVERY`], the memory glibc's malloc keeps after it
-/// was freed. Decoding a page of a list and a burst of reconciles allocate far more than the
-/// caches keep; glibc returns the freed memory only from the top of its heaps, so the process
-/// would otherwise keep it (after a cold start over 1000 Agents: 44.5 MiB with the trim, 50.7
-/// without; docs/controller.md).
-async fn trim_free_memory() {
-    let mut every = tokio::time::interval(TRIM_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        every.tick().await;
-        trim();
-    }
-}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn trim() {
-    // SAFETY: malloc_trim only walks and releases malloc's own free memory; it is
-    // thread-safe and has no preconditions.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn trim() {}
 
 #[cfg(test)]
 mod tests {

@@ -261,7 +261,7 @@ impl Approvals {
             source,
         };
         let mut req = self.build(call, &name)?;
-        req.spec.grant = Some(GrantRef::from(&grant));
+        req.spec.grant = Some(Box::new(GrantRef::from(&grant)));
         req.metadata
             .labels
             .get_or_insert_default()
@@ -507,7 +507,7 @@ impl Approvals {
     /// creation (by the apiserver's clock) than the approval timeout allows. Such a request was
     /// written by someone else, and is never reused (its approval could be for what it shows).
     fn unfaithful(&self, req: &ApprovalRequest, call: &GatedCall) -> Option<String> {
-        let shown = req.spec.arguments_preview.as_ref();
+        let shown = req.spec.arguments_preview.as_deref();
         if !shown.is_some_and(|shown| {
             same_json(
                 &Value::Object(shown.clone()),
@@ -568,7 +568,7 @@ impl Approvals {
                     namespace: key.server_namespace.clone(),
                 },
                 tool_name: key.tool.clone(),
-                arguments_preview: Some(preview),
+                arguments_preview: Some(Box::new(preview)),
                 arguments_sha256: call.digest.binding.clone(),
                 arguments_bytes: i64::try_from(call.digest.bytes).unwrap_or(i64::MAX),
                 requested_by: self.identity(),

@@ -428,11 +428,11 @@ mod tests {
     #[test]
     fn a_request_decided_by_a_grant_is_never_reused() {
         let mut r = req(None, phase(Phase::Approved));
-        r.spec.grant = Some(crate::api::approval_request::GrantRef {
+        r.spec.grant = Some(Box::new(crate::api::approval_request::GrantRef {
             name: "g1".into(),
             granted_by: "alice".into(),
             reason: None,
-        });
+        }));
         assert!(
             matches!(at(&r, BEFORE), Verdict::Refuse(Refusal::Untrusted(why)) if why.contains("grant g1"))
         );

@@ -257,11 +257,11 @@ mod tests {
     #[test]
     fn a_call_run_on_a_grant_is_told_with_the_grant_and_who_gave_it() {
         let mut r = request(None);
-        r.spec.grant = Some(crate::api::approval_request::GrantRef {
+        r.spec.grant = Some(Box::new(crate::api::approval_request::GrantRef {
             name: "tmp-cleanup".into(),
             granted_by: "alice".into(),
             reason: Some("scratch".into()),
-        });
+        }));
         let e = cloud_event(&r, Event::Decided, Phase::Executed, Timestamp::UNIX_EPOCH);
         assert_eq!(
             e["data"]["grant"],

@@ -107,7 +107,7 @@ pub fn resolve_remote_agents(
             object,
             &field,
             &format!("Agent {target_namespace}/{}", target.name),
-            called.spec.allowed_namespaces.as_ref(),
+            called.spec.allowed_namespaces.as_deref(),
             &namespace,
             &target_namespace,
             refs,

@@ -590,7 +590,7 @@ fn render_prompt(
         skill_names: agent
             .spec
             .skills
-            .as_ref()
+            .as_deref()
             .map(skills::skill_names)
             .unwrap_or_default(),
     };

@@ -169,7 +169,7 @@ cold_start() {
   versions | sort >"$WORK/after"
   comm -13 "$WORK/before" "$WORK/after" >"$WORK/written"
   WRITES=$(wc -l <"$WORK/written")
-  [ "$WRITES" -eq 0 ] || note "written: $(head -5 "$WORK/written" | cut -d= -f1 | tr '\n' ' ')"
+  [ "$WRITES" -eq 0 ] || note "written: $(awk -F= 'NR <= 5 { printf "%s ", $1 }' "$WORK/written")"
   ok "restart: $N Agents reconciled $COLD s after start, $WRITES objects written, RSS $COLD_RSS"
 }
 

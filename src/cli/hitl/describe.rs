@@ -29,7 +29,7 @@ pub fn describe(r: &ApprovalRequest, now: Timestamp) -> String {
 fn described(r: &ApprovalRequest, now: Timestamp) -> String {
     let spec = &r.spec;
     let mut s = String::new();
-    if let Some(note) = spec.arguments_preview.as_ref().and_then(redact::notice) {
+    if let Some(note) = spec.arguments_preview.as_deref().and_then(redact::notice) {
         let _ = writeln!(s, "WARNING: {note}");
     }
     let mut field = |label: &str, value: &str| {

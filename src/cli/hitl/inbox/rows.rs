@@ -106,7 +106,7 @@ pub fn row(request: &ApprovalRequest, now: Timestamp) -> Row {
         ),
         tool: shown(&spec.tool_name),
         arguments: shown(&arguments),
-        redaction: spec.arguments_preview.as_ref().and_then(redact::notice),
+        redaction: spec.arguments_preview.as_deref().and_then(redact::notice),
         state: request.phase_at(now).into(),
         approvals: request.approvals_summary(),
         created: request
