@@ -307,7 +307,7 @@ async fn fetch_refs(agent: &Agent, ctx: &Context) -> Result<RefStore> {
         .into_iter()
         .map(|key| (key.kind.as_str(), key.namespace, key.name))
         .collect();
-    ctx.refs.set(ObjectRef::from_obj(agent), keys);
+    ctx.refs.set(&ObjectRef::from_obj(agent), keys);
     Ok(store)
 }
 

@@ -10,12 +10,13 @@ pub mod malloc;
 pub mod metrics;
 pub mod model_config;
 pub mod notifier;
+pub mod ref_index;
 pub mod remote_mcp_server;
 pub mod rendered;
 pub mod run;
 pub mod slack;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -47,6 +48,7 @@ use events::{EVENTS_PER_RECORDER, Events};
 use rendered::{Confirmed, Summaries};
 
 pub use metrics::Metrics;
+pub use ref_index::{RefIndex, RefKey};
 pub use run::{ControllerArgs, run};
 
 /// The `Reporter` name on Events the controller publishes.
@@ -185,75 +187,6 @@ impl Listing {
     pub fn listed(&self) {
         self.unlisted
             .send_if_modified(|unlisted| unlisted.remove(&self.kind));
-    }
-}
-
-/// Which Agents referenced which objects at their last reconcile, so a change of a
-/// RemoteMCPServer, ModelConfig, Service, Secret or ConfigMap requeues exactly those Agents.
-#[derive(Default)]
-pub struct RefIndex {
-    inner: Mutex<RefIndexInner>,
-}
-
-/// `(kind, namespace, name)` of a referenced object.
-pub type RefKey = (&'static str, String, String);
-
-#[derive(Default)]
-struct RefIndexInner {
-    by_ref: HashMap<RefKey, HashSet<ObjectRef<Agent>>>,
-    by_agent: HashMap<ObjectRef<Agent>, Vec<RefKey>>,
-}
-
-impl RefIndexInner {
-    fn forget(&mut self, agent: &ObjectRef<Agent>) {
-        for key in self.by_agent.remove(agent).unwrap_or_default() {
-            if let Some(agents) = self.by_ref.get_mut(&key) {
-                agents.remove(agent);
-                if agents.is_empty() {
-                    self.by_ref.remove(&key);
-                }
-            }
-        }
-    }
-}
-
-impl RefIndex {
-    /// Records that `agent` now references exactly `refs`.
-    pub fn set(&self, agent: ObjectRef<Agent>, refs: Vec<RefKey>) {
-        let mut inner = self.inner.lock().expect("ref index lock");
-        inner.forget(&agent);
-        for key in &refs {
-            inner
-                .by_ref
-                .entry(key.clone())
-                .or_default()
-                .insert(agent.clone());
-        }
-        inner.by_agent.insert(agent, refs);
-    }
-
-    /// The Agents that referenced `kind namespace/name` and still exist in `agents`; entries of
-    /// Agents that are gone are dropped.
-    pub fn agents_for(
-        &self,
-        kind: &'static str,
-        namespace: &str,
-        name: &str,
-        agents: &Store<Agent>,
-    ) -> Vec<ObjectRef<Agent>> {
-        let mut inner = self.inner.lock().expect("ref index lock");
-        let referring: Vec<ObjectRef<Agent>> = inner
-            .by_ref
-            .get(&(kind, namespace.to_string(), name.to_string()))
-            .map(|agents| agents.iter().cloned().collect())
-            .unwrap_or_default();
-        let (live, gone): (Vec<_>, Vec<_>) = referring
-            .into_iter()
-            .partition(|agent| agents.get(agent).is_some());
-        for agent in &gone {
-            inner.forget(agent);
-        }
-        live
     }
 }
 
@@ -678,41 +611,5 @@ mod tests {
         let mut agent = Agent::new(name, spec);
         agent.metadata.namespace = Some("ns".into());
         agent
-    }
-
-    #[test]
-    fn a_cached_agent_stays_small() {
-        // Every Agent is cached whole (less its managedFields); its spec.declarative.deployment
-        // is boxed, or its `None`s alone would take 1.4 KiB of each (2544 bytes, now 1152).
-        assert!(std::mem::size_of::<Agent>() <= 1200);
-    }
-
-    #[test]
-    fn ref_index_maps_references_to_live_agents_and_forgets_the_rest() {
-        let (store, mut writer) = reflector::store::<Agent>();
-        writer.apply_watcher_event(&watcher::Event::Apply(agent("a")));
-        let index = RefIndex::default();
-        let secret = |name: &str| ("Secret", "ns".to_string(), name.to_string());
-        let (a, b) = (
-            ObjectRef::from_obj(&agent("a")),
-            ObjectRef::from_obj(&agent("b")),
-        );
-        index.set(a.clone(), vec![secret("s1"), secret("s2")]);
-        index.set(b.clone(), vec![secret("s1")]);
-        assert_eq!(
-            index.agents_for("Secret", "ns", "s2", &store),
-            vec![a.clone()]
-        );
-        // b is not in the store (deleted): it is not returned, and forgotten.
-        assert_eq!(
-            index.agents_for("Secret", "ns", "s1", &store),
-            vec![a.clone()]
-        );
-        assert!(!index.inner.lock().unwrap().by_agent.contains_key(&b));
-        // A new reconcile replaces a's references.
-        index.set(a.clone(), vec![secret("s3")]);
-        assert!(index.agents_for("Secret", "ns", "s1", &store).is_empty());
-        assert_eq!(index.agents_for("Secret", "ns", "s3", &store), vec![a]);
-        assert!(index.agents_for("ConfigMap", "ns", "s3", &store).is_empty());
     }
 }
