@@ -138,12 +138,6 @@ impl RefIndex {
         }
         live
     }
-
-    /// How many Agents are indexed.
-    #[cfg(test)]
-    fn agents(&self) -> usize {
-        self.inner.lock().expect("ref index lock").by_agent.len()
-    }
 }
 
 #[cfg(test)]
@@ -183,7 +177,7 @@ mod tests {
             index.agents_for("Secret", "ns", "s1", &store),
             vec![a_ref.clone()]
         );
-        assert_eq!(index.agents(), 1);
+        assert_eq!(index.inner.lock().unwrap().by_agent.len(), 1);
         // A new reconcile replaces a's references.
         index.set(&a, vec![secret("s3")]);
         assert!(index.agents_for("Secret", "ns", "s1", &store).is_empty());
