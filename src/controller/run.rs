@@ -473,10 +473,11 @@ fn slim_agent(agent: &mut Agent) {
     }
 }
 
-/// Objects per page of the initial lists of rendered objects. A page is decoded whole (with
-/// managedFields) before its objects are summarised: 100 Deployments are about 3 MiB, the
-/// default 500 were 15.
-const OWNED_PAGE_SIZE: u32 = 100;
+/// Objects per page of the lists behind the cached watches (kube's default is 500). A page is
+/// decoded whole, managedFields and all, before its objects are slimmed or summarised: 100
+/// Deployments are about 3 MiB decoded, 500 were 15; 100 ApprovalRequests with the largest
+/// `argumentsPreview` (32 KiB) are 3.2 MiB of JSON, 500 would be 16.
+const LIST_PAGE_SIZE: u32 = 100;
 
 /// What the cache of ApprovalRequests keeps: no argumentsPreview (up to 32 KiB each, read by
 /// approvers, never by the controller), no last-applied annotation, and of the managedFields
@@ -519,7 +520,7 @@ where
     let listing = caches.listing(&K::kind(&()));
     let config = watcher::Config::default()
         .labels(MANAGED_SELECTOR)
-        .page_size(OWNED_PAGE_SIZE);
+        .page_size(LIST_PAGE_SIZE);
     let controllers = watcher(api::<K>(client, namespace), config)
         .default_backoff()
         .flat_map(move |event| {
@@ -758,7 +759,8 @@ async fn run_controllers(
     let agent_config = match &args.agent_selector {
         Some(selector) => watcher::Config::default().labels(selector),
         None => watcher::Config::default(),
-    };
+    }
+    .page_size(LIST_PAGE_SIZE);
     let agent_root = caches.track(
         "Agent",
         watcher(api::<Agent>(&client, namespace), agent_config)
@@ -773,7 +775,7 @@ async fn run_controllers(
         "ApprovalRequest",
         watcher(
             api::<ApprovalRequest>(&client, namespace),
-            watcher::Config::default(),
+            watcher::Config::default().page_size(LIST_PAGE_SIZE),
         )
         .modify(slim_request)
         .default_backoff()
