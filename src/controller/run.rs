@@ -473,11 +473,17 @@ fn slim_agent(agent: &mut Agent) {
     }
 }
 
-/// Objects per page of the lists behind the cached watches (kube's default is 500). A page is
-/// decoded whole, managedFields and all, before its objects are slimmed or summarised: 100
-/// Deployments are about 3 MiB decoded, 500 were 15; 100 ApprovalRequests with the largest
-/// `argumentsPreview` (32 KiB) are 3.2 MiB of JSON, 500 would be 16.
+/// Objects per page of the lists behind the controller's watches (kube's default is 500). A
+/// page is decoded whole, managedFields and all, before its objects are slimmed or summarised:
+/// 100 Deployments are about 3 MiB decoded, 500 were 15; 100 ApprovalRequests with the largest
+/// `argumentsPreview` (32 KiB) are 3.2 MiB of JSON, 500 would be 16; a Secret's metadata may
+/// carry a last-applied annotation holding the whole Secret.
 const LIST_PAGE_SIZE: u32 = 100;
+
+/// A watch's configuration with its lists paged [`LIST_PAGE_SIZE`] objects at a time.
+fn paged() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE_SIZE)
+}
 
 /// What the cache of ApprovalRequests keeps: no argumentsPreview (up to 32 KiB each, read by
 /// approvers, never by the controller), no last-applied annotation, and of the managedFields
@@ -518,9 +524,7 @@ where
     let summaries = Summaries::default();
     let writer = summaries.clone();
     let listing = caches.listing(&K::kind(&()));
-    let config = watcher::Config::default()
-        .labels(MANAGED_SELECTOR)
-        .page_size(LIST_PAGE_SIZE);
+    let config = paged().labels(MANAGED_SELECTOR);
     let controllers = watcher(api::<K>(client, namespace), config)
         .default_backoff()
         .flat_map(move |event| {
@@ -558,7 +562,7 @@ where
     let (reader, writer) = reflector::store();
     let stream = reflector(
         writer,
-        watcher(api::<K>(client, namespace), watcher::Config::default()).modify(slim),
+        watcher(api::<K>(client, namespace), paged()).modify(slim),
     )
     .default_backoff()
     .applied_objects()
@@ -595,18 +599,15 @@ fn metadata<K, const N: usize>(
 where
     K: Watched,
 {
-    let changes = watcher(
-        api::<PartialObjectMeta<K>>(client, namespace),
-        watcher::Config::default(),
-    )
-    .modify(keep_name_only)
-    .default_backoff()
-    .touched_objects()
-    .filter_map(|change| async move {
-        change
-            .inspect_err(|error| tracing::warn!(%error, "watch failed; retrying with backoff"))
-            .ok()
-    });
+    let changes = watcher(api::<PartialObjectMeta<K>>(client, namespace), paged())
+        .modify(keep_name_only)
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|change| async move {
+            change
+                .inspect_err(|error| tracing::warn!(%error, "watch failed; retrying with backoff"))
+                .ok()
+        });
     let (drive, readers) = fan_out(changes);
     (
         drive,
@@ -651,8 +652,8 @@ fn namespaces(
 ) {
     let (reader, writer) = reflector::store();
     let config = match namespace {
-        Some(namespace) => watcher::Config::default().fields(&format!("metadata.name={namespace}")),
-        None => watcher::Config::default(),
+        Some(namespace) => paged().fields(&format!("metadata.name={namespace}")),
+        None => paged(),
     };
     let events = reflector(
         writer,
@@ -757,10 +758,9 @@ async fn run_controllers(
     let agents_for_callers = agent_writer.subscribe().expect("shared store");
     let caches = CacheSync::default();
     let agent_config = match &args.agent_selector {
-        Some(selector) => watcher::Config::default().labels(selector),
-        None => watcher::Config::default(),
-    }
-    .page_size(LIST_PAGE_SIZE);
+        Some(selector) => paged().labels(selector),
+        None => paged(),
+    };
     let agent_root = caches.track(
         "Agent",
         watcher(api::<Agent>(&client, namespace), agent_config)
@@ -773,13 +773,10 @@ async fn run_controllers(
     let requests_for_agents = approval_writer.subscribe().expect("shared store");
     let approval_root = caches.track(
         "ApprovalRequest",
-        watcher(
-            api::<ApprovalRequest>(&client, namespace),
-            watcher::Config::default().page_size(LIST_PAGE_SIZE),
-        )
-        .modify(slim_request)
-        .default_backoff()
-        .reflect_shared(approval_writer),
+        watcher(api::<ApprovalRequest>(&client, namespace), paged())
+            .modify(slim_request)
+            .default_backoff()
+            .reflect_shared(approval_writer),
     );
 
     let (deployments, deployment_events) = owned::<Deployment>(&client, namespace, &caches);
@@ -799,13 +796,10 @@ async fn run_controllers(
     let notifiers_for_requests = notifier_writer.subscribe().expect("shared store");
     let notifier_root = caches.track(
         "ApprovalNotifier",
-        watcher(
-            api::<ApprovalNotifier>(&client, namespace),
-            watcher::Config::default(),
-        )
-        .modify(slim)
-        .default_backoff()
-        .reflect_shared(notifier_writer),
+        watcher(api::<ApprovalNotifier>(&client, namespace), paged())
+            .modify(slim)
+            .default_backoff()
+            .reflect_shared(notifier_writer),
     );
     // Services, Secrets and ConfigMaps an Agent or a tool server names: one metadata watch
     // each, its changes handed to every controller that maps them.
@@ -887,12 +881,12 @@ async fn run_controllers(
             ]))
             .watches(
                 api::<RemoteMCPServer>(&client, namespace),
-                watcher::Config::default(),
+                paged(),
                 by_ref(&ctx, "RemoteMCPServer"),
             )
             .watches(
                 api::<ModelConfig>(&client, namespace),
-                watcher::Config::default(),
+                paged(),
                 by_ref(&ctx, "ModelConfig"),
             )
             .watches_stream(services_changed, by_ref(&ctx, "Service"))
