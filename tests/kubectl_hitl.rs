@@ -8,7 +8,6 @@ use http::{Request, Response};
 use jiff::Timestamp;
 use kube::Client;
 use kube::client::Body;
-use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tower_test::mock;
 
@@ -182,7 +181,13 @@ async fn list_prints_a_table_of_the_namespace() {
     ];
     let (ok, out, err) = run(
         &["list"],
-        vec![step("GET", format!("{ARS}?"), None, 200, list(items))],
+        vec![step(
+            "GET",
+            format!("{ARS}?&limit=100"),
+            None,
+            200,
+            list(items),
+        )],
     )
     .await;
     assert!(ok, "{err}");
@@ -195,6 +200,60 @@ async fn list_prints_a_table_of_the_namespace() {
 }
 
 #[tokio::test]
+async fn list_reads_a_page_at_a_time_until_the_last() {
+    let mut first = list(vec![request("r1", "helper", "1")]);
+    first["metadata"]["continue"] = json!("page-2");
+    let mut second = list(vec![request("r2", "helper", "2")]);
+    second["metadata"]["continue"] = json!("");
+    let (ok, out, err) = run(
+        &["list", "-o", "json"],
+        vec![
+            step("GET", format!("{ARS}?&limit=100"), None, 200, first),
+            step(
+                "GET",
+                format!("{ARS}?&limit=100&continue=page-2"),
+                None,
+                200,
+                second,
+            ),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&Value> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["metadata"]["name"])
+        .collect();
+    assert_eq!(names, [&json!("r1"), &json!("r2")]);
+}
+
+#[tokio::test]
+async fn an_expired_continue_token_fails_the_list_instead_of_printing_part_of_it() {
+    let mut first = list(vec![request("r1", "helper", "1")]);
+    first["metadata"]["continue"] = json!("page-2");
+    let cli = Cli::try_parse_from(["kubectl-hitl", "list"]).unwrap();
+    let (client, server) = mock_client(vec![
+        step("GET", format!("{ARS}?&limit=100"), None, 200, first),
+        step(
+            "GET",
+            format!("{ARS}?&limit=100&continue=page-2"),
+            None,
+            410,
+            status(410, "Expired", "the continue token has expired"),
+        ),
+    ]);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let clock = || NOW.parse::<Timestamp>().unwrap();
+    let result = execute(&cli.command, client, NS, &clock, &mut out, &mut err).await;
+    server.await.unwrap();
+    assert!(result.is_err(), "a partial list was accepted");
+    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+}
+
+#[tokio::test]
 async fn list_all_namespaces_pending_as_json() {
     let items = vec![
         request("r1", "helper", "1"),
@@ -204,7 +263,7 @@ async fn list_all_namespaces_pending_as_json() {
         &["list", "-A", "--pending", "-o", "json"],
         vec![step(
             "GET",
-            "/apis/kagent.dev/v1alpha2/approvalrequests?",
+            "/apis/kagent.dev/v1alpha2/approvalrequests?&limit=100",
             None,
             200,
             list(items),
@@ -222,7 +281,13 @@ async fn list_all_namespaces_pending_as_json() {
 async fn list_says_when_nothing_is_there() {
     let (ok, out, err) = run(
         &["list", "--pending"],
-        vec![step("GET", format!("{ARS}?"), None, 200, list(vec![]))],
+        vec![step(
+            "GET",
+            format!("{ARS}?&limit=100"),
+            None,
+            200,
+            list(vec![]),
+        )],
     )
     .await;
     assert!(ok);
@@ -302,7 +367,13 @@ async fn invisible_and_reordering_characters_are_written_out() {
     );
     let (ok, out, err) = run(
         &["list"],
-        vec![step("GET", format!("{ARS}?"), None, 200, list(vec![r]))],
+        vec![step(
+            "GET",
+            format!("{ARS}?&limit=100"),
+            None,
+            200,
+            list(vec![r]),
+        )],
     )
     .await;
     assert!(ok, "{err}");
@@ -341,7 +412,7 @@ async fn get_and_list_warn_when_values_were_redacted() {
         &["list"],
         vec![step(
             "GET",
-            format!("{ARS}?"),
+            format!("{ARS}?&limit=100"),
             None,
             200,
             list(vec![r, request("r2", "helper", "2")]),
@@ -425,7 +496,13 @@ async fn approve_all_decides_every_pending_request_of_the_agent() {
         &["approve", "--all", "--agent", "helper"],
         vec![
             ssr_step("alice"),
-            step("GET", format!("{ARS}?"), None, 200, list(items.clone())),
+            step(
+                "GET",
+                format!("{ARS}?&limit=100"),
+                None,
+                200,
+                list(items.clone()),
+            ),
             patch_step(
                 "r1",
                 decision_body("1", "Approve", None),
@@ -450,7 +527,7 @@ async fn approve_all_decides_every_pending_request_of_the_agent() {
         &["approve", "--all", "--agent", "nobody"],
         vec![
             ssr_step("alice"),
-            step("GET", format!("{ARS}?"), None, 200, list(items)),
+            step("GET", format!("{ARS}?&limit=100"), None, 200, list(items)),
         ],
     )
     .await;
@@ -939,7 +1016,7 @@ async fn list_and_get_show_the_approvals() {
         &["list"],
         vec![step(
             "GET",
-            format!("{ARS}?"),
+            format!("{ARS}?&limit=100"),
             None,
             200,
             list(vec![r.clone()]),
@@ -974,7 +1051,7 @@ async fn watch_lists_then_streams_changes() {
     let server = tokio::spawn(async move {
         let (req, send) = handle.next_request().await.unwrap();
         assert_eq!(req.method(), "GET");
-        assert_eq!(req.uri().to_string(), format!("{ARS}?&limit=500"));
+        assert_eq!(req.uri().to_string(), format!("{ARS}?&limit=100"));
         let body = serde_json::to_vec(&list(vec![request("r1", "helper", "1")])).unwrap();
         send.send_response(Response::builder().body(Body::from(body)).unwrap());
         let (req, send) = handle.next_request().await.unwrap();
@@ -998,7 +1075,7 @@ async fn watch_lists_then_streams_changes() {
     let client = Client::new(service, "default");
     let api = kube::Api::namespaced(client, NS);
     // Init, InitApply r1, InitDone, then the three changes.
-    let events = watcher(api, watcher::Config::default()).take(6);
+    let events = watch::events(api).take(6);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let clock = || NOW.parse::<Timestamp>().unwrap();
     watch::print_events(events, &clock, false, false, &mut out, &mut err)
@@ -1166,7 +1243,13 @@ async fn grants_lists_and_revokes() {
         "metadata": {"resourceVersion": "9"}, "items": [grant.clone()]});
     let (ok, out, err) = run(
         &["grants"],
-        vec![step("GET", format!("{GRANTS}?"), None, 200, grant_list)],
+        vec![step(
+            "GET",
+            format!("{GRANTS}?&limit=100"),
+            None,
+            200,
+            grant_list,
+        )],
     )
     .await;
     assert!(ok, "{err}");

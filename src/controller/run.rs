@@ -43,6 +43,7 @@ use crate::api::freeze::FREEZE_ANNOTATION;
 use crate::api::{
     Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest, ModelConfig, RemoteMCPServer,
 };
+use crate::kube::paging::paged;
 use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::proxy::ProxyUrl;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
@@ -473,18 +474,6 @@ fn slim_agent(agent: &mut Agent) {
     }
 }
 
-/// Objects per page of the lists behind the controller's watches (kube's default is 500). A
-/// page is decoded whole, managedFields and all, before its objects are slimmed or summarised:
-/// 100 Deployments are about 3 MiB decoded, 500 were 15; 100 ApprovalRequests with the largest
-/// `argumentsPreview` (32 KiB) are 3.2 MiB of JSON, 500 would be 16; a Secret's metadata may
-/// carry a last-applied annotation holding the whole Secret.
-const LIST_PAGE_SIZE: u32 = 100;
-
-/// A watch's configuration with its lists paged [`LIST_PAGE_SIZE`] objects at a time.
-fn paged() -> watcher::Config {
-    watcher::Config::default().page_size(LIST_PAGE_SIZE)
-}
-
 /// What the cache of ApprovalRequests keeps: no argumentsPreview (up to 32 KiB each, read by
 /// approvers, never by the controller), no last-applied annotation, and of the managedFields
 /// only the time of each write of spec.decision (the decision's time is read there).
@@ -852,19 +841,22 @@ async fn run_controllers(
         instance,
     ));
 
+    /// The Agents that name `object`, of kind `kind`.
+    fn naming(ctx: &Context, kind: &'static str, object: &impl Resource) -> Vec<ObjectRef<Agent>> {
+        ctx.refs.agents_for(
+            kind,
+            &object.namespace().unwrap_or_default(),
+            &object.name_any(),
+            &ctx.stores.agents,
+        )
+    }
+    /// [`naming`] as the mapper of a watch of `kind`.
     fn by_ref<R: Resource>(
         ctx: &Arc<Context>,
         kind: &'static str,
     ) -> impl Fn(R) -> Vec<ObjectRef<Agent>> + Send + Sync + 'static {
         let ctx = ctx.clone();
-        move |object| {
-            ctx.refs.agents_for(
-                kind,
-                &object.namespace().unwrap_or_default(),
-                &object.name_any(),
-                &ctx.stores.agents,
-            )
-        }
+        move |object| naming(&ctx, kind, &object)
     }
     let agent_controller = {
         Controller::for_shared_stream(agents_for_agents, agents.clone())
@@ -893,8 +885,8 @@ async fn run_controllers(
             .watches_stream(secrets_for_agents, by_ref(&ctx, "Secret"))
             .watches_stream(config_maps_for_agents, by_ref(&ctx, "ConfigMap"))
             .watches_shared_stream(agents_for_callers, {
-                let by_agent = by_ref(&ctx, "Agent");
-                move |agent: Arc<Agent>| by_agent(agent.as_ref().clone())
+                let ctx = ctx.clone();
+                move |agent: Arc<Agent>| naming(&ctx, "Agent", agent.as_ref())
             })
             .watches_shared_stream(requests_for_agents, |request: Arc<ApprovalRequest>| {
                 Some(
@@ -1545,5 +1537,53 @@ mod owned_watch_tests {
             "deleted"
         );
         assert!(store.is_empty(), "a deleted object leaves the cache");
+    }
+
+    /// The first request a watch sends: its list, which must ask for a page, not everything.
+    async fn first_list_request(
+        start: impl FnOnce(Client) -> futures::stream::BoxStream<'static, ()>,
+    ) -> String {
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let mut stream = start(Client::new(service, "default"));
+        let polling = tokio::spawn(async move { while stream.next().await.is_some() {} });
+        let (request, _answer) = handle.next_request().await.expect("a list request");
+        polling.abort();
+        request.uri().to_string()
+    }
+
+    #[tokio::test]
+    async fn the_controllers_watches_list_a_page_at_a_time() {
+        let rendered = first_list_request(|client| {
+            owned::<Deployment>(&client, Some("team-a"), &CacheSync::default())
+                .1
+                .map(drop)
+                .boxed()
+        })
+        .await;
+        assert_eq!(
+            rendered,
+            "/apis/apps/v1/namespaces/team-a/deployments?\
+             &labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator&limit=100"
+        );
+        let specs = first_list_request(|client| {
+            spec_changes::<ModelConfig>(&client, Some("team-a"))
+                .1
+                .map(drop)
+                .boxed()
+        })
+        .await;
+        assert_eq!(
+            specs,
+            "/apis/kagent.dev/v1alpha2/namespaces/team-a/modelconfigs?&limit=100"
+        );
+        let names = first_list_request(|client| {
+            let (drive, [changes]) = metadata::<Secret, 1>(&client, None);
+            futures::stream::select(drive.into_stream(), changes.map(drop)).boxed()
+        })
+        .await;
+        assert_eq!(names, "/api/v1/secrets?&limit=100");
     }
 }

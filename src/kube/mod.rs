@@ -1,11 +1,12 @@
 //! Kubernetes helpers shared by the reconcilers: server-side apply with one field manager,
-//! digests of what it applied, and status conditions.
+//! digests of what it applied, status conditions, and lists read a page at a time.
 
 pub mod applied;
 pub mod apply;
 pub mod client;
 pub mod conditions;
 pub mod ownership;
+pub mod paging;
 
 pub use apply::{Applicable, FIELD_MANAGER, apply, apply_params, apply_status, is_applied};
 pub use conditions::{new_condition, set_condition};

@@ -183,6 +183,32 @@ expect_ok "list --pending shows r7 only" bash -c "[[ \$('$PLUGIN' -n '$NS' list 
 new_request r8 helper -60
 expect_fail "plugin refuses an expired request" "expired at" "$PLUGIN" -n "$NS" approve r8
 
+echo "== lists longer than a page (the plugin reads 100 objects a page)"
+expires=$(timestamp 3600)
+for i in $(seq 1 120); do
+  cat <<EOF
+---
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata: {name: bulk-$i, labels: {kagent.dev/agent: bulk, kagent.dev/tool: delete_file}}
+spec:
+  agentRef: {name: bulk}
+  toolServer: {kind: RemoteMCPServer, name: filesystem-server, namespace: $NS}
+  toolName: delete_file
+  argumentsPreview: {path: /data/$i.csv}
+  argumentsSha256: "$(printf '%064d' "$i")"
+  argumentsBytes: 20
+  requestedBy: $AGENT_SA
+  expiresAt: $expires
+EOF
+done | kubectl -n "$NS" create --as="$AGENT_SA" -f - >/dev/null
+expect_eq "list -o json returns every request, over two pages" \
+  "$(kubectl -n "$NS" get approvalrequests -o name | wc -l)" \
+  "$("$PLUGIN" -n "$NS" list -o json | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["items"]))')"
+expect_ok "plugin approves the 120 pending requests of agent bulk, over two pages" "$PLUGIN" -n "$NS" approve --all --agent bulk
+expect_eq "all 120 approved" "120" \
+  "$(kubectl -n "$NS" get approvalrequests -l kagent.dev/agent=bulk -o jsonpath='{range .items[*]}{.spec.decision.type}{"\n"}{end}' | grep -c '^Approve$')"
+
 echo "== kubectl patch"
 new_request r3 helper 3600
 expect_ok "alice (hitl-approver) approves r3 with kubectl patch" \

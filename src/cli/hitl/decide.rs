@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::error::CommandError;
 use crate::api::approval_request::{Approval, ApprovalRequest, Decision, DecisionType, Phase};
+use crate::kube::paging::list_all;
 
 /// Field manager recorded in managedFields for the decision.
 pub const FIELD_MANAGER: &str = "kubectl-hitl";
@@ -249,10 +250,8 @@ pub async fn decide_agent(
     request: &Request,
     now: Timestamp,
 ) -> Result<Vec<Outcome>, CommandError> {
-    let pending: Vec<ApprovalRequest> = api
-        .list(&ListParams::default())
+    let pending: Vec<ApprovalRequest> = list_all(api, &ListParams::default())
         .await?
-        .items
         .into_iter()
         .filter(|r| r.spec.agent_ref.name == agent && r.phase_at(now) == Phase::Pending)
         .collect();

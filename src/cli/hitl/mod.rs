@@ -18,13 +18,14 @@ use jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::config::{Config, KubeConfigOptions};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::WatchStreamExt;
 
 use self::decide::Outcome;
 use self::error::CommandError;
 use self::output::Format;
 use crate::api::approval_grant::ApprovalGrant;
 use crate::api::approval_request::{ApprovalRequest, DecisionType, Phase};
+use crate::kube::paging::list_all;
 
 /// See and decide the tool calls your AI agents wait on (ApprovalRequests).
 #[derive(Parser, Debug)]
@@ -233,10 +234,7 @@ pub async fn execute(
     match command {
         Command::List(args) => {
             let now = clock();
-            let mut items = scoped(args.all_namespaces)
-                .list(&ListParams::default())
-                .await?
-                .items;
+            let mut items = list_all(&scoped(args.all_namespaces), &ListParams::default()).await?;
             if args.pending {
                 items.retain(|r| r.phase_at(now) == Phase::Pending);
             }
@@ -340,7 +338,7 @@ pub async fn execute(
                 }
                 return Ok(ok);
             }
-            let items = api.list(&ListParams::default()).await?.items;
+            let items = list_all(&api, &ListParams::default()).await?;
             match args.output {
                 Some(format) => {
                     out.write_all(output::encode(&output::list(&items), format)?.as_bytes())?
@@ -370,8 +368,7 @@ pub async fn execute(
             .await
         }
         Command::Watch(args) => {
-            let events =
-                watcher(scoped(args.all_namespaces), watcher::Config::default()).default_backoff();
+            let events = watch::events(scoped(args.all_namespaces)).default_backoff();
             watch::print_events(events, clock, args.all_namespaces, args.pending, out, err).await?;
             Ok(true)
         }

@@ -4,11 +4,13 @@ use std::io::Write;
 
 use futures::{Stream, StreamExt};
 use jiff::Timestamp;
-use kube::runtime::watcher::{self, Event};
+use kube::Api;
+use kube::runtime::watcher::{self, Event, watcher};
 
 use super::error::CommandError;
 use super::table::{format_line, header, row};
 use crate::api::ApprovalRequest;
+use crate::kube::paging::paged;
 
 /// Column widths of the streamed table (it cannot measure rows it has not seen yet).
 const WIDTHS: [usize; 9] = [16, 40, 20, 24, 40, 9, 9, 6, 10];
@@ -20,6 +22,13 @@ fn widths(all_namespaces: bool) -> &'static [usize] {
     } else {
         &WIDTHS[1..]
     }
+}
+
+/// The watch events of the requests `api` reaches, its list read a page at a time.
+pub fn events(
+    api: Api<ApprovalRequest>,
+) -> impl Stream<Item = Result<Event<ApprovalRequest>, watcher::Error>> + Send {
+    watcher(api, paged())
 }
 
 /// The line for one watch event, if it shows a request (`pending`: only Pending ones).

@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use self::guard::{Access, Guard};
 use super::decide::{self, Outcome};
 use crate::api::approval_request::{ApprovalRequest, DecisionType};
+use crate::kube::paging::paged;
 
 /// Most requests one decision may name (a batch is one agent's pending requests).
 pub const MAX_BATCH: usize = 100;
@@ -259,7 +260,7 @@ async fn relay(
     tx: watch::Sender<Arc<str>>,
 ) {
     let (reader, writer) = reflector::store();
-    let mut changes = reflector(writer, watcher(api, watcher::Config::default()))
+    let mut changes = reflector(writer, watcher(api, paged()))
         .default_backoff()
         .boxed();
     let mut tick = tokio::time::interval(REFRESH);
