@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use futures::StreamExt;
+use hitl_operator::cli::hitl::error::CommandError;
 use hitl_operator::cli::hitl::{Cli, execute, watch};
 use http::{Request, Response};
 use jiff::Timestamp;
@@ -155,17 +156,21 @@ fn mock_client(script: Vec<Step>) -> (Client, tokio::task::JoinHandle<()>) {
 
 /// Run `args` (after `kubectl-hitl`) against `script`; returns (success, stdout, stderr).
 async fn run(args: &[&str], script: Vec<Step>) -> (bool, String, String) {
+    let (result, out, err) = try_run(args, script).await;
+    (result.unwrap(), out, err)
+}
+
+/// [`run`], the command's error returned rather than unwrapped.
+async fn try_run(args: &[&str], script: Vec<Step>) -> (Result<bool, CommandError>, String, String) {
     let cli =
         Cli::try_parse_from(std::iter::once("kubectl-hitl").chain(args.iter().copied())).unwrap();
     let (client, server) = mock_client(script);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let clock = || NOW.parse::<Timestamp>().unwrap();
-    let ok = execute(&cli.command, client, NS, &clock, &mut out, &mut err)
-        .await
-        .unwrap();
+    let result = execute(&cli.command, client, NS, &clock, &mut out, &mut err).await;
     server.await.unwrap();
     (
-        ok,
+        result,
         String::from_utf8(out).unwrap(),
         String::from_utf8(err).unwrap(),
     )
@@ -234,23 +239,22 @@ async fn list_reads_a_page_at_a_time_until_the_last() {
 async fn an_expired_continue_token_fails_the_list_instead_of_printing_part_of_it() {
     let mut first = list(vec![request("r1", "helper", "1")]);
     first["metadata"]["continue"] = json!("page-2");
-    let cli = Cli::try_parse_from(["kubectl-hitl", "list"]).unwrap();
-    let (client, server) = mock_client(vec![
-        step("GET", format!("{ARS}?&limit=100"), None, 200, first),
-        step(
-            "GET",
-            format!("{ARS}?&limit=100&continue=page-2"),
-            None,
-            410,
-            status(410, "Expired", "the continue token has expired"),
-        ),
-    ]);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let clock = || NOW.parse::<Timestamp>().unwrap();
-    let result = execute(&cli.command, client, NS, &clock, &mut out, &mut err).await;
-    server.await.unwrap();
+    let (result, out, _) = try_run(
+        &["list"],
+        vec![
+            step("GET", format!("{ARS}?&limit=100"), None, 200, first),
+            step(
+                "GET",
+                format!("{ARS}?&limit=100&continue=page-2"),
+                None,
+                410,
+                status(410, "Expired", "the continue token has expired"),
+            ),
+        ],
+    )
+    .await;
     assert!(result.is_err(), "a partial list was accepted");
-    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    assert!(out.is_empty(), "{out}");
 }
 
 #[tokio::test]
@@ -676,21 +680,20 @@ async fn forbidden_to_read_is_reported() {
 
 #[tokio::test]
 async fn the_inbox_refuses_to_start_where_nothing_can_be_listed() {
-    let cli = Cli::try_parse_from(["kubectl-hitl", "ui", "-A", "--no-open"]).unwrap();
-    let (client, server) = mock_client(vec![
-        ssr_step("carol"),
-        step(
-            "GET",
-            "/apis/kagent.dev/v1alpha2/approvalrequests?&limit=1",
-            None,
-            403,
-            status(403, "Forbidden", "cannot list at the cluster scope"),
-        ),
-    ]);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let clock = || NOW.parse::<Timestamp>().unwrap();
-    let result = execute(&cli.command, client, NS, &clock, &mut out, &mut err).await;
-    server.await.unwrap();
+    let (result, out, _) = try_run(
+        &["ui", "-A", "--no-open"],
+        vec![
+            ssr_step("carol"),
+            step(
+                "GET",
+                "/apis/kagent.dev/v1alpha2/approvalrequests?&limit=1",
+                None,
+                403,
+                status(403, "Forbidden", "cannot list at the cluster scope"),
+            ),
+        ],
+    )
+    .await;
     assert_eq!(
         result.unwrap_err().to_string(),
         "you cannot list approvalrequests in all namespaces: cannot list at the cluster scope; \
