@@ -204,26 +204,27 @@ async fn list_prints_a_table_of_the_namespace() {
     );
 }
 
-#[tokio::test]
-async fn list_reads_a_page_at_a_time_until_the_last() {
+/// A list of two pages: r1 with a continue token, then the answer to that token.
+fn two_pages(status: u16, second: Value) -> Vec<Step> {
     let mut first = list(vec![request("r1", "helper", "1")]);
     first["metadata"]["continue"] = json!("page-2");
+    vec![
+        step("GET", format!("{ARS}?&limit=100"), None, 200, first),
+        step(
+            "GET",
+            format!("{ARS}?&limit=100&continue=page-2"),
+            None,
+            status,
+            second,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn list_reads_a_page_at_a_time_until_the_last() {
     let mut second = list(vec![request("r2", "helper", "2")]);
     second["metadata"]["continue"] = json!("");
-    let (ok, out, err) = run(
-        &["list", "-o", "json"],
-        vec![
-            step("GET", format!("{ARS}?&limit=100"), None, 200, first),
-            step(
-                "GET",
-                format!("{ARS}?&limit=100&continue=page-2"),
-                None,
-                200,
-                second,
-            ),
-        ],
-    )
-    .await;
+    let (ok, out, err) = run(&["list", "-o", "json"], two_pages(200, second)).await;
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let names: Vec<&Value> = v["items"]
@@ -237,22 +238,8 @@ async fn list_reads_a_page_at_a_time_until_the_last() {
 
 #[tokio::test]
 async fn an_expired_continue_token_fails_the_list_instead_of_printing_part_of_it() {
-    let mut first = list(vec![request("r1", "helper", "1")]);
-    first["metadata"]["continue"] = json!("page-2");
-    let (result, out, _) = try_run(
-        &["list"],
-        vec![
-            step("GET", format!("{ARS}?&limit=100"), None, 200, first),
-            step(
-                "GET",
-                format!("{ARS}?&limit=100&continue=page-2"),
-                None,
-                410,
-                status(410, "Expired", "the continue token has expired"),
-            ),
-        ],
-    )
-    .await;
+    let expired = status(410, "Expired", "the continue token has expired");
+    let (result, out, _) = try_run(&["list"], two_pages(410, expired)).await;
     assert!(result.is_err(), "a partial list was accepted");
     assert!(out.is_empty(), "{out}");
 }
