@@ -1,6 +1,7 @@
 //! Controller costs against an in-process mock API server:
-//! - CPU time of one Agent reconcile when everything must be applied and when nothing changed,
-//!   and the API writes each makes (printed);
+//! - CPU time of one Agent reconcile when everything must be applied and when nothing changed
+//!   (with no ApprovalRequests cached, and with 10 000 of other Agents, as in a cold start over
+//!   10 000 Agents), and the API writes each makes (printed);
 //! - resident memory per Agent held in the reflector cache (printed).
 //!
 //! `cargo bench --bench controller`
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use criterion::{Criterion, criterion_group};
-use hitl_operator::api::Agent;
+use hitl_operator::api::{Agent, ApprovalRequest};
 use hitl_operator::controller::agent::reconcile;
 use hitl_operator::controller::rendered::{RenderedKind, Summaries};
 use hitl_operator::controller::{CacheSync, Context, Metrics, Stores, SystemClock};
@@ -58,39 +59,33 @@ fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
 /// What the mock API server saw.
 #[derive(Default)]
 struct Seen {
+    reads: AtomicUsize,
     writes: AtomicUsize,
     last_status: Mutex<Option<Value>>,
 }
 
-/// Answers every request: references from fixtures, applies echoed back.
+/// Answers every request: reads with 404 (the references are cached), applies echoed back.
 async fn serve(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
     seen: Arc<Seen>,
 ) {
     let agent: Value = yaml(AGENT);
-    let model_config: Value = yaml(MODEL_CONFIG);
-    let server: Value = yaml(SERVER);
     while let Some((request, send)) = handle.next_request().await {
         let method = request.method().clone();
         let path = request.uri().path().to_string();
         let body = request.into_body().collect_bytes().await.unwrap();
         let answer = if method == Method::GET {
-            if path.contains("/modelconfigs/") {
-                model_config.clone()
-            } else if path.contains("/remotemcpservers/") {
-                server.clone()
-            } else {
-                // An object the caches lack does not exist yet.
-                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                    "reason": "NotFound", "code": 404, "message": "not found"});
-                send.send_response(
-                    Response::builder()
-                        .status(404)
-                        .body(Body::from(serde_json::to_vec(&status).unwrap()))
-                        .unwrap(),
-                );
-                continue;
-            }
+            // An object the caches lack does not exist yet.
+            seen.reads.fetch_add(1, Ordering::Relaxed);
+            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": "NotFound", "code": 404, "message": "not found"});
+            send.send_response(
+                Response::builder()
+                    .status(404)
+                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
+                    .unwrap(),
+            );
+            continue;
         } else {
             seen.writes.fetch_add(1, Ordering::Relaxed);
             if path.ends_with("/status") {
@@ -133,8 +128,37 @@ fn rendered(agent: &Agent) -> AgentObjects {
         .objects
 }
 
-/// A context on a fresh mock API server; `cached` fills the owned-object caches.
-fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<Seen>) {
+/// `n` pending ApprovalRequests, one for each of the Agents `agent-0` … in namespace `ns`.
+fn requests_of_other_agents(n: usize) -> Vec<ApprovalRequest> {
+    (0..n)
+        .map(|i| {
+            serde_json::from_value(json!({
+                "apiVersion": "kagent.dev/v1alpha2",
+                "kind": "ApprovalRequest",
+                "metadata": {"name": format!("request-{i}"), "namespace": "ns", "uid": format!("uid-{i}")},
+                "spec": {
+                    "agentRef": {"name": format!("agent-{i}")},
+                    "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "ns"},
+                    "toolName": "delete_file",
+                    "argumentsSha256": format!("{i:064}"),
+                    "argumentsBytes": 2,
+                    "requestedBy": format!("system:serviceaccount:ns:agent-{i}"),
+                    "expiresAt": "2099-01-01T00:00:00Z",
+                },
+                "status": {"phase": "Pending"},
+            }))
+            .unwrap()
+        })
+        .collect()
+}
+
+/// A context on a fresh mock API server; `cached` fills the owned-object caches, `requests`
+/// the cache of ApprovalRequests.
+fn context(
+    agent: &Agent,
+    cached: Option<&AgentObjects>,
+    requests: Vec<ApprovalRequest>,
+) -> (Arc<Context>, Arc<Seen>) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let seen = Arc::new(Seen::default());
     tokio::spawn(serve(handle, seen.clone()));
@@ -142,7 +166,7 @@ fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<S
     let objects = cached.cloned();
     let stores = Stores {
         agents: store_of(vec![agent.clone()]),
-        approvals: store_of(vec![]),
+        approvals: store_of(requests),
         deployments: rendered_store_of(objects.iter().map(|o| o.deployment.clone()).collect()),
         services: rendered_store_of(objects.iter().map(|o| o.service.clone()).collect()),
         secrets: rendered_store_of(
@@ -167,6 +191,9 @@ fn context(agent: &Agent, cached: Option<&AgentObjects>) -> (Arc<Context>, Arc<S
         network_policies: rendered_store_of(vec![]),
         namespaces: store_of(vec![]),
         notifiers: store_of(vec![]),
+        model_configs: store_of(vec![yaml(MODEL_CONFIG)]),
+        remote_mcp_servers: store_of(vec![yaml(SERVER)]),
+        scope: None,
     };
     let ctx = Context::new(
         client,
@@ -201,39 +228,62 @@ fn reconcile_benches(c: &mut Criterion) {
     });
 
     // Everything to apply: empty caches, no status.
-    let (ctx, seen) = context(&fresh, None);
+    let (ctx, seen) = context(&fresh, None, vec![]);
     let agent = Arc::new(fresh.clone());
     runtime
         .block_on(reconcile(agent.clone(), ctx.clone()))
         .unwrap();
-    println!(
-        "writes per reconcile, all changed: {}",
-        seen.writes.swap(0, Ordering::Relaxed)
-    );
+    let writes = seen.writes.swap(0, Ordering::Relaxed);
+    println!("writes per reconcile, all changed: {writes}");
+    assert_eq!(writes, 9, "6 applies, the binding key, the status and an Event");
     c.bench_function("agent reconcile (apply 6 objects + status)", |b| {
         b.to_async(&runtime)
             .iter(|| reconcile(agent.clone(), ctx.clone()))
     });
 
     // Nothing to do: caches hold the rendered objects, the Agent holds its status.
-    let (ctx, seen) = context(&fresh, Some(&objects));
+    for (label, requests) in [
+        ("agent reconcile (no-op)", 0),
+        (
+            "agent reconcile (no-op, 10 000 requests of other Agents cached)",
+            10_000,
+        ),
+    ] {
+        no_op_reconcile(c, &runtime, label, &fresh, &objects, requests);
+    }
+}
+
+/// Benchmarks a reconcile of `fresh` that finds nothing to change, `requests` ApprovalRequests
+/// of other Agents cached.
+fn no_op_reconcile(
+    c: &mut Criterion,
+    runtime: &tokio::runtime::Runtime,
+    label: &str,
+    fresh: &Agent,
+    objects: &AgentObjects,
+    requests: usize,
+) {
+    let (ctx, seen) = context(fresh, Some(objects), requests_of_other_agents(requests));
     runtime
-        .block_on(reconcile(agent.clone(), ctx.clone()))
+        .block_on(reconcile(Arc::new(fresh.clone()), ctx.clone()))
         .unwrap();
     let mut settled = fresh.clone();
     settled.status =
         Some(serde_json::from_value(seen.last_status.lock().unwrap().clone().unwrap()).unwrap());
     let settled = Arc::new(settled);
     seen.writes.store(0, Ordering::Relaxed);
+    seen.reads.store(0, Ordering::Relaxed);
     runtime
         .block_on(reconcile(settled.clone(), ctx.clone()))
         .unwrap();
-    println!(
-        "writes per reconcile, no-op: {}",
-        seen.writes.load(Ordering::Relaxed)
+    let (writes, reads) = (
+        seen.writes.load(Ordering::Relaxed),
+        seen.reads.load(Ordering::Relaxed),
     );
-    c.bench_function("agent reconcile (no-op)", |b| {
-        b.to_async(&runtime)
+    println!("writes per reconcile, {label}: {writes}; reads: {reads}");
+    assert_eq!((writes, reads), (0, 0), "{label}: everything is cached and current");
+    c.bench_function(label, |b| {
+        b.to_async(runtime)
             .iter(|| reconcile(settled.clone(), ctx.clone()))
     });
 }

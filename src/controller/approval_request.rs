@@ -310,7 +310,6 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     let evaluation = evaluate(request, &standing, now);
     let current = request.status.clone().unwrap_or_default();
     if let Some(wait) = left_to_gate(current.phase, &evaluation, now) {
-        update_pending_gauge(ctx, request, evaluation.phase);
         return Ok(Action::requeue(wait));
     }
     let mut status = ApprovalRequestStatus {
@@ -354,8 +353,6 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
             announce(ctx, request, agent.as_deref(), &evaluation, current.phase).await;
         }
     }
-
-    update_pending_gauge(ctx, request, evaluation.phase);
 
     // Notifications go out about a settled request: a status written just now brings another
     // reconcile, which sends them.
@@ -469,44 +466,6 @@ async fn announce(
     let mut targets = vec![request.object_ref(&())];
     targets.extend(agent.map(|a| a.object_ref(&())));
     ctx.publish(type_, reason, note, "Decide", &targets).await;
-}
-
-/// Sets `hitl_approvals_pending` from the cache, counting `request` in its new phase.
-fn update_pending_gauge(ctx: &Context, request: &ApprovalRequest, phase: Phase) {
-    let uid = request.uid();
-    let others = ctx
-        .stores
-        .approvals
-        .state()
-        .iter()
-        .filter(|r| r.uid() != uid)
-        .filter(|r| {
-            matches!(
-                r.status.as_ref().and_then(|s| s.phase),
-                None | Some(Phase::Pending)
-            )
-        })
-        .count();
-    ctx.metrics
-        .set_pending(others + usize::from(phase == Phase::Pending));
-}
-
-/// Number of `agent`'s requests in `requests` that wait for a decision.
-pub fn pending_for<'a>(
-    requests: impl IntoIterator<Item = &'a ApprovalRequest>,
-    namespace: &str,
-    agent: &str,
-) -> usize {
-    requests
-        .into_iter()
-        .filter(|r| r.namespace().as_deref() == Some(namespace) && r.spec.agent_ref.name == agent)
-        .filter(|r| {
-            matches!(
-                r.status.as_ref().and_then(|s| s.phase),
-                None | Some(Phase::Pending)
-            )
-        })
-        .count()
 }
 
 #[cfg(test)]

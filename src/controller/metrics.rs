@@ -1,6 +1,9 @@
 //! Prometheus metrics of the controller, served on `/metrics`.
 
+use std::sync::RwLock;
 use std::time::Duration;
+
+use kube::runtime::reflector::Store;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -8,6 +11,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::api::ApprovalRequest;
 
 /// Labels naming a controller.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -41,6 +46,9 @@ pub struct Metrics {
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: HistogramFamily<ControllerLabels>,
     approvals_pending: Gauge,
+    /// The running controllers' cache of ApprovalRequests, which `approvals_pending` is counted
+    /// from at each scrape; none in a standby.
+    pending_in: RwLock<Option<Store<ApprovalRequest>>>,
     decisions: Family<OutcomeLabels, Counter>,
     decision_latency: Histogram,
     notifications: Family<OutcomeLabels, Counter>,
@@ -99,6 +107,7 @@ impl Default for Metrics {
             reconcile_errors,
             reconcile_duration,
             approvals_pending,
+            pending_in: RwLock::default(),
             decisions,
             decision_latency,
             notifications,
@@ -129,8 +138,24 @@ impl Metrics {
         }
     }
 
-    /// Sets the number of pending ApprovalRequests.
-    pub fn set_pending(&self, pending: usize) {
+    /// Counts `hitl_approvals_pending` from `requests` at each scrape, or reports 0 with none
+    /// (a standby). Counting when scraped, rather than on every request reconcile, keeps a cold
+    /// start over N requests from making N passes over all of them.
+    pub fn count_pending_in(&self, requests: Option<Store<ApprovalRequest>>) {
+        *self.pending_in.write().unwrap_or_else(|e| e.into_inner()) = requests;
+    }
+
+    fn update_pending(&self) {
+        let pending = self
+            .pending_in
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |requests| {
+                requests
+                    .state_filter(ApprovalRequest::waits_for_decision)
+                    .len()
+            });
         self.approvals_pending
             .set(i64::try_from(pending).unwrap_or(i64::MAX));
     }
@@ -155,6 +180,7 @@ impl Metrics {
 
     /// The metrics in the Prometheus text format.
     pub fn encode(&self) -> String {
+        self.update_pending();
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
@@ -165,6 +191,47 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::runtime::{reflector, watcher};
+    use serde_json::json;
+
+    /// A cache of one request per entry of `phases`, each with that status phase, if any.
+    fn requests_in(phases: &[Option<&str>]) -> Store<ApprovalRequest> {
+        let (reader, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for (i, phase) in phases.iter().enumerate() {
+            let request = serde_json::from_value(json!({
+                "apiVersion": "kagent.dev/v1alpha2",
+                "kind": "ApprovalRequest",
+                "metadata": {"name": format!("r{i}"), "namespace": "ns"},
+                "spec": {
+                    "agentRef": {"name": "a"},
+                    "toolServer": {"kind": "RemoteMCPServer", "name": "s", "namespace": "ns"},
+                    "toolName": "delete_file",
+                    "argumentsSha256": "0".repeat(64),
+                    "argumentsBytes": 2,
+                    "requestedBy": "system:serviceaccount:ns:a",
+                    "expiresAt": "2099-01-01T00:00:00Z",
+                },
+                "status": phase.map(|phase| json!({"phase": phase})),
+            }))
+            .unwrap();
+            writer.apply_watcher_event(&watcher::Event::InitApply(request));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        reader
+    }
+
+    #[test]
+    fn pending_approvals_are_counted_from_the_cache_when_scraped() {
+        let metrics = Metrics::default();
+        assert!(metrics.encode().contains("hitl_approvals_pending 0\n"));
+        let requests = requests_in(&[None, Some("Pending"), Some("Approved"), Some("Executed")]);
+        metrics.count_pending_in(Some(requests));
+        assert!(metrics.encode().contains("hitl_approvals_pending 2\n"));
+        // A standby counts nothing, and holds no cache.
+        metrics.count_pending_in(None);
+        assert!(metrics.encode().contains("hitl_approvals_pending 0\n"));
+    }
 
     #[test]
     fn exports_the_documented_names() {
@@ -177,7 +244,7 @@ mod tests {
                 message: "m".into(),
             }),
         );
-        metrics.set_pending(2);
+        metrics.count_pending_in(Some(requests_in(&[None, Some("Pending"), Some("Denied")])));
         metrics.decided("approved", Some(Duration::from_secs(5)));
         metrics.notified("delivered");
         let text = metrics.encode();

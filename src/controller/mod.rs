@@ -40,7 +40,7 @@ use kube::{Client, ResourceExt};
 
 use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::freeze::Freeze;
-use crate::api::{Agent, ApprovalNotifier, ApprovalRequest};
+use crate::api::{Agent, ApprovalNotifier, ApprovalRequest, ModelConfig, RemoteMCPServer};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
@@ -97,9 +97,21 @@ pub struct Stores {
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// Every ApprovalNotifier being watched.
     pub notifiers: Store<ApprovalNotifier>,
+    /// Every ModelConfig being watched.
+    pub model_configs: Store<ModelConfig>,
+    /// Every RemoteMCPServer being watched.
+    pub remote_mcp_servers: Store<RemoteMCPServer>,
+    /// The namespace the watches cover (`--namespace`), or none for every namespace.
+    pub scope: Option<String>,
 }
 
 impl Stores {
+    /// Whether the watches cover `namespace`: then what the caches lack does not exist (once
+    /// they listed); outside it they know nothing.
+    pub fn cover(&self, namespace: &str) -> bool {
+        self.scope.as_deref().is_none_or(|scope| scope == namespace)
+    }
+
     /// The freeze `agent` is under: its own annotation, else its Namespace's.
     pub fn freeze_of(&self, agent: &Agent) -> Option<Freeze> {
         let namespace = self
@@ -582,6 +594,9 @@ mod tests {
             network_policies: Summaries::default(),
             namespaces: reflector::store().0,
             notifiers: reflector::store().0,
+            model_configs: reflector::store().0,
+            remote_mcp_servers: reflector::store().0,
+            scope: None,
         };
         let ctx = Context::new(
             Client::new(service, "default"),

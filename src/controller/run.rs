@@ -24,8 +24,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntr
 use kube::api::{Api, ListParams};
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, predicates, reflector::reflector, watcher};
+use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
+use kube::runtime::{WatchStreamExt, reflector::reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 use serde::de::DeserializeOwned;
@@ -40,9 +40,7 @@ use super::{
 use crate::api::agent::AgentStatus;
 use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
-use crate::api::{
-    Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest, ModelConfig, RemoteMCPServer,
-};
+use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest};
 use crate::kube::paging::paged;
 use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::proxy::ProxyUrl;
@@ -536,28 +534,40 @@ where
     (summaries, controllers)
 }
 
-/// A cached watch of `K` that triggers only on spec changes (new generation), so the
-/// reconciler's own status writes do not trigger it again.
-fn spec_changes<K>(
+/// One watch of every `K` (selected by `config`, each object trimmed by `slim`), cached in
+/// a store that `N` readers share: the store, each reader's stream of the objects that
+/// changed (handed on once the store holds them), and the watch to drive, counted as
+/// unlisted in `caches` until its first list is complete.
+#[allow(clippy::type_complexity)]
+fn shared<K, const N: usize>(
     client: &Client,
     namespace: Option<&str>,
+    caches: &CacheSync,
+    config: watcher::Config,
+    slim: fn(&mut K),
 ) -> (
     Store<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    [ReflectHandle<K>; N],
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 )
 where
     K: Watched,
 {
-    let (reader, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(api::<K>(client, namespace), paged()).modify(slim),
-    )
-    .default_backoff()
-    .applied_objects()
-    .predicate_filter(predicates::generation, Default::default());
-    (reader, stream)
+    let (reader, writer) = reflector::store_shared::<K>(SHARED_BUFFER);
+    let readers = std::array::from_fn(|_| writer.subscribe().expect("a shared store"));
+    let watch = caches.track(
+        &K::kind(&()),
+        watcher(api::<K>(client, namespace), config)
+            .modify(slim)
+            .default_backoff()
+            .reflect_shared(writer),
+    );
+    (reader, readers, watch)
 }
+
+/// How many changes a shared cache holds for a reader that has not taken them yet, before
+/// the watch waits for it.
+const SHARED_BUFFER: usize = 256;
 
 /// The objects of a shared stream whose `metadata.generation` changed (or that are new): a
 /// status write passes nothing on.
@@ -664,7 +674,7 @@ fn namespaces(
         .flat_map(move |namespace| {
             let name = namespace.name_any();
             let agents: Vec<ObjectRef<Agent>> = agents
-                .state_filter(|a| a.namespace().as_deref() == Some(name.as_str()))
+                .state_filter(|a| a.metadata.namespace.as_ref() == Some(&name))
                 .iter()
                 .map(|a| ObjectRef::from_obj(a.as_ref()))
                 .collect();
@@ -739,34 +749,17 @@ async fn run_controllers(
         }
     };
 
-    // Agents and ApprovalRequests are each watched once and shared by the controllers.
-    let (agents, agent_writer) = reflector::store_shared::<Agent>(256);
-    let agents_for_agents = agent_writer.subscribe().expect("shared store");
-    let agents_for_requests = agent_writer.subscribe().expect("shared store");
-    // An Agent used as a tool by others: its changes requeue them (description, cycles).
-    let agents_for_callers = agent_writer.subscribe().expect("shared store");
     let caches = CacheSync::default();
+    // Agents and ApprovalRequests are each watched once and shared by the controllers; an
+    // Agent used as a tool by others requeues them when it changes (description, cycles).
     let agent_config = match &args.agent_selector {
         Some(selector) => paged().labels(selector),
         None => paged(),
     };
-    let agent_root = caches.track(
-        "Agent",
-        watcher(api::<Agent>(&client, namespace), agent_config)
-            .modify(slim_agent)
-            .default_backoff()
-            .reflect_shared(agent_writer),
-    );
-    let (approvals, approval_writer) = reflector::store_shared::<ApprovalRequest>(256);
-    let requests_for_requests = approval_writer.subscribe().expect("shared store");
-    let requests_for_agents = approval_writer.subscribe().expect("shared store");
-    let approval_root = caches.track(
-        "ApprovalRequest",
-        watcher(api::<ApprovalRequest>(&client, namespace), paged())
-            .modify(slim_request)
-            .default_backoff()
-            .reflect_shared(approval_writer),
-    );
+    let (agents, [agents_for_agents, agents_for_requests, agents_for_callers], agent_root) =
+        shared(&client, namespace, &caches, agent_config, slim_agent);
+    let (approvals, [requests_for_requests, requests_for_agents], approval_root) =
+        shared(&client, namespace, &caches, paged(), slim_request);
 
     let (deployments, deployment_events) = owned::<Deployment>(&client, namespace, &caches);
     let (services, service_events) = owned::<Service>(&client, namespace, &caches);
@@ -780,16 +773,19 @@ async fn run_controllers(
     let (namespaces, namespace_events) = namespaces(&client, namespace, agents.clone(), &caches);
     // ApprovalNotifiers: read by the request reconciler when it delivers; a new or changed
     // notifier requeues the open requests of its namespace.
-    let (notifiers, notifier_writer) = reflector::store_shared::<ApprovalNotifier>(64);
-    let notifiers_for_notifiers = notifier_writer.subscribe().expect("shared store");
-    let notifiers_for_requests = notifier_writer.subscribe().expect("shared store");
-    let notifier_root = caches.track(
-        "ApprovalNotifier",
-        watcher(api::<ApprovalNotifier>(&client, namespace), paged())
-            .modify(slim)
-            .default_backoff()
-            .reflect_shared(notifier_writer),
-    );
+    let (notifiers, [notifiers_for_notifiers, notifiers_for_requests], notifier_root) =
+        shared(&client, namespace, &caches, paged(), slim);
+    // ModelConfigs and RemoteMCPServers: every Agent reconcile reads the ones it names from
+    // these caches (no GET per reference); their own controllers reconcile them on spec
+    // changes, and every change (a server's discovered tools are its status) requeues the
+    // Agents naming them, once the cache holds it.
+    let (
+        model_configs,
+        [model_configs_for_agents, model_configs_for_model_configs],
+        model_config_root,
+    ) = shared(&client, namespace, &caches, paged(), slim);
+    let (servers, [servers_for_agents, servers_for_servers], server_root) =
+        shared(&client, namespace, &caches, paged(), slim);
     // Services, Secrets and ConfigMaps an Agent or a tool server names: one metadata watch
     // each, its changes handed to every controller that maps them.
     let (service_watch, [services_changed]) = metadata::<Service, 1>(&client, namespace);
@@ -820,6 +816,9 @@ async fn run_controllers(
         network_policies,
         namespaces,
         notifiers: notifiers.clone(),
+        model_configs: model_configs.clone(),
+        remote_mcp_servers: servers.clone(),
+        scope: args.namespace.clone(),
     };
     let render = RenderOptions {
         default_approval_mode: args.default_approval_mode,
@@ -858,6 +857,14 @@ async fn run_controllers(
         let ctx = ctx.clone();
         move |object| naming(&ctx, kind, &object)
     }
+    /// [`naming`] as the mapper of a shared cache's changes of `kind`.
+    fn by_shared_ref<R: Resource>(
+        ctx: &Arc<Context>,
+        kind: &'static str,
+    ) -> impl Fn(Arc<R>) -> Vec<ObjectRef<Agent>> + Send + Sync + 'static {
+        let ctx = ctx.clone();
+        move |object| naming(&ctx, kind, object.as_ref())
+    }
     let agent_controller = {
         Controller::for_shared_stream(agents_for_agents, agents.clone())
             .with_config(bounded())
@@ -871,23 +878,12 @@ async fn run_controllers(
                 service_events.boxed(),
                 namespace_events.boxed(),
             ]))
-            .watches(
-                api::<RemoteMCPServer>(&client, namespace),
-                paged(),
-                by_ref(&ctx, "RemoteMCPServer"),
-            )
-            .watches(
-                api::<ModelConfig>(&client, namespace),
-                paged(),
-                by_ref(&ctx, "ModelConfig"),
-            )
+            .watches_shared_stream(servers_for_agents, by_shared_ref(&ctx, "RemoteMCPServer"))
+            .watches_shared_stream(model_configs_for_agents, by_shared_ref(&ctx, "ModelConfig"))
             .watches_stream(services_changed, by_ref(&ctx, "Service"))
             .watches_stream(secrets_for_agents, by_ref(&ctx, "Secret"))
             .watches_stream(config_maps_for_agents, by_ref(&ctx, "ConfigMap"))
-            .watches_shared_stream(agents_for_callers, {
-                let ctx = ctx.clone();
-                move |agent: Arc<Agent>| naming(&ctx, "Agent", agent.as_ref())
-            })
+            .watches_shared_stream(agents_for_callers, by_shared_ref(&ctx, "Agent"))
             .watches_shared_stream(requests_for_agents, |request: Arc<ApprovalRequest>| {
                 Some(
                     ObjectRef::new(&request.spec.agent_ref.name)
@@ -913,7 +909,7 @@ async fn run_controllers(
                 let namespace = notifier.namespace();
                 approvals
                     .state_filter(|r| {
-                        r.namespace() == namespace
+                        r.metadata.namespace == namespace
                             && !r
                                 .status
                                 .as_ref()
@@ -929,11 +925,9 @@ async fn run_controllers(
             .watches_shared_stream(spec_changed(notifiers_for_requests), open_in_namespace)
             .with_config(bounded())
             .watches_shared_stream(agents_for_requests, move |agent: Arc<Agent>| {
-                let namespace = agent.namespace();
+                let (namespace, name) = (agent.namespace().unwrap_or_default(), agent.name_any());
                 approvals
-                    .state_filter(|r| {
-                        r.spec.agent_ref.name == agent.name_any() && r.namespace() == namespace
-                    })
+                    .state_filter(|r| r.made_by(&namespace, &name))
                     .iter()
                     .map(|r| ObjectRef::from_obj(r.as_ref()))
                     .collect::<Vec<_>>()
@@ -950,8 +944,8 @@ async fn run_controllers(
     };
 
     let model_config_controller = {
-        let (model_configs, changes) = spec_changes::<ModelConfig>(&client, namespace);
-        Controller::for_stream(changes, model_configs.clone())
+        let changes = spec_changed(model_configs_for_model_configs);
+        Controller::for_shared_stream(changes, model_configs.clone())
             .watches_stream(
                 secrets_for_model_configs,
                 move |secret: PartialObjectMeta<Secret>| {
@@ -973,9 +967,8 @@ async fn run_controllers(
     };
 
     let server_controller = {
-        let (servers, changes) = spec_changes::<RemoteMCPServer>(&client, namespace);
         let (for_secrets, for_config_maps) = (servers.clone(), servers.clone());
-        Controller::for_stream(changes, servers)
+        Controller::for_shared_stream(spec_changed(servers_for_servers), servers)
             .watches_stream(
                 secrets_for_servers,
                 move |secret: PartialObjectMeta<Secret>| {
@@ -1019,6 +1012,7 @@ async fn run_controllers(
         );
 
     let trimming = tokio::spawn(super::malloc::trim_free_memory());
+    ctx.metrics.count_pending_in(Some(approvals.clone()));
 
     let readiness = {
         let caches = ctx.caches.clone();
@@ -1046,10 +1040,12 @@ async fn run_controllers(
     };
     tokio::select! {
         _ = controllers => tracing::info!("controllers stopped"),
-        _ = futures::future::join3(
+        _ = futures::future::join5(
             drain_watch(agent_root),
             drain_watch(approval_root),
             drain_watch(notifier_root),
+            drain_watch(model_config_root),
+            drain_watch(server_root),
         ).fuse() => {
             tracing::error!("a watch stream ended unexpectedly");
         }
@@ -1060,6 +1056,7 @@ async fn run_controllers(
     readiness.abort();
     trimming.abort();
     metadata_watches.abort();
+    ctx.metrics.count_pending_in(None);
 }
 
 #[cfg(test)]
@@ -1141,10 +1138,9 @@ mod tests {
         );
         health.ready.store(true, Ordering::Relaxed);
         assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
-        metrics.set_pending(4);
         let (status, body) = get(&router, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
-        assert!(body.contains("hitl_approvals_pending 4"), "{body}");
+        assert!(body.contains("hitl_approvals_pending 0"), "{body}");
     }
 }
 
@@ -1362,13 +1358,11 @@ mod wiring_tests {
             }
         });
         eventually(
-            "the Agent's reconcile to hang on reading its ModelConfig",
+            "the Agent's reconcile to hang on writing its status (its ModelConfig is missing)",
             || {
-                fake.seen
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .any(|s| s == "/apis/kagent.dev/v1alpha2/namespaces/demo/modelconfigs/model")
+                fake.seen.lock().unwrap().iter().any(|s| {
+                    s.starts_with("/apis/kagent.dev/v1alpha2/namespaces/demo/agents/stuck/status")
+                })
             },
         )
         .await;
@@ -1569,10 +1563,16 @@ mod owned_watch_tests {
              &labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator&limit=100"
         );
         let specs = first_list_request(|client| {
-            spec_changes::<ModelConfig>(&client, Some("team-a"))
-                .1
-                .map(drop)
-                .boxed()
+            shared::<crate::api::ModelConfig, 1>(
+                &client,
+                Some("team-a"),
+                &CacheSync::default(),
+                paged(),
+                slim,
+            )
+            .2
+            .map(drop)
+            .boxed()
         })
         .await;
         assert_eq!(

@@ -173,6 +173,10 @@ pub struct Cache {
     pub network_policies: Vec<k8s_openapi::api::networking::v1::NetworkPolicy>,
     pub namespaces: Vec<kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
     pub notifiers: Vec<hitl_operator::api::ApprovalNotifier>,
+    pub model_configs: Vec<hitl_operator::api::ModelConfig>,
+    pub remote_mcp_servers: Vec<hitl_operator::api::RemoteMCPServer>,
+    /// The namespace the watches cover (`--namespace`); none: every namespace.
+    pub scope: Option<String>,
 }
 
 impl Cache {
@@ -190,6 +194,9 @@ impl Cache {
             network_policies: rendered_store_of(self.network_policies),
             namespaces: store_of(self.namespaces),
             notifiers: store_of(self.notifiers),
+            model_configs: store_of(self.model_configs),
+            remote_mcp_servers: store_of(self.remote_mcp_servers),
+            scope: self.scope,
         };
         Arc::new(Context::new(
             client,

@@ -12,8 +12,8 @@
 # Prints: RSS idle (no Agents); N Agents applied while it runs: time until every Deployment
 # exists; N ApprovalRequests created (one per Agent): time until every one has a phase; RSS
 # then; a restart over the N rendered Agents and N requests: time until every Agent was
-# reconciled again, the writes it made (apiserver objects whose resourceVersion changed), RSS
-# then.
+# reconciled again and the controller's CPU time (user + system) until then, the writes it
+# made (apiserver objects whose resourceVersion changed), RSS then.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh
@@ -37,6 +37,10 @@ fi
 rss_mib() {
   awk '/^VmRSS/ { rss = $2 } /^RssAnon/ { anon = $2 }
        END { printf "%.1f MiB (anonymous %.1f MiB)", rss / 1024, anon / 1024 }' "/proc/$1/status"
+}
+# cpu_seconds PID: the user and system time the process has used, in seconds.
+cpu_seconds() {
+  awk -v tick="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.1f", ($12 + $13) / tick }' "/proc/$1/stat"
 }
 reconciles() {
   curl -fsS "http://127.0.0.1:$PORT/metrics" |
@@ -164,13 +168,14 @@ cold_start() {
   all_reconciled() { [ "$(reconciles)" -ge "$N" ] 2>/dev/null; }
   wait_for "$N Agent reconciles" 1800 all_reconciled
   COLD=$(elapsed "$T")
+  COLD_CPU=$(cpu_seconds "${E2E_PIDS[controller]}")
   sleep 10
   COLD_RSS=$(rss_mib "${E2E_PIDS[controller]}")
   versions | sort >"$WORK/after"
   comm -13 "$WORK/before" "$WORK/after" >"$WORK/written"
   WRITES=$(wc -l <"$WORK/written")
   [ "$WRITES" -eq 0 ] || note "written: $(awk -F= 'NR <= 5 { printf "%s ", $1 }' "$WORK/written")"
-  ok "restart: $N Agents reconciled $COLD s after start, $WRITES objects written, RSS $COLD_RSS"
+  ok "restart: $N Agents reconciled $COLD s after start (controller CPU $COLD_CPU s), $WRITES objects written, RSS $COLD_RSS"
 }
 
 if [ -z "${HITL_BENCH_NS:-}" ]; then
@@ -189,5 +194,6 @@ printf '%-52s %s\n' "controller RSS idle" "$IDLE" \
   "apply of $N Agents -> every Deployment exists" "$RENDERED s" \
   "create of $N ApprovalRequests -> every one has a phase" "$PHASED s" \
   "cold start over $N Agents -> all reconciled" "$COLD s" \
+  "the controller's CPU time until then" "$COLD_CPU s" \
   "objects written during that cold start" "$WRITES" \
   "controller RSS after the cold start" "$COLD_RSS"
