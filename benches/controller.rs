@@ -235,7 +235,10 @@ fn reconcile_benches(c: &mut Criterion) {
         .unwrap();
     let writes = seen.writes.swap(0, Ordering::Relaxed);
     println!("writes per reconcile, all changed: {writes}");
-    assert_eq!(writes, 9, "6 applies, the binding key, the status and an Event");
+    assert_eq!(
+        writes, 9,
+        "6 applies, the binding key, the status and an Event"
+    );
     c.bench_function("agent reconcile (apply 6 objects + status)", |b| {
         b.to_async(&runtime)
             .iter(|| reconcile(agent.clone(), ctx.clone()))
@@ -281,7 +284,11 @@ fn no_op_reconcile(
         seen.reads.load(Ordering::Relaxed),
     );
     println!("writes per reconcile, {label}: {writes}; reads: {reads}");
-    assert_eq!((writes, reads), (0, 0), "{label}: everything is cached and current");
+    assert_eq!(
+        (writes, reads),
+        (0, 0),
+        "{label}: everything is cached and current"
+    );
     c.bench_function(label, |b| {
         b.to_async(runtime)
             .iter(|| reconcile(settled.clone(), ctx.clone()))
