@@ -183,9 +183,7 @@ spec:
   expiresAt: "2027-01-15T09:00:00Z"
 "#,
     );
-    let mut script = Vec::new();
-    script.extend([]);
-    script.extend(created("/api/v1/namespaces/ns/secrets/a"));
+    let mut script = Vec::from(created("/api/v1/namespaces/ns/secrets/a"));
     script.push(expect(Method::POST, KEY_CREATE, json!({})));
     for path in [
         "/api/v1/namespaces/ns/serviceaccounts/a",
@@ -501,12 +499,11 @@ async fn a_field_the_apiserver_defaulted_costs_one_read_and_no_write() {
     }
     let mut cache = applied_cache(&objects, &agent);
     cache.deployments = vec![defaulted.clone()];
-    let mut script = Vec::new();
-    script.push(expect(
+    let script = vec![expect(
         Method::GET,
         "/apis/apps/v1/namespaces/ns/deployments/a",
         json_of(&applied_by_us(defaulted.clone())),
-    ));
+    )];
     // The second reconcile remembers that read: it reads nothing.
     let (result, requests) = run_script(script, |client| async move {
         let ctx = with_refs(cache, &server).context(client, at(0));
