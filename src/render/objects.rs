@@ -272,13 +272,18 @@ fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
     ])
 }
 
+/// The apiVersion of every fieldRef, written out although the apiserver defaults it: a
+/// fieldRef is owned whole, so a default filled in would make the applied fields differ from
+/// the rendered ones, and every controller start would read each Deployment to find it applied.
+const FIELD_REF_API_VERSION: &str = "v1";
+
 fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
         value_from: Some(EnvVarSource {
             field_ref: Some(ObjectFieldSelector {
                 field_path: path.to_owned(),
-                api_version: None,
+                api_version: Some(FIELD_REF_API_VERSION.to_owned()),
             }),
             ..EnvVarSource::default()
         }),
@@ -348,7 +353,7 @@ fn gate_token_volume() -> Volume {
                             path: "namespace".to_owned(),
                             field_ref: Some(ObjectFieldSelector {
                                 field_path: "metadata.namespace".to_owned(),
-                                api_version: None,
+                                api_version: Some(FIELD_REF_API_VERSION.to_owned()),
                             }),
                             ..DownwardAPIVolumeFile::default()
                         }]),
