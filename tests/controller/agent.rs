@@ -363,7 +363,7 @@ async fn a_status_cached_as_its_digest_is_read_only_when_a_write_follows() {
         cached
     };
 
-    // The digest of the status as it stands: the references are read, nothing else.
+    // The digest of the status as it stands: nothing is read or written.
     let cached = as_cached(&status);
     let cache = applied_cache(&objects, &cached);
     let (result, _) = run_script(Vec::new(), |client| {
