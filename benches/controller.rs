@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use criterion::{Criterion, criterion_group};
 use hitl_operator::api::{Agent, ApprovalRequest};
 use hitl_operator::controller::agent::reconcile;
+use hitl_operator::controller::compact::{CachedAgent, CachedRequest};
 use hitl_operator::controller::rendered::{RenderedKind, Summaries};
 use hitl_operator::controller::{CacheSync, Context, Metrics, Stores, SystemClock};
 use hitl_operator::kube::applied::applied_by_us;
@@ -165,8 +166,8 @@ fn context(
     let client = Client::new(service, "default");
     let objects = cached.cloned();
     let stores = Stores {
-        agents: store_of(vec![agent.clone()]),
-        approvals: store_of(requests),
+        agents: store_of(vec![CachedAgent::new(agent.clone())]),
+        approvals: store_of(requests.into_iter().map(CachedRequest::new).collect()),
         deployments: rendered_store_of(objects.iter().map(|o| o.deployment.clone()).collect()),
         services: rendered_store_of(objects.iter().map(|o| o.service.clone()).collect()),
         secrets: rendered_store_of(
@@ -229,7 +230,7 @@ fn reconcile_benches(c: &mut Criterion) {
 
     // Everything to apply: empty caches, no status.
     let (ctx, seen) = context(&fresh, None, vec![]);
-    let agent = Arc::new(fresh.clone());
+    let agent = Arc::new(CachedAgent::new(fresh.clone()));
     runtime
         .block_on(reconcile(agent.clone(), ctx.clone()))
         .unwrap();
@@ -268,12 +269,15 @@ fn no_op_reconcile(
 ) {
     let (ctx, seen) = context(fresh, Some(objects), requests_of_other_agents(requests));
     runtime
-        .block_on(reconcile(Arc::new(fresh.clone()), ctx.clone()))
+        .block_on(reconcile(
+            Arc::new(CachedAgent::new(fresh.clone())),
+            ctx.clone(),
+        ))
         .unwrap();
     let mut settled = fresh.clone();
     settled.status =
         Some(serde_json::from_value(seen.last_status.lock().unwrap().clone().unwrap()).unwrap());
-    let settled = Arc::new(settled);
+    let settled = Arc::new(CachedAgent::new(settled));
     seen.writes.store(0, Ordering::Relaxed);
     seen.reads.store(0, Ordering::Relaxed);
     runtime
@@ -310,17 +314,17 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// Resident memory added by caching `n` Agents in a reflector store.
+/// Resident memory added by caching `n` Agents in a reflector store, as the controller caches them.
 fn rss_per_agent(n: usize) {
     let template: Agent = yaml(AGENT);
     let before = rss_bytes();
-    let (reader, mut writer) = reflector::store::<Agent>();
+    let (reader, mut writer) = reflector::store::<CachedAgent>();
     writer.apply_watcher_event(&watcher::Event::Init);
     for i in 0..n {
         let mut agent = template.clone();
         agent.metadata.name = Some(format!("agent-{i}"));
         agent.metadata.uid = Some(format!("uid-{i}"));
-        writer.apply_watcher_event(&watcher::Event::InitApply(agent));
+        writer.apply_watcher_event(&watcher::Event::InitApply(CachedAgent::new(agent)));
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
     let after = rss_bytes();

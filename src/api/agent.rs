@@ -718,11 +718,6 @@ pub struct AgentStatus {
     /// Number of this agent's ApprovalRequests waiting for a decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_approvals: Option<i32>,
-    /// Not part of the API (never read or written): the controller's cache keeps a digest of
-    /// the status here instead of the status itself.
-    #[serde(skip)]
-    #[schemars(skip)]
-    pub cached_digest: Option<u64>,
 }
 
 /// Long-term memory of an agent (kagent's `spec.declarative.memory`).

@@ -129,19 +129,6 @@ pub struct ApprovalRequestSpec {
 }
 
 impl ApprovalRequest {
-    /// Whether Agent `namespace/agent` made this request (`spec.agentRef`, in its namespace).
-    pub fn made_by(&self, namespace: &str, agent: &str) -> bool {
-        self.spec.agent_ref.name == agent && self.metadata.namespace.as_deref() == Some(namespace)
-    }
-
-    /// Whether the recorded status still waits for a decision (no phase yet, or Pending).
-    pub fn waits_for_decision(&self) -> bool {
-        matches!(
-            self.status.as_ref().and_then(|s| s.phase),
-            None | Some(Phase::Pending)
-        )
-    }
-
     /// When the decision was recorded: `status.decidedAt`, else the time of the managedFields
     /// entry that owns `spec.decision` (decisions are write-once). `None` without a decision or
     /// when neither is known.

@@ -15,6 +15,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use super::compact::CachedAgent;
 use super::rendered::{HoldsBindingKey, Readiness, RenderedKind, Summaries, Summary};
 use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
@@ -46,17 +47,15 @@ pub const GATE_ISOLATED: &str = "GateIsolated";
 pub const TOOLS_AVAILABLE: &str = "ToolsAvailable";
 
 /// Reconciles one Agent.
-pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action> {
-    measured(
-        &ctx,
-        CONTROLLER,
-        agent.as_ref(),
-        reconcile_inner(&agent, &ctx),
-    )
+pub async fn reconcile(agent: Arc<CachedAgent>, ctx: Arc<Context>) -> Result<Action> {
+    measured(&ctx, CONTROLLER, agent.as_ref(), async {
+        reconcile_inner(&agent.object()?, agent.status_digest(), &ctx).await
+    })
     .await
 }
 
-async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
+/// `agent` as cached, without its status; `status` the digest of its status, if it has one.
+async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> Result<Action> {
     // Being deleted: the garbage collector removes the owned objects; re-applying them would
     // hold up a foreground deletion.
     if agent.meta().deletion_timestamp.is_some() {
@@ -151,7 +150,7 @@ async fn reconcile_inner(agent: &Agent, ctx: &Context) -> Result<Action> {
 
     // Unchanged (the cache kept only the status's digest, and it matches): nothing to write
     // or announce.
-    if let Some(current) = current_status(ctx, agent, &update).await? {
+    if let Some(current) = current_status(ctx, agent, status, &update).await? {
         let status = update.applied_to(&current);
         if status != current {
             let api: Api<Agent> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -222,7 +221,6 @@ impl StatusUpdate {
                 .clone()
                 .or_else(|| current.config_hash.clone()),
             pending_approvals: Some(self.pending_approvals),
-            cached_digest: None,
         }
     }
 }
@@ -252,20 +250,17 @@ pub fn status_digest(status: &AgentStatus) -> u64 {
     hasher.finish()
 }
 
-/// The status `update` applies to: the cached one; where the cache keeps only its digest,
-/// `None` when `update` would leave it as it is, else the status read from the API server (a
-/// read only when something changed, which a write follows).
+/// The status `update` applies to, of which the cache keeps only its `digest`: `None` when
+/// `update` would leave it as it is, else the status read from the API server (a read only
+/// when something changed, which a write follows); an empty one when the Agent has none yet.
 async fn current_status(
     ctx: &Context,
     agent: &Agent,
+    digest: Option<u64>,
     update: &StatusUpdate,
 ) -> Result<Option<AgentStatus>> {
-    let Some(digest) = agent
-        .status
-        .as_ref()
-        .and_then(|status| status.cached_digest)
-    else {
-        return Ok(Some(agent.status.clone().unwrap_or_default()));
+    let Some(digest) = digest else {
+        return Ok(Some(AgentStatus::default()));
     };
     if status_digest(&update.applied_to(&AgentStatus::default())) == digest {
         return Ok(None);
@@ -302,7 +297,9 @@ async fn fetch_refs(agent: &Agent, ctx: &Context) -> Result<RefStore> {
         .into_iter()
         .map(|key| (key.kind.as_str(), key.namespace, key.name))
         .collect();
-    ctx.refs.set(&ObjectRef::from_obj(agent), keys);
+    let namespace = agent.namespace().unwrap_or_default();
+    ctx.refs
+        .set(&ObjectRef::new(&agent.name_any()).within(&namespace), keys);
     Ok(store)
 }
 

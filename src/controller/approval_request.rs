@@ -16,6 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::compact::CachedRequest;
 use super::{CACHE_SYNC_BOUND, Context, due_in, measured, notifier};
 use crate::Result;
 use crate::api::agent::RuleAction;
@@ -272,13 +273,10 @@ fn outcome(phase: Phase) -> Option<&'static str> {
 }
 
 /// Reconciles one ApprovalRequest.
-pub async fn reconcile(request: Arc<ApprovalRequest>, ctx: Arc<Context>) -> Result<Action> {
-    measured(
-        &ctx,
-        CONTROLLER,
-        request.as_ref(),
-        reconcile_inner(&request, &ctx),
-    )
+pub async fn reconcile(request: Arc<CachedRequest>, ctx: Arc<Context>) -> Result<Action> {
+    measured(&ctx, CONTROLLER, request.as_ref(), async {
+        reconcile_inner(&request.object()?, &ctx).await
+    })
     .await
 }
 
@@ -293,16 +291,18 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     let agent = ctx
         .stores
         .agents
-        .get(&ObjectRef::new(&request.spec.agent_ref.name).within(&namespace));
+        .get(&ObjectRef::new(&request.spec.agent_ref.name).within(&namespace))
+        .map(|agent| agent.object())
+        .transpose()?;
     let now = ctx.clock.now();
 
-    if let Some(agent) = agent.as_deref() {
+    if let Some(agent) = agent.as_ref() {
         adopt(&api, request, agent).await?;
     }
 
-    let standing = match agent.as_deref().and_then(|a| ctx.stores.freeze_of(a)) {
+    let standing = match agent.as_ref().and_then(|a| ctx.stores.freeze_of(a)) {
         Some(freeze) => Standing::Frozen(freeze.to_string()),
-        None if still_required(request, agent.as_deref(), ctx.render.default_approval_mode) => {
+        None if still_required(request, agent.as_ref(), ctx.render.default_approval_mode) => {
             Standing::Open
         }
         None => Standing::Withdrawn,
@@ -350,7 +350,7 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     if changed {
         apply_status(&api, request, &status).await?;
         if current.phase != Some(evaluation.phase) || newly_finished {
-            announce(ctx, request, agent.as_deref(), &evaluation, current.phase).await;
+            announce(ctx, request, agent.as_ref(), &evaluation, current.phase).await;
         }
     }
 
@@ -359,14 +359,14 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     let notify_at = if changed {
         None
     } else {
-        notifier::deliver(ctx, request, evaluation.phase, agent.as_deref(), now).await
+        notifier::deliver(ctx, request, evaluation.phase, agent.as_ref(), now).await
     };
 
     let finished_at = find(&status.conditions, FINISHED).map(|c| c.last_transition_time.0);
     let next = match evaluation.phase {
         Phase::Pending => Some(request.spec.expires_at.0),
         phase => {
-            let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(agent.as_deref()))
+            let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(agent.as_ref()))
             else {
                 return Ok(notify_at.map_or_else(Action::await_change, |at| due_in(until(now, at))));
             };

@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::api::ApprovalRequest;
+use super::compact::CachedRequest;
 
 /// Labels naming a controller.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -48,7 +48,7 @@ pub struct Metrics {
     approvals_pending: Gauge,
     /// The running controllers' cache of ApprovalRequests, which `approvals_pending` is counted
     /// from at each scrape; none in a standby.
-    pending_in: RwLock<Option<Store<ApprovalRequest>>>,
+    pending_in: RwLock<Option<Store<CachedRequest>>>,
     decisions: Family<OutcomeLabels, Counter>,
     decision_latency: Histogram,
     notifications: Family<OutcomeLabels, Counter>,
@@ -141,7 +141,7 @@ impl Metrics {
     /// Counts `hitl_approvals_pending` from `requests` at each scrape, or reports 0 with none
     /// (a standby). Counting when scraped, rather than on every request reconcile, keeps a cold
     /// start over N requests from making N passes over all of them.
-    pub fn count_pending_in(&self, requests: Option<Store<ApprovalRequest>>) {
+    pub fn count_pending_in(&self, requests: Option<Store<CachedRequest>>) {
         *self.pending_in.write().unwrap_or_else(|e| e.into_inner()) = requests;
     }
 
@@ -153,7 +153,7 @@ impl Metrics {
             .as_ref()
             .map_or(0, |requests| {
                 requests
-                    .state_filter(ApprovalRequest::waits_for_decision)
+                    .state_filter(CachedRequest::waits_for_decision)
                     .len()
             });
         self.approvals_pending
@@ -195,7 +195,7 @@ mod tests {
     use serde_json::json;
 
     /// A cache of one request per entry of `phases`, each with that status phase, if any.
-    fn requests_in(phases: &[Option<&str>]) -> Store<ApprovalRequest> {
+    fn requests_in(phases: &[Option<&str>]) -> Store<CachedRequest> {
         let (reader, mut writer) = reflector::store();
         writer.apply_watcher_event(&watcher::Event::Init);
         for (i, phase) in phases.iter().enumerate() {

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod approval_request;
+pub mod compact;
 pub mod discovery;
 pub mod events;
 pub mod fan_out;
@@ -40,10 +41,11 @@ use kube::{Client, ResourceExt};
 
 use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::freeze::Freeze;
-use crate::api::{Agent, ApprovalNotifier, ApprovalRequest, ModelConfig, RemoteMCPServer};
+use crate::api::{Agent, ApprovalNotifier, ModelConfig, RemoteMCPServer};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
+use compact::{CachedAgent, CachedRequest};
 use events::{EVENTS_PER_RECORDER, Events};
 use rendered::{Confirmed, Summaries};
 
@@ -76,9 +78,9 @@ impl Clock for SystemClock {
 #[derive(Clone)]
 pub struct Stores {
     /// Every Agent being watched.
-    pub agents: Store<Agent>,
+    pub agents: Store<CachedAgent>,
     /// Every ApprovalRequest being watched.
-    pub approvals: Store<ApprovalRequest>,
+    pub approvals: Store<CachedRequest>,
     /// Rendered Deployments.
     pub deployments: Summaries<Deployment>,
     /// Rendered Services.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::Agent;
+use super::compact::CachedAgent;
 
 /// `(kind, namespace, name)` of a referenced object.
 pub type RefKey = (&'static str, String, String);
@@ -38,14 +38,14 @@ struct AgentName {
 }
 
 impl AgentName {
-    fn of(agent: &ObjectRef<Agent>) -> Self {
+    fn of(agent: &ObjectRef<CachedAgent>) -> Self {
         Self {
             namespace: agent.namespace.as_deref().unwrap_or_default().into(),
             name: agent.name.as_str().into(),
         }
     }
 
-    fn object_ref(&self) -> ObjectRef<Agent> {
+    fn object_ref(&self) -> ObjectRef<CachedAgent> {
         ObjectRef::new(&self.name).within(&self.namespace)
     }
 }
@@ -83,7 +83,7 @@ impl Inner {
 
 impl RefIndex {
     /// Records that `agent` now references exactly `refs`.
-    pub fn set(&self, agent: &ObjectRef<Agent>, refs: Vec<RefKey>) {
+    pub fn set(&self, agent: &ObjectRef<CachedAgent>, refs: Vec<RefKey>) {
         let agent = AgentName::of(agent);
         let mut inner = self.inner.lock().expect("ref index lock");
         inner.forget(&agent);
@@ -114,8 +114,8 @@ impl RefIndex {
         kind: &'static str,
         namespace: &str,
         name: &str,
-        agents: &Store<Agent>,
-    ) -> Vec<ObjectRef<Agent>> {
+        agents: &Store<CachedAgent>,
+    ) -> Vec<ObjectRef<CachedAgent>> {
         let key = Referenced {
             kind,
             namespace: namespace.into(),
@@ -142,6 +142,7 @@ impl RefIndex {
 
 #[cfg(test)]
 mod tests {
+    use crate::api::Agent;
     use kube::runtime::{reflector, watcher};
 
     use super::*;
@@ -158,12 +159,12 @@ mod tests {
 
     #[test]
     fn maps_references_to_live_agents_and_forgets_the_rest() {
-        let (store, mut writer) = reflector::store::<Agent>();
-        writer.apply_watcher_event(&watcher::Event::Apply(agent("a")));
+        let (store, mut writer) = reflector::store::<CachedAgent>();
+        writer.apply_watcher_event(&watcher::Event::Apply(agent("a").into()));
         let index = RefIndex::default();
         let (a, b) = (
-            ObjectRef::from_obj(&agent("a")),
-            ObjectRef::from_obj(&agent("b")),
+            ObjectRef::from_obj(&CachedAgent::new(agent("a"))),
+            ObjectRef::from_obj(&CachedAgent::new(agent("b"))),
         );
         index.set(&a, vec![secret("s1"), secret("s2")]);
         index.set(&b, vec![secret("s1")]);
@@ -190,7 +191,7 @@ mod tests {
     fn holds_each_referenced_object_once() {
         let index = RefIndex::default();
         for name in ["a", "b", "c"] {
-            let agent = ObjectRef::from_obj(&agent(name));
+            let agent = ObjectRef::from_obj(&CachedAgent::new(agent(name)));
             index.set(&agent, vec![secret("shared"), secret(name)]);
         }
         let inner = index.inner.lock().unwrap();
@@ -208,7 +209,7 @@ mod tests {
     #[test]
     fn dropping_the_last_reference_removes_the_object() {
         let index = RefIndex::default();
-        let a = ObjectRef::from_obj(&agent("a"));
+        let a = ObjectRef::from_obj(&CachedAgent::new(agent("a")));
         index.set(&a, vec![secret("s1")]);
         index.set(&a, Vec::new());
         let inner = index.inner.lock().unwrap();

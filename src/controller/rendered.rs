@@ -23,6 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
+use super::compact::CachedAgent;
 use crate::api::Agent;
 use crate::gate::hash::BindingKey;
 use crate::kube::Applicable;
@@ -156,7 +157,7 @@ impl<F: Copy> Entry<F> {
     }
 
     /// The Agent to requeue when the object `namespace/name` changes.
-    fn requeue(&self, namespace: &str, name: &str) -> Option<ObjectRef<Agent>> {
+    fn requeue(&self, namespace: &str, name: &str) -> Option<ObjectRef<CachedAgent>> {
         let controller = self.controller.as_ref()?;
         Some(ObjectRef::new(controller.name.resolve(name)).within(namespace))
     }
@@ -197,7 +198,7 @@ fn insert<F: Copy>(
     namespace: String,
     name: String,
     entry: Entry<F>,
-) -> Option<ObjectRef<Agent>> {
+) -> Option<ObjectRef<CachedAgent>> {
     let requeue = entry.requeue(&namespace, &name);
     let names = match table.get_mut(namespace.as_str()) {
         Some(names) => names,
@@ -222,7 +223,7 @@ impl<K: RenderedKind> Summaries<K> {
     /// Applies a watch event, as a reflector store would; returns the Agents to requeue: the
     /// controller of an object applied, listed or deleted, and at the end of a relist the
     /// controllers of the objects it no longer holds (deleted while the watch was down).
-    pub fn apply(&self, event: watcher::Event<K>) -> Vec<ObjectRef<Agent>> {
+    pub fn apply(&self, event: watcher::Event<K>) -> Vec<ObjectRef<CachedAgent>> {
         let mut inner = self.inner.write().expect("summaries lock");
         match event {
             watcher::Event::Init => {
@@ -434,7 +435,7 @@ mod tests {
         agent
     }
 
-    fn requeued(agents: Vec<ObjectRef<Agent>>) -> Vec<String> {
+    fn requeued(agents: Vec<ObjectRef<CachedAgent>>) -> Vec<String> {
         let mut agents: Vec<String> = agents
             .iter()
             .map(|a| format!("{}/{}", a.namespace.as_deref().unwrap_or_default(), a.name))

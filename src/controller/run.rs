@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
@@ -31,13 +31,13 @@ use kube_lease_manager::LeaseManagerBuilder;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use super::compact::{CachedAgent, CachedRequest, Compact};
 use super::fan_out::fan_out;
 use super::rendered::{RenderedKind, Summaries};
 use super::{
     CacheSync, Context, MANAGED_SELECTOR, Metrics, RESYNC, Stores, SystemClock, agent,
     approval_request, model_config, notifier, remote_mcp_server, retry_after_error, slack,
 };
-use crate::api::agent::AgentStatus;
 use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
 use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest};
@@ -449,7 +449,7 @@ fn bounded() -> kube::runtime::controller::Config {
 /// What the caches do not keep of an object: its managedFields and the last-applied annotation
 /// of `kubectl apply`, which no reconciler reads. managedFields are most of a server-side
 /// applied object; measured with heaptrack at 1000 Agents, they were the largest share of the
-/// controller's heap. (ApprovalRequests are slimmed by [`slim_request`].)
+/// controller's heap. (ApprovalRequests are slimmed by [`cached_request`].)
 fn slim<K: Resource>(object: &mut K) {
     let meta = object.meta_mut();
     meta.managed_fields = None;
@@ -458,24 +458,24 @@ fn slim<K: Resource>(object: &mut K) {
     }
 }
 
-/// What the cache of Agents keeps: what [`slim`] leaves, and of the status only its digest
-/// (`cached_digest`). The Agent reconciler compares the status it computes with that digest and
-/// reads the status only when they differ; the conditions' messages were about 1 KiB of every
-/// cached Agent (heaptrack, 1000 Agents).
-fn slim_agent(agent: &mut Agent) {
-    slim(agent);
-    if let Some(status) = agent.status.as_mut() {
-        *status = AgentStatus {
-            cached_digest: Some(agent::status_digest(status)),
-            ..AgentStatus::default()
-        };
-    }
+/// `object` as a cache of its kind keeps it: [`slim`].
+fn slimmed<K: Resource>(mut object: K) -> K {
+    slim(&mut object);
+    object
 }
 
-/// What the cache of ApprovalRequests keeps: no argumentsPreview (up to 32 KiB each, read by
-/// approvers, never by the controller), no last-applied annotation, and of the managedFields
-/// only the time of each write of spec.decision (the decision's time is read there).
-fn slim_request(request: &mut ApprovalRequest) {
+/// What the cache of Agents keeps: what [`slim`] leaves, compacted (of the status only its
+/// digest).
+fn cached_agent(mut agent: Agent) -> CachedAgent {
+    slim(&mut agent);
+    Compact::new(agent)
+}
+
+/// What the cache of ApprovalRequests keeps, compacted: no argumentsPreview (up to 32 KiB
+/// each, read by approvers, never by the controller), no last-applied annotation, and of the
+/// managedFields only the time of each write of spec.decision (the decision's time is read
+/// there).
+fn cached_request(mut request: ApprovalRequest) -> CachedRequest {
     request.spec.arguments_preview = None;
     let times: Vec<_> = request.decision_write_times().collect();
     let meta = request.meta_mut();
@@ -492,6 +492,7 @@ fn slim_request(request: &mut ApprovalRequest) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+    Compact::new(request)
 }
 
 /// A cached watch of the objects of kind `K` the controller renders (selected by label), kept
@@ -503,7 +504,7 @@ fn owned<K>(
     caches: &CacheSync,
 ) -> (
     Summaries<K>,
-    impl Stream<Item = ObjectRef<Agent>> + Send + 'static,
+    impl Stream<Item = ObjectRef<CachedAgent>> + Send + 'static,
 )
 where
     K: Watched + RenderedKind,
@@ -534,35 +535,47 @@ where
     (summaries, controllers)
 }
 
-/// One watch of every `K` (selected by `config`, each object trimmed by `slim`), cached in
-/// a store that `N` readers share: the store, each reader's stream of the objects that
-/// changed (handed on once the store holds them), and the watch to drive, counted as
-/// unlisted in `caches` until its first list is complete.
+/// One watch of every `K` (selected by `config`, each object turned by `cache` into what the
+/// cache keeps), cached in a store that `N` readers share: the store, each reader's stream of
+/// the objects that changed (handed on once the store holds them), and the watch to drive,
+/// counted as unlisted in `caches` until its first list is complete.
 #[allow(clippy::type_complexity)]
-fn shared<K, const N: usize>(
+fn shared<K, C, const N: usize>(
     client: &Client,
     namespace: Option<&str>,
     caches: &CacheSync,
     config: watcher::Config,
-    slim: fn(&mut K),
+    cache: fn(K) -> C,
 ) -> (
-    Store<K>,
-    [ReflectHandle<K>; N],
-    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    Store<C>,
+    [ReflectHandle<C>; N],
+    impl Stream<Item = Result<watcher::Event<C>, watcher::Error>> + Send + 'static,
 )
 where
     K: Watched,
+    C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    let (reader, writer) = reflector::store_shared::<K>(SHARED_BUFFER);
+    let (reader, writer) = reflector::store_shared::<C>(SHARED_BUFFER);
     let readers = std::array::from_fn(|_| writer.subscribe().expect("a shared store"));
     let watch = caches.track(
         &K::kind(&()),
         watcher(api::<K>(client, namespace), config)
-            .modify(slim)
+            .map_ok(move |event| cached(event, cache))
             .default_backoff()
             .reflect_shared(writer),
     );
     (reader, readers, watch)
+}
+
+/// `event` with its object turned by `cache` into what the cache keeps.
+fn cached<K, C>(event: watcher::Event<K>, cache: fn(K) -> C) -> watcher::Event<C> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(cache(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(cache(object)),
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(cache(object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 /// How many changes a shared cache holds for a reader that has not taken them yet, before
@@ -643,11 +656,11 @@ fn every(period: Duration) -> impl Stream<Item = ()> + Send + 'static {
 fn namespaces(
     client: &Client,
     namespace: Option<&str>,
-    agents: Store<Agent>,
+    agents: Store<CachedAgent>,
     caches: &CacheSync,
 ) -> (
     Store<PartialObjectMeta<Namespace>>,
-    impl Stream<Item = ObjectRef<Agent>> + Send + 'static,
+    impl Stream<Item = ObjectRef<CachedAgent>> + Send + 'static,
 ) {
     let (reader, writer) = reflector::store();
     let config = match namespace {
@@ -673,8 +686,8 @@ fn namespaces(
         })
         .flat_map(move |namespace| {
             let name = namespace.name_any();
-            let agents: Vec<ObjectRef<Agent>> = agents
-                .state_filter(|a| a.metadata.namespace.as_ref() == Some(&name))
+            let agents: Vec<ObjectRef<CachedAgent>> = agents
+                .state_filter(|a| a.meta().namespace.as_ref() == Some(&name))
                 .iter()
                 .map(|a| ObjectRef::from_obj(a.as_ref()))
                 .collect();
@@ -757,9 +770,9 @@ async fn run_controllers(
         None => paged(),
     };
     let (agents, [agents_for_agents, agents_for_requests, agents_for_callers], agent_root) =
-        shared(&client, namespace, &caches, agent_config, slim_agent);
+        shared(&client, namespace, &caches, agent_config, cached_agent);
     let (approvals, [requests_for_requests, requests_for_agents], approval_root) =
-        shared(&client, namespace, &caches, paged(), slim_request);
+        shared(&client, namespace, &caches, paged(), cached_request);
 
     let (deployments, deployment_events) = owned::<Deployment>(&client, namespace, &caches);
     let (services, service_events) = owned::<Service>(&client, namespace, &caches);
@@ -774,7 +787,7 @@ async fn run_controllers(
     // ApprovalNotifiers: read by the request reconciler when it delivers; a new or changed
     // notifier requeues the open requests of its namespace.
     let (notifiers, [notifiers_for_notifiers, notifiers_for_requests], notifier_root) =
-        shared(&client, namespace, &caches, paged(), slim);
+        shared(&client, namespace, &caches, paged(), slimmed);
     // ModelConfigs and RemoteMCPServers: every Agent reconcile reads the ones it names from
     // these caches (no GET per reference); their own controllers reconcile them on spec
     // changes, and every change (a server's discovered tools are its status) requeues the
@@ -783,9 +796,9 @@ async fn run_controllers(
         model_configs,
         [model_configs_for_agents, model_configs_for_model_configs],
         model_config_root,
-    ) = shared(&client, namespace, &caches, paged(), slim);
+    ) = shared(&client, namespace, &caches, paged(), slimmed);
     let (servers, [servers_for_agents, servers_for_servers], server_root) =
-        shared(&client, namespace, &caches, paged(), slim);
+        shared(&client, namespace, &caches, paged(), slimmed);
     // Services, Secrets and ConfigMaps an Agent or a tool server names: one metadata watch
     // each, its changes handed to every controller that maps them.
     let (service_watch, [services_changed]) = metadata::<Service, 1>(&client, namespace);
@@ -841,7 +854,11 @@ async fn run_controllers(
     ));
 
     /// The Agents that name `object`, of kind `kind`.
-    fn naming(ctx: &Context, kind: &'static str, object: &impl Resource) -> Vec<ObjectRef<Agent>> {
+    fn naming(
+        ctx: &Context,
+        kind: &'static str,
+        object: &impl Resource,
+    ) -> Vec<ObjectRef<CachedAgent>> {
         ctx.refs.agents_for(
             kind,
             &object.namespace().unwrap_or_default(),
@@ -853,7 +870,7 @@ async fn run_controllers(
     fn by_ref<R: Resource>(
         ctx: &Arc<Context>,
         kind: &'static str,
-    ) -> impl Fn(R) -> Vec<ObjectRef<Agent>> + Send + Sync + 'static {
+    ) -> impl Fn(R) -> Vec<ObjectRef<CachedAgent>> + Send + Sync + 'static {
         let ctx = ctx.clone();
         move |object| naming(&ctx, kind, &object)
     }
@@ -861,7 +878,7 @@ async fn run_controllers(
     fn by_shared_ref<R: Resource>(
         ctx: &Arc<Context>,
         kind: &'static str,
-    ) -> impl Fn(Arc<R>) -> Vec<ObjectRef<Agent>> + Send + Sync + 'static {
+    ) -> impl Fn(Arc<R>) -> Vec<ObjectRef<CachedAgent>> + Send + Sync + 'static {
         let ctx = ctx.clone();
         move |object| naming(&ctx, kind, object.as_ref())
     }
@@ -884,9 +901,9 @@ async fn run_controllers(
             .watches_stream(secrets_for_agents, by_ref(&ctx, "Secret"))
             .watches_stream(config_maps_for_agents, by_ref(&ctx, "ConfigMap"))
             .watches_shared_stream(agents_for_callers, by_shared_ref(&ctx, "Agent"))
-            .watches_shared_stream(requests_for_agents, |request: Arc<ApprovalRequest>| {
+            .watches_shared_stream(requests_for_agents, |request: Arc<CachedRequest>| {
                 Some(
-                    ObjectRef::new(&request.spec.agent_ref.name)
+                    ObjectRef::new(request.agent_name())
                         .within(&request.namespace().unwrap_or_default()),
                 )
             })
@@ -908,14 +925,7 @@ async fn run_controllers(
             move |notifier: Arc<ApprovalNotifier>| {
                 let namespace = notifier.namespace();
                 approvals
-                    .state_filter(|r| {
-                        r.metadata.namespace == namespace
-                            && !r
-                                .status
-                                .as_ref()
-                                .and_then(|s| s.phase)
-                                .is_some_and(|p| p.is_terminal())
-                    })
+                    .state_filter(|r| r.namespace() == namespace && !r.is_finished())
                     .iter()
                     .map(|r| ObjectRef::from_obj(r.as_ref()))
                     .collect::<Vec<_>>()
@@ -924,7 +934,7 @@ async fn run_controllers(
         Controller::for_shared_stream(requests_for_requests, approvals.clone())
             .watches_shared_stream(spec_changed(notifiers_for_requests), open_in_namespace)
             .with_config(bounded())
-            .watches_shared_stream(agents_for_requests, move |agent: Arc<Agent>| {
+            .watches_shared_stream(agents_for_requests, move |agent: Arc<CachedAgent>| {
                 let (namespace, name) = (agent.namespace().unwrap_or_default(), agent.name_any());
                 approvals
                     .state_filter(|r| r.made_by(&namespace, &name))
@@ -1490,7 +1500,7 @@ mod owned_watch_tests {
         let caches = CacheSync::default();
         let (store, controllers) = owned::<Deployment>(&client, Some("demo"), &caches);
         let mut controllers = std::pin::pin!(controllers);
-        let agent = ObjectRef::<Agent>::new("agent-1").within("demo");
+        let agent = ObjectRef::<CachedAgent>::new("agent-1").within("demo");
         let bound = Duration::from_secs(10);
 
         assert_eq!(
@@ -1563,12 +1573,12 @@ mod owned_watch_tests {
              &labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator&limit=100"
         );
         let specs = first_list_request(|client| {
-            shared::<crate::api::ModelConfig, 1>(
+            shared::<crate::api::ModelConfig, _, 1>(
                 &client,
                 Some("team-a"),
                 &CacheSync::default(),
                 paged(),
-                slim,
+                slimmed,
             )
             .2
             .map(drop)

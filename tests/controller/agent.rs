@@ -1,10 +1,8 @@
 //! Agent reconciler against the mock API server.
 
-use std::sync::Arc;
-
 use hitl_operator::api::agent::AgentStatus;
 use hitl_operator::api::{Agent, ApprovalRequest, ModelConfig, RemoteMCPServer};
-use hitl_operator::controller::agent::{reconcile, status_digest};
+use hitl_operator::controller::agent::reconcile;
 use hitl_operator::render::objects::binding_key_secret;
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{RenderOptions, render_agent};
@@ -213,7 +211,7 @@ spec:
     };
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -301,7 +299,7 @@ async fn reconcile_with_everything_in_place_writes_nothing() {
     let cache = applied_cache(&objects, &agent);
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -321,7 +319,7 @@ async fn reconcile_with_everything_in_place_writes_nothing() {
     let cache = applied_cache(&objects, &agent);
     let (result, requests) = run_script(Vec::new(), |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(600)),
         )
     })
@@ -340,7 +338,7 @@ async fn reconcile_with_everything_in_place_writes_nothing() {
         expect(Method::GET, RMCP, json_of(&server)),
     ];
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(agent.clone()), cache.context(client, at(600)))
+        reconcile(cached(agent.clone()), cache.context(client, at(600)))
     })
     .await;
     result.unwrap();
@@ -354,21 +352,19 @@ async fn a_status_cached_as_its_digest_is_read_only_when_a_write_follows() {
     let objects = rendered(&agent, &server);
     let settled = settled(&agent, &server, applied_cache(&objects, &agent)).await;
     let status = settled.status.clone().unwrap();
+    // The cache keeps the digest of the status it is given (`CachedAgent::status_digest`).
     let as_cached = |status: &AgentStatus| {
         let mut cached = settled.clone();
-        cached.status = Some(AgentStatus {
-            cached_digest: Some(status_digest(status)),
-            ..AgentStatus::default()
-        });
+        cached.status = Some(status.clone());
         cached
     };
 
     // The digest of the status as it stands: nothing is read or written.
-    let cached = as_cached(&status);
-    let cache = applied_cache(&objects, &cached);
+    let held = as_cached(&status);
+    let cache = applied_cache(&objects, &held);
     let (result, _) = run_script(Vec::new(), |client| {
         reconcile(
-            Arc::new(cached.clone()),
+            cached(held.clone()),
             with_refs(cache, &server).context(client, at(600)),
         )
     })
@@ -379,7 +375,7 @@ async fn a_status_cached_as_its_digest_is_read_only_when_a_write_follows() {
     // transition times kept (nothing but the count changed, so no Event).
     let mut stale = status.clone();
     stale.pending_approvals = Some(3);
-    let cached = as_cached(&stale);
+    let held = as_cached(&stale);
     let mut read = settled.clone();
     read.status = Some(stale);
     let mut script = Vec::new();
@@ -393,10 +389,10 @@ async fn a_status_cached_as_its_digest_is_read_only_when_a_write_follows() {
         &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
         json_of(&settled),
     ));
-    let cache = applied_cache(&objects, &cached);
+    let cache = applied_cache(&objects, &held);
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(cached.clone()),
+            cached(held.clone()),
             with_refs(cache, &server).context(client, at(600)),
         )
     })
@@ -440,7 +436,7 @@ async fn drifted_deployment_is_put_back_alone() {
     ));
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -464,7 +460,7 @@ async fn settled(agent: &Agent, server: &RemoteMCPServer, cache: Cache) -> Agent
     ));
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, server).context(client, at(0)),
         )
     })
@@ -505,8 +501,8 @@ async fn a_field_the_apiserver_defaulted_costs_one_read_and_no_write() {
     // The second reconcile remembers that read: it reads nothing.
     let (result, requests) = run_script(script, |client| async move {
         let ctx = with_refs(cache, &server).context(client, at(0));
-        reconcile(Arc::new(agent.clone()), ctx.clone()).await?;
-        reconcile(Arc::new(agent), ctx).await
+        reconcile(cached(agent.clone()), ctx.clone()).await?;
+        reconcile(cached(agent), ctx).await
     })
     .await;
     result.unwrap();
@@ -535,7 +531,7 @@ async fn missing_reference_applies_nothing_and_names_it() {
         ..Cache::default()
     };
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+        reconcile(cached(agent.clone()), cache.context(client, at(0)))
     })
     .await;
     result.expect("a missing reference is reported in the status, not as an error");
@@ -576,7 +572,7 @@ spec: {type: BYO, byo: {deployment: {image: x}}}
     ];
     let cache = Cache::default();
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+        reconcile(cached(agent.clone()), cache.context(client, at(0)))
     })
     .await;
     result.unwrap();
@@ -608,7 +604,7 @@ async fn tools_the_server_does_not_offer_are_named() {
     let cache = applied_cache(&objects, &agent);
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -653,7 +649,7 @@ async fn failed_apply_reports_reconcile_failed() {
     };
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -703,7 +699,7 @@ async fn api_key_rotation_rolls_the_pods() {
         ),
     ];
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(agent.clone()), cache.context(client, at(0)))
+        reconcile(cached(agent.clone()), cache.context(client, at(0)))
     })
     .await;
     result.unwrap();
@@ -733,7 +729,7 @@ async fn agent_being_deleted_is_left_to_the_garbage_collector() {
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)));
     let cache = Cache::default();
     let (result, requests) = run_script(Vec::new(), |client| {
-        reconcile(Arc::new(agent.clone()), cache.context(client, at(1)))
+        reconcile(cached(agent.clone()), cache.context(client, at(1)))
     })
     .await;
     result.unwrap();
@@ -793,7 +789,7 @@ async fn gateway_placement_applies_the_gate_its_service_account_and_network_poli
     };
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -889,7 +885,7 @@ async fn gateway_ready_needs_both_deployments_and_names_the_one_that_is_not() {
     ]);
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -988,7 +984,7 @@ async fn switching_back_to_sidecar_prunes_the_gate_objects_by_name() {
     ]);
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -1045,7 +1041,7 @@ async fn an_unusable_binding_key_is_replaced_and_a_concurrent_create_is_fine() {
     ]);
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -1074,7 +1070,7 @@ async fn left_alone(cache: Cache, script_middle: Vec<Exchange>, agent: &Agent) -
     ]);
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(0)),
         )
     })
@@ -1177,10 +1173,16 @@ async fn a_namespace_freeze_is_reported_on_the_agent_and_its_lifting_too() {
         ..PartialObjectMeta::default()
     };
 
-    // Frozen: one status write with the Frozen condition, and a Warning Event.
+    // Frozen: the status read (the cache holds only its digest), one status write with the
+    // Frozen condition, and a Warning Event.
     let mut cache = applied_cache(&objects, &agent);
     cache.namespaces = vec![frozen_namespace(Some((FREEZE_ANNOTATION, "incident 42")))];
-    let mut script = Vec::new();
+    let read = expect(
+        Method::GET,
+        "/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a",
+        json_of(&agent),
+    );
+    let mut script = vec![read];
     script.push(expect(
         Method::PATCH,
         &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
@@ -1193,13 +1195,13 @@ async fn a_namespace_freeze_is_reported_on_the_agent_and_its_lifting_too() {
     ));
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(agent.clone()),
+            cached(agent.clone()),
             with_refs(cache, &server).context(client, at(60)),
         )
     })
     .await;
     result.unwrap();
-    let status = &requests[0].body;
+    let status = &requests[1].body;
     assert!(conditions(status).contains(&(
         "Frozen".into(),
         "True".into(),
@@ -1215,7 +1217,7 @@ async fn a_namespace_freeze_is_reported_on_the_agent_and_its_lifting_too() {
         frozen_condition["message"],
         "Namespace ns is frozen (hitl.kagent.dev/freeze: incident 42)"
     );
-    let event = &requests[1].body;
+    let event = &requests[2].body;
     assert_eq!(
         (&event["type"], &event["reason"]),
         (&json!("Warning"), &json!("Frozen"))
@@ -1234,7 +1236,7 @@ async fn a_namespace_freeze_is_reported_on_the_agent_and_its_lifting_too() {
     cache.namespaces = vec![frozen_namespace(Some((FREEZE_ANNOTATION, "incident 42")))];
     let (result, requests) = run_script(Vec::new(), |client| {
         reconcile(
-            Arc::new(frozen.clone()),
+            cached(frozen.clone()),
             with_refs(cache, &server).context(client, at(120)),
         )
     })
@@ -1242,10 +1244,15 @@ async fn a_namespace_freeze_is_reported_on_the_agent_and_its_lifting_too() {
     result.unwrap();
     assert_eq!(requests.iter().filter(|r| r.is_write()).count(), 0);
 
-    // Lifted: the condition goes, and a Normal Event says so.
+    // Lifted: the status read, the condition goes, and a Normal Event says so.
     let mut cache = applied_cache(&objects, &frozen);
     cache.namespaces = vec![frozen_namespace(None)];
-    let mut script = Vec::new();
+    let read = expect(
+        Method::GET,
+        "/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a",
+        json_of(&frozen),
+    );
+    let mut script = vec![read];
     script.push(expect(
         Method::PATCH,
         &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
@@ -1258,16 +1265,16 @@ async fn a_namespace_freeze_is_reported_on_the_agent_and_its_lifting_too() {
     ));
     let (result, requests) = run_script(script, |client| {
         reconcile(
-            Arc::new(frozen.clone()),
+            cached(frozen.clone()),
             with_refs(cache, &server).context(client, at(180)),
         )
     })
     .await;
     result.unwrap();
     assert!(
-        !conditions(&requests[0].body)
+        !conditions(&requests[1].body)
             .iter()
             .any(|c| c.0 == "Frozen")
     );
-    assert_eq!(requests[1].body["reason"], "Unfrozen");
+    assert_eq!(requests[2].body["reason"], "Unfrozen");
 }

@@ -1,6 +1,5 @@
 //! ApprovalRequest reconciler against the mock API server, with an injected clock.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_operator::api::{Agent, ApprovalRequest};
@@ -100,7 +99,7 @@ async fn new_request_is_adopted_and_pending_until_expiry() {
     };
     let (action, requests) = run_script(script, |client| {
         let ctx = cache.context(client, at(600));
-        reconcile(Arc::new(request.clone()), ctx)
+        reconcile(cached(request.clone()), ctx)
     })
     .await;
     // Requeued just after expiresAt (3000 s from now, plus a second).
@@ -134,7 +133,7 @@ async fn undecided_request_expires_at_expires_at() {
     let (result, requests) = run_script(script, |client| {
         let ctx = cache.context(client, at(3600));
         let request = request.clone();
-        async move { (reconcile(Arc::new(request), ctx.clone()).await, ctx) }
+        async move { (reconcile(cached(request), ctx.clone()).await, ctx) }
     })
     .await;
     let (action, ctx) = result;
@@ -180,7 +179,7 @@ async fn a_fresh_approval_is_left_to_the_gate_for_a_while() {
         ..Cache::default()
     };
     let (result, requests) = run_script(vec![], |client| {
-        reconcile(Arc::new(request.clone()), cache.context(client, at(92)))
+        reconcile(cached(request.clone()), cache.context(client, at(92)))
     })
     .await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(3 + 1)));
@@ -200,7 +199,7 @@ async fn approval_records_decision_time_and_latency() {
     let (result, requests) = run_script(script, |client| {
         let ctx = cache.context(client, at(95));
         let request = request.clone();
-        async move { (reconcile(Arc::new(request), ctx.clone()).await, ctx) }
+        async move { (reconcile(cached(request), ctx.clone()).await, ctx) }
     })
     .await;
     let (action, ctx) = result;
@@ -232,7 +231,7 @@ async fn decision_written_after_expiry_cannot_revive_the_request() {
         ..Cache::default()
     };
     let (result, requests) = run_script(Vec::new(), |client| {
-        reconcile(Arc::new(request.clone()), cache.context(client, at(3700)))
+        reconcile(cached(request.clone()), cache.context(client, at(3700)))
     })
     .await;
     result.unwrap();
@@ -250,7 +249,7 @@ async fn request_is_cancelled_when_approval_is_no_longer_required_or_agent_is_go
             ..Cache::default()
         };
         let (result, requests) = run_script(script, |client| {
-            reconcile(Arc::new(request.clone()), cache.context(client, at(10)))
+            reconcile(cached(request.clone()), cache.context(client, at(10)))
         })
         .await;
         result.unwrap();
@@ -286,7 +285,7 @@ async fn a_frozen_agents_pending_and_fresh_approved_requests_are_cancelled_at_on
             ..Cache::default()
         };
         let (result, requests) = run_script(script, |client| {
-            reconcile(Arc::new(request.clone()), cache.context(client, at(91)))
+            reconcile(cached(request.clone()), cache.context(client, at(91)))
         })
         .await;
         result.unwrap();
@@ -328,7 +327,7 @@ async fn finished_request_is_deleted_after_the_ttl() {
 
     // Before the TTL: nothing written, requeued for the deletion.
     let (result, requests) = run_script(Vec::new(), |client| {
-        reconcile(Arc::new(request.clone()), cache().context(client, at(500)))
+        reconcile(cached(request.clone()), cache().context(client, at(500)))
     })
     .await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(201)));
@@ -341,7 +340,7 @@ async fn finished_request_is_deleted_after_the_ttl() {
         json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}}),
     )];
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(request.clone()), cache().context(client, at(700)))
+        reconcile(cached(request.clone()), cache().context(client, at(700)))
     })
     .await;
     assert_eq!(result.unwrap(), Action::await_change());
@@ -365,7 +364,7 @@ async fn consumed_approval_becomes_executed() {
         ..Cache::default()
     };
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(request.clone()), cache.context(client, at(200)))
+        reconcile(cached(request.clone()), cache.context(client, at(200)))
     })
     .await;
     result.unwrap();
@@ -391,7 +390,7 @@ async fn executed_set_by_the_gate_is_recorded_once() {
         ..Cache::default()
     };
     let (result, requests) = run_script(script, |client| {
-        reconcile(Arc::new(request.clone()), cache().context(client, at(200)))
+        reconcile(cached(request.clone()), cache().context(client, at(200)))
     })
     .await;
     result.unwrap();
@@ -409,7 +408,7 @@ async fn executed_set_by_the_gate_is_recorded_once() {
     recorded.status.as_mut().unwrap().consumed_at =
         request.status.as_ref().unwrap().consumed_at.clone();
     let (result, requests) = run_script(Vec::new(), |client| {
-        reconcile(Arc::new(recorded.clone()), cache().context(client, at(300)))
+        reconcile(cached(recorded.clone()), cache().context(client, at(300)))
     })
     .await;
     result.unwrap();

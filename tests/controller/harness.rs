@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use hitl_operator::api::{Agent, ApprovalRequest};
+use hitl_operator::controller::compact::{Compact, Compactable};
 use hitl_operator::controller::rendered::{RenderedKind, Summaries};
 use hitl_operator::controller::{CacheSync, Clock, Context, Metrics, Stores};
 pub use hitl_operator::kube::applied::applied_by_us;
@@ -139,6 +140,11 @@ pub fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + seconds).unwrap()
 }
 
+/// `object` as its cache holds it, as a reconciler gets it.
+pub fn cached<K: Compactable>(object: K) -> Arc<Compact<K>> {
+    Arc::new(Compact::new(object))
+}
+
 /// A listed (ready) store holding `objects`.
 pub fn store_of<K>(objects: Vec<K>) -> Store<K>
 where
@@ -183,8 +189,8 @@ impl Cache {
     /// The context reconcilers get, with the clock at `now`.
     pub fn context(self, client: Client, now: Timestamp) -> Arc<Context> {
         let stores = Stores {
-            agents: store_of(self.agents),
-            approvals: store_of(self.approvals),
+            agents: store_of(self.agents.into_iter().map(Compact::new).collect()),
+            approvals: store_of(self.approvals.into_iter().map(Compact::new).collect()),
             deployments: rendered_store_of(self.deployments),
             services: rendered_store_of(self.services),
             secrets: rendered_store_of(self.secrets),

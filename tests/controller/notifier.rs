@@ -183,16 +183,16 @@ fn cache_of(cached: &ApprovalRequest, notifier: ApprovalNotifier) -> Cache {
 #[tokio::test]
 async fn a_message_is_recorded_before_it_is_sent_then_marked_delivered() {
     let hook = receiver(vec![]).await;
-    let cached = request("5", json!([]));
+    let held = request("5", json!([]));
     let started = json!([{"notifier": "oncall", "event": "created", "attempts": 1,
                           "lastAttemptAt": at(600).to_string()}]);
     let mut delivered = started.clone();
     delivered[0]["deliveredAt"] = json!(at(600).to_string());
-    let script = one_attempt(&hook.url, &cached, &started, &delivered, &notifier(5));
-    let cache = cache_of(&cached, notifier(5));
+    let script = one_attempt(&hook.url, &held, &started, &delivered, &notifier(5));
+    let cache = cache_of(&held, notifier(5));
     let (result, requests) = run_script(script, |client| {
         let ctx = cache.context(client, at(600));
-        async move { (reconcile(Arc::new(cached), ctx.clone()).await, ctx) }
+        async move { (reconcile(cached(held), ctx.clone()).await, ctx) }
     })
     .await;
     let (action, ctx) = result;
@@ -232,20 +232,20 @@ async fn a_message_is_recorded_before_it_is_sent_then_marked_delivered() {
 #[tokio::test]
 async fn nothing_is_sent_when_the_request_changed_since_it_was_read() {
     let hook = receiver(vec![]).await;
-    let cached = request("5", json!([]));
+    let held = request("5", json!([]));
     let script = vec![
         expect(Method::GET, SECRET, secret(&hook.url)),
-        expect(Method::GET, REQUEST, serde_json::to_value(&cached).unwrap()),
+        expect(Method::GET, REQUEST, serde_json::to_value(&held).unwrap()),
         failure(
             Method::PATCH,
             &format!("{REQUEST}/status{BY_NOTIFIER}"),
             StatusCode::CONFLICT,
         ),
     ];
-    let cache = cache_of(&cached, notifier(5));
+    let cache = cache_of(&held, notifier(5));
     let (action, _) = run_script(script, |client| {
         let ctx = cache.context(client, at(600));
-        async move { reconcile(Arc::new(cached), ctx).await }
+        async move { reconcile(cached(held), ctx).await }
     })
     .await;
     // The change brings its own reconcile; until then, the next look is a minute away at most.
@@ -258,15 +258,15 @@ async fn nothing_is_sent_when_the_request_changed_since_it_was_read() {
 
 #[tokio::test]
 async fn an_attempt_waits_out_its_backoff() {
-    let cached = request(
+    let held = request(
         "5",
         json!([{"notifier": "oncall", "event": "created", "attempts": 2,
                 "lastAttemptAt": at(598).to_string(), "lastError": "HTTP 503"}]),
     );
-    let cache = cache_of(&cached, notifier(5));
+    let cache = cache_of(&held, notifier(5));
     let (action, requests) = run_script(vec![], |client| {
         let ctx = cache.context(client, at(600));
-        async move { reconcile(Arc::new(cached), ctx).await }
+        async move { reconcile(cached(held), ctx).await }
     })
     .await;
     // Two failures: 4 s after the last attempt (at 602), plus the requeue's second.
@@ -279,15 +279,15 @@ async fn the_last_failed_attempt_gives_the_message_up_and_says_so() {
     let hook = receiver(vec![503]).await;
     let before = json!([{"notifier": "oncall", "event": "created", "attempts": 2,
                          "lastAttemptAt": at(500).to_string(), "lastError": "HTTP 503"}]);
-    let cached = request("5", before);
+    let held = request("5", before);
     let mut started = json!([{"notifier": "oncall", "event": "created", "attempts": 3,
                               "lastAttemptAt": at(600).to_string(), "lastError": "HTTP 503"}]);
-    let mut script = one_attempt(&hook.url, &cached, &started, &started, &notifier(3));
+    let mut script = one_attempt(&hook.url, &held, &started, &started, &notifier(3));
     script.push(expect(Method::POST, EVENTS, event_created()));
-    let cache = cache_of(&cached, notifier(3));
+    let cache = cache_of(&held, notifier(3));
     let (result, requests) = run_script(script, |client| {
         let ctx = cache.context(client, at(600));
-        async move { (reconcile(Arc::new(cached), ctx.clone()).await, ctx) }
+        async move { (reconcile(cached(held), ctx.clone()).await, ctx) }
     })
     .await;
     let (action, ctx) = result;

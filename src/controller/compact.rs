@@ -1,0 +1,304 @@
+//! Agents and ApprovalRequests as the controller's caches hold them: the metadata kube-runtime
+//! keys and filters by as fields, everything else as the object's JSON, decoded when a reconciler
+//! reads the object, and an index of what is read of every cached object without decoding it
+//! (of an Agent, a digest that stands in for its status).
+//!
+//! Decoded, a cached Agent took about 2.7 KB and an ApprovalRequest 1.4–2.0 KB, most of it the
+//! room every `None` field of the generated structs takes and a heap block per string, list and
+//! map (a single label is a `BTreeMap` node of about 600 bytes). At 10 000 of each that was
+//! about 40 MB, two thirds of the controller's heap (docs/controller.md, "Memory on the real
+//! control plane"). As JSON, the part beyond the metadata's scalars is a few hundred bytes.
+
+use std::borrow::Cow;
+use std::fmt::Debug;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::agent::status_digest;
+use crate::api::approval_request::Phase;
+use crate::api::{Agent, ApprovalRequest};
+
+/// A kind whose objects are cached as [`Compact`].
+pub trait Compactable:
+    Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static
+{
+    /// What is read of every cached object, kept decoded.
+    type Index: Clone + Debug + Send + Sync + 'static;
+
+    /// The index of `self`, and `self` without what the index stands in for.
+    fn take_index(&mut self) -> Self::Index;
+}
+
+/// Of an Agent, the cache keeps no status but its digest ([`status_digest`]): the Agent
+/// reconciler compares the status it computes with that digest and reads the status only when
+/// they differ. The conditions' messages were about 1 KiB of every cached Agent (heaptrack,
+/// 1000 Agents).
+impl Compactable for Agent {
+    type Index = Option<u64>;
+
+    fn take_index(&mut self) -> Self::Index {
+        self.status.take().map(|status| status_digest(&status))
+    }
+}
+
+/// What is read of every cached ApprovalRequest: the Agent that made it and its phase (the
+/// Agent's pending count, the Agent → requests mapper, the pending gauge).
+#[derive(Clone, Debug)]
+pub struct RequestIndex {
+    agent: Box<str>,
+    phase: Option<Phase>,
+}
+
+impl Compactable for ApprovalRequest {
+    type Index = RequestIndex;
+
+    fn take_index(&mut self) -> Self::Index {
+        RequestIndex {
+            agent: self.spec.agent_ref.name.as_str().into(),
+            phase: self.status.as_ref().and_then(|status| status.phase),
+        }
+    }
+}
+
+/// An object of kind `K` as a cache holds it. Build one with [`Compact::new`] (or by
+/// deserializing `K`); read the object with [`Compact::object`].
+#[derive(Clone, Debug)]
+pub struct Compact<K: Compactable> {
+    /// Name, namespace, uid, resourceVersion, generation, creation and deletion timestamps.
+    metadata: ObjectMeta,
+    /// The JSON of the object without those.
+    rest: Box<str>,
+    index: K::Index,
+}
+
+/// A cached Agent.
+pub type CachedAgent = Compact<Agent>;
+/// A cached ApprovalRequest.
+pub type CachedRequest = Compact<ApprovalRequest>;
+
+impl<K: Compactable> Compact<K> {
+    /// `object`, compacted.
+    pub fn new(mut object: K) -> Self {
+        let index = object.take_index();
+        let meta = object.meta_mut();
+        let metadata = ObjectMeta {
+            name: meta.name.take(),
+            namespace: meta.namespace.take(),
+            uid: meta.uid.take(),
+            resource_version: meta.resource_version.take(),
+            generation: meta.generation.take(),
+            creation_timestamp: meta.creation_timestamp.take(),
+            deletion_timestamp: meta.deletion_timestamp.take(),
+            ..ObjectMeta::default()
+        };
+        // serde_json fails only on maps with keys other than strings and on Serialize impls
+        // that fail; the kinds cached this way have neither.
+        let rest = serde_json::to_string(&object).expect("a Kubernetes object serializes");
+        Self {
+            metadata,
+            rest: rest.into_boxed_str(),
+            index,
+        }
+    }
+
+    /// The object, decoded.
+    pub fn object(&self) -> Result<K, serde_json::Error> {
+        let mut object: K = serde_json::from_str(&self.rest)?;
+        let meta = object.meta_mut();
+        meta.name.clone_from(&self.metadata.name);
+        meta.namespace.clone_from(&self.metadata.namespace);
+        meta.uid.clone_from(&self.metadata.uid);
+        meta.resource_version
+            .clone_from(&self.metadata.resource_version);
+        meta.generation = self.metadata.generation;
+        meta.creation_timestamp
+            .clone_from(&self.metadata.creation_timestamp);
+        meta.deletion_timestamp
+            .clone_from(&self.metadata.deletion_timestamp);
+        Ok(object)
+    }
+}
+
+impl CachedAgent {
+    /// The digest of the Agent's status ([`status_digest`]), if it has one.
+    pub fn status_digest(&self) -> Option<u64> {
+        self.index
+    }
+}
+
+impl CachedRequest {
+    /// Whether Agent `namespace/agent` made this request (`spec.agentRef`, in its namespace).
+    pub fn made_by(&self, namespace: &str, agent: &str) -> bool {
+        *self.index.agent == *agent && self.metadata.namespace.as_deref() == Some(namespace)
+    }
+
+    /// The name of the Agent that made it (`spec.agentRef.name`).
+    pub fn agent_name(&self) -> &str {
+        &self.index.agent
+    }
+
+    /// Whether the recorded status still waits for a decision (no phase yet, or Pending).
+    pub fn waits_for_decision(&self) -> bool {
+        matches!(self.index.phase, None | Some(Phase::Pending))
+    }
+
+    /// Whether the recorded phase is final.
+    pub fn is_finished(&self) -> bool {
+        self.index.phase.is_some_and(Phase::is_terminal)
+    }
+}
+
+impl<K: Compactable> From<K> for Compact<K> {
+    fn from(object: K) -> Self {
+        Self::new(object)
+    }
+}
+
+impl<'de, K: Compactable> Deserialize<'de> for Compact<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        K::deserialize(deserializer).map(Self::new)
+    }
+}
+
+impl<K: Compactable> Resource for Compact<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        K::api_version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::approval_request::ApprovalRequestStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn json(object: &impl Serialize) -> serde_json::Value {
+        serde_json::to_value(object).unwrap()
+    }
+
+    fn request() -> ApprovalRequest {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kagent.dev/v1alpha2",
+            "kind": "ApprovalRequest",
+            "metadata": {
+                "name": "delete-file-1", "namespace": "team-a", "uid": "u-1",
+                "resourceVersion": "42", "generation": 3,
+                "creationTimestamp": "2026-11-26T10:00:00Z",
+                "deletionTimestamp": "2026-11-26T11:00:00Z",
+                "labels": {"kagent.dev/agent": "ops", "kagent.dev/tool": "delete_file"},
+                "finalizers": ["kagent.dev/x"],
+                "ownerReferences": [{"apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
+                    "name": "ops", "uid": "a-1", "controller": true}],
+            },
+            "spec": {
+                "agentRef": {"name": "ops"},
+                "toolServer": {"kind": "RemoteMCPServer", "name": "tools", "namespace": "team-a"},
+                "toolName": "delete_file",
+                "argumentsSha256": "0".repeat(64),
+                "argumentsBytes": 2,
+                "argumentsPreview": {"path": "/tmp/x"},
+                "requestedBy": "system:serviceaccount:team-a:ops",
+                "expiresAt": "2026-11-26T10:05:00Z",
+                "decision": {"type": "Approve", "decidedBy": "alice"},
+            },
+            "status": {"phase": "Approved", "decidedAt": "2026-11-26T10:01:00Z"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_object_reads_back_as_it_was_cached() {
+        let request = request();
+        let cached = Compact::new(request.clone());
+        assert_eq!(json(&cached.object().unwrap()), json(&request));
+        assert_eq!(cached.meta().name.as_deref(), Some("delete-file-1"));
+        assert_eq!(cached.meta().resource_version.as_deref(), Some("42"));
+        // The rest is not kept twice.
+        assert!(cached.meta().labels.is_none() && cached.meta().owner_references.is_none());
+        assert!(!cached.rest.contains("delete-file-1") && !cached.rest.contains("\"42\""));
+    }
+
+    #[test]
+    fn deserializing_caches_what_the_object_holds() {
+        let text = serde_json::to_string(&request()).unwrap();
+        let cached: CachedRequest = serde_json::from_str(&text).unwrap();
+        assert_eq!(json(&cached.object().unwrap()), json(&request()));
+    }
+
+    #[test]
+    fn the_request_index_answers_without_decoding() {
+        let mut request = request();
+        let approved = Compact::new(request.clone());
+        assert!(approved.made_by("team-a", "ops"));
+        assert!(!approved.made_by("team-b", "ops") && !approved.made_by("team-a", "dev"));
+        assert_eq!(approved.agent_name(), "ops");
+        assert!(!approved.waits_for_decision() && !approved.is_finished());
+
+        request.status = None;
+        assert!(Compact::new(request.clone()).waits_for_decision());
+        for (phase, waits, finished) in [
+            (Phase::Pending, true, false),
+            (Phase::Executed, false, true),
+            (Phase::Denied, false, true),
+        ] {
+            request.status = Some(ApprovalRequestStatus {
+                phase: Some(phase),
+                decided_at: Some(Time("2026-11-26T10:01:00Z".parse().unwrap())),
+                ..ApprovalRequestStatus::default()
+            });
+            let cached = Compact::new(request.clone());
+            assert_eq!(
+                (cached.waits_for_decision(), cached.is_finished()),
+                (waits, finished),
+                "{phase:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_example_agent_reads_back_as_it_was_cached() {
+        let documents = crate::manifest::load(&["examples".into()], true).unwrap();
+        let mut agents = 0;
+        for document in documents.into_iter().filter(|d| d.kind() == "Agent") {
+            let agent: Agent = serde_json::from_value(document.value).unwrap();
+            assert_eq!(
+                json(&Compact::new(agent.clone()).object().unwrap()),
+                json(&agent),
+                "{}",
+                document.file
+            );
+            agents += 1;
+        }
+        assert!(agents >= 3, "{agents} example Agents");
+    }
+}
