@@ -71,6 +71,7 @@ pub struct Compact<K: Compactable> {
     metadata: ObjectMeta,
     /// The JSON of the object without those.
     rest: Box<str>,
+    /// What is read of it without decoding ([`Compactable::take_index`]).
     index: K::Index,
 }
 
@@ -104,7 +105,7 @@ impl<K: Compactable> Compact<K> {
         }
     }
 
-    /// The object, decoded.
+    /// The object, decoded, without what the index stands in for (an Agent's status).
     pub fn object(&self) -> Result<K, serde_json::Error> {
         let mut object: K = serde_json::from_str(&self.rest)?;
         let meta = object.meta_mut();
