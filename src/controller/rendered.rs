@@ -3,12 +3,16 @@
 //! prefix of the object's), a digest of the fields it applied ([`crate::kube::applied`]), and
 //! the little a reconciler reads beyond that (a Deployment's readiness, whether a Secret holds a
 //! usable binding key). A cached Deployment took kilobytes, kube-runtime's reflector store of
-//! these summaries about 550 bytes an object (its key copies name and namespace again); this
-//! store, one map of names per namespace, takes about a hundred.
+//! these summaries about 550 bytes an object (its key copies name and namespace again), a hash
+//! map of names per namespace about 150; this store, the entries of a namespace sorted by name
+//! in one vector and their names in one string ([`names`]), about 65 (a 32–48-byte entry, 8
+//! bytes for where its name is, the name).
 //!
 //! [`Summaries`] is fed by a watch ([`Summaries::apply`]) as a reflector store would be: a
 //! relist is buffered until it is complete, then replaces the contents, and what it no longer
 //! holds is gone. Each event names the Agents to requeue.
+
+mod names;
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -29,6 +33,7 @@ use crate::gate::hash::BindingKey;
 use crate::kube::Applicable;
 use crate::kube::applied::observed_digest;
 use crate::render::objects::BINDING_KEY_ITEM;
+use names::Names;
 
 /// A kind the controller renders, and what its cache keeps of an object beyond the digest.
 pub trait RenderedKind: Applicable + Send + Sync + 'static {
@@ -108,41 +113,50 @@ impl<F> Default for Inner<F> {
 }
 
 /// Entries by namespace, then name: a namespace's name is held once, not once per object.
-type Table<F> = HashMap<Box<str>, HashMap<Box<str>, Entry<F>>>;
+type Table<F> = HashMap<Box<str>, Names<Entry<F>>>;
 
 /// One cached object (its namespace and name are the keys).
 struct Entry<F> {
-    controller: Option<Controller>,
+    controller: Controller,
     applied: Option<u64>,
     facts: F,
 }
 
 /// The Agent controlling an object: a digest of its uid (to tell whether an Agent controls
 /// it) and its name (to requeue it).
-struct Controller {
-    uid: u64,
-    name: ControllerName,
+enum Controller {
+    /// No Agent controls the object.
+    None,
+    /// A rendered object is named after its Agent (`<agent>`, `<agent>-gate`,
+    /// `<agent>-binding-key`, …): the Agent's name is the first `len` bytes of the object's.
+    Prefix { uid: u64, len: u16 },
+    /// An Agent the object is not named after.
+    Other(Box<(u64, Box<str>)>),
 }
 
-/// A rendered object is named after its Agent (`<agent>`, `<agent>-gate`,
-/// `<agent>-binding-key`, …): then the Agent's name is the first `n` bytes of the object's.
-enum ControllerName {
-    Prefix(u16),
-    Other(Box<str>),
-}
-
-impl ControllerName {
-    fn new(controller: &str, object: &str) -> Self {
+impl Controller {
+    fn new(uid: u64, controller: &str, object: &str) -> Self {
         match u16::try_from(controller.len()) {
-            Ok(len) if object.starts_with(controller) => Self::Prefix(len),
-            _ => Self::Other(controller.into()),
+            Ok(len) if object.starts_with(controller) => Self::Prefix { uid, len },
+            _ => Self::Other(Box::new((uid, controller.into()))),
         }
     }
 
-    fn resolve<'a>(&'a self, object: &'a str) -> &'a str {
+    /// The digest of the Agent's uid.
+    fn uid(&self) -> Option<u64> {
         match self {
-            Self::Prefix(len) => &object[..usize::from(*len)],
-            Self::Other(name) => name,
+            Self::None => None,
+            Self::Prefix { uid, .. } => Some(*uid),
+            Self::Other(other) => Some(other.0),
+        }
+    }
+
+    /// The Agent's name, given the object's.
+    fn name<'a>(&'a self, object: &'a str) -> Option<&'a str> {
+        match self {
+            Self::None => None,
+            Self::Prefix { len, .. } => Some(&object[..usize::from(*len)]),
+            Self::Other(other) => Some(&other.1),
         }
     }
 }
@@ -150,7 +164,7 @@ impl ControllerName {
 impl<F: Copy> Entry<F> {
     fn summary(&self) -> Summary<F> {
         Summary {
-            controller: self.controller.as_ref().map(|c| c.uid),
+            controller: self.controller.uid(),
             applied: self.applied,
             facts: self.facts,
         }
@@ -158,14 +172,15 @@ impl<F: Copy> Entry<F> {
 
     /// The Agent to requeue when the object `namespace/name` changes.
     fn requeue(&self, namespace: &str, name: &str) -> Option<ObjectRef<CachedAgent>> {
-        let controller = self.controller.as_ref()?;
-        Some(ObjectRef::new(controller.name.resolve(name)).within(namespace))
+        let agent = self.controller.name(name)?;
+        Some(ObjectRef::new(agent).within(namespace))
     }
 }
 
 /// The entry caching `object`, and where: its namespace and name.
-fn entry_of<K: RenderedKind>(object: &K) -> (String, String, Entry<K::Facts>) {
-    let name = object.name_any();
+fn entry_of<K: RenderedKind>(object: &K) -> (&str, &str, Entry<K::Facts>) {
+    let meta = object.meta();
+    let name = meta.name.as_deref().unwrap_or_default();
     let controller = object
         .owner_references()
         .iter()
@@ -174,16 +189,15 @@ fn entry_of<K: RenderedKind>(object: &K) -> (String, String, Entry<K::Facts>) {
                 && owner.kind == Agent::kind(&())
                 && owner.api_version == Agent::api_version(&())
         })
-        .map(|owner| Controller {
-            uid: uid_digest(&owner.uid),
-            name: ControllerName::new(&owner.name, &name),
+        .map_or(Controller::None, |owner| {
+            Controller::new(uid_digest(&owner.uid), &owner.name, name)
         });
     let entry = Entry {
         controller,
-        applied: observed_digest(object, object.meta()),
+        applied: observed_digest(object, meta),
         facts: object.facts(),
     };
-    (object.namespace().unwrap_or_default(), name, entry)
+    (meta.namespace.as_deref().unwrap_or_default(), name, entry)
 }
 
 fn uid_digest(uid: &str) -> u64 {
@@ -195,16 +209,16 @@ fn uid_digest(uid: &str) -> u64 {
 /// Inserts `entry` as `namespace/name`; the Agent to requeue.
 fn insert<F: Copy>(
     table: &mut Table<F>,
-    namespace: String,
-    name: String,
+    namespace: &str,
+    name: &str,
     entry: Entry<F>,
 ) -> Option<ObjectRef<CachedAgent>> {
-    let requeue = entry.requeue(&namespace, &name);
-    let names = match table.get_mut(namespace.as_str()) {
+    let requeue = entry.requeue(namespace, name);
+    let names = match table.get_mut(namespace) {
         Some(names) => names,
-        None => table.entry(namespace.into_boxed_str()).or_default(),
+        None => table.entry(namespace.into()).or_default(),
     };
-    names.insert(name.into_boxed_str(), entry);
+    names.insert(name, entry);
     requeue
 }
 
@@ -236,7 +250,8 @@ impl<K: RenderedKind> Summaries<K> {
                 insert(relist, namespace, name, entry).into_iter().collect()
             }
             watcher::Event::InitDone => {
-                let listed = inner.relist.take().unwrap_or_default();
+                let mut listed = inner.relist.take().unwrap_or_default();
+                listed.values_mut().for_each(Names::shrink_to_fit);
                 let before = std::mem::replace(&mut inner.live, listed);
                 let live = &inner.live;
                 before
@@ -245,9 +260,7 @@ impl<K: RenderedKind> Summaries<K> {
                         let now = live.get(namespace);
                         names
                             .iter()
-                            .filter(move |(name, _)| {
-                                !now.is_some_and(|now| now.contains_key(*name))
-                            })
+                            .filter(move |(name, _)| !now.is_some_and(|now| now.contains(name)))
                             .filter_map(move |(name, entry)| entry.requeue(namespace, name))
                     })
                     .collect()
@@ -260,13 +273,13 @@ impl<K: RenderedKind> Summaries<K> {
             }
             watcher::Event::Delete(object) => {
                 let (namespace, name, entry) = entry_of(&object);
-                if let Some(names) = inner.live.get_mut(namespace.as_str()) {
-                    names.remove(name.as_str());
+                if let Some(names) = inner.live.get_mut(namespace) {
+                    names.remove(name);
                     if names.is_empty() {
-                        inner.live.remove(namespace.as_str());
+                        inner.live.remove(namespace);
                     }
                 }
-                entry.requeue(&namespace, &name).into_iter().collect()
+                entry.requeue(namespace, name).into_iter().collect()
             }
         }
     }
@@ -284,22 +297,20 @@ impl<K: RenderedKind> Summaries<K> {
         };
         let uid = uid_digest(&uid);
         let inner = self.inner.read().expect("summaries lock");
-        let mut names: Vec<String> = inner
+        inner
             .live
             .get(agent.namespace().unwrap_or_default().as_str())
             .into_iter()
-            .flatten()
-            .filter(|(_, entry)| entry.controller.as_ref().is_some_and(|c| c.uid == uid))
+            .flat_map(Names::iter)
+            .filter(|(_, entry)| entry.controller.uid() == Some(uid))
             .map(|(name, _)| name.to_string())
-            .collect();
-        names.sort();
-        names
+            .collect()
     }
 
     /// How many objects are cached.
     pub fn len(&self) -> usize {
         let inner = self.inner.read().expect("summaries lock");
-        inner.live.values().map(HashMap::len).sum()
+        inner.live.values().map(Names::len).sum()
     }
 
     /// Whether no object is cached.
@@ -547,8 +558,8 @@ mod tests {
 
     #[test]
     fn an_entry_stays_small() {
-        // Key (16) and entry of a ServiceAccount: its controller and applied digest.
-        assert!(std::mem::size_of::<Entry<()>>() <= 48);
-        assert!(std::mem::size_of::<Entry<Readiness>>() <= 64);
+        // A ServiceAccount's controller and applied digest; a Deployment's readiness besides.
+        assert_eq!(std::mem::size_of::<Entry<()>>(), 32);
+        assert_eq!(std::mem::size_of::<Entry<Readiness>>(), 48);
     }
 }
