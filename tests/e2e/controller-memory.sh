@@ -38,6 +38,13 @@ rss_mib() {
   awk '/^VmRSS/ { rss = $2 } /^RssAnon/ { anon = $2 }
        END { printf "%.1f MiB (anonymous %.1f MiB)", rss / 1024, anon / 1024 }' "/proc/$1/status"
 }
+# anon_split PID: of the anonymous memory, how much is malloc's main heap (the brk area, where
+# the caches live) and how much the rest (thread stacks, blocks malloc mapped on their own).
+anon_split() {
+  awk '/^[0-9a-f]+-[0-9a-f]+ / { heap = ($6 == "[heap]") }
+       /^Anonymous:/ { if (heap) h += $2; else o += $2 }
+       END { printf "heap %.1f MiB, other anonymous %.1f MiB", h / 1024, o / 1024 }' "/proc/$1/smaps"
+}
 # cpu_seconds PID: the user and system time the process has used, in seconds.
 cpu_seconds() {
   awk -v tick="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.1f", ($12 + $13) / tick }' "/proc/$1/stat"
@@ -171,6 +178,7 @@ cold_start() {
   COLD_CPU=$(cpu_seconds "${E2E_PIDS[controller]}")
   sleep 10
   COLD_RSS=$(rss_mib "${E2E_PIDS[controller]}")
+  note "anonymous memory after the cold start: $(anon_split "${E2E_PIDS[controller]}")"
   versions | sort >"$WORK/after"
   comm -13 "$WORK/before" "$WORK/after" >"$WORK/written"
   WRITES=$(wc -l <"$WORK/written")
