@@ -73,8 +73,6 @@ impl<V> Names<V> {
             Err(index) => {
                 let name = self.push_text(name);
                 if self.slots.len() == self.slots.capacity() {
-                    // An eighth more at a time, not twice as many: a namespace of 10 000
-                    // objects grows by a few kilobytes when one more is created.
                     self.slots.reserve_exact(self.slots.len() / 8 + 4);
                 }
                 self.slots.insert(index, Slot { name, value });
@@ -123,6 +121,12 @@ impl<V> Names<V> {
             self.compact();
         }
         end(&self.text).expect("the names of one namespace take less than 4 GiB");
+        if self.text.capacity() - self.text.len() < name.len() {
+            // An eighth more at a time, as the entries grow, not twice as much: a namespace of
+            // 10 000 objects grows by a few kilobytes when one more is created.
+            self.text
+                .reserve_exact(self.text.len() / 8 + name.len() + 64);
+        }
         let span = Span {
             start: self.text.len() as u32,
             len: name.len() as u32,
@@ -203,6 +207,19 @@ mod tests {
             assert_eq!(names.get(&name(i)).copied(), expected, "{}", name(i));
         }
         assert!(sorted(&names));
+    }
+
+    #[test]
+    fn one_more_name_grows_the_room_by_an_eighth_not_twice() {
+        let mut names = Names::default();
+        let name = |i: usize| format!("agent-{i:05}");
+        for i in 0..1000 {
+            names.insert(&name(i), ());
+        }
+        names.shrink_to_fit();
+        names.insert(&name(1000), ());
+        assert!(names.text.capacity() <= names.text.len() * 9 / 8 + 128);
+        assert!(names.slots.capacity() <= names.slots.len() * 9 / 8 + 4);
     }
 
     #[test]
