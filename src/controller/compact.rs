@@ -1,7 +1,7 @@
 //! Agents and ApprovalRequests as the controller's caches hold them: the metadata kube-runtime
-//! keys and filters by as fields, everything else as the object's JSON, decoded when a reconciler
-//! reads the object, and an index of what is read of every cached object without decoding it
-//! (of an Agent, a digest that stands in for its status).
+//! keys and filters by as fields, everything else as the object's JSON, compressed, decoded when
+//! a reconciler reads the object, and an index of what is read of every cached object without
+//! decoding it (of an Agent, a digest that stands in for its status).
 //!
 //! Decoded, a cached Agent took about 2.7 KB and an ApprovalRequest 1.4–2.0 KB, most of it the
 //! room every `None` field of the generated structs takes and a heap block per string, list and
@@ -11,12 +11,21 @@
 //!
 //! The uid and resourceVersion stay in the JSON: kube-runtime's store copies those of `meta()`
 //! into the key of every object, where nothing reads them (two strings more per object, twice).
+//!
+//! The JSON is compressed with LZ4 against a dictionary per kind: the JSON of a typical object
+//! (`compact/*.json`), which holds the kind's keys and common values, so that those cost a few
+//! bytes in every object instead of their length; what stays is what differs between objects
+//! (names, uids, digests, times). Over the 10 000 Agents and requests of the memory benchmark a
+//! cached request's JSON took 276 bytes instead of 675, an Agent's 162 instead of 326, name
+//! and namespace included (docs/controller.md). Compressing costs a few microseconds per
+//! watched change, decompressing a fraction of decoding the JSON that follows.
 
 use std::borrow::Cow;
 use std::fmt::Debug;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
+use lz4_flex::block::{compress_prepend_size_with_dict, decompress_size_prepended_with_dict};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -31,6 +40,10 @@ pub trait Compactable:
     /// What is read of every cached object, kept decoded.
     type Index: Clone + Debug + Send + Sync + 'static;
 
+    /// The JSON of a typical object of the kind, as serde writes it, that every cached object
+    /// is compressed against. Names no one's data: only the kind's keys and common values.
+    const DICTIONARY: &'static str;
+
     /// The index of `self`, and `self` without what the index stands in for.
     fn take_index(&mut self) -> Self::Index;
 }
@@ -41,6 +54,7 @@ pub trait Compactable:
 /// 1000 Agents).
 impl Compactable for Agent {
     type Index = Option<u64>;
+    const DICTIONARY: &'static str = include_str!("compact/agent.json");
 
     fn take_index(&mut self) -> Self::Index {
         self.status.take().map(|status| status_digest(&status))
@@ -57,6 +71,7 @@ pub struct RequestIndex {
 
 impl Compactable for ApprovalRequest {
     type Index = RequestIndex;
+    const DICTIONARY: &'static str = include_str!("compact/approval_request.json");
 
     fn take_index(&mut self) -> Self::Index {
         RequestIndex {
@@ -72,8 +87,9 @@ impl Compactable for ApprovalRequest {
 pub struct Compact<K: Compactable> {
     /// Name, namespace, generation, creation and deletion timestamps.
     metadata: ObjectMeta,
-    /// The JSON of the object without those.
-    rest: Box<str>,
+    /// The JSON of the object without those, compressed against [`Compactable::DICTIONARY`],
+    /// its length first.
+    compressed: Box<[u8]>,
     /// What is read of it without decoding ([`Compactable::take_index`]).
     index: K::Index,
 }
@@ -98,23 +114,20 @@ impl<K: Compactable> Compact<K> {
         };
         // serde_json fails only on maps with keys other than strings and on Serialize impls
         // that fail; the kinds cached this way have neither.
-        let mut rest = serde_json::to_string(&object).expect("a Kubernetes object serializes");
-        // Every object of the kind starts with the same apiVersion and kind (kube's derive
-        // writes them first); decoding needs neither.
-        let header = type_header::<K>();
-        if rest.starts_with(&header) {
-            rest.replace_range(1..header.len(), "");
-        }
+        let json = serde_json::to_vec(&object).expect("a Kubernetes object serializes");
+        let compressed = compress_prepend_size_with_dict(&json, K::DICTIONARY.as_bytes());
         Self {
             metadata,
-            rest: rest.into_boxed_str(),
+            compressed: compressed.into_boxed_slice(),
             index,
         }
     }
 
     /// The object, decoded, without what the index stands in for (an Agent's status).
     pub fn object(&self) -> Result<K, serde_json::Error> {
-        let mut object: K = serde_json::from_str(&self.rest)?;
+        let json = decompress_size_prepended_with_dict(&self.compressed, K::DICTIONARY.as_bytes())
+            .map_err(serde::de::Error::custom)?;
+        let mut object: K = serde_json::from_slice(&json)?;
         let meta = object.meta_mut();
         meta.name.clone_from(&self.metadata.name);
         meta.namespace.clone_from(&self.metadata.namespace);
@@ -125,16 +138,6 @@ impl<K: Compactable> Compact<K> {
             .clone_from(&self.metadata.deletion_timestamp);
         Ok(object)
     }
-}
-
-/// How the JSON of every object of kind `K` begins: `{"apiVersion":…,"kind":…,`.
-fn type_header<K: Resource<DynamicType = ()>>() -> String {
-    let text = |value: &str| serde_json::Value::from(value).to_string();
-    format!(
-        "{{\"apiVersion\":{},\"kind\":{},",
-        text(&K::api_version(&())),
-        text(&K::kind(&()))
-    )
 }
 
 impl CachedAgent {
@@ -263,11 +266,63 @@ mod tests {
         let meta = cached.meta();
         assert!(meta.labels.is_none() && meta.owner_references.is_none());
         assert!(meta.uid.is_none() && meta.resource_version.is_none());
-        assert!(!cached.rest.contains("delete-file-1") && cached.rest.contains("\"42\""));
-        assert!(
-            cached.rest.starts_with("{\"metadata\":"),
-            "no apiVersion and kind"
+        let rest = decompressed(&cached);
+        assert!(!rest.contains("delete-file-1") && rest.contains("\"42\""));
+    }
+
+    /// The JSON a cached object holds.
+    fn decompressed<K: Compactable>(cached: &Compact<K>) -> String {
+        let json =
+            decompress_size_prepended_with_dict(&cached.compressed, K::DICTIONARY.as_bytes());
+        String::from_utf8(json.unwrap()).unwrap()
+    }
+
+    /// A dictionary is the text serde writes for an object of its kind: its keys are the
+    /// kind's, in the order every object is written.
+    fn assert_is_an_object_of_its_kind<K: Compactable>() {
+        let object: K = serde_json::from_str(K::DICTIONARY).unwrap();
+        assert_eq!(
+            serde_json::to_string(&object).unwrap(),
+            K::DICTIONARY.trim_end()
         );
+    }
+
+    #[test]
+    fn each_dictionary_is_an_object_of_its_kind() {
+        assert_is_an_object_of_its_kind::<Agent>();
+        assert_is_an_object_of_its_kind::<ApprovalRequest>();
+    }
+
+    #[test]
+    fn a_request_as_the_gate_writes_it_takes_under_half_of_its_json() {
+        // Random parts as in a real request: uids and the arguments' digest.
+        let mut request = request();
+        request.metadata.uid = Some("9e1374ce-43cd-461e-b35d-76590b8ea984".into());
+        request.spec.arguments_sha256 =
+            "5f0c2b9c8e1d4a7b3c6f9e2d1a8b7c4e3f6a9d2c5b8e1f4a7d0c3b6e9f2a5d8c".into();
+        let text = serde_json::to_string(&request).unwrap();
+        let cached = Compact::new(request);
+        assert!(
+            cached.compressed.len() * 2 < text.len(),
+            "{} bytes cached of {} in JSON",
+            cached.compressed.len(),
+            text.len()
+        );
+    }
+
+    #[test]
+    fn an_object_unlike_the_dictionary_reads_back_too() {
+        // Nothing of the dictionary in it: compression is then no help but no harm.
+        let mut request = request();
+        request.spec.tool_name = "x".repeat(300);
+        request.spec.arguments_preview = Some(Box::new(
+            serde_json::json!({"ü": "\u{1F600}", "n": [1, 2.5, null]})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ));
+        let cached = Compact::new(request.clone());
+        assert_eq!(json(&cached.object().unwrap()), json(&request));
     }
 
     #[test]
