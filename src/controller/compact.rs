@@ -125,8 +125,7 @@ impl<K: Compactable> Compact<K> {
 
     /// The object, decoded, without what the index stands in for (an Agent's status).
     pub fn object(&self) -> Result<K, serde_json::Error> {
-        let json = decompress_size_prepended_with_dict(&self.compressed, K::DICTIONARY.as_bytes())
-            .map_err(serde::de::Error::custom)?;
+        let json = self.json().map_err(serde::de::Error::custom)?;
         let mut object: K = serde_json::from_slice(&json)?;
         let meta = object.meta_mut();
         meta.name.clone_from(&self.metadata.name);
@@ -137,6 +136,11 @@ impl<K: Compactable> Compact<K> {
         meta.deletion_timestamp
             .clone_from(&self.metadata.deletion_timestamp);
         Ok(object)
+    }
+
+    /// The JSON the object is cached as.
+    fn json(&self) -> Result<Vec<u8>, lz4_flex::block::DecompressError> {
+        decompress_size_prepended_with_dict(&self.compressed, K::DICTIONARY.as_bytes())
     }
 }
 
@@ -266,15 +270,8 @@ mod tests {
         let meta = cached.meta();
         assert!(meta.labels.is_none() && meta.owner_references.is_none());
         assert!(meta.uid.is_none() && meta.resource_version.is_none());
-        let rest = decompressed(&cached);
+        let rest = String::from_utf8(cached.json().unwrap()).unwrap();
         assert!(!rest.contains("delete-file-1") && rest.contains("\"42\""));
-    }
-
-    /// The JSON a cached object holds.
-    fn decompressed<K: Compactable>(cached: &Compact<K>) -> String {
-        let json =
-            decompress_size_prepended_with_dict(&cached.compressed, K::DICTIONARY.as_bytes());
-        String::from_utf8(json.unwrap()).unwrap()
     }
 
     /// A dictionary is the text serde writes for an object of its kind: its keys are the
@@ -314,7 +311,8 @@ mod tests {
 
     #[test]
     fn an_object_unlike_the_dictionary_reads_back_too() {
-        // Nothing of the dictionary in it: compression is then no help but no harm.
+        // Values the dictionary knows nothing of (a long name, non-ASCII text, numbers, null)
+        // read back exactly.
         let mut request = request();
         request.spec.tool_name = "x".repeat(300);
         request.spec.arguments_preview = Some(Box::new(
