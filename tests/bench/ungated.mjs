@@ -1,13 +1,15 @@
 // Ungated tools/call latency and throughput, straight to an MCP server and through the
 // approval gate, with the official TypeScript SDK client. Driven by tests/bench/ungated.sh.
 //
-// usage: node ungated.mjs DIRECT_URL GATE_URL GATE_PID CALLS ROUNDS CLIENT_LEVELS
+// usage: node ungated.mjs DIRECT_URL GATE_URL GATE_PID CALLS ROUNDS CLIENT_LEVELS [REF_URL REF_PID]
 //   CLIENT_LEVELS: comma-separated numbers of concurrent clients, e.g. 1,8
+//   REF_URL, REF_PID: a reference proxy (nginx as a plain reverse proxy) in front of the same
+//   server: what any HTTP relay costs on this machine, measured in the same rounds.
 //
 // Before measuring it checks that the gate works (the tool list is filtered, an ungated call
-// answers as the server does, a gated call is not executed) and exits non-zero if not. Each
-// round runs the direct and the gated path back to back, alternating which goes first, so both
-// see the same machine load; figures are never asserted on.
+// answers as the server does, a gated call is not executed) and that the reference relays, and
+// exits non-zero if not. Each round runs the paths back to back, rotating which goes first, so
+// all see the same machine load; figures are never asserted on.
 
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
@@ -21,7 +23,8 @@ const { StreamableHTTPClientTransport } = await import(
   require.resolve("@modelcontextprotocol/sdk/client/streamableHttp.js")
 );
 
-const [directUrl, gateUrl, gatePid, callsArg, roundsArg, levelsArg] = process.argv.slice(2);
+const [directUrl, gateUrl, gatePid, callsArg, roundsArg, levelsArg, refUrl, refPid] =
+  process.argv.slice(2);
 const calls = Number(callsArg);
 const rounds = Number(roundsArg);
 const levels = (levelsArg ?? "").split(",").map(Number);
@@ -32,11 +35,11 @@ if (!gatePid || !(calls > 0) || !(rounds > 0) || levels.some((n) => !(n > 0))) {
 
 const ticksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim());
 
-/** CPU time (user + system) the gate process has used, in milliseconds. */
-function gateCpuMs() {
-  const stat = readFileSync(`/proc/${gatePid}/stat`, "utf8");
+/** CPU time a process has used, in milliseconds: `[user, system]`. */
+function cpuMs(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
+  return [Number(fields[11]), Number(fields[12])].map((ticks) => (ticks * 1000) / ticksPerSecond);
 }
 
 async function connect(url) {
@@ -76,6 +79,14 @@ async function checkGate() {
   if (!gated.isError || !gated.content?.[0]?.text?.startsWith("NOT executed")) {
     fail(`a gated call was not refused: ${JSON.stringify(gated)}`);
   }
+  if (refUrl) {
+    const reference = await connectWithRetry(refUrl);
+    const viaReference = JSON.stringify(await reference.callTool(args));
+    if (viaReference !== straight) {
+      fail(`echo through the reference proxy answered ${viaReference}, directly ${straight}`);
+    }
+    await reference.close();
+  }
   await Promise.all([direct.close(), gate.close()]);
 }
 
@@ -101,49 +112,80 @@ async function run(url, clients, total) {
   return { p50: latencies[Math.floor(latencies.length / 2)], perSecond: latencies.length / seconds };
 }
 
-/** The gated run, with the gate's CPU time per call. */
-async function runGate(clients) {
-  const cpu = gateCpuMs();
-  const result = await run(gateUrl, clients, calls);
-  return { ...result, cpuPerCall: (gateCpuMs() - cpu) / calls };
+/** A run through a proxy, with the proxy's user and system CPU time per call. */
+async function runProxy(url, pid, clients, total) {
+  const [user, system] = cpuMs(pid);
+  const result = await run(url, clients, total);
+  const [userAfter, systemAfter] = cpuMs(pid);
+  const userPerCall = (userAfter - user) / total;
+  const systemPerCall = (systemAfter - system) / total;
+  return { ...result, userPerCall, systemPerCall, cpuPerCall: userPerCall + systemPerCall };
+}
+
+const paths = [
+  { name: "direct", measure: (clients, total) => run(directUrl, clients, total) },
+  { name: "gate", measure: (clients, total) => runProxy(gateUrl, gatePid, clients, total) },
+];
+if (refUrl) {
+  paths.push({ name: "nginx", measure: (clients, total) => runProxy(refUrl, refPid, clients, total) });
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const spread = (xs) => `${Math.min(...xs).toFixed(3)}-${Math.max(...xs).toFixed(3)}`;
+const summary = (xs) => `${median(xs).toFixed(3)} (${spread(xs)})`;
+
+/** What a proxy's run cost against the direct one of the same round. */
+function against(direct, proxy) {
+  return {
+    p50: proxy.p50 / direct.p50,
+    throughput: proxy.perSecond / direct.perSecond,
+    cpu: proxy.cpuPerCall,
+  };
+}
 
 await checkGate();
-// Warm both paths up (JIT, connection pools) before anything is measured.
-await run(directUrl, 1, Math.min(calls, 300));
-await run(gateUrl, 1, Math.min(calls, 300));
+// Warm every path up (JIT, connection pools) before anything is measured.
+for (const path of paths) await path.measure(1, Math.min(calls, 300));
 
 for (const clients of levels) {
-  const ratios = [];
-  const throughputs = [];
-  const cpus = [];
+  const figures = { gate: [], nginx: [] };
+  const cpuVsReference = [];
   for (let r = 1; r <= rounds; r++) {
-    let direct;
-    let gate;
-    if (r % 2 === 1) {
-      direct = await run(directUrl, clients, calls);
-      gate = await runGate(clients);
-    } else {
-      gate = await runGate(clients);
-      direct = await run(directUrl, clients, calls);
+    // Rotate which path goes first, so none always runs on a machine the others warmed.
+    const results = {};
+    for (let i = 0; i < paths.length; i++) {
+      const path = paths[(i + r - 1) % paths.length];
+      results[path.name] = await path.measure(clients, calls);
     }
-    ratios.push(gate.p50 / direct.p50);
-    throughputs.push(gate.perSecond / direct.perSecond);
-    cpus.push(gate.cpuPerCall);
-    console.log(
+    const { direct, gate, nginx } = results;
+    let line =
       `clients ${clients} round ${r}: p50 direct ${direct.p50.toFixed(3)} ms, gate ${gate.p50.toFixed(3)} ms, ` +
-        `ratio ${(gate.p50 / direct.p50).toFixed(3)}; throughput direct ${direct.perSecond.toFixed(0)}/s, ` +
-        `gate ${gate.perSecond.toFixed(0)}/s, ratio ${(gate.perSecond / direct.perSecond).toFixed(3)}; ` +
-        `gate CPU ${gate.cpuPerCall.toFixed(3)} ms/call`,
+      `ratio ${(gate.p50 / direct.p50).toFixed(3)}; throughput direct ${direct.perSecond.toFixed(0)}/s, ` +
+      `gate ${gate.perSecond.toFixed(0)}/s, ratio ${(gate.perSecond / direct.perSecond).toFixed(3)}; ` +
+      `gate CPU ${gate.cpuPerCall.toFixed(3)} ms/call (user ${gate.userPerCall.toFixed(3)}, ` +
+      `system ${gate.systemPerCall.toFixed(3)})`;
+    figures.gate.push(against(direct, gate));
+    if (nginx) {
+      figures.nginx.push(against(direct, nginx));
+      cpuVsReference.push(gate.cpuPerCall / nginx.cpuPerCall);
+      line +=
+        `; nginx p50 ${nginx.p50.toFixed(3)} ms, ratio ${(nginx.p50 / direct.p50).toFixed(3)}, ` +
+        `throughput ratio ${(nginx.perSecond / direct.perSecond).toFixed(3)}, ` +
+        `CPU ${nginx.cpuPerCall.toFixed(3)} ms/call (user ${nginx.userPerCall.toFixed(3)}, ` +
+        `system ${nginx.systemPerCall.toFixed(3)})`;
+    }
+    console.log(line);
+  }
+  for (const name of Object.keys(figures).filter((name) => figures[name].length > 0)) {
+    const rows = figures[name];
+    console.log(
+      `summary clients ${clients} ${name} (${rounds} rounds of ${calls} calls, median and range): ` +
+        `p50 ratio ${summary(rows.map((f) => f.p50))}, ` +
+        `throughput ratio ${summary(rows.map((f) => f.throughput))}, ` +
+        `${name} CPU ${summary(rows.map((f) => f.cpu))} ms/call`,
     );
   }
-  console.log(
-    `summary clients ${clients} (${rounds} rounds of ${calls} calls, median and range): ` +
-      `p50 ratio ${median(ratios).toFixed(3)} (${spread(ratios)}), ` +
-      `throughput ratio ${median(throughputs).toFixed(3)} (${spread(throughputs)}), ` +
-      `gate CPU ${median(cpus).toFixed(3)} ms/call (${spread(cpus)})`,
-  );
+  if (cpuVsReference.length > 0) {
+    console.log(`summary clients ${clients}: gate CPU per call / nginx's ${summary(cpuVsReference)}`);
+  }
 }

@@ -2,7 +2,10 @@
 # Ungated tools/call through the approval gate against the real MCP peers, no cluster needed:
 # starts @modelcontextprotocol/server-everything and `hitl-operator gate` in front of it on free
 # loopback ports, then runs tests/bench/ungated.mjs (the official TypeScript SDK client), which
-# compares direct and gated echo calls in interleaved rounds at 1 and 8 clients.
+# compares direct and gated echo calls in interleaved rounds at 1 and 8 clients. If nginx is
+# installed it also runs as a plain reverse proxy in front of the same server, a reference for
+# what any HTTP relay costs on this machine, measured in the same rounds (REFERENCE=none skips
+# it; Debian: apt-get install nginx-light).
 #
 # Builds nothing: HITL_BENCH_BIN is the gate binary (default target/release/hitl-operator).
 # CALLS (default 2000) calls per run, ROUNDS (default 3) rounds per client level, CLIENTS
@@ -40,6 +43,10 @@ free_port() {
 server_port=$(free_port)
 gate_port=$(free_port)
 metrics_port=$(free_port)
+nginx=
+if [[ ${REFERENCE:-nginx} != none ]]; then
+    nginx=$(PATH=$PATH:/usr/sbin:/usr/local/sbin command -v nginx || true)
+fi
 
 # Ungated calls never reach the apiserver; the gate only needs a client it can build.
 cat >"$work/kubeconfig" <<EOF
@@ -75,14 +82,60 @@ KUBECONFIG=$work/kubeconfig "$bin" gate --config "$work/gate.json" --binding-key
 gate_pid=$!
 pids+=("$gate_pid")
 
+reference=()
+if [[ -n $nginx ]]; then
+    # One process (no master, one worker), so its CPU time is the whole proxy's; responses are
+    # relayed as they arrive (an MCP event stream must not be buffered), upstream connections
+    # kept alive, as the gate does.
+    nginx_port=$(free_port)
+    mkdir "$work/nginx"
+    cat >"$work/nginx/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $work/nginx/body;
+    proxy_temp_path $work/nginx/proxy;
+    fastcgi_temp_path $work/nginx/fastcgi;
+    uwsgi_temp_path $work/nginx/uwsgi;
+    scgi_temp_path $work/nginx/scgi;
+    upstream everything { server 127.0.0.1:$server_port; keepalive 64; }
+    server {
+        listen 127.0.0.1:$nginx_port;
+        location = /servers/default/everything/mcp {
+            proxy_pass http://everything/mcp;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 1h;
+        }
+    }
+}
+EOF
+    "$nginx" -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx.log" >>"$work/nginx.log" 2>&1 &
+    pids+=($!)
+    reference=("http://127.0.0.1:$nginx_port/servers/default/everything/mcp" "$!")
+    echo "reference: $nginx as a plain reverse proxy"
+else
+    echo "reference: none (nginx not installed, or REFERENCE=none)"
+fi
+
 echo "gate $bin, $calls calls per run, $rounds rounds, clients $clients"
 if ! node --no-warnings "$root/tests/bench/ungated.mjs" \
     "http://127.0.0.1:$server_port/mcp" \
     "http://127.0.0.1:$gate_port/servers/default/everything/mcp" \
-    "$gate_pid" "$calls" "$rounds" "$clients"; then
+    "$gate_pid" "$calls" "$rounds" "$clients" "${reference[@]}"; then
     echo "--- server-everything log" >&2
     tail -n 20 "$work/everything.log" >&2
     echo "--- gate log" >&2
     tail -n 20 "$work/gate.log" >&2
+    if [[ -n $nginx ]]; then
+        echo "--- nginx log" >&2
+        tail -n 20 "$work/nginx.log" >&2
+    fi
     exit 1
 fi
