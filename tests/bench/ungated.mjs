@@ -158,19 +158,21 @@ for (const clients of levels) {
       results[path.name] = await path.measure(clients, calls);
     }
     const { direct, gate, nginx } = results;
+    const gated = against(direct, gate);
+    figures.gate.push(gated);
     let line =
       `clients ${clients} round ${r}: p50 direct ${direct.p50.toFixed(3)} ms, gate ${gate.p50.toFixed(3)} ms, ` +
-      `ratio ${(gate.p50 / direct.p50).toFixed(3)}; throughput direct ${direct.perSecond.toFixed(0)}/s, ` +
-      `gate ${gate.perSecond.toFixed(0)}/s, ratio ${(gate.perSecond / direct.perSecond).toFixed(3)}; ` +
+      `ratio ${gated.p50.toFixed(3)}; throughput direct ${direct.perSecond.toFixed(0)}/s, ` +
+      `gate ${gate.perSecond.toFixed(0)}/s, ratio ${gated.throughput.toFixed(3)}; ` +
       `gate CPU ${gate.cpuPerCall.toFixed(3)} ms/call (user ${gate.userPerCall.toFixed(3)}, ` +
       `system ${gate.systemPerCall.toFixed(3)})`;
-    figures.gate.push(against(direct, gate));
     if (nginx) {
-      figures.nginx.push(against(direct, nginx));
+      const relayed = against(direct, nginx);
+      figures.nginx.push(relayed);
       cpuVsReference.push(gate.cpuPerCall / nginx.cpuPerCall);
       line +=
-        `; nginx p50 ${nginx.p50.toFixed(3)} ms, ratio ${(nginx.p50 / direct.p50).toFixed(3)}, ` +
-        `throughput ratio ${(nginx.perSecond / direct.perSecond).toFixed(3)}, ` +
+        `; nginx p50 ${nginx.p50.toFixed(3)} ms, ratio ${relayed.p50.toFixed(3)}, ` +
+        `throughput ratio ${relayed.throughput.toFixed(3)}, ` +
         `CPU ${nginx.cpuPerCall.toFixed(3)} ms/call (user ${nginx.userPerCall.toFixed(3)}, ` +
         `system ${nginx.systemPerCall.toFixed(3)})`;
     }
