@@ -14,7 +14,9 @@ use hitl_operator::api::{Agent, ApprovalRequest};
 use hitl_operator::controller::agent::reconcile;
 use hitl_operator::controller::compact::{CachedAgent, CachedRequest};
 use hitl_operator::controller::rendered::{RenderedKind, Summaries};
-use hitl_operator::controller::{CacheSync, Context, Metrics, Stores, SystemClock};
+use hitl_operator::controller::{
+    CacheSync, Context, Metrics, RequestsByAgent, Stores, SystemClock,
+};
 use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::objects::binding_key_secret;
 use hitl_operator::render::refs::RefStore;
@@ -165,9 +167,11 @@ fn context(
     tokio::spawn(serve(handle, seen.clone()));
     let client = Client::new(service, "default");
     let objects = cached.cloned();
+    let requests: Vec<_> = requests.into_iter().map(CachedRequest::new).collect();
     let stores = Stores {
         agents: store_of(vec![CachedAgent::new(agent.clone())]),
-        approvals: store_of(requests.into_iter().map(CachedRequest::new).collect()),
+        requests_by_agent: RequestsByAgent::listed(&requests),
+        approvals: store_of(requests),
         deployments: rendered_store_of(objects.iter().map(|o| o.deployment.clone()).collect()),
         services: rendered_store_of(objects.iter().map(|o| o.service.clone()).collect()),
         secrets: rendered_store_of(
@@ -337,10 +341,37 @@ fn rss_per_agent(n: usize) {
     drop(reader);
 }
 
+/// Heap memory taken by indexing `n` ApprovalRequests, each of its own Agent, by the Agent
+/// that made them (the index the controller keeps beside its cache of requests). Counted as
+/// malloc's bytes in use, not resident memory: the index reuses what building the requests
+/// freed.
+fn heap_per_indexed_request(n: usize) {
+    let requests: Vec<_> = requests_of_other_agents(n)
+        .into_iter()
+        .map(CachedRequest::new)
+        .collect();
+    let before = heap_in_use();
+    let index = RequestsByAgent::listed(&requests);
+    let after = heap_in_use();
+    assert_eq!(index.pending("ns", "agent-0"), 1);
+    println!(
+        "heap with {n} requests indexed by Agent: +{} KiB ({} bytes/request)",
+        (after - before) / 1024,
+        (after - before) / n,
+    );
+}
+
+/// glibc malloc's bytes in use.
+fn heap_in_use() -> usize {
+    // SAFETY: mallinfo2 only reads malloc's counters.
+    unsafe { libc::mallinfo2() }.uordblks
+}
+
 criterion_group!(benches, reconcile_benches);
 
 fn main() {
     rss_per_agent(10_000);
+    heap_per_indexed_request(10_000);
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

@@ -67,13 +67,7 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
     let now = ctx.clock.now();
     let generation = agent.meta().generation;
     let name = agent.name_any();
-    // One pass over the cached requests, allocating nothing per request: at 10 000 Agents and
-    // as many requests, every Agent reconcile of a cold start makes this pass.
-    let pending = ctx
-        .stores
-        .approvals
-        .state_filter(|r| r.made_by(&namespace, &name) && r.waits_for_decision())
-        .len();
+    let pending = ctx.stores.requests_by_agent.pending(&namespace, &name);
     let mut update = StatusUpdate::new(generation, i32::try_from(pending).unwrap_or(i32::MAX));
 
     let mut failure = None;

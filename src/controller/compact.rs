@@ -62,7 +62,7 @@ impl Compactable for Agent {
 }
 
 /// What is read of every cached ApprovalRequest: the Agent that made it and its phase (the
-/// Agent's pending count, the Agent → requests mapper, the pending gauge).
+/// index of requests by Agent, the pending gauge).
 #[derive(Clone, Debug)]
 pub struct RequestIndex {
     agent: Box<str>,
@@ -152,11 +152,6 @@ impl CachedAgent {
 }
 
 impl CachedRequest {
-    /// Whether Agent `namespace/agent` made this request (`spec.agentRef`, in its namespace).
-    pub fn made_by(&self, namespace: &str, agent: &str) -> bool {
-        *self.index.agent == *agent && self.metadata.namespace.as_deref() == Some(namespace)
-    }
-
     /// The name of the Agent that made it (`spec.agentRef.name`).
     pub fn agent_name(&self) -> &str {
         &self.index.agent
@@ -336,8 +331,6 @@ mod tests {
     fn the_request_index_answers_without_decoding() {
         let mut request = request();
         let approved = Compact::new(request.clone());
-        assert!(approved.made_by("team-a", "ops"));
-        assert!(!approved.made_by("team-b", "ops") && !approved.made_by("team-a", "dev"));
         assert_eq!(approved.agent_name(), "ops");
         assert!(!approved.waits_for_decision() && !approved.is_finished());
 

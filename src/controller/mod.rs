@@ -14,6 +14,7 @@ pub mod notifier;
 pub mod ref_index;
 pub mod remote_mcp_server;
 pub mod rendered;
+pub mod requests_by_agent;
 pub mod run;
 pub mod slack;
 
@@ -51,6 +52,7 @@ use rendered::{Confirmed, Summaries};
 
 pub use metrics::Metrics;
 pub use ref_index::{RefIndex, RefKey};
+pub use requests_by_agent::RequestsByAgent;
 pub use run::{ControllerArgs, run};
 
 /// The `Reporter` name on Events the controller publishes.
@@ -81,6 +83,8 @@ pub struct Stores {
     pub agents: Store<CachedAgent>,
     /// Every ApprovalRequest being watched.
     pub approvals: Store<CachedRequest>,
+    /// The watched ApprovalRequests by the Agent that made them.
+    pub requests_by_agent: RequestsByAgent,
     /// Rendered Deployments.
     pub deployments: Summaries<Deployment>,
     /// Rendered Services.
@@ -587,6 +591,7 @@ mod tests {
         let stores = Stores {
             agents: store,
             approvals: reflector::store().0,
+            requests_by_agent: RequestsByAgent::default(),
             deployments: Summaries::default(),
             services: Summaries::default(),
             secrets: Summaries::default(),

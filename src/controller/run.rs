@@ -35,8 +35,8 @@ use super::compact::{CachedAgent, CachedRequest, Compact};
 use super::fan_out::fan_out;
 use super::rendered::{RenderedKind, Summaries};
 use super::{
-    CacheSync, Context, MANAGED_SELECTOR, Metrics, RESYNC, Stores, SystemClock, agent,
-    approval_request, model_config, notifier, remote_mcp_server, retry_after_error, slack,
+    CacheSync, Context, MANAGED_SELECTOR, Metrics, RESYNC, RequestsByAgent, Stores, SystemClock,
+    agent, approval_request, model_config, notifier, remote_mcp_server, retry_after_error, slack,
 };
 use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
@@ -538,7 +538,8 @@ where
 /// One watch of every `K` (selected by `config`, each object turned by `cache` into what the
 /// cache keeps), cached in a store that `N` readers share: the store, each reader's stream of
 /// the objects that changed (handed on once the store holds them), and the watch to drive,
-/// counted as unlisted in `caches` until its first list is complete.
+/// counted as unlisted in `caches` until its first list is complete. `observe` sees every
+/// event before the store applies it.
 #[allow(clippy::type_complexity)]
 fn shared<K, C, const N: usize>(
     client: &Client,
@@ -546,6 +547,7 @@ fn shared<K, C, const N: usize>(
     caches: &CacheSync,
     config: watcher::Config,
     cache: fn(K) -> C,
+    observe: impl Fn(&watcher::Event<C>) + Send + 'static,
 ) -> (
     Store<C>,
     [ReflectHandle<C>; N],
@@ -561,6 +563,7 @@ where
         &K::kind(&()),
         watcher(api::<K>(client, namespace), config)
             .map_ok(move |event| cached(event, cache))
+            .inspect_ok(observe)
             .default_backoff()
             .reflect_shared(writer),
     );
@@ -769,10 +772,27 @@ async fn run_controllers(
         Some(selector) => paged().labels(selector),
         None => paged(),
     };
-    let (agents, [agents_for_agents, agents_for_requests, agents_for_callers], agent_root) =
-        shared(&client, namespace, &caches, agent_config, cached_agent);
-    let (approvals, [requests_for_requests, requests_for_agents], approval_root) =
-        shared(&client, namespace, &caches, paged(), cached_request);
+    let (agents, [agents_for_agents, agents_for_requests, agents_for_callers], agent_root) = shared(
+        &client,
+        namespace,
+        &caches,
+        agent_config,
+        cached_agent,
+        |_| (),
+    );
+    let requests_by_agent = RequestsByAgent::default();
+    let (approvals, [requests_for_requests, requests_for_agents], approval_root) = {
+        let index = requests_by_agent.clone();
+        let observe = move |event: &watcher::Event<CachedRequest>| index.observe(event);
+        shared(
+            &client,
+            namespace,
+            &caches,
+            paged(),
+            cached_request,
+            observe,
+        )
+    };
 
     let (deployments, deployment_events) = owned::<Deployment>(&client, namespace, &caches);
     let (services, service_events) = owned::<Service>(&client, namespace, &caches);
@@ -787,7 +807,7 @@ async fn run_controllers(
     // ApprovalNotifiers: read by the request reconciler when it delivers; a new or changed
     // notifier requeues the open requests of its namespace.
     let (notifiers, [notifiers_for_notifiers, notifiers_for_requests], notifier_root) =
-        shared(&client, namespace, &caches, paged(), slimmed);
+        shared(&client, namespace, &caches, paged(), slimmed, |_| ());
     // ModelConfigs and RemoteMCPServers: every Agent reconcile reads the ones it names from
     // these caches (no GET per reference); their own controllers reconcile them on spec
     // changes, and every change (a server's discovered tools are its status) requeues the
@@ -796,9 +816,9 @@ async fn run_controllers(
         model_configs,
         [model_configs_for_agents, model_configs_for_model_configs],
         model_config_root,
-    ) = shared(&client, namespace, &caches, paged(), slimmed);
+    ) = shared(&client, namespace, &caches, paged(), slimmed, |_| ());
     let (servers, [servers_for_agents, servers_for_servers], server_root) =
-        shared(&client, namespace, &caches, paged(), slimmed);
+        shared(&client, namespace, &caches, paged(), slimmed, |_| ());
     // Services, Secrets and ConfigMaps an Agent or a tool server names: one metadata watch
     // each, its changes handed to every controller that maps them.
     let (service_watch, [services_changed]) = metadata::<Service, 1>(&client, namespace);
@@ -820,6 +840,7 @@ async fn run_controllers(
     let stores = Stores {
         agents: agents.clone(),
         approvals: approvals.clone(),
+        requests_by_agent: requests_by_agent.clone(),
         deployments,
         services,
         secrets,
@@ -935,12 +956,8 @@ async fn run_controllers(
             .watches_shared_stream(spec_changed(notifiers_for_requests), open_in_namespace)
             .with_config(bounded())
             .watches_shared_stream(agents_for_requests, move |agent: Arc<CachedAgent>| {
-                let (namespace, name) = (agent.namespace().unwrap_or_default(), agent.name_any());
-                approvals
-                    .state_filter(|r| r.made_by(&namespace, &name))
-                    .iter()
-                    .map(|r| ObjectRef::from_obj(r.as_ref()))
-                    .collect::<Vec<_>>()
+                let namespace = agent.namespace().unwrap_or_default();
+                requests_by_agent.made_by(&namespace, &agent.name_any())
             })
             .reconcile_all_on(every(RESYNC))
             .graceful_shutdown_on(shutdown())
@@ -1579,6 +1596,7 @@ mod owned_watch_tests {
                 &CacheSync::default(),
                 paged(),
                 slimmed,
+                |_| (),
             )
             .2
             .map(drop)

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use hitl_operator::api::{Agent, ApprovalRequest};
 use hitl_operator::controller::compact::{Compact, Compactable};
 use hitl_operator::controller::rendered::{RenderedKind, Summaries};
-use hitl_operator::controller::{CacheSync, Clock, Context, Metrics, Stores};
+use hitl_operator::controller::{CacheSync, Clock, Context, Metrics, RequestsByAgent, Stores};
 pub use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::RenderOptions;
 use http::{Method, Request, Response, StatusCode};
@@ -188,9 +188,11 @@ pub struct Cache {
 impl Cache {
     /// The context reconcilers get, with the clock at `now`.
     pub fn context(self, client: Client, now: Timestamp) -> Arc<Context> {
+        let approvals: Vec<_> = self.approvals.into_iter().map(Compact::new).collect();
         let stores = Stores {
             agents: store_of(self.agents.into_iter().map(Compact::new).collect()),
-            approvals: store_of(self.approvals.into_iter().map(Compact::new).collect()),
+            requests_by_agent: RequestsByAgent::listed(&approvals),
+            approvals: store_of(approvals),
             deployments: rendered_store_of(self.deployments),
             services: rendered_store_of(self.services),
             secrets: rendered_store_of(self.secrets),

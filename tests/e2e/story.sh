@@ -425,6 +425,7 @@ mcp_bg sum everything '[{"op":"call","name":"get-sum","args":{"a":2,"b":3}}]'
 await_request SUM get-sum '@.spec.argumentsPreview.a==2'
 has "approvalrequest/$SUM" '{.spec.requestedBy}' "$AGENT_USER" || fail "requestedBy is not $AGENT_USER"
 has "approvalrequest/$SUM" '{.spec.toolServer.name}' everything || fail "toolServer is not everything"
+wait_for "the Agent's pendingApprovals to count $SUM" 10 has "agent/$AGENT" '{.status.pendingApprovals}' 1
 # The binding hash is the HMAC of the canonical arguments under the Agent's key, not their
 # plain SHA-256, which anyone could test guesses of a redacted secret against.
 python3 - "$(jp "approvalrequest/$SUM" '{.spec.argumentsSha256}')" "$WORK/binding-key" <<'PY' || fail "argumentsSha256 is not the keyed hash of the arguments"
@@ -443,7 +444,7 @@ grep -q '"isError":true' <<<"$out" && fail "approved get-sum returned an error: 
 wait_for "$SUM Executed" 10 has "approvalrequest/$SUM" '{.status.phase}' Executed
 has "approvalrequest/$SUM" '{.spec.decision.decidedBy}' alice || fail "decidedBy is not alice"
 has "approvalrequest/$SUM" '{.status.consumedBy}' "$AGENT-e2e-gate" || fail "consumedBy is not the gate"
-ok "ApprovalRequest $SUM: approved by alice, consumed by the gate, server-everything answered"
+ok "ApprovalRequest $SUM: counted in the Agent's pendingApprovals while it waited; approved by alice, consumed by the gate, server-everything answered"
 
 step "9. exactly once: two identical calls share one request; one approval runs one call"
 # With a progress token the gate sends "Waiting for approval: ..." as soon as a call waits.
