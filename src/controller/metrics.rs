@@ -3,8 +3,6 @@
 use std::sync::RwLock;
 use std::time::Duration;
 
-use kube::runtime::reflector::Store;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -12,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::compact::CachedRequest;
+use super::RequestsByAgent;
 
 /// Labels naming a controller.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -46,9 +44,9 @@ pub struct Metrics {
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: HistogramFamily<ControllerLabels>,
     approvals_pending: Gauge,
-    /// The running controllers' cache of ApprovalRequests, which `approvals_pending` is counted
+    /// The running controllers' index of ApprovalRequests, which `approvals_pending` is read
     /// from at each scrape; none in a standby.
-    pending_in: RwLock<Option<Store<CachedRequest>>>,
+    pending_in: RwLock<Option<RequestsByAgent>>,
     decisions: Family<OutcomeLabels, Counter>,
     decision_latency: Histogram,
     notifications: Family<OutcomeLabels, Counter>,
@@ -138,10 +136,10 @@ impl Metrics {
         }
     }
 
-    /// Counts `hitl_approvals_pending` from `requests` at each scrape, or reports 0 with none
-    /// (a standby). Counting when scraped, rather than on every request reconcile, keeps a cold
-    /// start over N requests from making N passes over all of them.
-    pub fn count_pending_in(&self, requests: Option<Store<CachedRequest>>) {
+    /// Reads `hitl_approvals_pending` from `requests` at each scrape, or reports 0 with none
+    /// (a standby). The index keeps the count as the watch goes, so neither a scrape nor a
+    /// request reconcile passes over every request.
+    pub fn count_pending_in(&self, requests: Option<RequestsByAgent>) {
         *self.pending_in.write().unwrap_or_else(|e| e.into_inner()) = requests;
     }
 
@@ -151,11 +149,7 @@ impl Metrics {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map_or(0, |requests| {
-                requests
-                    .state_filter(CachedRequest::waits_for_decision)
-                    .len()
-            });
+            .map_or(0, RequestsByAgent::waiting);
         self.approvals_pending
             .set(i64::try_from(pending).unwrap_or(i64::MAX));
     }
@@ -191,18 +185,17 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::{reflector, watcher};
+    use crate::controller::compact::CachedRequest;
+    use kube::runtime::watcher;
     use serde_json::json;
 
-    /// A cache of one request per entry of `phases`, each with that status phase, if any.
-    fn requests_in(phases: &[Option<&str>]) -> Store<CachedRequest> {
-        let (reader, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for (i, phase) in phases.iter().enumerate() {
-            let request = serde_json::from_value(json!({
+    /// A request named `name` with status phase `phase`, if any.
+    fn request(name: &str, phase: Option<&str>) -> CachedRequest {
+        CachedRequest::new(
+            serde_json::from_value(json!({
                 "apiVersion": "kagent.dev/v1alpha2",
                 "kind": "ApprovalRequest",
-                "metadata": {"name": format!("r{i}"), "namespace": "ns"},
+                "metadata": {"name": name, "namespace": "ns"},
                 "spec": {
                     "agentRef": {"name": "a"},
                     "toolServer": {"kind": "RemoteMCPServer", "name": "s", "namespace": "ns"},
@@ -214,20 +207,29 @@ mod tests {
                 },
                 "status": phase.map(|phase| json!({"phase": phase})),
             }))
-            .unwrap();
-            writer.apply_watcher_event(&watcher::Event::InitApply(request));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        reader
+            .unwrap(),
+        )
+    }
+
+    /// An index of one request per entry of `phases`, each with that status phase, if any.
+    fn requests_in(phases: &[Option<&str>]) -> RequestsByAgent {
+        let requests: Vec<_> = (0..)
+            .zip(phases)
+            .map(|(i, phase)| request(&format!("r{i}"), *phase))
+            .collect();
+        RequestsByAgent::listed(&requests)
     }
 
     #[test]
-    fn pending_approvals_are_counted_from_the_cache_when_scraped() {
+    fn pending_approvals_are_read_from_the_index_when_scraped() {
         let metrics = Metrics::default();
         assert!(metrics.encode().contains("hitl_approvals_pending 0\n"));
         let requests = requests_in(&[None, Some("Pending"), Some("Approved"), Some("Executed")]);
-        metrics.count_pending_in(Some(requests));
+        metrics.count_pending_in(Some(requests.clone()));
         assert!(metrics.encode().contains("hitl_approvals_pending 2\n"));
+        // The next scrape sees what the watch brought since.
+        requests.observe(&watcher::Event::Apply(request("r0", Some("Denied"))));
+        assert!(metrics.encode().contains("hitl_approvals_pending 1\n"));
         // A standby counts nothing, and holds no cache.
         metrics.count_pending_in(None);
         assert!(metrics.encode().contains("hitl_approvals_pending 0\n"));

@@ -941,6 +941,7 @@ async fn run_controllers(
 
     let request_controller = {
         let approvals = approvals.clone();
+        let requests_by_agent = requests_by_agent.clone();
         let open_in_namespace = {
             let approvals = approvals.clone();
             move |notifier: Arc<ApprovalNotifier>| {
@@ -1039,7 +1040,8 @@ async fn run_controllers(
         );
 
     let trimming = tokio::spawn(super::malloc::trim_free_memory());
-    ctx.metrics.count_pending_in(Some(approvals.clone()));
+    ctx.metrics
+        .count_pending_in(Some(requests_by_agent.clone()));
 
     let readiness = {
         let caches = ctx.caches.clone();

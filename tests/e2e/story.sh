@@ -426,6 +426,8 @@ await_request SUM get-sum '@.spec.argumentsPreview.a==2'
 has "approvalrequest/$SUM" '{.spec.requestedBy}' "$AGENT_USER" || fail "requestedBy is not $AGENT_USER"
 has "approvalrequest/$SUM" '{.spec.toolServer.name}' everything || fail "toolServer is not everything"
 wait_for "the Agent's pendingApprovals to count $SUM" 10 has "agent/$AGENT" '{.status.pendingApprovals}' 1
+pending_metric() { curl -fsS "http://127.0.0.1:${METRICS_PORT[$LEADER]}/metrics" | awk '$1 == "hitl_approvals_pending" { print $2 }'; }
+[ "$(pending_metric)" -ge 1 ] || fail "hitl_approvals_pending is $(pending_metric) while $SUM waits"
 # The binding hash is the HMAC of the canonical arguments under the Agent's key, not their
 # plain SHA-256, which anyone could test guesses of a redacted secret against.
 python3 - "$(jp "approvalrequest/$SUM" '{.spec.argumentsSha256}')" "$WORK/binding-key" <<'PY' || fail "argumentsSha256 is not the keyed hash of the arguments"
