@@ -62,7 +62,7 @@ impl Compactable for Agent {
 }
 
 /// What is read of every cached ApprovalRequest: the Agent that made it and its phase (the
-/// index of requests by Agent, the pending gauge).
+/// index of requests by Agent, which also counts them for the pending gauge).
 #[derive(Clone, Debug)]
 pub struct RequestIndex {
     agent: Box<str>,

@@ -1040,8 +1040,7 @@ async fn run_controllers(
         );
 
     let trimming = tokio::spawn(super::malloc::trim_free_memory());
-    ctx.metrics
-        .count_pending_in(Some(requests_by_agent.clone()));
+    ctx.metrics.count_pending_in(Some(requests_by_agent));
 
     let readiness = {
         let caches = ctx.caches.clone();

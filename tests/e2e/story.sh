@@ -446,7 +446,7 @@ grep -q '"isError":true' <<<"$out" && fail "approved get-sum returned an error: 
 wait_for "$SUM Executed" 10 has "approvalrequest/$SUM" '{.status.phase}' Executed
 has "approvalrequest/$SUM" '{.spec.decision.decidedBy}' alice || fail "decidedBy is not alice"
 has "approvalrequest/$SUM" '{.status.consumedBy}' "$AGENT-e2e-gate" || fail "consumedBy is not the gate"
-ok "ApprovalRequest $SUM: counted in the Agent's pendingApprovals while it waited; approved by alice, consumed by the gate, server-everything answered"
+ok "ApprovalRequest $SUM: counted in the Agent's pendingApprovals and hitl_approvals_pending while it waited; approved by alice, consumed by the gate, server-everything answered"
 
 step "9. exactly once: two identical calls share one request; one approval runs one call"
 # With a progress token the gate sends "Waiting for approval: ..." as soon as a call waits.
