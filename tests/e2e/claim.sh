@@ -41,16 +41,6 @@ awaiting() { [ "$(gate_metric "$1" hitl_gate_calls_awaiting_decision)" = "${2:-1
 conflicts() { gate_metric "$1" hitl_gate_claim_conflicts_total; }
 # call NAME GATE PATH: delete_file(PATH) through a gate, in the background.
 call() { gate_call "$1" "$2" delete_file "$3"; }
-# the_request VAR PATH: the one request of delete_file(PATH), once it exists.
-the_request() {
-  local names deadline=$((SECONDS + 15))
-  while names=$(requests "$2") && [ -z "$names" ]; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "no ApprovalRequest for delete_file($2) within 15 s"
-    sleep 0.05
-  done
-  [ "$(wc -l <<<"$names")" = 1 ] || fail "more than one ApprovalRequest for delete_file($2): $names"
-  printf -v "$1" '%s' "$names"
-}
 approve() { kubectl hitl approve "$1" -n "$NS" --reason "e2e: claim" >/dev/null; }
 phase() { jp "approvalrequest/$1" '{.status.phase}'; }
 consumed_by() { jp "approvalrequest/$1" '{.status.consumedBy}'; }
@@ -125,8 +115,7 @@ for delay in 0 0.001 0.002 0.005 0.01 0.02 0.05; do
     fi
     # The used approval is never used again: the retry waits on a new request, denied here.
     wait_for "gate b waiting on a new request for delete_file($path)" 20 awaiting b
-    NEW=$(requests "$path" | grep -vx "$REQ")
-    [ "$(wc -w <<<"$NEW")" = 1 ] || fail "delay $delay: want one new request next to $REQ: $NEW"
+    the_request NEW "$path" "$REQ"
     kubectl hitl deny "$NEW" -n "$NS" --reason "e2e: retry after a kill" >/dev/null
     expect_in "retry after the claim" "was denied" "$(finished retry)"
   fi

@@ -62,8 +62,7 @@ kubectl -n "$NS" annotate "agent/$AGENT" "$FREEZE-" >/dev/null
 wait_for "the Frozen condition to go" 20 eval '[ -z "$(frozen_condition)" ]'
 call lifted delete_file /frozen/1
 wait_for "the gated call waiting for a decision" 20 awaiting
-REQ=$(requests /frozen/1)
-[ "$(wc -w <<<"$REQ")" = 1 ] || fail "want one request for delete_file(/frozen/1): $REQ"
+the_request REQ /frozen/1
 kubectl hitl approve "$REQ" -n "$NS" --reason "e2e: after the freeze" >/dev/null
 expect_in "the approved call" '"text":"deleted /frozen/1"' "$(finished lifted)"
 [ "$(runs delete_file /frozen/1)" = 1 ] || fail "delete_file(/frozen/1) ran $(runs delete_file /frozen/1) times, want 1"
@@ -73,7 +72,7 @@ ok "the call asked again ($REQ) and ran once when approved"
 step "3. the Namespace frozen while a call waits"
 call waiting delete_file /frozen/2
 wait_for "the gated call waiting for a decision" 20 awaiting
-REQ=$(requests /frozen/2)
+the_request REQ /frozen/2
 started=$(now_ms)
 kubectl annotate namespace "$NS" "$FREEZE=drill" >/dev/null
 out=$(finished waiting)
@@ -101,8 +100,7 @@ sleep 1
 [ "$(phase "$REQ")" = Cancelled ] || fail "request $REQ is $(phase "$REQ") after the lift, want Cancelled"
 call again delete_file /frozen/2
 wait_for "the call made again waiting for a decision" 20 awaiting
-NEW=$(requests /frozen/2 | grep -vx "$REQ")
-[ "$(wc -w <<<"$NEW")" = 1 ] || fail "want one new request next to $REQ: $NEW"
+the_request NEW /frozen/2 "$REQ"
 kubectl hitl deny "$NEW" -n "$NS" --reason "e2e: not this one" >/dev/null
 expect_in "the call made again" "was denied" "$(finished again)"
 [ "$(runs delete_file /frozen/2)" = 0 ] || fail "delete_file(/frozen/2) ran"

@@ -133,6 +133,19 @@ for r in json.load(sys.stdin)["items"]:
     if r["spec"].get("argumentsPreview", {}).get("path") == sys.argv[1]:
         print(r["metadata"]["name"])' "$1"
 }
+# the_request VAR PATH [KNOWN]: waits (bounded) for the one request of a call with argument path
+# PATH that is not among KNOWN (names, one a line) and sets VAR to its name. A gate counts a call
+# as awaiting a decision before it has created the request, so read the request through this.
+the_request() {
+  local names deadline=$((SECONDS + 15))
+  while names=$(requests "$2") && names=$(grep -vxF -e "${3:-}" <<<"$names" || true) && [ -z "$names" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "no new ApprovalRequest for path $2 within 15 s"
+    sleep 0.05
+  done
+  [ -n "$names" ] || fail "cannot list the ApprovalRequests of path $2"
+  [ "$(wc -l <<<"$names")" = 1 ] || fail "more than one new ApprovalRequest for path $2: $names"
+  printf -v "$1" '%s' "$names"
+}
 # runs TOOL PATH: how many times TOOL(path: PATH) ran at the recorder.
 runs() {
   curl -fsS "http://127.0.0.1:$RECORDER_PORT/calls" | python3 -c '

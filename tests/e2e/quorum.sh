@@ -74,7 +74,7 @@ step "1. a gated call asks for two approvals and waits"
 start call "$WORK/call.out" timeout 150 node "$PEERS/client.mjs" "${GATE_URL[a]}" streamable \
   '[{"op":"call","name":"delete_file","args":{"path":"/ledger/2026.csv"}}]'
 wait_for "the gate to hold delete_file(/ledger/2026.csv)" 20 awaiting
-REQ=$(kubectl -n "$NS" get approvalrequests -o jsonpath='{.items[0].metadata.name}')
+the_request REQ /ledger/2026.csv
 [ "$(jp "approvalrequest/$REQ" '{.spec.requiredApprovals}')" = 2 ] || fail "$REQ does not ask for two approvals"
 [ "$(jp "approvalrequest/$REQ" '{.spec.rule}')" = two-person ] || fail "$REQ does not name the rule"
 ok "ApprovalRequest $REQ: requiredApprovals 2, rule two-person"
