@@ -8,6 +8,10 @@ use std::collections::HashMap;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
+mod reader;
+
+pub use reader::{Message, read};
+
 /// A `tools/call` request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolCall {
@@ -210,97 +214,6 @@ fn exact_fields(object: &Map<String, Value>, fields: &[&str]) -> Result<(), Stri
         }
     }
     Ok(())
-}
-
-/// The method of one (non-batch) client message, once no protocol field in it or in its
-/// params is written in another case.
-fn method(msg: &Value) -> Result<Option<&str>, Rejected> {
-    let Some(object) = msg.as_object() else {
-        return Err(Rejected::Invalid("a message must be a JSON object".into()));
-    };
-    exact_fields(object, MESSAGE_FIELDS).map_err(Rejected::Invalid)?;
-    if let Some(params) = object.get("params").and_then(Value::as_object) {
-        exact_fields(params, PARAMS_FIELDS).map_err(Rejected::Invalid)?;
-    }
-    match object.get("method") {
-        None => Ok(None),
-        Some(Value::String(m)) => Ok(Some(m)),
-        Some(_) => Err(Rejected::Invalid("method must be a string".into())),
-    }
-}
-
-/// A client message as the gate read it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Message {
-    /// What it is.
-    pub incoming: Incoming,
-    /// The message as the gate read it, written out again as UTF-8 JSON: the only bytes the
-    /// gate forwards. The upstream gets exactly what the gate saw, whatever escapes, spacing
-    /// or number forms the client used: a gated call carries the arguments that were hashed
-    /// and shown to the approver (a number a double cannot hold, say
-    /// `100000000000000000000001`, arrives as the double the approver saw, not as digits they
-    /// never saw).
-    pub body: Vec<u8>,
-}
-
-/// Reads a client message. Every message is fully parsed and refused if another parser could
-/// read it differently: if it is not JSON (UTF-8), if any object in it repeats a key or holds
-/// two keys equal ignoring case, or if a protocol field is written in another case; a batch
-/// holding `tools/list` or `tools/call` is refused as well.
-pub fn read(body: &[u8]) -> Result<Message, Rejected> {
-    let msg = parse_unique(body, true)?;
-    // Written out about as long as it came: one allocation, not one per doubling.
-    let mut out = Vec::with_capacity(body.len());
-    serde_json::to_writer(&mut out, &msg).expect("a parsed JSON value serializes");
-    let body = out;
-    let incoming = if let Value::Array(batch) = &msg {
-        for m in batch {
-            if matches!(method(m)?, Some("tools/list" | "tools/call")) {
-                return Err(Rejected::Batch);
-            }
-        }
-        Incoming::Other
-    } else {
-        match method(&msg)? {
-            Some("tools/list") => Incoming::ToolsList {
-                id: msg.get("id").cloned().unwrap_or(Value::Null),
-            },
-            Some("tools/call") => Incoming::ToolsCall(parse_call(msg)?),
-            _ => Incoming::Other,
-        }
-    };
-    Ok(Message { incoming, body })
-}
-
-fn parse_call(mut msg: Value) -> Result<ToolCall, Rejected> {
-    let id = msg.get("id").cloned().unwrap_or(Value::Null);
-    let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) else {
-        return Err(Rejected::InvalidParams("params must be an object".into()));
-    };
-    let Some(name) = params
-        .get("name")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-    else {
-        return Err(Rejected::InvalidParams(
-            "params.name must be a string".into(),
-        ));
-    };
-    let arguments = match params.remove("arguments") {
-        None | Some(Value::Null) => json!({}),
-        Some(v) => v,
-    };
-    let progress_token = params
-        .get("_meta")
-        .and_then(|m| m.get("progressToken"))
-        .filter(|t| t.is_string() || t.is_number())
-        .cloned();
-    Ok(ToolCall {
-        id,
-        name,
-        arguments,
-        progress_token,
-    })
 }
 
 /// What the gate makes of a server message on a stream that may carry tool lists.

@@ -1,0 +1,620 @@
+//! Reading a client message in one pass: the parser's output is checked (no object repeats a
+//! key, nor holds two keys equal ignoring case), written out again as the bytes the gate
+//! forwards, and the fields the gate decides on are noted on the way. Only the values the gate
+//! keeps (`id`, `method`, and the params' `name`, `arguments` and progress token) become
+//! [`Value`]s; the rest goes from the parser straight into the written message, so an ungated
+//! call builds no maps for the message around its arguments.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Value, json};
+
+use super::{Incoming, MESSAGE_FIELDS, PARAMS_FIELDS, Rejected, ToolCall, UniqueKeys, case_folded};
+
+/// A client message as the gate read it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    /// What it is.
+    pub incoming: Incoming,
+    /// The message as the gate read it, written out again as UTF-8 JSON: the only bytes the
+    /// gate forwards. The upstream gets exactly what the gate saw, whatever escapes, spacing
+    /// or number forms the client used: a gated call carries the arguments that were hashed
+    /// and shown to the approver (a number a double cannot hold, say
+    /// `100000000000000000000001`, arrives as the double the approver saw, not as digits they
+    /// never saw).
+    pub body: Vec<u8>,
+}
+
+/// Reads a client message. Every message is fully parsed and refused if another parser could
+/// read it differently: if it is not JSON (UTF-8), if any object in it repeats a key or holds
+/// two keys equal ignoring case, or if a protocol field is written in another case; a batch
+/// holding `tools/list` or `tools/call` is refused as well.
+pub fn read(body: &[u8]) -> Result<Message, Rejected> {
+    // Written out about as long as it came: one allocation, not one per doubling.
+    let mut out = Vec::with_capacity(body.len());
+    let mut json = serde_json::Deserializer::from_slice(body);
+    let noted = Writer {
+        out: &mut out,
+        place: Place::Body,
+    }
+    .deserialize(&mut json)
+    // As `serde_json::from_slice`: nothing but whitespace may follow the value.
+    .and_then(|noted| json.end().map(|()| noted))
+    .map_err(|e| Rejected::Parse(e.to_string()))?;
+    let incoming = match noted {
+        Noted::Batch(messages) => {
+            for fields in &messages {
+                if fields.kind()? != Kind::Other {
+                    return Err(Rejected::Batch);
+                }
+            }
+            Incoming::Other
+        }
+        one => {
+            let fields = one.into_message();
+            match fields.kind()? {
+                Kind::ToolsList => Incoming::ToolsList {
+                    id: fields.id.unwrap_or(Value::Null),
+                },
+                Kind::ToolsCall => Incoming::ToolsCall(fields.into_call()?),
+                Kind::Other => Incoming::Other,
+            }
+        }
+    };
+    Ok(Message {
+        incoming,
+        body: out,
+    })
+}
+
+/// Where a value sits in a client message, which decides what is noted of it.
+#[derive(Clone, Copy, PartialEq)]
+enum Place {
+    /// The whole body: a message, or a batch of them.
+    Body,
+    /// One message of a batch.
+    Message,
+    /// A message's `params`.
+    Params,
+    /// The `_meta` of a message's `params`.
+    Meta,
+    /// Anywhere else: only written out.
+    Other,
+}
+
+/// What the reader noted of a value.
+enum Noted {
+    /// Nothing the gate decides on (or not an object where one was expected).
+    Nothing,
+    /// A message (an object in the body's place or a batch's).
+    Message(Fields),
+    /// A batch: its messages in order (a member that is not an object noted as such).
+    Batch(Vec<Fields>),
+    /// A `params` object.
+    Params(Params),
+    /// A `_meta` object's `progressToken`.
+    Meta(Option<Value>),
+}
+
+impl Noted {
+    /// The fields of a value read in a message's place; a value that is not an object has
+    /// none, and [`Fields::kind`] refuses it.
+    fn into_message(self) -> Fields {
+        match self {
+            Self::Message(fields) => fields,
+            _ => Fields::default(),
+        }
+    }
+}
+
+/// What a message is to the gate.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    ToolsList,
+    ToolsCall,
+    Other,
+}
+
+/// The fields of one message the gate decides on.
+#[derive(Default)]
+struct Fields {
+    /// Whether the message is an object at all.
+    object: bool,
+    /// The first key that is a protocol field in another case, as the error to give.
+    misspelt: Option<String>,
+    method: Option<Value>,
+    id: Option<Value>,
+    /// The params, when they are an object.
+    params: Option<Params>,
+}
+
+/// The fields of a message's params the gate decides on.
+#[derive(Default)]
+struct Params {
+    /// The first key that is a params field in another case, as the error to give.
+    misspelt: Option<String>,
+    name: Option<Value>,
+    arguments: Option<Value>,
+    /// `_meta.progressToken`, when `_meta` is an object holding one.
+    progress_token: Option<Value>,
+}
+
+impl Fields {
+    /// What the message is, once it is an object, no protocol field in it or in its params is
+    /// written in another case, and its method, if any, is a string.
+    fn kind(&self) -> Result<Kind, Rejected> {
+        if !self.object {
+            return Err(Rejected::Invalid("a message must be a JSON object".into()));
+        }
+        let misspelt = self.misspelt.as_ref().or_else(|| {
+            self.params
+                .as_ref()
+                .and_then(|params| params.misspelt.as_ref())
+        });
+        if let Some(why) = misspelt {
+            return Err(Rejected::Invalid(why.clone()));
+        }
+        match &self.method {
+            None => Ok(Kind::Other),
+            Some(Value::String(method)) => Ok(match method.as_str() {
+                "tools/list" => Kind::ToolsList,
+                "tools/call" => Kind::ToolsCall,
+                _ => Kind::Other,
+            }),
+            Some(_) => Err(Rejected::Invalid("method must be a string".into())),
+        }
+    }
+
+    /// The `tools/call` this message is: its params must be an object with a string `name`;
+    /// absent or null `arguments` are `{}`; a progress token counts if it is a string or a
+    /// number.
+    fn into_call(self) -> Result<ToolCall, Rejected> {
+        let Some(params) = self.params else {
+            return Err(Rejected::InvalidParams("params must be an object".into()));
+        };
+        let Some(Value::String(name)) = params.name else {
+            return Err(Rejected::InvalidParams(
+                "params.name must be a string".into(),
+            ));
+        };
+        Ok(ToolCall {
+            id: self.id.unwrap_or(Value::Null),
+            name,
+            arguments: match params.arguments {
+                None | Some(Value::Null) => json!({}),
+                Some(arguments) => arguments,
+            },
+            progress_token: params
+                .progress_token
+                .filter(|token| token.is_string() || token.is_number()),
+        })
+    }
+}
+
+/// Writes the value it reads into `out` and notes what `place` asks for.
+struct Writer<'o> {
+    out: &'o mut Vec<u8>,
+    place: Place,
+}
+
+impl Writer<'_> {
+    fn at(&mut self, place: Place) -> Writer<'_> {
+        Writer {
+            out: self.out,
+            place,
+        }
+    }
+
+    fn write(&mut self, value: &(impl serde::Serialize + ?Sized)) {
+        serde_json::to_writer(&mut *self.out, value).expect("writing JSON to memory cannot fail");
+    }
+
+    /// Reads the value of the current key as a [`Value`] the gate keeps, and writes it out.
+    fn keep<'de, A: MapAccess<'de>>(&mut self, map: &mut A) -> Result<Value, A::Error> {
+        let value = map.next_value_seed(UniqueKeys { fold: true })?;
+        self.write(&value);
+        Ok(value)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Writer<'_> {
+    type Value = Noted;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Noted, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Writer<'_> {
+    type Value = Noted;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Noted, E> {
+        self.out.extend_from_slice(b"null");
+        Ok(Noted::Nothing)
+    }
+
+    fn visit_bool<E>(mut self, v: bool) -> Result<Noted, E> {
+        self.write(&v);
+        Ok(Noted::Nothing)
+    }
+
+    fn visit_i64<E>(mut self, v: i64) -> Result<Noted, E> {
+        self.write(&v);
+        Ok(Noted::Nothing)
+    }
+
+    fn visit_u64<E>(mut self, v: u64) -> Result<Noted, E> {
+        self.write(&v);
+        Ok(Noted::Nothing)
+    }
+
+    fn visit_f64<E>(mut self, v: f64) -> Result<Noted, E> {
+        // As a `Value` holds it: a number JSON cannot write is null.
+        if v.is_finite() {
+            self.write(&v);
+        } else {
+            self.out.extend_from_slice(b"null");
+        }
+        Ok(Noted::Nothing)
+    }
+
+    fn visit_str<E>(mut self, v: &str) -> Result<Noted, E> {
+        self.write(v);
+        Ok(Noted::Nothing)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Noted, A::Error> {
+        // An array is a batch only as the whole body; in it, each member is a message.
+        let batch = self.place == Place::Body;
+        let member = if batch { Place::Message } else { Place::Other };
+        let mut messages = Vec::new();
+        self.out.push(b'[');
+        let mut first = true;
+        loop {
+            if !first {
+                self.out.push(b',');
+            }
+            let Some(noted) = seq.next_element_seed(self.at(member))? else {
+                break;
+            };
+            first = false;
+            if batch {
+                messages.push(noted.into_message());
+            }
+        }
+        // The comma written for the member that did not come.
+        if !first {
+            self.out.pop();
+        }
+        self.out.push(b']');
+        Ok(if batch {
+            Noted::Batch(messages)
+        } else {
+            Noted::Nothing
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Noted, A::Error> {
+        let mut keys = Keys::default();
+        let mut fields = Fields {
+            object: true,
+            ..Fields::default()
+        };
+        let mut params = Params::default();
+        let mut progress_token = None;
+        let protocol_fields = match self.place {
+            Place::Body | Place::Message => MESSAGE_FIELDS,
+            Place::Params => PARAMS_FIELDS,
+            Place::Meta | Place::Other => &[],
+        };
+        self.out.push(b'{');
+        while let Some(key) = map.next_key_seed(Key)? {
+            if !keys.is_empty() {
+                self.out.push(b',');
+            }
+            self.write(&*key);
+            self.out.push(b':');
+            match (self.place, &*key) {
+                (Place::Body | Place::Message, "method") => {
+                    fields.method = Some(self.keep(&mut map)?)
+                }
+                (Place::Body | Place::Message, "id") => fields.id = Some(self.keep(&mut map)?),
+                (Place::Body | Place::Message, "params") => {
+                    if let Noted::Params(read) = map.next_value_seed(self.at(Place::Params))? {
+                        fields.params = Some(read);
+                    }
+                }
+                (Place::Params, "name") => params.name = Some(self.keep(&mut map)?),
+                (Place::Params, "arguments") => params.arguments = Some(self.keep(&mut map)?),
+                (Place::Params, "_meta") => {
+                    if let Noted::Meta(token) = map.next_value_seed(self.at(Place::Meta))? {
+                        params.progress_token = token;
+                    }
+                }
+                (Place::Meta, "progressToken") => progress_token = Some(self.keep(&mut map)?),
+                _ => {
+                    map.next_value_seed(self.at(Place::Other))?;
+                }
+            }
+            // Checked once the value is read, so an error names the place a whole-value
+            // parser would.
+            let form = case_folded(&key);
+            if let Some(field) = form
+                .as_deref()
+                .and_then(|form| protocol_fields.iter().find(|field| **field == form))
+            {
+                let misspelt = format!("key {:?} is {field:?} in another case", &*key);
+                match self.place {
+                    Place::Params => params.misspelt.get_or_insert(misspelt),
+                    _ => fields.misspelt.get_or_insert(misspelt),
+                };
+            }
+            keys.add(key, form).map_err(de::Error::custom)?;
+        }
+        self.out.push(b'}');
+        Ok(match self.place {
+            Place::Body | Place::Message => Noted::Message(fields),
+            Place::Params => Noted::Params(params),
+            Place::Meta => Noted::Meta(progress_token),
+            Place::Other => Noted::Nothing,
+        })
+    }
+}
+
+/// An object key, borrowed from the message when it holds no escapes.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+}
+
+/// The keys of an object so far with their case-folded forms: a list while the object is
+/// small, and indexed by form once it has [`INDEX_FROM`] keys, so that a message holding a
+/// huge object costs no quadratic time.
+#[derive(Default)]
+struct Keys<'de> {
+    /// Each key and its folded form, when folding changes it.
+    seen: Vec<(Cow<'de, str>, Option<String>)>,
+    /// Position in `seen` by folded form, once there are [`INDEX_FROM`] keys.
+    index: HashMap<String, usize>,
+}
+
+/// How many keys an object has before [`Keys`] indexes them.
+const INDEX_FROM: usize = 16;
+
+impl<'de> Keys<'de> {
+    fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    /// Adds `key`, whose folded form is `form` (`None`: the key itself), or says why it may
+    /// not be added: the object already holds it, or a key equal to it ignoring case.
+    fn add(&mut self, key: Cow<'de, str>, form: Option<String>) -> Result<(), String> {
+        let folded = form.as_deref().unwrap_or(&key);
+        let earlier = if self.seen.len() < INDEX_FROM {
+            self.seen
+                .iter()
+                .find(|(other, other_form)| other_form.as_deref().unwrap_or(other) == folded)
+        } else {
+            self.index.get(folded).map(|&at| &self.seen[at])
+        };
+        if let Some((other, _)) = earlier {
+            return Err(if *other == key {
+                format!("duplicate key {:?}", &*key)
+            } else {
+                format!(
+                    "duplicate key {:?}: equal to {:?} ignoring case",
+                    &*key, &**other
+                )
+            });
+        }
+        if self.seen.len() + 1 >= INDEX_FROM {
+            if self.index.is_empty() {
+                for (at, (other, other_form)) in self.seen.iter().enumerate() {
+                    let other_form = other_form.as_deref().unwrap_or(other);
+                    self.index.insert(other_form.to_owned(), at);
+                }
+            }
+            self.index.insert(folded.to_owned(), self.seen.len());
+        }
+        self.seen.push((key, form));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::parse_unique;
+    use super::*;
+
+    /// The reading this module replaces, kept as the reference: parse the whole message into
+    /// a [`Value`], write that out, and look its fields up.
+    fn read_whole(body: &[u8]) -> Result<Message, Rejected> {
+        fn method(msg: &Value) -> Result<Option<&str>, Rejected> {
+            let Some(object) = msg.as_object() else {
+                return Err(Rejected::Invalid("a message must be a JSON object".into()));
+            };
+            super::super::exact_fields(object, MESSAGE_FIELDS).map_err(Rejected::Invalid)?;
+            if let Some(params) = object.get("params").and_then(Value::as_object) {
+                super::super::exact_fields(params, PARAMS_FIELDS).map_err(Rejected::Invalid)?;
+            }
+            match object.get("method") {
+                None => Ok(None),
+                Some(Value::String(m)) => Ok(Some(m)),
+                Some(_) => Err(Rejected::Invalid("method must be a string".into())),
+            }
+        }
+        let msg = parse_unique(body, true)?;
+        let body = serde_json::to_vec(&msg).unwrap();
+        let incoming = if let Value::Array(batch) = &msg {
+            for m in batch {
+                if matches!(method(m)?, Some("tools/list" | "tools/call")) {
+                    return Err(Rejected::Batch);
+                }
+            }
+            Incoming::Other
+        } else {
+            let id = msg.get("id").cloned().unwrap_or(Value::Null);
+            match method(&msg)? {
+                Some("tools/list") => Incoming::ToolsList { id },
+                Some("tools/call") => {
+                    let params = msg.get("params").and_then(Value::as_object);
+                    let Some(params) = params else {
+                        return Err(Rejected::InvalidParams("params must be an object".into()));
+                    };
+                    let Some(name) = params.get("name").and_then(Value::as_str) else {
+                        return Err(Rejected::InvalidParams(
+                            "params.name must be a string".into(),
+                        ));
+                    };
+                    let arguments = match params.get("arguments") {
+                        None | Some(Value::Null) => json!({}),
+                        Some(v) => v.clone(),
+                    };
+                    let progress_token = params
+                        .get("_meta")
+                        .and_then(|m| m.get("progressToken"))
+                        .filter(|t| t.is_string() || t.is_number())
+                        .cloned();
+                    Incoming::ToolsCall(ToolCall {
+                        id,
+                        name: name.to_owned(),
+                        arguments,
+                        progress_token,
+                    })
+                }
+                _ => Incoming::Other,
+            }
+        };
+        Ok(Message { incoming, body })
+    }
+
+    /// JSON text as clients might send it, written by hand so that it can repeat keys: the
+    /// protocol's fields and the tool methods, keys equal ignoring case, escapes, numbers of
+    /// every form, objects nested in every place the reader notes.
+    fn message() -> impl Strategy<Value = String> {
+        let key = prop::sample::select(vec![
+            r#""jsonrpc""#,
+            r#""id""#,
+            r#""method""#,
+            r#""params""#,
+            r#""name""#,
+            r#""arguments""#,
+            r#""_meta""#,
+            r#""progressToken""#,
+            r#""result""#,
+            r#""Method""#,
+            r#""NAME""#,
+            r#""_META""#,
+            r#""progresstoken""#,
+            r#""para\u006ds""#,
+            r#""ſ""#,
+            r#""s""#,
+            r#""S""#,
+            r#""\u212a""#,
+            r#""k""#,
+            r#""x""#,
+        ]);
+        let leaf = prop::sample::select(vec![
+            "null",
+            "true",
+            "false",
+            "0",
+            "-0",
+            "-7",
+            "1.5e3",
+            "18446744073709551616",
+            "100000000000000000000001",
+            "1E-400",
+            r#""tools/call""#,
+            r#""tools/list""#,
+            r#""tools\/call""#,
+            r#""echo""#,
+            r#""\ud83d\ude00 é""#,
+            r#""""#,
+        ])
+        .prop_map(str::to_owned);
+        leaf.prop_recursive(4, 64, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                prop::collection::vec((key.clone(), inner), 0..6).prop_map(|entries| {
+                    let entries: Vec<String> =
+                        entries.iter().map(|(k, v)| format!("{k} : {v}")).collect();
+                    format!("{{ {} }}", entries.join(", "))
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Whatever the message, reading it in one pass gives what parsing it whole gave: the
+        /// same bytes forwarded, the same call, the same refusal (with the same position).
+        #[test]
+        fn reads_every_message_as_parsing_it_whole_did(text in message()) {
+            prop_assert_eq!(read(text.as_bytes()), read_whole(text.as_bytes()), "{}", text);
+        }
+    }
+
+    #[test]
+    fn an_object_with_many_keys_is_checked_through_its_index() {
+        let keys: Vec<String> = (0..40).map(|i| format!(r#""k{i}":{i}"#)).collect();
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","method":"ping","params":{{{}}}}}"#,
+            keys.join(",")
+        );
+        assert_eq!(read(body.as_bytes()).unwrap().body, body.as_bytes());
+        for (late, why) in [
+            (r#""k3":0"#, r#"duplicate key "k3""#),
+            (
+                r#""K39":0"#,
+                r#"duplicate key "K39": equal to "k39" ignoring case"#,
+            ),
+            (
+                r#""\u212a0":0"#,
+                "duplicate key \"\u{212a}0\": equal to \"k0\" ignoring case",
+            ),
+        ] {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","method":"ping","params":{{{},{late}}}}}"#,
+                keys.join(",")
+            );
+            let got = read(body.as_bytes());
+            assert!(
+                matches!(&got, Err(Rejected::Parse(m)) if m.starts_with(why)),
+                "{late}: {got:?}"
+            );
+        }
+    }
+}
