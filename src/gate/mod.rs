@@ -13,6 +13,7 @@ pub mod legacy;
 pub mod metrics;
 pub mod outcome;
 pub mod policy;
+pub mod pool;
 pub mod proxy;
 pub mod redact;
 pub mod routes;

@@ -7,9 +7,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use axum::serve::ListenerExt;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use jiff::SignedDuration;
 
 use super::approval::{ApprovalSettings, Approvals};
@@ -20,13 +18,11 @@ use super::hash::BindingKey;
 use super::legacy::LegacyRoute;
 use super::metrics::Metrics;
 use super::policy::ServerPolicy;
+use super::pool::Connector;
 use super::routes::{McpRoutes, McpRoutesBuilder};
-use super::upstream::{HttpClient, Shared, Upstream};
+use super::upstream::{Shared, Upstream};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::{Error, Result};
-
-/// Idle time after which pooled upstream connections are closed.
-const POOL_IDLE: Duration = Duration::from_secs(90);
 
 /// Time open connections get to finish after SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -46,11 +42,11 @@ fn seconds(field: &str, s: f64) -> Result<Duration> {
     Duration::try_from_secs_f64(s).map_err(|e| invalid(field, format!("{s}: {e}")))
 }
 
-/// The pooled upstream HTTP/1.1 client: one for all servers, `http` and `https` (rustls with
+/// How the gate connects to upstreams, one for all servers: `http` and `https` (rustls with
 /// ring, the platform's verifier and so the system's trust roots, as reqwest had), TCP_NODELAY,
 /// TCP keepalive, no proxies; the TCP settings are reqwest's defaults, which the gate used
 /// before.
-pub fn http_client() -> Result<HttpClient> {
+pub fn connector() -> Result<Connector> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
@@ -59,18 +55,12 @@ pub fn http_client() -> Result<HttpClient> {
     tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
     tcp.set_keepalive_retries(Some(3));
     tcp.set_tcp_user_timeout(Some(Duration::from_secs(30)));
-    let tls = hyper_rustls::HttpsConnectorBuilder::new()
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_platform_verifier(rustls::crypto::ring::default_provider())
         .map_err(|e| invalid("params", format!("cannot set up TLS for upstreams: {e}")))?
         .https_or_http()
         .enable_http1()
-        .wrap_connector(tcp);
-    Ok(Client::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(POOL_IDLE)
-        .pool_max_idle_per_host(256)
-        .build(tls))
+        .wrap_connector(tcp))
 }
 
 /// The gate's MCP routes and its metrics, from its configuration, the Agent's binding key, a
@@ -103,7 +93,7 @@ pub fn build(
             .map(|ttl| SignedDuration::try_from(ttl).unwrap_or(SignedDuration::MAX)),
     };
     let shared = Shared {
-        http: http_client()?,
+        connector: connector()?,
         key,
         approvals: Approvals::new(client, config.agent.clone(), settings, clock),
         metrics: metrics.clone(),

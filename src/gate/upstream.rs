@@ -1,5 +1,5 @@
-//! The upstream side of the gate: one pooled HTTP client for every tool server, the headers
-//! and limits of each server, and how upstream answers are relayed back.
+//! The upstream side of the gate: each tool server's connections, headers and limits, and how
+//! upstream answers are relayed back.
 
 use std::io;
 use std::pin::Pin;
@@ -12,27 +12,22 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::approval::Approvals;
 use super::config::GateServer;
 use super::hash::BindingKey;
 use super::metrics::Metrics;
 use super::policy::ServerPolicy;
-
-/// The pooled upstream HTTP/1.1 client, for `http` and `https` upstreams.
-pub type HttpClient =
-    hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+use super::pool::{Connector, Pool, SendError};
 
 /// An upstream response, its body still to be read.
 pub type UpstreamResponse = Response<Incoming>;
 
-/// What every route shares: the upstream HTTP client (one pool), approvals and metrics.
+/// What every route shares: how to connect to upstreams, approvals and metrics.
 #[derive(Clone)]
 pub struct Shared {
-    /// Pooled upstream client.
-    pub http: HttpClient,
+    /// Makes upstream connections.
+    pub connector: Connector,
     /// Keys the hash that binds an approval to a call's arguments.
     pub key: BindingKey,
     /// ApprovalRequests of the agent.
@@ -53,6 +48,8 @@ pub struct Upstream {
     pub uri: Uri,
     /// Headers from `params.headers`, added to every upstream request.
     pub headers: HeaderMap,
+    /// Open connections to the server.
+    pool: Pool,
     /// `params.timeout`: how long the upstream may take to answer a request (and to send the
     /// next chunk of a JSON body).
     pub timeout: Option<Duration>,
@@ -99,7 +96,7 @@ const MAX_REDIRECTS: usize = 10;
 pub enum UpstreamError {
     /// Connecting, sending or reading the response head failed.
     #[error("unreachable: {}", chain(.0))]
-    Unreachable(hyper_util::client::legacy::Error),
+    Unreachable(SendError),
     /// The upstream redirected more than [`MAX_REDIRECTS`] times, or to another origin.
     #[error("{0}")]
     Redirect(&'static str),
@@ -148,7 +145,7 @@ impl UpstreamError {
     /// the call may have run.
     pub fn may_have_reached(&self) -> bool {
         match self {
-            Self::Unreachable(e) => !e.is_connect(),
+            Self::Unreachable(e) => !matches!(e, SendError::Connect(_)),
             Self::Redirect(_)
             | Self::TimedOut(_)
             | Self::Body(_)
@@ -217,6 +214,7 @@ impl Upstream {
                 "sse_read_timeout",
                 server.params.sse_read_timeout.as_ref(),
             )?,
+            pool: Pool::new(shared.connector.clone(), &uri),
             server,
             policy,
             url,
@@ -340,9 +338,8 @@ impl Upstream {
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamError> {
         let request = self.request(method, uri, client_headers, body);
-        self.shared
-            .http
-            .request(request)
+        self.pool
+            .send(request)
             .await
             .map_err(UpstreamError::Unreachable)
     }

@@ -1,0 +1,354 @@
+//! The gate's connections to one tool server: HTTP/1.1 connections kept open and reused for
+//! its requests. Every request of a server goes to the origin of its `params.url` (redirects
+//! and the legacy transport's endpoint are held to it), so the connections need no key, and a
+//! request finds a free one by a scan of the few the server has, under a lock held for no
+//! await. A connection is handed back as soon as the response head has come; until the
+//! response body has been read it is busy and passed over.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use axum::http::{HeaderValue, Request, Response, Uri, header, uri::PathAndQuery};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+/// Makes the TCP (and, for `https`, TLS) connections to tool servers.
+pub type Connector = HttpsConnector<HttpConnector>;
+
+/// How long a free connection is kept open for the next request.
+pub const IDLE: Duration = Duration::from_secs(90);
+
+/// The most connections kept open to one server; a connection beyond them is closed once its
+/// response has been read.
+pub const MAX_KEPT: usize = 256;
+
+/// Why a request got no response head.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// No connection could be made: the request never left the gate.
+    #[error("cannot connect")]
+    Connect(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The connection failed while the request was sent or answered: the request may have
+    /// reached the server.
+    #[error(transparent)]
+    Exchange(hyper::Error),
+}
+
+/// An open connection and when a request last went out on it.
+struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    used: Instant,
+}
+
+/// What a connection is to the next request.
+#[derive(Debug, PartialEq)]
+enum State {
+    /// Open and not reading a response: the next request may go on it.
+    Free,
+    /// Still reading a response: kept, passed over.
+    Busy,
+    /// Closed, or free for [`IDLE`] since its last request: dropped (which closes it).
+    Done,
+}
+
+impl State {
+    fn of(closed: bool, ready: bool, idle: Duration) -> Self {
+        match (closed, ready) {
+            (true, _) => Self::Done,
+            (false, false) => Self::Busy,
+            (false, true) if idle >= IDLE => Self::Done,
+            (false, true) => Self::Free,
+        }
+    }
+}
+
+impl Connection {
+    fn state(&self, now: Instant) -> State {
+        State::of(
+            self.sender.is_closed(),
+            self.sender.is_ready(),
+            now.duration_since(self.used),
+        )
+    }
+}
+
+/// The connections to one tool server.
+pub struct Pool {
+    connector: Connector,
+    /// The server's origin, which every connection is made to.
+    origin: Uri,
+    connections: Arc<Mutex<Vec<Connection>>>,
+}
+
+impl Pool {
+    /// A pool of connections to the origin of `url` (an absolute `http` or `https` URI).
+    pub fn new(connector: Connector, url: &Uri) -> Self {
+        let mut origin = axum::http::uri::Parts::default();
+        origin.scheme = url.scheme().cloned();
+        origin.authority = url.authority().cloned();
+        origin.path_and_query = Some(PathAndQuery::from_static("/"));
+        Self {
+            connector,
+            origin: Uri::from_parts(origin).unwrap_or_else(|_| url.clone()),
+            connections: Arc::default(),
+        }
+    }
+
+    /// Sends `request`, whose URI is an absolute one on the server's origin, on a free
+    /// connection or a new one. A request that a reused connection closed before sending
+    /// (the server ended it while it was idle) is sent again on another; one that may have
+    /// been sent never is.
+    pub async fn send(
+        &self,
+        mut request: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, SendError> {
+        to_origin_form(&mut request);
+        loop {
+            let (mut connection, reused) = match self.free() {
+                Some(connection) => (connection, true),
+                None => (self.connect().await?, false),
+            };
+            connection.used = Instant::now();
+            match connection.sender.try_send_request(request).await {
+                Ok(response) => {
+                    self.keep(connection);
+                    return Ok(response);
+                }
+                Err(mut failed) => match failed.take_message() {
+                    Some(unsent) if reused => request = unsent,
+                    _ => return Err(SendError::Exchange(failed.into_error())),
+                },
+            }
+        }
+    }
+
+    /// Takes a free connection, dropping those closed or idle too long on the way.
+    fn free(&self) -> Option<Connection> {
+        let now = Instant::now();
+        let mut connections = self.connections.lock().expect("pool lock");
+        connections.retain(|c| c.state(now) != State::Done);
+        let at = connections
+            .iter()
+            .position(|c| c.state(now) == State::Free)?;
+        Some(connections.swap_remove(at))
+    }
+
+    /// Keeps `connection` for later requests, unless [`MAX_KEPT`] are kept already.
+    fn keep(&self, connection: Connection) {
+        let mut connections = self.connections.lock().expect("pool lock");
+        if connections.len() < MAX_KEPT {
+            connections.push(connection);
+        }
+    }
+
+    /// A new connection, its I/O driven by a task of its own; the first also starts the task
+    /// that closes connections left idle past [`IDLE`].
+    async fn connect(&self) -> Result<Connection, SendError> {
+        let io = self
+            .connector
+            .clone()
+            .oneshot(self.origin.clone())
+            .await
+            .map_err(SendError::Connect)?;
+        let (sender, connection) = http1::handshake(io)
+            .await
+            .map_err(|e| SendError::Connect(e.into()))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+        });
+        if Arc::weak_count(&self.connections) == 0 {
+            tokio::spawn(close_idle(Arc::downgrade(&self.connections)));
+        }
+        Ok(Connection {
+            sender,
+            used: Instant::now(),
+        })
+    }
+}
+
+/// Every [`IDLE`], drops the connections that are closed or were free that long, until the
+/// pool is gone.
+async fn close_idle(connections: Weak<Mutex<Vec<Connection>>>) {
+    let mut every = tokio::time::interval(IDLE);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let Some(connections) = connections.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        connections
+            .lock()
+            .expect("pool lock")
+            .retain(|c| c.state(now) != State::Done);
+    }
+}
+
+/// Makes the request's URI the path and query alone, as HTTP/1.1 sends it to a server, and
+/// sets `Host` from it unless the request has one.
+fn to_origin_form(request: &mut Request<Full<Bytes>>) {
+    let uri = request.uri();
+    let host = if request.headers().contains_key(header::HOST) {
+        None
+    } else {
+        host(uri)
+    };
+    let path = match uri.path_and_query() {
+        Some(path) if path.as_str() != "/" => Uri::from(path.clone()),
+        _ => Uri::from_static("/"),
+    };
+    if let Some(host) = host {
+        request.headers_mut().insert(header::HOST, host);
+    }
+    *request.uri_mut() = path;
+}
+
+/// The `Host` of `uri`: its host, and its port unless the scheme's default.
+fn host(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    match (uri.port_u16(), uri.scheme_str()) {
+        (None, _) | (Some(80), Some("http")) | (Some(443), Some("https")) => {
+            HeaderValue::from_str(host).ok()
+        }
+        (Some(port), _) => HeaderValue::try_from(format!("{host}:{port}")).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http_body_util::BodyExt;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    use super::*;
+
+    /// A server on loopback, on threads of its own, answering every request with `okok`, the
+    /// second half 50 ms after the first (until then the answer is being read and its
+    /// connection busy); with `close`, it closes each connection 20 ms after its first
+    /// answer. Counts the connections it accepted.
+    fn server(close: bool) -> (Uri, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url: Uri = format!("http://{}/mcp", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let mut stream = stream.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut request = Vec::new();
+                    let mut buf = [0; 1024];
+                    loop {
+                        let n = stream.read(&mut buf).unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&buf[..n]);
+                        if request.windows(4).any(|w| w == b"\r\n\r\n") {
+                            request.clear();
+                            let head = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok";
+                            stream.write_all(head).unwrap();
+                            std::thread::sleep(Duration::from_millis(50));
+                            stream.write_all(b"ok").unwrap();
+                            if close {
+                                std::thread::sleep(Duration::from_millis(20));
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    fn pool(url: &Uri) -> Pool {
+        Pool::new(crate::gate::server::connector().unwrap(), url)
+    }
+
+    fn get(url: &Uri) -> Request<Full<Bytes>> {
+        Request::get(url.clone()).body(Full::default()).unwrap()
+    }
+
+    async fn text(response: Response<Incoming>) -> Bytes {
+        response.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_reused_once_its_answer_has_been_read() {
+        let (url, accepted) = server(false);
+        let pool = pool(&url);
+        for _ in 0..3 {
+            assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        // Two answers not yet read: the second request needs a second connection; then
+        // either serves the next.
+        let first = pool.send(get(&url)).await.unwrap();
+        let second = pool.send(get(&url)).await.unwrap();
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(text(first).await, "okok");
+        assert_eq!(text(second).await, "okok");
+        assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(pool.connections.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_is_not_used_again() {
+        let (url, accepted) = server(true);
+        let pool = pool(&url);
+        for n in 1..=3 {
+            assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
+            // The server closes the connection while it is free.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(accepted.load(Ordering::SeqCst), n);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_request_goes_to_the_path_with_the_host_of_the_url() {
+        let mut request = get(&"http://example.test:8080/a/b?c=d".parse().unwrap());
+        to_origin_form(&mut request);
+        assert_eq!(request.uri(), "/a/b?c=d");
+        assert_eq!(request.headers()[header::HOST], "example.test:8080");
+        for (url, host) in [
+            ("http://example.test:80", "example.test"),
+            ("https://example.test:443/", "example.test"),
+            ("https://[::1]:8443/", "[::1]:8443"),
+        ] {
+            let mut request = get(&url.parse().unwrap());
+            to_origin_form(&mut request);
+            assert_eq!(request.uri(), "/");
+            assert_eq!(request.headers()[header::HOST], host);
+        }
+        let mut request = get(&"http://example.test/".parse().unwrap());
+        request
+            .headers_mut()
+            .insert(header::HOST, HeaderValue::from_static("configured"));
+        to_origin_form(&mut request);
+        assert_eq!(request.headers()[header::HOST], "configured");
+    }
+
+    #[test]
+    fn a_connection_free_for_the_idle_time_is_closed() {
+        let second = Duration::from_secs(1);
+        assert_eq!(State::of(false, true, IDLE - second), State::Free);
+        assert_eq!(State::of(false, true, IDLE), State::Done);
+        assert_eq!(State::of(false, false, IDLE * 10), State::Busy);
+        assert_eq!(State::of(true, true, Duration::ZERO), State::Done);
+        assert_eq!(State::of(true, false, Duration::ZERO), State::Done);
+    }
+}
