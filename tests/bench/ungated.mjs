@@ -1,13 +1,13 @@
 // Ungated tools/call latency and throughput, straight to an MCP server and through the
 // approval gate, with the official TypeScript SDK client. Driven by tests/bench/ungated.sh.
 //
-// usage: node ungated.mjs DIRECT_URL GATE_URL GATE_PID CALLS ROUNDS CLIENT_LEVELS [REF_URL REF_PID]
+// usage: node ungated.mjs DIRECT_URL GATE_URL GATE_PID CALLS ROUNDS CLIENT_LEVELS [NAME URL PID]...
 //   CLIENT_LEVELS: comma-separated numbers of concurrent clients, e.g. 1,8
-//   REF_URL, REF_PID: a reference proxy (nginx as a plain reverse proxy) in front of the same
-//   server: what any HTTP relay costs on this machine, measured in the same rounds.
+//   NAME URL PID: a reference relay in front of the same server (nginx as a plain reverse proxy,
+//   nginx as a TCP relay): what a relay costs on this machine, measured in the same rounds.
 //
 // Before measuring it checks that the gate works (the tool list is filtered, an ungated call
-// answers as the server does, a gated call is not executed) and that the reference relays, and
+// answers as the server does, a gated call is not executed) and that each reference relays, and
 // exits non-zero if not. Each round runs the paths back to back, rotating which goes first, so
 // all see the same machine load; figures are never asserted on.
 
@@ -23,13 +23,26 @@ const { StreamableHTTPClientTransport } = await import(
   require.resolve("@modelcontextprotocol/sdk/client/streamableHttp.js")
 );
 
-const [directUrl, gateUrl, gatePid, callsArg, roundsArg, levelsArg, refUrl, refPid] =
+const [directUrl, gateUrl, gatePid, callsArg, roundsArg, levelsArg, ...referenceArgs] =
   process.argv.slice(2);
+const references = [];
+for (let i = 0; i + 2 < referenceArgs.length; i += 3) {
+  const [name, url, pid] = referenceArgs.slice(i, i + 3);
+  references.push({ name, url, pid });
+}
 const calls = Number(callsArg);
 const rounds = Number(roundsArg);
 const levels = (levelsArg ?? "").split(",").map(Number);
-if (!gatePid || !(calls > 0) || !(rounds > 0) || levels.some((n) => !(n > 0))) {
-  console.error("usage: node ungated.mjs DIRECT_URL GATE_URL GATE_PID CALLS ROUNDS CLIENT_LEVELS");
+if (
+  !gatePid ||
+  !(calls > 0) ||
+  !(rounds > 0) ||
+  levels.some((n) => !(n > 0)) ||
+  referenceArgs.length % 3 !== 0
+) {
+  console.error(
+    "usage: node ungated.mjs DIRECT_URL GATE_URL GATE_PID CALLS ROUNDS CLIENT_LEVELS [NAME URL PID]...",
+  );
   process.exit(2);
 }
 
@@ -79,11 +92,11 @@ async function checkGate() {
   if (!gated.isError || !gated.content?.[0]?.text?.startsWith("NOT executed")) {
     fail(`a gated call was not refused: ${JSON.stringify(gated)}`);
   }
-  if (refUrl) {
-    const reference = await connectWithRetry(refUrl);
+  for (const { name, url } of references) {
+    const reference = await connectWithRetry(url);
     const viaReference = JSON.stringify(await reference.callTool(args));
     if (viaReference !== straight) {
-      fail(`echo through the reference proxy answered ${viaReference}, directly ${straight}`);
+      fail(`echo through ${name} answered ${viaReference}, directly ${straight}`);
     }
     await reference.close();
   }
@@ -126,8 +139,8 @@ const paths = [
   { name: "direct", measure: (clients, total) => run(directUrl, clients, total) },
   { name: "gate", measure: (clients, total) => runProxy(gateUrl, gatePid, clients, total) },
 ];
-if (refUrl) {
-  paths.push({ name: "nginx", measure: (clients, total) => runProxy(refUrl, refPid, clients, total) });
+for (const { name, url, pid } of references) {
+  paths.push({ name, measure: (clients, total) => runProxy(url, pid, clients, total) });
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -148,8 +161,8 @@ await checkGate();
 for (const path of paths) await path.measure(1, Math.min(calls, 300));
 
 for (const clients of levels) {
-  const figures = { gate: [], nginx: [] };
-  const cpuVsReference = [];
+  const figures = Object.fromEntries(paths.slice(1).map(({ name }) => [name, []]));
+  const cpuVsReference = Object.fromEntries(references.map(({ name }) => [name, []]));
   for (let r = 1; r <= rounds; r++) {
     // Rotate which path goes first, so none always runs on a machine the others warmed.
     const results = {};
@@ -157,7 +170,7 @@ for (const clients of levels) {
       const path = paths[(i + r - 1) % paths.length];
       results[path.name] = await path.measure(clients, calls);
     }
-    const { direct, gate, nginx } = results;
+    const { direct, gate } = results;
     const gated = against(direct, gate);
     figures.gate.push(gated);
     let line =
@@ -166,19 +179,20 @@ for (const clients of levels) {
       `gate ${gate.perSecond.toFixed(0)}/s, ratio ${gated.throughput.toFixed(3)}; ` +
       `gate CPU ${gate.cpuPerCall.toFixed(3)} ms/call (user ${gate.userPerCall.toFixed(3)}, ` +
       `system ${gate.systemPerCall.toFixed(3)})`;
-    if (nginx) {
-      const relayed = against(direct, nginx);
-      figures.nginx.push(relayed);
-      cpuVsReference.push(gate.cpuPerCall / nginx.cpuPerCall);
+    for (const { name } of references) {
+      const reference = results[name];
+      const relayed = against(direct, reference);
+      figures[name].push(relayed);
+      cpuVsReference[name].push(gate.cpuPerCall / reference.cpuPerCall);
       line +=
-        `; nginx p50 ${nginx.p50.toFixed(3)} ms, ratio ${relayed.p50.toFixed(3)}, ` +
+        `; ${name} p50 ${reference.p50.toFixed(3)} ms, ratio ${relayed.p50.toFixed(3)}, ` +
         `throughput ratio ${relayed.throughput.toFixed(3)}, ` +
-        `CPU ${nginx.cpuPerCall.toFixed(3)} ms/call (user ${nginx.userPerCall.toFixed(3)}, ` +
-        `system ${nginx.systemPerCall.toFixed(3)})`;
+        `CPU ${reference.cpuPerCall.toFixed(3)} ms/call (user ${reference.userPerCall.toFixed(3)}, ` +
+        `system ${reference.systemPerCall.toFixed(3)})`;
     }
     console.log(line);
   }
-  for (const name of Object.keys(figures).filter((name) => figures[name].length > 0)) {
+  for (const name of Object.keys(figures)) {
     const rows = figures[name];
     console.log(
       `summary clients ${clients} ${name} (${rounds} rounds of ${calls} calls, median and range): ` +
@@ -187,7 +201,7 @@ for (const clients of levels) {
         `${name} CPU ${summary(rows.map((f) => f.cpu))} ms/call`,
     );
   }
-  if (cpuVsReference.length > 0) {
-    console.log(`summary clients ${clients}: gate CPU per call / nginx's ${summary(cpuVsReference)}`);
+  for (const [name, ratios] of Object.entries(cpuVsReference)) {
+    console.log(`summary clients ${clients}: gate CPU per call / ${name}'s ${summary(ratios)}`);
   }
 }

@@ -4,8 +4,9 @@
 # loopback ports, then runs tests/bench/ungated.mjs (the official TypeScript SDK client), which
 # compares direct and gated echo calls in interleaved rounds at 1 and 8 clients. If nginx is
 # installed it also runs as a plain reverse proxy in front of the same server, a reference for
-# what any HTTP relay costs on this machine, measured in the same rounds (REFERENCE=none skips
-# it; Debian: apt-get install nginx-light).
+# what any HTTP relay costs on this machine, measured in the same rounds; and, if its stream
+# module is there too, as a TCP relay that parses nothing, the floor for any relay on this
+# machine (REFERENCE=none skips both; Debian: apt-get install nginx-light libnginx-mod-stream).
 #
 # Builds nothing: HITL_BENCH_BIN is the gate binary (default target/release/hitl-operator).
 # CALLS (default 2000) calls per run, ROUNDS (default 3) rounds per client level, CLIENTS
@@ -82,7 +83,7 @@ KUBECONFIG=$work/kubeconfig "$bin" gate --config "$work/gate.json" --binding-key
 gate_pid=$!
 pids+=("$gate_pid")
 
-reference=()
+references=()
 if [[ -n $nginx ]]; then
     # One process (no master, one worker), so its CPU time is the whole proxy's; responses are
     # relayed as they arrive (an MCP event stream must not be buffered), upstream connections
@@ -118,8 +119,34 @@ http {
 EOF
     "$nginx" -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx.log" >>"$work/nginx.log" 2>&1 &
     pids+=($!)
-    reference=("http://127.0.0.1:$nginx_port/servers/default/everything/mcp" "$!")
+    references+=(nginx "http://127.0.0.1:$nginx_port/servers/default/everything/mcp" "$!")
     echo "reference: $nginx as a plain reverse proxy"
+
+    # The same nginx as a TCP relay: one upstream connection per client connection, bytes copied
+    # both ways, nothing parsed. What is left is the extra hop itself (two more sockets, two
+    # more wake-ups per call), which no relay can avoid. Its own process, for its own CPU time.
+    stream_module=$("$nginx" -V 2>&1 | sed -n 's/.*--modules-path=\([^ ]*\).*/\1/p')/ngx_stream_module.so
+    if [[ -f $stream_module ]]; then
+        tcp_port=$(free_port)
+        mkdir "$work/nginx-tcp"
+        cat >"$work/nginx-tcp/nginx.conf" <<EOF
+load_module $stream_module;
+daemon off;
+master_process off;
+worker_processes 1;
+pid $work/nginx-tcp/nginx.pid;
+error_log $work/nginx-tcp.log warn;
+events { worker_connections 1024; }
+stream { server { listen 127.0.0.1:$tcp_port; proxy_pass 127.0.0.1:$server_port; } }
+EOF
+        "$nginx" -p "$work/nginx-tcp" -c "$work/nginx-tcp/nginx.conf" -e "$work/nginx-tcp.log" \
+            >>"$work/nginx-tcp.log" 2>&1 &
+        pids+=($!)
+        references+=(nginx-tcp "http://127.0.0.1:$tcp_port/mcp" "$!")
+        echo "reference: $nginx as a TCP relay (nginx-tcp)"
+    else
+        echo "reference: no TCP relay (nginx's stream module not installed)"
+    fi
 else
     echo "reference: none (nginx not installed, or REFERENCE=none)"
 fi
@@ -128,14 +155,14 @@ echo "gate $bin, $calls calls per run, $rounds rounds, clients $clients"
 if ! node --no-warnings "$root/tests/bench/ungated.mjs" \
     "http://127.0.0.1:$server_port/mcp" \
     "http://127.0.0.1:$gate_port/servers/default/everything/mcp" \
-    "$gate_pid" "$calls" "$rounds" "$clients" "${reference[@]}"; then
+    "$gate_pid" "$calls" "$rounds" "$clients" "${references[@]}"; then
     echo "--- server-everything log" >&2
     tail -n 20 "$work/everything.log" >&2
     echo "--- gate log" >&2
     tail -n 20 "$work/gate.log" >&2
-    if [[ -n $nginx ]]; then
-        echo "--- nginx log" >&2
-        tail -n 20 "$work/nginx.log" >&2
-    fi
+    for log in "$work"/nginx*.log; do
+        echo "--- ${log##*/}" >&2
+        tail -n 20 "$log" >&2
+    done
     exit 1
 fi
