@@ -4,11 +4,18 @@
 //! request finds a free one by a scan of the few the server has, under a lock held for no
 //! await. A connection is handed back as soon as the response head has come; until the
 //! response body has been read it is busy and passed over.
+//!
+//! A connection is reused only while the server surely still keeps it: a request written as the
+//! server closes the connection would fail as "may have run", and could not be sent again. A
+//! server that says how long it keeps an idle connection (`Keep-Alive: timeout=N`) gets no
+//! request on one N − 1 s after the last; one that does not say, 4 s after the last: Node's and
+//! uvicorn's servers, behind most MCP servers, close idle connections after 5 s, mostly without
+//! saying so.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use axum::http::{HeaderValue, Request, Response, Uri, header, uri::PathAndQuery};
+use axum::http::{HeaderMap, HeaderValue, Request, Response, Uri, header, uri::PathAndQuery};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -21,8 +28,15 @@ use tower::ServiceExt;
 /// Makes the TCP (and, for `https`, TLS) connections to tool servers.
 pub type Connector = HttpsConnector<HttpConnector>;
 
-/// How long a free connection is kept open for the next request.
-pub const IDLE: Duration = Duration::from_secs(90);
+/// The longest a free connection is kept open for the next request, whatever the server says.
+pub const MAX_IDLE: Duration = Duration::from_secs(90);
+
+/// How long a free connection is kept open for the next request when the server does not say
+/// how long it keeps it: a second less than Node's and uvicorn's 5 s.
+pub const UNANNOUNCED_IDLE: Duration = Duration::from_secs(4);
+
+/// How long before the end of a server's `Keep-Alive: timeout` a connection is no longer used.
+const CLOSING_MARGIN: Duration = Duration::from_secs(1);
 
 /// The most connections kept open to one server; a connection beyond them is closed once its
 /// response has been read.
@@ -40,10 +54,12 @@ pub enum SendError {
     Exchange(hyper::Error),
 }
 
-/// An open connection and when a request last went out on it.
+/// An open connection, when a request last went out on it, and for how long after that it may
+/// take the next.
 struct Connection {
     sender: SendRequest<Full<Bytes>>,
     used: Instant,
+    kept_for: Duration,
 }
 
 /// What a connection is to the next request.
@@ -53,18 +69,39 @@ enum State {
     Free,
     /// Still reading a response: kept, passed over.
     Busy,
-    /// Closed, or free for [`IDLE`] since its last request: dropped (which closes it).
+    /// Closed, or free for as long as it is kept since its last request: dropped (which
+    /// closes it).
     Done,
 }
 
 impl State {
-    fn of(closed: bool, ready: bool, idle: Duration) -> Self {
+    fn of(closed: bool, ready: bool, idle: Duration, kept_for: Duration) -> Self {
         match (closed, ready) {
             (true, _) => Self::Done,
             (false, false) => Self::Busy,
-            (false, true) if idle >= IDLE => Self::Done,
+            (false, true) if idle >= kept_for => Self::Done,
             (false, true) => Self::Free,
         }
+    }
+}
+
+/// How long after a request a connection may take the next, from the server's answer: its
+/// `Keep-Alive: timeout` less [`CLOSING_MARGIN`] and at most [`MAX_IDLE`], or
+/// [`UNANNOUNCED_IDLE`] if it gives none.
+fn kept_for(answer: &HeaderMap) -> Duration {
+    let timeout = answer
+        .get("keep-alive")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            value.split(',').find_map(|parameter| {
+                let (name, seconds) = parameter.split_once('=')?;
+                name.trim().eq_ignore_ascii_case("timeout").then_some(())?;
+                seconds.trim().parse().ok().map(Duration::from_secs)
+            })
+        });
+    match timeout {
+        Some(timeout) => timeout.saturating_sub(CLOSING_MARGIN).min(MAX_IDLE),
+        None => UNANNOUNCED_IDLE,
     }
 }
 
@@ -74,6 +111,7 @@ impl Connection {
             self.sender.is_closed(),
             self.sender.is_ready(),
             now.duration_since(self.used),
+            self.kept_for,
         )
     }
 }
@@ -117,6 +155,7 @@ impl Pool {
             connection.used = Instant::now();
             match connection.sender.try_send_request(request).await {
                 Ok(response) => {
+                    connection.kept_for = kept_for(response.headers());
                     self.keep(connection);
                     return Ok(response);
                 }
@@ -148,7 +187,7 @@ impl Pool {
     }
 
     /// A new connection, its I/O driven by a task of its own; the first also starts the task
-    /// that closes connections left idle past [`IDLE`].
+    /// that drops the connections no longer kept.
     async fn connect(&self) -> Result<Connection, SendError> {
         let io = self
             .connector
@@ -170,14 +209,15 @@ impl Pool {
         Ok(Connection {
             sender,
             used: Instant::now(),
+            kept_for: UNANNOUNCED_IDLE,
         })
     }
 }
 
-/// Every [`IDLE`], drops the connections that are closed or were free that long, until the
-/// pool is gone.
+/// Every [`UNANNOUNCED_IDLE`], drops the connections that are closed or were free for as long as
+/// they are kept, until the pool is gone.
 async fn close_idle(connections: Weak<Mutex<Vec<Connection>>>) {
-    let mut every = tokio::time::interval(IDLE);
+    let mut every = tokio::time::interval(UNANNOUNCED_IDLE);
     every.tick().await;
     loop {
         every.tick().await;
@@ -234,9 +274,9 @@ mod tests {
 
     /// A server on loopback, on threads of its own, answering every request with `okok`, the
     /// second half 50 ms after the first (until then the answer is being read and its
-    /// connection busy); with `close`, it closes each connection 20 ms after its first
-    /// answer. Counts the connections it accepted.
-    fn server(close: bool) -> (Uri, Arc<AtomicUsize>) {
+    /// connection busy), and with the header lines `extra_head`; with `close`, it closes each
+    /// connection 20 ms after its first answer. Counts the connections it accepted.
+    fn server(close: bool, extra_head: &'static str) -> (Uri, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url: Uri = format!("http://{}/mcp", listener.local_addr().unwrap())
             .parse()
@@ -258,8 +298,10 @@ mod tests {
                         request.extend_from_slice(&buf[..n]);
                         if request.windows(4).any(|w| w == b"\r\n\r\n") {
                             request.clear();
-                            let head = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok";
-                            stream.write_all(head).unwrap();
+                            let head = format!(
+                                "HTTP/1.1 200 OK\r\ncontent-length: 4\r\n{extra_head}\r\nok"
+                            );
+                            stream.write_all(head.as_bytes()).unwrap();
                             std::thread::sleep(Duration::from_millis(50));
                             stream.write_all(b"ok").unwrap();
                             if close {
@@ -288,7 +330,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_is_reused_once_its_answer_has_been_read() {
-        let (url, accepted) = server(false);
+        let (url, accepted) = server(false, "keep-alive: timeout=5\r\n");
         let pool = pool(&url);
         for _ in 0..3 {
             assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
@@ -308,7 +350,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_the_server_closed_is_not_used_again() {
-        let (url, accepted) = server(true);
+        let (url, accepted) = server(true, "");
         let pool = pool(&url);
         for n in 1..=3 {
             assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
@@ -316,6 +358,35 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
             assert_eq!(accepted.load(Ordering::SeqCst), n);
         }
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_not_reused_when_the_server_is_about_to_close_it() {
+        // The server keeps idle connections for a second: the next request takes a new one.
+        let (url, accepted) = server(false, "Keep-Alive: timeout=1\r\n");
+        let pool = pool(&url);
+        for n in 1..=2 {
+            assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
+            assert_eq!(accepted.load(Ordering::SeqCst), n);
+        }
+    }
+
+    #[test]
+    fn a_connection_is_kept_for_less_than_the_servers_keep_alive_timeout() {
+        let kept = |value: &'static str| {
+            let mut answer = HeaderMap::new();
+            answer.insert("keep-alive", HeaderValue::from_static(value));
+            kept_for(&answer)
+        };
+        let seconds = Duration::from_secs;
+        assert_eq!(kept("timeout=5"), seconds(4));
+        assert_eq!(kept("max=100, Timeout = 10"), seconds(9));
+        assert_eq!(kept("timeout=1"), Duration::ZERO);
+        assert_eq!(kept("timeout=0"), Duration::ZERO);
+        assert_eq!(kept("timeout=600"), MAX_IDLE);
+        assert_eq!(kept("timeout=soon"), UNANNOUNCED_IDLE);
+        assert_eq!(kept("max=5"), UNANNOUNCED_IDLE);
+        assert_eq!(kept_for(&HeaderMap::new()), UNANNOUNCED_IDLE);
     }
 
     #[tokio::test]
@@ -343,12 +414,17 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_free_for_the_idle_time_is_closed() {
+    fn a_connection_free_for_as_long_as_it_is_kept_is_closed() {
         let second = Duration::from_secs(1);
-        assert_eq!(State::of(false, true, IDLE - second), State::Free);
-        assert_eq!(State::of(false, true, IDLE), State::Done);
-        assert_eq!(State::of(false, false, IDLE * 10), State::Busy);
-        assert_eq!(State::of(true, true, Duration::ZERO), State::Done);
-        assert_eq!(State::of(true, false, Duration::ZERO), State::Done);
+        let kept = second * 4;
+        assert_eq!(State::of(false, true, kept - second, kept), State::Free);
+        assert_eq!(State::of(false, true, kept, kept), State::Done);
+        assert_eq!(
+            State::of(false, true, Duration::ZERO, Duration::ZERO),
+            State::Done
+        );
+        assert_eq!(State::of(false, false, kept * 10, kept), State::Busy);
+        assert_eq!(State::of(true, true, Duration::ZERO, kept), State::Done);
+        assert_eq!(State::of(true, false, Duration::ZERO, kept), State::Done);
     }
 }
