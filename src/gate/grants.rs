@@ -21,6 +21,7 @@ use super::condition::{Activation, Condition};
 use super::decision::CallKey;
 use super::metrics::Metrics;
 use crate::api::approval_grant::ApprovalGrant;
+use crate::kube::paging::list_keeping;
 
 /// Prefix of the usernames of ServiceAccounts, which never grant.
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
@@ -150,24 +151,25 @@ impl Grants {
     /// The grants that cover `call` at `now`, in the order to try them; none when they cannot
     /// be read (the call then goes to a person).
     pub async fn covering(&self, call: &GrantedCall<'_>, now: Timestamp) -> Vec<ApprovalGrant> {
-        let listed = match self.api.list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list ApprovalGrants; the call goes to a person");
-                return Vec::new();
+        let covers = |g: &ApprovalGrant| {
+            if g.spec.agent_ref.name != call.key.agent {
+                return false;
             }
-        };
-        let mut covering: Vec<ApprovalGrant> = listed
-            .into_iter()
-            .filter(|g| g.spec.agent_ref.name == call.key.agent)
-            .filter(|g| match why_not_covered(g, call, now, self.max_ttl) {
+            match why_not_covered(g, call, now, self.max_ttl) {
                 None => true,
                 Some(why) => {
                     tracing::debug!(grant = %g.metadata.name.as_deref().unwrap_or_default(), %why, "grant does not cover the call");
                     false
                 }
-            })
-            .collect();
+            }
+        };
+        let mut covering = match list_keeping(&self.api, &ListParams::default(), covers).await {
+            Ok(covering) => covering,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list ApprovalGrants; the call goes to a person");
+                return Vec::new();
+            }
+        };
         covering.sort_by_key(preference);
         covering
     }

@@ -25,11 +25,24 @@ pub async fn list_all<K>(api: &Api<K>, params: &ListParams) -> kube::Result<Vec<
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
+    list_keeping(api, params, |_| true).await
+}
+
+/// The objects `params` selects that `keep` accepts, read as [`list_all`] reads them; the
+/// others are dropped page by page, so no more than a page of them is ever held.
+pub async fn list_keeping<K>(
+    api: &Api<K>,
+    params: &ListParams,
+    mut keep: impl FnMut(&K) -> bool,
+) -> kube::Result<Vec<K>>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
     let mut params = params.clone().limit(LIST_PAGE_SIZE);
     let mut items = Vec::new();
     loop {
         let page = api.list(&params).await?;
-        items.extend(page.items);
+        items.extend(page.items.into_iter().filter(&mut keep));
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
             _ => return Ok(items),

@@ -999,7 +999,7 @@ async fn expect_grant_list(handle: &mut Handle, items: Vec<Value>) {
     let (m, uri, _, send) = next(handle).await;
     assert_eq!(
         (m.as_str(), uri.as_str()),
-        ("GET", &format!("{GRANTS_PATH}?")[..])
+        ("GET", &format!("{GRANTS_PATH}?&limit=100")[..])
     );
     respond(send, 200, &grant_list(items));
 }
@@ -1024,6 +1024,33 @@ async fn expect_use(
     assert_eq!(body["status"]["lastUsedAt"], json!(now()));
     let request = body["status"]["lastUsedBy"].as_str().unwrap().to_owned();
     (request, send)
+}
+
+#[tokio::test]
+async fn grants_are_listed_a_page_at_a_time_keeping_those_that_cover_the_call() {
+    let (_task, mut handle) = spawn_by_grant();
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        ("GET", &format!("{GRANTS_PATH}?&limit=100")[..])
+    );
+    // Named to be tried first if it were a candidate.
+    let mut another_agents = grant_object("a", "4");
+    another_agents["spec"]["agentRef"]["name"] = json!("agent-b");
+    let mut first = grant_list(vec![another_agents]);
+    first["metadata"]["continue"] = json!("page-2");
+    respond(send, 200, &first);
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!(
+        (m.as_str(), uri.as_str()),
+        (
+            "GET",
+            &format!("{GRANTS_PATH}?&limit=100&continue=page-2")[..]
+        )
+    );
+    respond(send, 200, &grant_list(vec![grant_object("g", "5")]));
+    // The grant of the second page is used; the other agent's was never a candidate.
+    expect_use(&mut handle, "5", 1).await;
 }
 
 #[tokio::test]
@@ -1190,7 +1217,7 @@ async fn a_hung_apiserver_while_looking_for_grants_refuses_the_call_within_the_s
     let (m, uri, _, _send) = next(&mut handle).await;
     assert_eq!(
         (m.as_str(), uri.as_str()),
-        ("GET", &format!("{GRANTS_PATH}?")[..])
+        ("GET", &format!("{GRANTS_PATH}?&limit=100")[..])
     );
     let err = task.await.unwrap().unwrap_err();
     assert_eq!(
