@@ -445,6 +445,30 @@ pub struct NotificationRecord {
     pub last_error: Option<String>,
 }
 
+/// A request for unit tests to start from.
+#[cfg(test)]
+pub mod fixture {
+    use serde_json::{Value, json};
+
+    /// The JSON of a pending request of agent `helper` in `team-a` to run `delete_file` on
+    /// RemoteMCPServer `team-a/fs`, created at 2026-11-22T00:00:00Z for an hour; tests change
+    /// what they look at.
+    pub fn request_json() -> Value {
+        json!({
+            "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequest",
+            "metadata": {"name": "helper-delete-file-1", "namespace": "team-a",
+                         "creationTimestamp": "2026-11-22T00:00:00Z"},
+            "spec": {
+                "agentRef": {"name": "helper"},
+                "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "team-a"},
+                "toolName": "delete_file", "argumentsSha256": "a".repeat(64), "argumentsBytes": 2,
+                "requestedBy": "system:serviceaccount:team-a:helper",
+                "expiresAt": "2026-11-22T01:00:00Z"
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -185,30 +185,17 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::approval_request::fixture::request_json;
     use crate::controller::compact::CachedRequest;
     use kube::runtime::watcher;
     use serde_json::json;
 
     /// A request named `name` with status phase `phase`, if any.
     fn request(name: &str, phase: Option<&str>) -> CachedRequest {
-        CachedRequest::new(
-            serde_json::from_value(json!({
-                "apiVersion": "kagent.dev/v1alpha2",
-                "kind": "ApprovalRequest",
-                "metadata": {"name": name, "namespace": "ns"},
-                "spec": {
-                    "agentRef": {"name": "a"},
-                    "toolServer": {"kind": "RemoteMCPServer", "name": "s", "namespace": "ns"},
-                    "toolName": "delete_file",
-                    "argumentsSha256": "0".repeat(64),
-                    "argumentsBytes": 2,
-                    "requestedBy": "system:serviceaccount:ns:a",
-                    "expiresAt": "2099-01-01T00:00:00Z",
-                },
-                "status": phase.map(|phase| json!({"phase": phase})),
-            }))
-            .unwrap(),
-        )
+        let mut request = request_json();
+        request["metadata"]["name"] = json!(name);
+        request["status"] = json!(phase.map(|phase| json!({"phase": phase})));
+        CachedRequest::new(serde_json::from_value(request).unwrap())
     }
 
     /// An index of one request per entry of `phases`, each with that status phase, if any.

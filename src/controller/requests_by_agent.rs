@@ -164,21 +164,15 @@ impl RequestsByAgent {
 mod tests {
     use super::*;
     use crate::api::ApprovalRequest;
+    use crate::api::approval_request::fixture::request_json;
     use crate::api::approval_request::{ApprovalRequestStatus, Phase};
 
     fn request(namespace: &str, name: &str, agent: &str, phase: Option<Phase>) -> CachedRequest {
-        let mut request: ApprovalRequest = serde_json::from_value(serde_json::json!({
-            "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequest",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "agentRef": {"name": agent},
-                "toolServer": {"kind": "RemoteMCPServer", "name": "tools", "namespace": namespace},
-                "toolName": "delete_file", "argumentsSha256": "0".repeat(64),
-                "argumentsBytes": 2, "requestedBy": "system:serviceaccount:ns:a",
-                "expiresAt": "2099-01-01T00:00:00Z",
-            },
-        }))
-        .unwrap();
+        let mut json = request_json();
+        json["metadata"]["name"] = name.into();
+        json["metadata"]["namespace"] = namespace.into();
+        json["spec"]["agentRef"]["name"] = agent.into();
+        let mut request: ApprovalRequest = serde_json::from_value(json).unwrap();
         request.status = phase.map(|phase| ApprovalRequestStatus {
             phase: Some(phase),
             ..ApprovalRequestStatus::default()

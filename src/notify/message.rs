@@ -196,23 +196,17 @@ pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase, buttons: boo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::approval_request::fixture::request_json;
 
     fn request(decision: Option<Value>) -> ApprovalRequest {
-        let mut r = json!({
-            "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequest",
-            "metadata": {"name": "helper-delete-file-1", "namespace": "team-a", "uid": "u-1",
-                         "creationTimestamp": "2026-11-22T00:00:00Z"},
-            "spec": {
-                "agentRef": {"name": "helper"},
-                "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "team-a"},
-                "toolName": "delete_file",
-                "argumentsPreview": {"path": "/data/<!channel> ```x``` \u{202e}", "token": "[REDACTED]"},
-                "argumentsSha256": "ab".repeat(32), "argumentsBytes": 77,
-                "requestedBy": "system:serviceaccount:team-a:helper",
-                "message": "Run 'delete_file' with arguments {...}?",
-                "expiresAt": "2026-11-22T01:00:00Z"
-            }
-        });
+        let mut r = request_json();
+        r["metadata"]["uid"] = json!("u-1");
+        let spec = &mut r["spec"];
+        spec["argumentsPreview"] =
+            json!({"path": "/data/<!channel> ```x``` \u{202e}", "token": "[REDACTED]"});
+        spec["argumentsSha256"] = json!("ab".repeat(32));
+        spec["argumentsBytes"] = json!(77);
+        spec["message"] = json!("Run 'delete_file' with arguments {...}?");
         if let Some(d) = decision {
             r["spec"]["decision"] = d;
         }

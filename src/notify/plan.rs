@@ -167,6 +167,7 @@ pub fn backoff(failed: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::approval_request::fixture::request_json;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
@@ -184,18 +185,9 @@ mod tests {
     }
 
     fn request(tool: &str) -> ApprovalRequest {
-        serde_json::from_value(json!({
-            "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequest",
-            "metadata": {"name": "r", "namespace": "team-a", "creationTimestamp": "2026-11-22T00:00:00Z"},
-            "spec": {
-                "agentRef": {"name": "helper"},
-                "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "team-a"},
-                "toolName": tool, "argumentsSha256": "a".repeat(64), "argumentsBytes": 2,
-                "requestedBy": "system:serviceaccount:team-a:helper",
-                "expiresAt": "2026-11-22T01:00:00Z"
-            }
-        }))
-        .unwrap()
+        let mut r = request_json();
+        r["spec"]["toolName"] = json!(tool);
+        serde_json::from_value(r).unwrap()
     }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

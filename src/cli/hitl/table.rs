@@ -146,28 +146,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::api::approval_request::fixture::request_json;
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
     }
 
     fn request(name: &str, ns: &str, preview: serde_json::Value) -> ApprovalRequest {
-        serde_json::from_value(json!({
-            "apiVersion": "kagent.dev/v1alpha2",
-            "kind": "ApprovalRequest",
-            "metadata": {"name": name, "namespace": ns, "creationTimestamp": "2026-11-22T00:00:00Z"},
-            "spec": {
-                "agentRef": {"name": "helper"},
-                "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": ns},
-                "toolName": "delete_file",
-                "argumentsPreview": preview,
-                "argumentsSha256": "a".repeat(64),
-                "argumentsBytes": 10,
-                "requestedBy": "system:serviceaccount:team-a:helper",
-                "expiresAt": "2026-11-22T01:00:00Z"
-            }
-        }))
-        .unwrap()
+        let mut r = request_json();
+        r["metadata"]["name"] = json!(name);
+        r["metadata"]["namespace"] = json!(ns);
+        r["spec"]["toolServer"]["namespace"] = json!(ns);
+        r["spec"]["argumentsPreview"] = preview;
+        serde_json::from_value(r).unwrap()
     }
 
     #[test]

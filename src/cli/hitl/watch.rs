@@ -90,17 +90,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::api::approval_request::fixture::request_json;
 
     fn request(decision: Option<&str>) -> ApprovalRequest {
-        let mut v = json!({
-            "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequest",
-            "metadata": {"name": "r1", "namespace": "team-a", "creationTimestamp": "2026-11-22T00:00:00Z"},
-            "spec": {"agentRef": {"name": "helper"},
-                     "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "team-a"},
-                     "toolName": "delete_file", "argumentsPreview": {"path": "/x"},
-                     "argumentsSha256": "a".repeat(64), "argumentsBytes": 10,
-                     "requestedBy": "sa", "expiresAt": "2026-11-22T01:00:00Z"}
-        });
+        let mut v = request_json();
+        v["metadata"]["name"] = json!("r1");
+        v["spec"]["argumentsPreview"] = json!({"path": "/x"});
         if let Some(t) = decision {
             v["spec"]["decision"] = json!({"type": t, "decidedBy": "alice"});
         }

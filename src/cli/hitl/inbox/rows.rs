@@ -144,6 +144,7 @@ pub fn snapshot<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::approval_request::fixture::request_json;
     use serde_json::json;
 
     fn request(
@@ -152,19 +153,13 @@ mod tests {
         expires: &str,
         decision: Option<&str>,
     ) -> ApprovalRequest {
-        let mut r = json!({
-            "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequest",
-            "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": created},
-            "spec": {
-                "agentRef": {"name": "helper"},
-                "toolServer": {"kind": "RemoteMCPServer", "name": "fs", "namespace": "team-a"},
-                "toolName": "delete_file",
-                "argumentsPreview": {"path": "/data/\u{202e}txt.exe", "token": "[REDACTED]"},
-                "argumentsSha256": "a".repeat(64), "argumentsBytes": 40,
-                "requestedBy": "system:serviceaccount:team-a:helper",
-                "expiresAt": expires
-            }
-        });
+        let mut r = request_json();
+        r["metadata"]["name"] = json!(name);
+        r["metadata"]["creationTimestamp"] = json!(created);
+        r["spec"]["argumentsPreview"] =
+            json!({"path": "/data/\u{202e}txt.exe", "token": "[REDACTED]"});
+        r["spec"]["argumentsBytes"] = json!(40);
+        r["spec"]["expiresAt"] = json!(expires);
         if let Some(kind) = decision {
             r["spec"]["decision"] = json!({"type": kind, "decidedBy": "alice", "reason": "ok"});
         }
