@@ -8,7 +8,8 @@
 //! A connection is reused only while the server surely still keeps it: a request written as the
 //! server closes the connection would fail as "may have run", and could not be sent again. A
 //! server that says how long it keeps an idle connection (`Keep-Alive: timeout=N`) gets no
-//! request on one N − 1 s after the last; one that does not say, 4 s after the last: Node's and
+//! request on one N − 1 s after the head of its last answer came (the server's clock starts
+//! later, once it has written the answer); one that does not say, 4 s after: Node's and
 //! uvicorn's servers, behind most MCP servers, close idle connections after 5 s, mostly without
 //! saying so.
 
@@ -54,8 +55,8 @@ pub enum SendError {
     Exchange(hyper::Error),
 }
 
-/// An open connection, when a request last went out on it, and for how long after that it may
-/// take the next.
+/// An open connection, when the head of its last answer came, and for how long after that it
+/// may take the next.
 struct Connection {
     sender: SendRequest<Full<Bytes>>,
     used: Instant,
@@ -69,8 +70,8 @@ enum State {
     Free,
     /// Still reading a response: kept, passed over.
     Busy,
-    /// Closed, or free for as long as it is kept since its last request: dropped (which
-    /// closes it).
+    /// Closed, or free for as long as it is kept since its last answer: dropped (which closes
+    /// it).
     Done,
 }
 
@@ -85,7 +86,7 @@ impl State {
     }
 }
 
-/// How long after a request a connection may take the next, from the server's answer: its
+/// How long after an answer a connection may take the next request, from the answer: its
 /// `Keep-Alive: timeout` less [`CLOSING_MARGIN`] and at most [`MAX_IDLE`], or
 /// [`UNANNOUNCED_IDLE`] if it gives none.
 fn kept_for(answer: &HeaderMap) -> Duration {
@@ -152,9 +153,9 @@ impl Pool {
                 Some(connection) => (connection, true),
                 None => (self.connect().await?, false),
             };
-            connection.used = Instant::now();
             match connection.sender.try_send_request(request).await {
                 Ok(response) => {
+                    connection.used = Instant::now();
                     connection.kept_for = kept_for(response.headers());
                     self.keep(connection);
                     return Ok(response);
@@ -274,9 +275,14 @@ mod tests {
 
     /// A server on loopback, on threads of its own, answering every request with `okok`, the
     /// second half 50 ms after the first (until then the answer is being read and its
-    /// connection busy), and with the header lines `extra_head`; with `close`, it closes each
-    /// connection 20 ms after its first answer. Counts the connections it accepted.
-    fn server(close: bool, extra_head: &'static str) -> (Uri, Arc<AtomicUsize>) {
+    /// connection busy), its head `head_after` the request and with the header lines
+    /// `extra_head`; with `close`, it closes each connection 20 ms after its first answer.
+    /// Counts the connections it accepted.
+    fn server(
+        close: bool,
+        extra_head: &'static str,
+        head_after: Duration,
+    ) -> (Uri, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url: Uri = format!("http://{}/mcp", listener.local_addr().unwrap())
             .parse()
@@ -298,6 +304,7 @@ mod tests {
                         request.extend_from_slice(&buf[..n]);
                         if request.windows(4).any(|w| w == b"\r\n\r\n") {
                             request.clear();
+                            std::thread::sleep(head_after);
                             let head = format!(
                                 "HTTP/1.1 200 OK\r\ncontent-length: 4\r\n{extra_head}\r\nok"
                             );
@@ -330,7 +337,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_is_reused_once_its_answer_has_been_read() {
-        let (url, accepted) = server(false, "keep-alive: timeout=5\r\n");
+        let (url, accepted) = server(false, "keep-alive: timeout=5\r\n", Duration::ZERO);
         let pool = pool(&url);
         for _ in 0..3 {
             assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
@@ -350,7 +357,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_the_server_closed_is_not_used_again() {
-        let (url, accepted) = server(true, "");
+        let (url, accepted) = server(true, "", Duration::ZERO);
         let pool = pool(&url);
         for n in 1..=3 {
             assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
@@ -363,12 +370,24 @@ mod tests {
     #[tokio::test]
     async fn a_connection_is_not_reused_when_the_server_is_about_to_close_it() {
         // The server keeps idle connections for a second: the next request takes a new one.
-        let (url, accepted) = server(false, "Keep-Alive: timeout=1\r\n");
+        let (url, accepted) = server(false, "Keep-Alive: timeout=1\r\n", Duration::ZERO);
         let pool = pool(&url);
         for n in 1..=2 {
             assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
             assert_eq!(accepted.load(Ordering::SeqCst), n);
         }
+    }
+
+    #[tokio::test]
+    async fn a_slow_answer_leaves_its_connection_to_the_next_request() {
+        // Kept for a second after the answer came, though the request went out longer ago.
+        let slow = Duration::from_millis(1200);
+        let (url, accepted) = server(false, "Keep-Alive: timeout=2\r\n", slow);
+        let pool = pool(&url);
+        for _ in 0..2 {
+            assert_eq!(text(pool.send(get(&url)).await.unwrap()).await, "okok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 
     #[test]
