@@ -8,8 +8,9 @@
 //
 // Before measuring it checks that the gate works (the tool list is filtered, an ungated call
 // answers as the server does, a gated call is not executed) and that each reference relays, and
-// exits non-zero if not. Each round runs the paths back to back, rotating which goes first, so
-// all see the same machine load; figures are never asserted on.
+// exits non-zero if not. In each round the paths take turns of TURN calls per client session
+// (default 25), in an order that rotates every turn, so that all see the same machine load even
+// as it drifts; figures are never asserted on.
 
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
@@ -43,6 +44,13 @@ if (
   console.error(
     "usage: node ungated.mjs DIRECT_URL GATE_URL GATE_PID CALLS ROUNDS CLIENT_LEVELS [NAME URL PID]...",
   );
+  process.exit(2);
+}
+
+/** Calls per client session in one turn of a path (see `round`). */
+const turnCalls = Number(process.env.TURN ?? 25);
+if (!(turnCalls > 0)) {
+  console.error("ungated bench: TURN must be a positive number of calls");
   process.exit(2);
 }
 
@@ -103,44 +111,72 @@ async function checkGate() {
   await Promise.all([direct.close(), gate.close()]);
 }
 
-/** `calls` echo calls spread over `clients` sessions: p50 latency (ms) and calls per second. */
-async function run(url, clients, total) {
-  const latencies = [];
-  const sessions = await Promise.all(Array.from({ length: clients }, () => connect(url)));
+/** Every path measured: direct, the gate, then the references. */
+const paths = [
+  { name: "direct", url: directUrl },
+  { name: "gate", url: gateUrl, pid: gatePid },
+  ...references,
+];
+
+/** A path's client sessions for one round, and what its calls took so far. */
+async function open(path, clients) {
+  const sessions = await Promise.all(Array.from({ length: clients }, () => connect(path.url)));
+  return { path, sessions, latencies: [], seconds: 0, userMs: 0, systemMs: 0 };
+}
+
+/** One turn of a path: `perSession` echo calls on each of its sessions at once, timed, with
+ * the relay's user and system CPU time over the turn. */
+async function turn(state, perSession) {
+  const { path, sessions } = state;
+  const cpuBefore = path.pid ? cpuMs(path.pid) : null;
   const started = performance.now();
   await Promise.all(
-    sessions.map(async (client, i) => {
-      const mine = Math.floor(total / clients) + (i < total % clients ? 1 : 0);
-      for (let n = 0; n < mine; n++) {
+    sessions.map(async (client) => {
+      for (let n = 0; n < perSession; n++) {
         const t = performance.now();
         const result = await client.callTool({ name: "echo", arguments: { message: "x" } });
-        latencies.push(performance.now() - t);
-        if (result.isError) fail(`echo failed on ${url}: ${JSON.stringify(result)}`);
+        state.latencies.push(performance.now() - t);
+        if (result.isError) fail(`echo failed on ${path.url}: ${JSON.stringify(result)}`);
       }
     }),
   );
-  const seconds = (performance.now() - started) / 1000;
-  await Promise.all(sessions.map((s) => s.close()));
-  latencies.sort((a, b) => a - b);
-  return { p50: latencies[Math.floor(latencies.length / 2)], perSecond: latencies.length / seconds };
+  state.seconds += (performance.now() - started) / 1000;
+  if (cpuBefore) {
+    const [user, system] = cpuMs(path.pid);
+    state.userMs += user - cpuBefore[0];
+    state.systemMs += system - cpuBefore[1];
+  }
 }
 
-/** A run through a proxy, with the proxy's user and system CPU time per call. */
-async function runProxy(url, pid, clients, total) {
-  const [user, system] = cpuMs(pid);
-  const result = await run(url, clients, total);
-  const [userAfter, systemAfter] = cpuMs(pid);
-  const userPerCall = (userAfter - user) / total;
-  const systemPerCall = (systemAfter - system) / total;
-  return { ...result, userPerCall, systemPerCall, cpuPerCall: userPerCall + systemPerCall };
+/** A path's figures over a round: p50 latency (ms), calls per second while its turns ran, and
+ * CPU per call (ms) for a relay. */
+function figuresOf({ latencies, seconds, userMs, systemMs }) {
+  const sorted = [...latencies].sort((a, b) => a - b);
+  const calls = sorted.length;
+  return {
+    calls,
+    p50: sorted[Math.floor(calls / 2)],
+    perSecond: calls / seconds,
+    userPerCall: userMs / calls,
+    systemPerCall: systemMs / calls,
+    cpuPerCall: (userMs + systemMs) / calls,
+  };
 }
 
-const paths = [
-  { name: "direct", measure: (clients, total) => run(directUrl, clients, total) },
-  { name: "gate", measure: (clients, total) => runProxy(gateUrl, gatePid, clients, total) },
-];
-for (const { name, url, pid } of references) {
-  paths.push({ name, measure: (clients, total) => runProxy(url, pid, clients, total) });
+/** One round: at least `total` calls per path over `clients` sessions each, the paths taking
+ * turns of `TURN` calls per session in an order that rotates every turn, so that a drift in the
+ * machine's load (other processes, the VM's neighbours) reaches every path alike. */
+async function round(clients, total) {
+  const states = [];
+  for (const path of paths) states.push(await open(path, clients));
+  const turns = Math.ceil(total / (turnCalls * clients));
+  for (let t = 0; t < turns; t++) {
+    for (let i = 0; i < states.length; i++) {
+      await turn(states[(i + t) % states.length], turnCalls);
+    }
+  }
+  await Promise.all(states.flatMap(({ sessions }) => sessions.map((s) => s.close())));
+  return Object.fromEntries(states.map((state) => [state.path.name, figuresOf(state)]));
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -158,23 +194,18 @@ function against(direct, proxy) {
 
 await checkGate();
 // Warm every path up (JIT, connection pools) before anything is measured.
-for (const path of paths) await path.measure(1, Math.min(calls, 300));
+await round(1, Math.min(calls, 300));
 
 for (const clients of levels) {
   const figures = Object.fromEntries(paths.slice(1).map(({ name }) => [name, []]));
   const cpuVsReference = Object.fromEntries(references.map(({ name }) => [name, []]));
   for (let r = 1; r <= rounds; r++) {
-    // Rotate which path goes first, so none always runs on a machine the others warmed.
-    const results = {};
-    for (let i = 0; i < paths.length; i++) {
-      const path = paths[(i + r - 1) % paths.length];
-      results[path.name] = await path.measure(clients, calls);
-    }
+    const results = await round(clients, calls);
     const { direct, gate } = results;
     const gated = against(direct, gate);
     figures.gate.push(gated);
     let line =
-      `clients ${clients} round ${r}: p50 direct ${direct.p50.toFixed(3)} ms, gate ${gate.p50.toFixed(3)} ms, ` +
+      `clients ${clients} round ${r} (${gate.calls} calls a path): p50 direct ${direct.p50.toFixed(3)} ms, gate ${gate.p50.toFixed(3)} ms, ` +
       `ratio ${gated.p50.toFixed(3)}; throughput direct ${direct.perSecond.toFixed(0)}/s, ` +
       `gate ${gate.perSecond.toFixed(0)}/s, ratio ${gated.throughput.toFixed(3)}; ` +
       `gate CPU ${gate.cpuPerCall.toFixed(3)} ms/call (user ${gate.userPerCall.toFixed(3)}, ` +
@@ -195,7 +226,7 @@ for (const clients of levels) {
   for (const name of Object.keys(figures)) {
     const rows = figures[name];
     console.log(
-      `summary clients ${clients} ${name} (${rounds} rounds of ${calls} calls, median and range): ` +
+      `summary clients ${clients} ${name} (${rounds} rounds, median and range): ` +
         `p50 ratio ${summary(rows.map((f) => f.p50))}, ` +
         `throughput ratio ${summary(rows.map((f) => f.throughput))}, ` +
         `${name} CPU ${summary(rows.map((f) => f.cpu))} ms/call`,

@@ -9,8 +9,9 @@
 # machine (REFERENCE=none skips both; Debian: apt-get install nginx-light libnginx-mod-stream).
 #
 # Builds nothing: HITL_BENCH_BIN is the gate binary (default target/release/hitl-operator).
-# CALLS (default 2000) calls per run, ROUNDS (default 3) rounds per client level, CLIENTS
-# (default "1,8") the client levels. Needs `npm ci --prefix tests/mcp-peers` and Node 20.
+# CALLS (default 2000) calls per path and round, ROUNDS (default 3) rounds per client level,
+# CLIENTS (default "1,8") the client levels, TURN (default 25) calls per client session before
+# the next path takes its turn. Needs `npm ci --prefix tests/mcp-peers` and Node 20.
 # Fails if something does not work; the figures are printed, never asserted on.
 set -euo pipefail
 
