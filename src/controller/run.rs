@@ -41,6 +41,7 @@ use super::{
 use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
 use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest};
+use crate::kube::backoff::BackoffWhileFailing;
 use crate::kube::paging::paged;
 use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::proxy::ProxyUrl;
@@ -396,7 +397,7 @@ fn lease_released(
 ) -> impl Stream<Item = ()> + Send + 'static {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     watcher(Api::<Lease>::namespaced(client.clone(), namespace), config)
-        .default_backoff()
+        .backoff_while_failing()
         .applied_objects()
         .filter_map(|lease| async move {
             let holder = lease.ok()?.spec?.holder_identity;
@@ -514,7 +515,7 @@ where
     let listing = caches.listing(&K::kind(&()));
     let config = paged().labels(MANAGED_SELECTOR);
     let controllers = watcher(api::<K>(client, namespace), config)
-        .default_backoff()
+        .backoff_while_failing()
         .flat_map(move |event| {
             let agents = match event {
                 Ok(event) => {
@@ -564,7 +565,7 @@ where
         watcher(api::<K>(client, namespace), config)
             .map_ok(move |event| cached(event, cache))
             .inspect_ok(observe)
-            .default_backoff()
+            .backoff_while_failing()
             .reflect_shared(writer),
     );
     (reader, readers, watch)
@@ -616,7 +617,7 @@ where
 {
     let changes = watcher(api::<PartialObjectMeta<K>>(client, namespace), paged())
         .modify(keep_name_only)
-        .default_backoff()
+        .backoff_while_failing()
         .touched_objects()
         .filter_map(|change| async move {
             change
@@ -677,7 +678,7 @@ fn namespaces(
             config,
         )
         .modify(keep_freeze_only)
-        .default_backoff(),
+        .backoff_while_failing(),
     );
     let agents_there = caches
         .track("Namespace", events)

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::api::Agent;
 use crate::api::freeze::Freeze;
+use crate::kube::backoff::BackoffWhileFailing;
 
 /// What the gate knows of its Agent's freeze.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +52,7 @@ impl FreezeWatch {
         )));
         let api: Api<Agent> = Api::namespaced(client, namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let events = watcher(api, config).default_backoff();
+        let events = watcher(api, config).backoff_while_failing();
         tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             let mut listed = false;

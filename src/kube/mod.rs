@@ -1,8 +1,10 @@
 //! Kubernetes helpers shared by the reconcilers: server-side apply with one field manager,
-//! digests of what it applied, status conditions, and lists read a page at a time.
+//! digests of what it applied, status conditions, lists read a page at a time, and watches
+//! backed off while they fail.
 
 pub mod applied;
 pub mod apply;
+pub mod backoff;
 pub mod client;
 pub mod conditions;
 pub mod ownership;

@@ -18,13 +18,13 @@ use jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::config::{Config, KubeConfigOptions};
-use kube::runtime::WatchStreamExt;
 
 use self::decide::Outcome;
 use self::error::CommandError;
 use self::output::Format;
 use crate::api::approval_grant::ApprovalGrant;
 use crate::api::approval_request::{ApprovalRequest, DecisionType, Phase};
+use crate::kube::backoff::BackoffWhileFailing;
 use crate::kube::paging::list_all;
 
 /// See and decide the tool calls your AI agents wait on (ApprovalRequests).
@@ -368,7 +368,7 @@ pub async fn execute(
             .await
         }
         Command::Watch(args) => {
-            let events = watch::events(scoped(args.all_namespaces)).default_backoff();
+            let events = watch::events(scoped(args.all_namespaces)).backoff_while_failing();
             watch::print_events(events, clock, args.all_namespaces, args.pending, out, err).await?;
             Ok(true)
         }

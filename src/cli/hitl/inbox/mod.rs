@@ -24,13 +24,14 @@ use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::{reflector, watcher};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use self::guard::{Access, Guard};
 use super::decide::{self, Outcome};
 use crate::api::approval_request::{ApprovalRequest, DecisionType};
+use crate::kube::backoff::BackoffWhileFailing;
 use crate::kube::paging::paged;
 
 /// Most requests one decision may name (a batch is one agent's pending requests).
@@ -261,7 +262,7 @@ async fn relay(
 ) {
     let (reader, writer) = reflector::store();
     let mut changes = reflector(writer, watcher(api, paged()))
-        .default_backoff()
+        .backoff_while_failing()
         .boxed();
     let mut tick = tokio::time::interval(REFRESH);
     let (mut listed, mut error) = (false, None);
