@@ -52,3 +52,4 @@ print(f"decision PATCH -> tool server receives the call: p50 {u['p50']:.1f} ms =
 print(f"decision PATCH -> client has the result: p50 {s['decisionToResult']['p50']:.1f} ms, p99 {s['decisionToResult']['p99']:.1f} ms")
 print(f"claim conflicts: {sys.argv[2]} in {u['n']} approvals")
 PY
+slowest_approval "$WORK/bench.log" "$WORK/gate-a.log"

@@ -9,6 +9,22 @@ declare -A E2E_PIDS=()
 step() { printf '\n== %s\n' "$*"; }
 ok() { echo "ok   - $*"; }
 note() { echo "     $*"; }
+# slowest_approval BENCH_LOG GATE_LOG: the slowest approval of tests/mcp-peers/approval-bench.mjs
+# (its stderr) with the gate's claim for it (the gate's JSON log), to tell a late watch event
+# from a slow write after it.
+slowest_approval() {
+  python3 - "$1" "$2" <<'PY' || note "slowest approval: not found in $1"
+import json, re, sys
+rows = [l.rstrip() for l in open(sys.argv[1]) if " upstream +" in l]
+slowest = max(rows, key=lambda l: float(re.search(r"upstream \+([0-9.]+) ms", l).group(1)))
+name = re.search(r"\): (\S+) watch ", slowest).group(1)
+logged = (json.loads(l) for l in open(sys.argv[2]) if l.startswith("{"))
+claims = [e["fields"]["claim_ms"] for e in logged
+          if e.get("fields", {}).get("message") == "approval consumed" and e["fields"].get("request") == name]
+claim = f"; the gate's claim {claims[0]:.1f} ms" if claims else "; no claim of it in the gate's log"
+print(f"slowest: {slowest}{claim}")
+PY
+}
 # jp OBJECT JSONPATH: a field of an object in $NS.
 jp() { kubectl -n "$NS" get "$1" -o "jsonpath=$2"; }
 # expect_in WHAT WANT TEXT: fails unless TEXT contains WANT.

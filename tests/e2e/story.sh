@@ -501,6 +501,7 @@ timeout 300 env GATE_URL="$(route recorder)" RECORDER_URL="http://127.0.0.1:$REC
   AGENT="$AGENT" TOOL=delete_file COUNT="$APPROVALS" DECIDED_BY=alice KUBECONFIG_JSON="$WORK/alice.kubeconfig.json" \
   node "$PEERS/approval-bench.mjs" >"$WORK/bench.json" 2>"$WORK/bench.log" || fail "approval bench failed"
 tail -n 3 "$WORK/bench.log"
+slowest_approval "$WORK/bench.log" "$WORK/gate.log"
 python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))["stats"]
