@@ -152,7 +152,7 @@ else
     echo "reference: none (nginx not installed, or REFERENCE=none)"
 fi
 
-echo "gate $bin, $calls calls per run, $rounds rounds, clients $clients"
+echo "gate $bin, $calls calls per path and round, $rounds rounds, clients $clients, turns of ${TURN:-25} calls per session"
 if ! node --no-warnings "$root/tests/bench/ungated.mjs" \
     "http://127.0.0.1:$server_port/mcp" \
     "http://127.0.0.1:$gate_port/servers/default/everything/mcp" \
