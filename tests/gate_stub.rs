@@ -820,3 +820,71 @@ async fn redirects_are_followed_within_the_upstream_origin_only() {
          redirects only within the origin of params.url"
     );
 }
+
+/// An upstream that answers every message with the names of the request headers it got, its
+/// `Connection` header naming `X-Hop`, which it sends too, as it does `X-Kept`.
+async fn header_reporting_upstream() -> String {
+    use axum::http::HeaderMap;
+    use axum::routing::post as route_post;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/mcp",
+        route_post(|headers: HeaderMap, body: String| async move {
+            let message: Value = serde_json::from_str(&body).unwrap();
+            let names: Vec<&str> = headers.keys().map(|name| name.as_str()).collect();
+            (
+                [
+                    ("connection", "keep-alive, X-Hop"),
+                    ("x-hop", "upstream"),
+                    ("x-kept", "upstream"),
+                ],
+                axum::Json(json!({"jsonrpc": "2.0", "id": message["id"], "result": names})),
+            )
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+#[tokio::test]
+async fn headers_a_connection_header_names_are_not_relayed_either_way() {
+    init();
+    let upstream = header_reporting_upstream().await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "hop",
+            McpProtocol::StreamableHttp,
+            &upstream,
+            &["echo"],
+            &[],
+        )],
+        3600.0,
+        1.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let ping = |url: String| async move {
+        let resp = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post(url)
+            .header("content-type", "application/json")
+            .header("connection", "keep-alive, X-Client-Hop")
+            .header("x-client-hop", "client")
+            .header("x-client-end", "client")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+            .send()
+            .await
+            .unwrap();
+        let kept = resp.headers().contains_key("x-kept");
+        let hop = resp.headers().contains_key("x-hop");
+        let seen: Value = resp.json().await.unwrap();
+        let seen = |name: &str| seen["result"].as_array().unwrap().contains(&json!(name));
+        (kept, hop, seen("x-client-end"), seen("x-client-hop"))
+    };
+    // Straight to the upstream, both named headers travel: the gate is what drops them.
+    assert_eq!(ping(upstream.clone()).await, (true, true, true, true));
+    assert_eq!(ping(gate.route("hop")).await, (true, false, true, false));
+}

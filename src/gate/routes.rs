@@ -18,7 +18,7 @@ use tower::{Layer, Service};
 
 use super::legacy::{self, LegacyRoute};
 use super::proxy;
-use super::upstream::Upstream;
+use super::upstream::{Upstream, drop_connection_options};
 
 /// What a route leads to.
 enum Target {
@@ -111,7 +111,8 @@ impl Service<Request> for Dispatch {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request) -> Self::Future {
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        drop_connection_options(request.headers_mut());
         let routes = self.routes.clone();
         Box::pin(async move {
             let method = request.method();

@@ -82,6 +82,32 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     HOP_BY_HOP.contains(name)
 }
 
+/// Removes the headers that the message's `Connection` header names: they concern only the
+/// connection the message came on (RFC 9110, 7.6.1), so the gate neither relays them nor
+/// decides on them. Called on every client request before the gate reads it and on every
+/// upstream answer as it arrives, so what the gate checks is what goes on. Tokens that are no
+/// header name are ignored; `Connection` itself is among [`HOP_BY_HOP`].
+pub fn drop_connection_options(headers: &mut HeaderMap) {
+    let mut named = Vec::new();
+    for value in headers.get_all(header::CONNECTION) {
+        for token in value.as_bytes().split(|&b| b == b',') {
+            let token = token.trim_ascii();
+            if token.is_empty()
+                || token.eq_ignore_ascii_case(b"keep-alive")
+                || token.eq_ignore_ascii_case(b"close")
+            {
+                continue;
+            }
+            if let Ok(name) = HeaderName::from_bytes(token) {
+                named.push(name);
+            }
+        }
+    }
+    for name in named {
+        headers.remove(name);
+    }
+}
+
 /// Headers of the client's request that describe its body: the gate forwards a body of its own
 /// writing, never the client's, so it never forwards these either.
 fn describes_body(name: &HeaderName) -> bool {
@@ -338,10 +364,13 @@ impl Upstream {
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamError> {
         let request = self.request(method, uri, client_headers, body);
-        self.pool
+        let mut resp = self
+            .pool
             .send(request)
             .await
-            .map_err(UpstreamError::Unreachable)
+            .map_err(UpstreamError::Unreachable)?;
+        drop_connection_options(resp.headers_mut());
+        Ok(resp)
     }
 
     /// The upstream request: see [`Self::send`].
@@ -540,6 +569,37 @@ mod tests {
         assert!(!with("text/event-streamx"));
         assert!(!with("application/json"));
         assert!(!is_event_stream(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn headers_named_by_connection_are_dropped() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, X-Hop ,,\tx-other"),
+            ("connection", "Close, content-type, not a name"),
+            ("x-hop", "1"),
+            ("x-other", "2"),
+            ("content-type", "text/event-stream"),
+            ("keep-alive", "timeout=5"),
+            ("x-kept", "3"),
+            ("mcp-session-id", "s"),
+        ] {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        drop_connection_options(&mut headers);
+        let mut left: Vec<_> = headers.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(
+            left,
+            ["connection", "keep-alive", "mcp-session-id", "x-kept"]
+        );
+
+        let mut plain = HeaderMap::new();
+        plain.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        plain.insert("x-kept", HeaderValue::from_static("1"));
+        let before = plain.clone();
+        drop_connection_options(&mut plain);
+        assert_eq!(plain, before);
     }
 
     fn chunk(s: &'static str) -> io::Result<Bytes> {
