@@ -122,6 +122,8 @@ pub struct Pool {
     connector: Connector,
     /// The server's origin, which every connection is made to.
     origin: Uri,
+    /// The `Host` of every request, from the origin (worked out once, not per request).
+    host: Option<HeaderValue>,
     connections: Arc<Mutex<Vec<Connection>>>,
 }
 
@@ -135,6 +137,7 @@ impl Pool {
         Self {
             connector,
             origin: Uri::from_parts(origin).unwrap_or_else(|_| url.clone()),
+            host: host(url),
             connections: Arc::default(),
         }
     }
@@ -147,7 +150,7 @@ impl Pool {
         &self,
         mut request: Request<Full<Bytes>>,
     ) -> Result<Response<Incoming>, SendError> {
-        to_origin_form(&mut request);
+        to_origin_form(&mut request, self.host.as_ref());
         loop {
             let (mut connection, reused) = match self.free() {
                 Some(connection) => (connection, true),
@@ -234,20 +237,16 @@ async fn close_idle(connections: Weak<Mutex<Vec<Connection>>>) {
 }
 
 /// Makes the request's URI the path and query alone, as HTTP/1.1 sends it to a server, and
-/// sets `Host` from it unless the request has one.
-fn to_origin_form(request: &mut Request<Full<Bytes>>) {
-    let uri = request.uri();
-    let host = if request.headers().contains_key(header::HOST) {
-        None
-    } else {
-        host(uri)
-    };
-    let path = match uri.path_and_query() {
+/// sets `Host` to `host` (see [`host`]) unless the request has one.
+fn to_origin_form(request: &mut Request<Full<Bytes>>, host: Option<&HeaderValue>) {
+    let path = match request.uri().path_and_query() {
         Some(path) if path.as_str() != "/" => Uri::from(path.clone()),
         _ => Uri::from_static("/"),
     };
-    if let Some(host) = host {
-        request.headers_mut().insert(header::HOST, host);
+    if let Some(host) = host
+        && !request.headers().contains_key(header::HOST)
+    {
+        request.headers_mut().insert(header::HOST, host.clone());
     }
     *request.uri_mut() = path;
 }
@@ -410,8 +409,12 @@ mod tests {
 
     #[tokio::test]
     async fn the_request_goes_to_the_path_with_the_host_of_the_url() {
+        let origin_form = |request: &mut Request<Full<Bytes>>| {
+            let host = host(request.uri());
+            to_origin_form(request, host.as_ref());
+        };
         let mut request = get(&"http://example.test:8080/a/b?c=d".parse().unwrap());
-        to_origin_form(&mut request);
+        origin_form(&mut request);
         assert_eq!(request.uri(), "/a/b?c=d");
         assert_eq!(request.headers()[header::HOST], "example.test:8080");
         for (url, host) in [
@@ -420,7 +423,7 @@ mod tests {
             ("https://[::1]:8443/", "[::1]:8443"),
         ] {
             let mut request = get(&url.parse().unwrap());
-            to_origin_form(&mut request);
+            origin_form(&mut request);
             assert_eq!(request.uri(), "/");
             assert_eq!(request.headers()[header::HOST], host);
         }
@@ -428,7 +431,7 @@ mod tests {
         request
             .headers_mut()
             .insert(header::HOST, HeaderValue::from_static("configured"));
-        to_origin_form(&mut request);
+        origin_form(&mut request);
         assert_eq!(request.headers()[header::HOST], "configured");
     }
 
