@@ -61,14 +61,15 @@ bench-memory:
 
 ## The user's path, measured as ratios (docs/performance.md): decision -> execution against a
 ## plain PATCH and the controller at N Agents on the cluster in KUBECONFIG (SKIP without one),
-## ungated calls through the gate against the real npm server direct (and through nginx as an
-## HTTP and a TCP relay, the references, if installed). Release build.
+## ungated calls through the gate against the real npm server direct (and through the
+## references: a bare hyper relay, and nginx as an HTTP and a TCP relay if installed). Release
+## build.
 APPROVALS ?= 100
 bench-e2e: $(PEERS_STAMP)
-	$(CARGO) build --release --bins
+	$(CARGO) build --release --bins --example bare_relay
 	@echo "== decision -> execution ($(APPROVALS) approvals)"
 	bash tests/e2e/bench-approval.sh $(APPROVALS)
-	@echo "== ungated calls: gate vs direct (and the nginx relays)"
+	@echo "== ungated calls: gate vs direct (and the reference relays)"
 	bash tests/bench/ungated.sh
 	@echo "== controller memory and cold start at $(N) Agents"
 	bash tests/e2e/controller-memory.sh $(N)

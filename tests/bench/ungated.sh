@@ -6,9 +6,12 @@
 # installed it also runs as a plain reverse proxy in front of the same server, a reference for
 # what any HTTP relay costs on this machine, measured in the same rounds; and, if its stream
 # module is there too, as a TCP relay that parses nothing, the floor for any relay on this
-# machine (REFERENCE=none skips both; Debian: apt-get install nginx-light libnginx-mod-stream).
+# machine (Debian: apt-get install nginx-light libnginx-mod-stream). If built, the bare hyper
+# relay of tests/bench/bare_relay.rs runs too: the gate's HTTP stack, checking nothing.
+# REFERENCE=none skips every reference.
 #
-# Builds nothing: HITL_BENCH_BIN is the gate binary (default target/release/hitl-operator).
+# Builds nothing: HITL_BENCH_BIN is the gate binary (default target/release/hitl-operator),
+# HITL_BARE_RELAY_BIN the bare relay (default target/release/examples/bare_relay).
 # CALLS (default 2000) calls per path and round, ROUNDS (default 3) rounds per client level,
 # CLIENTS (default "1,8") the client levels, TURN (default 25) calls per client session before
 # the next path takes its turn. Needs `npm ci --prefix tests/mcp-peers` and Node 20.
@@ -149,7 +152,23 @@ EOF
         echo "reference: no TCP relay (nginx's stream module not installed)"
     fi
 else
-    echo "reference: none (nginx not installed, or REFERENCE=none)"
+    echo "reference: no nginx (not installed, or REFERENCE=none)"
+fi
+
+# The gate's own HTTP stack with nothing checked (tests/bench/bare_relay.rs: hyper both ways, on
+# one thread, nothing parsed past the HTTP head), when built: what the gate's checks cost on top
+# of what relaying with hyper costs.
+bare_relay=${HITL_BARE_RELAY_BIN:-$root/target/release/examples/bare_relay}
+if [[ ${REFERENCE:-nginx} == none ]]; then
+    :
+elif [[ -x $bare_relay ]]; then
+    bare_port=$(free_port)
+    "$bare_relay" "$bare_port" "127.0.0.1:$server_port" >"$work/bare-relay.log" 2>&1 &
+    pids+=($!)
+    references+=(hyper "http://127.0.0.1:$bare_port/mcp" "$!")
+    echo "reference: $bare_relay, the gate's HTTP stack checking nothing (hyper)"
+else
+    echo "reference: no bare hyper relay (cargo build --release --example bare_relay)"
 fi
 
 echo "gate $bin, $calls calls per path and round, $rounds rounds, clients $clients, turns of ${TURN:-25} calls per session"
@@ -161,7 +180,8 @@ if ! node --no-warnings "$root/tests/bench/ungated.mjs" \
     tail -n 20 "$work/everything.log" >&2
     echo "--- gate log" >&2
     tail -n 20 "$work/gate.log" >&2
-    for log in "$work"/nginx*.log; do
+    for log in "$work"/nginx*.log "$work"/bare-relay.log; do
+        [[ -f $log ]] || continue
         echo "--- ${log##*/}" >&2
         tail -n 20 "$log" >&2
     done
