@@ -159,16 +159,16 @@ fi
 # one thread, nothing parsed past the HTTP head), when built: what the gate's checks cost on top
 # of what relaying with hyper costs.
 bare_relay=${HITL_BARE_RELAY_BIN:-$root/target/release/examples/bare_relay}
-if [[ ${REFERENCE:-nginx} == none ]]; then
-    :
-elif [[ -x $bare_relay ]]; then
-    bare_port=$(free_port)
-    "$bare_relay" "$bare_port" "127.0.0.1:$server_port" >"$work/bare-relay.log" 2>&1 &
-    pids+=($!)
-    references+=(hyper "http://127.0.0.1:$bare_port/mcp" "$!")
-    echo "reference: $bare_relay, the gate's HTTP stack checking nothing (hyper)"
-else
-    echo "reference: no bare hyper relay (cargo build --release --example bare_relay)"
+if [[ ${REFERENCE:-nginx} != none ]]; then
+    if [[ -x $bare_relay ]]; then
+        bare_port=$(free_port)
+        "$bare_relay" "$bare_port" "127.0.0.1:$server_port" >"$work/bare-relay.log" 2>&1 &
+        pids+=($!)
+        references+=(hyper "http://127.0.0.1:$bare_port/mcp" "$!")
+        echo "reference: $bare_relay, the gate's HTTP stack checking nothing (hyper)"
+    else
+        echo "reference: no bare hyper relay (cargo build --release --example bare_relay)"
+    fi
 fi
 
 echo "gate $bin, $calls calls per path and round, $rounds rounds, clients $clients, turns of ${TURN:-25} calls per session"
