@@ -5,6 +5,8 @@
 //   CLIENT_LEVELS: comma-separated numbers of concurrent clients, e.g. 1,8
 //   NAME URL PID: a reference relay in front of the same server (nginx as a plain reverse proxy,
 //   nginx as a TCP relay): what a relay costs on this machine, measured in the same rounds.
+//   SERVER_PID (environment): the MCP server's process, whose CPU time is then printed per path
+//   next to the client's (this process) and the whole machine's.
 //
 // Before measuring it checks that the gate works (the tool list is filtered, an ungated call
 // answers as the server does, a gated call is not executed) and that each reference relays, and
@@ -14,6 +16,7 @@
 
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 
@@ -61,6 +64,28 @@ function cpuMs(pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return [Number(fields[11]), Number(fields[12])].map((ticks) => (ticks * 1000) / ticksPerSecond);
+}
+
+/** The MCP server's process, when the driver names it (`SERVER_PID`): its CPU time is printed
+ * per path, with the client's (this process) and the machine's. */
+const serverPid = process.env.SERVER_PID;
+
+/** The cores of this machine. */
+const cores = availableParallelism();
+
+/** CPU time the whole machine has used, in milliseconds summed over its cores: `[busy, steal]`.
+ * Busy is user, nice, system, irq and softirq time, whichever process it went to (the client,
+ * the server, the relay, anything else running); steal is time the hypervisor gave to others
+ * while this VM wanted to run. */
+function machineMs() {
+  const [user, nice, system, , , irq, softirq, steal] = readFileSync("/proc/stat", "utf8")
+    .slice(0, 200)
+    .split("\n", 1)[0]
+    .trim()
+    .split(/\s+/)
+    .slice(1)
+    .map(Number);
+  return [user + nice + system + irq + softirq, steal].map((t) => (t * 1000) / ticksPerSecond);
 }
 
 async function connect(url) {
@@ -121,14 +146,28 @@ const paths = [
 /** A path's client sessions for one round, and what its calls took so far. */
 async function open(path, clients) {
   const sessions = await Promise.all(Array.from({ length: clients }, () => connect(path.url)));
-  return { path, sessions, latencies: [], seconds: 0, userMs: 0, systemMs: 0 };
+  return {
+    path,
+    sessions,
+    latencies: [],
+    seconds: 0,
+    userMs: 0,
+    systemMs: 0,
+    machineBusyMs: 0,
+    machineStealMs: 0,
+    clientMs: 0,
+    serverMs: 0,
+  };
 }
 
 /** One turn of a path: `perSession` echo calls on each of its sessions at once, timed, with
- * the relay's user and system CPU time over the turn. */
+ * the relay's user and system CPU time and the whole machine's over the turn. */
 async function turn(state, perSession) {
   const { path, sessions } = state;
   const cpuBefore = path.pid ? cpuMs(path.pid) : null;
+  const machineBefore = machineMs();
+  const clientBefore = process.cpuUsage();
+  const serverBefore = serverPid ? cpuMs(serverPid) : null;
   const started = performance.now();
   await Promise.all(
     sessions.map(async (client) => {
@@ -141,6 +180,15 @@ async function turn(state, perSession) {
     }),
   );
   state.seconds += (performance.now() - started) / 1000;
+  const [busy, steal] = machineMs();
+  state.machineBusyMs += busy - machineBefore[0];
+  state.machineStealMs += steal - machineBefore[1];
+  const client = process.cpuUsage(clientBefore);
+  state.clientMs += (client.user + client.system) / 1000;
+  if (serverBefore) {
+    const [user, system] = cpuMs(serverPid);
+    state.serverMs += user + system - serverBefore[0] - serverBefore[1];
+  }
   if (cpuBefore) {
     const [user, system] = cpuMs(path.pid);
     state.userMs += user - cpuBefore[0];
@@ -148,9 +196,12 @@ async function turn(state, perSession) {
   }
 }
 
-/** A path's figures over a round: p50 latency (ms), calls per second while its turns ran, and
- * CPU per call (ms) for a relay. */
-function figuresOf({ latencies, seconds, userMs, systemMs }) {
+/** A path's figures over a round: p50 latency (ms), calls per second while its turns ran, CPU
+ * per call (ms) for a relay, and the machine's: the share of its cores busy and of its time
+ * stolen while the turns ran, its CPU per call (ms; client, server, relay and kernel work
+ * together) and the client's and the server's. */
+function figuresOf(state) {
+  const { latencies, seconds, userMs, systemMs, machineBusyMs, machineStealMs } = state;
   const sorted = [...latencies].sort((a, b) => a - b);
   const calls = sorted.length;
   return {
@@ -160,6 +211,11 @@ function figuresOf({ latencies, seconds, userMs, systemMs }) {
     userPerCall: userMs / calls,
     systemPerCall: systemMs / calls,
     cpuPerCall: (userMs + systemMs) / calls,
+    machineBusy: machineBusyMs / (seconds * 1000 * cores),
+    machineSteal: machineStealMs / (seconds * 1000 * cores),
+    machinePerCall: machineBusyMs / calls,
+    clientPerCall: state.clientMs / calls,
+    serverPerCall: state.serverMs / calls,
   };
 }
 
@@ -199,6 +255,7 @@ await round(1, Math.min(calls, 300));
 for (const clients of levels) {
   const figures = Object.fromEntries(paths.slice(1).map(({ name }) => [name, []]));
   const cpuVsReference = Object.fromEntries(references.map(({ name }) => [name, []]));
+  const machine = Object.fromEntries(paths.map(({ name }) => [name, []]));
   for (let r = 1; r <= rounds; r++) {
     const results = await round(clients, calls);
     const { direct, gate } = results;
@@ -222,6 +279,16 @@ for (const clients of levels) {
         `system ${reference.systemPerCall.toFixed(3)})`;
     }
     console.log(line);
+    let machineLine = `clients ${clients} round ${r} machine (${cores} cores)`;
+    for (const { name } of paths) {
+      const path = results[name];
+      machine[name].push(path);
+      machineLine +=
+        `; ${name} busy ${path.machineBusy.toFixed(3)} (steal ${path.machineSteal.toFixed(3)}), ` +
+        `CPU ${path.machinePerCall.toFixed(3)} ms/call (client ${path.clientPerCall.toFixed(3)}` +
+        (serverPid ? `, server ${path.serverPerCall.toFixed(3)})` : ")");
+    }
+    console.log(machineLine);
   }
   for (const name of Object.keys(figures)) {
     const rows = figures[name];
@@ -234,5 +301,15 @@ for (const clients of levels) {
   }
   for (const [name, ratios] of Object.entries(cpuVsReference)) {
     console.log(`summary clients ${clients}: gate CPU per call / ${name}'s ${summary(ratios)}`);
+  }
+  for (const [name, rows] of Object.entries(machine)) {
+    console.log(
+      `summary clients ${clients} machine, ${name}: ` +
+        `busy ${summary(rows.map((f) => f.machineBusy))} of ${cores} cores, ` +
+        `steal ${summary(rows.map((f) => f.machineSteal))}, ` +
+        `CPU ${summary(rows.map((f) => f.machinePerCall))} ms/call, ` +
+        `client ${summary(rows.map((f) => f.clientPerCall))}` +
+        (serverPid ? `, server ${summary(rows.map((f) => f.serverPerCall))}` : ""),
+    );
   }
 }

@@ -81,7 +81,8 @@ EOF
 
 # server-everything listens on every interface (it has no option for the address).
 PORT=$server_port node "$everything" streamableHttp >"$work/everything.log" 2>&1 &
-pids+=($!)
+server_pid=$!
+pids+=("$server_pid")
 KUBECONFIG=$work/kubeconfig "$bin" gate --config "$work/gate.json" --binding-key "$work/key" \
     >"$work/gate.log" 2>&1 &
 gate_pid=$!
@@ -172,7 +173,7 @@ if [[ ${REFERENCE:-nginx} != none ]]; then
 fi
 
 echo "gate $bin, $calls calls per path and round, $rounds rounds, clients $clients, turns of ${TURN:-25} calls per session"
-if ! node --no-warnings "$root/tests/bench/ungated.mjs" \
+if ! SERVER_PID=$server_pid node --no-warnings "$root/tests/bench/ungated.mjs" \
     "http://127.0.0.1:$server_port/mcp" \
     "http://127.0.0.1:$gate_port/servers/default/everything/mcp" \
     "$gate_pid" "$calls" "$rounds" "$clients" "${references[@]}"; then
