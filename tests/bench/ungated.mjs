@@ -79,7 +79,6 @@ const cores = availableParallelism();
  * while this VM wanted to run. */
 function machineMs() {
   const [user, nice, system, , , irq, softirq, steal] = readFileSync("/proc/stat", "utf8")
-    .slice(0, 200)
     .split("\n", 1)[0]
     .trim()
     .split(/\s+/)
@@ -200,8 +199,16 @@ async function turn(state, perSession) {
  * per call (ms) for a relay, and the machine's: the share of its cores busy and of its time
  * stolen while the turns ran, its CPU per call (ms; client, server, relay and kernel work
  * together) and the client's and the server's. */
-function figuresOf(state) {
-  const { latencies, seconds, userMs, systemMs, machineBusyMs, machineStealMs } = state;
+function figuresOf({
+  latencies,
+  seconds,
+  userMs,
+  systemMs,
+  machineBusyMs,
+  machineStealMs,
+  clientMs,
+  serverMs,
+}) {
   const sorted = [...latencies].sort((a, b) => a - b);
   const calls = sorted.length;
   return {
@@ -214,8 +221,8 @@ function figuresOf(state) {
     machineBusy: machineBusyMs / (seconds * 1000 * cores),
     machineSteal: machineStealMs / (seconds * 1000 * cores),
     machinePerCall: machineBusyMs / calls,
-    clientPerCall: state.clientMs / calls,
-    serverPerCall: state.serverMs / calls,
+    clientPerCall: clientMs / calls,
+    serverPerCall: serverMs / calls,
   };
 }
 
