@@ -852,48 +852,107 @@ fn optional_spec_fields_cannot_be_removed_after_creation() {
     );
 }
 
+/// Every way a write can take a status field away from `old` (the same shapes a merge patch,
+/// a JSON patch, a PUT or a server-side apply produce once the apiserver has applied them): the
+/// field removed or nulled, the whole status removed or emptied, and the field set to each of
+/// `others`.
+fn rewinds(old: &Value, field: &str, others: &[Value]) -> Vec<(String, Value)> {
+    let mut out = vec![
+        ("no status".to_owned(), without(old.clone(), "/status")),
+        (
+            "status {}".to_owned(),
+            with(old.clone(), "/status", json!({})),
+        ),
+        (
+            format!("no status.{field}"),
+            without(old.clone(), &format!("/status/{field}")),
+        ),
+    ];
+    for other in others {
+        out.push((
+            format!("status.{field} = {other}"),
+            with(old.clone(), &format!("/status/{field}"), other.clone()),
+        ));
+    }
+    out
+}
+
+/// The status guarantees of ApprovalRequest hold against every rewind, offline: the rules sit
+/// on the root, so a write that removes or replaces the status object cannot skip them.
 #[test]
-fn consumed_at_is_write_once() {
+fn a_consumed_request_never_becomes_consumable_again() {
     let consumed = with(
         decided("Approve"),
         "/status",
-        json!({"phase": "Executed", "consumedAt": "2026-11-22T00:10:00Z"}),
+        json!({"phase": "Executed", "decidedAt": "2026-11-22T00:05:00Z",
+               "consumedAt": "2026-11-22T00:10:00Z", "consumedBy": "gate-1"}),
     );
-    assert_eq!(
-        errors(
-            &consumed,
-            Some(&with(
-                decided("Approve"),
-                "/status/phase",
-                json!("Approved")
-            ))
+    let approved = with(decided("Approve"), "/status/phase", json!("Approved"));
+    assert_eq!(errors(&consumed, Some(&approved)), Vec::<String>::new());
+    let earlier = json!("2026-11-22T00:00:00Z");
+    let guarded = [
+        (
+            "consumedAt",
+            "status.consumedAt is write-once: a consumed approval never becomes consumable again",
+            vec![earlier.clone()],
         ),
-        Vec::<String>::new()
-    );
-    assert_rejected(
-        &with(
-            consumed.clone(),
-            "/status/consumedAt",
-            json!("2026-11-22T00:20:00Z"),
+        (
+            "consumedBy",
+            "status.consumedBy is write-once",
+            vec![json!("forged")],
         ),
-        Some(&consumed),
-        "The ApprovalRequest \"r1\" is invalid: status: Invalid value: status.consumedAt is write-once",
-    );
-    assert_rejected(
-        &with(decided("Approve"), "/status", json!({"phase": "Executed"})),
-        Some(&consumed),
-        "The ApprovalRequest \"r1\" is invalid: status: Invalid value: status.consumedAt is write-once",
-    );
+        (
+            "decidedAt",
+            "status.decidedAt is write-once",
+            vec![earlier.clone()],
+        ),
+        (
+            "phase",
+            "a finished request's phase cannot change",
+            ["Pending", "Approved", "Denied", "Expired", "Cancelled"]
+                .map(|p| json!(p))
+                .to_vec(),
+        ),
+    ];
+    for (field, message, others) in guarded {
+        for (how, rewound) in rewinds(&consumed, field, &others) {
+            let expected = format!(
+                "The ApprovalRequest \"r1\" is invalid: status.{field}: Invalid value: {message}"
+            );
+            let found = errors(&rewound, Some(&consumed));
+            assert!(
+                found.contains(&expected),
+                "{how}: expected {expected:?} among {found:#?}"
+            );
+        }
+    }
 }
 
 #[test]
 fn a_late_decision_revives_nothing() {
     let expired = with(request(), "/status/phase", json!("Expired"));
-    let revived = with(decided("Approve"), "/status/phase", json!("Approved"));
+    for revived in [
+        with(decided("Approve"), "/status/phase", json!("Approved")),
+        without(decided("Approve"), "/status"),
+    ] {
+        assert_rejected(
+            &revived,
+            Some(&expired),
+            "The ApprovalRequest \"r1\" is invalid: status.phase: Invalid value: a finished request's phase cannot change",
+        );
+    }
+}
+
+#[test]
+fn decided_at_only_on_a_decided_request() {
     assert_rejected(
-        &revived,
-        Some(&expired),
-        "The ApprovalRequest \"r1\" is invalid: status: Invalid value: a finished request's phase cannot change",
+        &with(
+            request(),
+            "/status/decidedAt",
+            json!("2026-11-22T00:05:00Z"),
+        ),
+        Some(&request()),
+        "The ApprovalRequest \"r1\" is invalid: status.decidedAt: Invalid value: status.decidedAt may only be set on a decided request",
     );
 }
 
@@ -1288,11 +1347,62 @@ fn uses_never_exceed_max_uses_nor_decrease() {
         Some(&used(2)),
         "The ApprovalGrant \"g1\" is invalid: Invalid value: status.uses cannot exceed spec.maxUses",
     );
-    assert_rejected(
-        &used(1),
-        Some(&used(2)),
-        "The ApprovalGrant \"g1\" is invalid: status: Invalid value: status.uses never decreases",
-    );
     let unlimited = without(used(500), "/spec/maxUses");
     assert_eq!(errors(&unlimited, None), Vec::<String>::new());
+}
+
+/// A grant's uses never fall and its last use is never rewritten without a new one, whatever
+/// the shape of the write: the rules sit on the root.
+#[test]
+fn a_grant_use_is_never_undone() {
+    let used = with(
+        approval_grant(),
+        "/status",
+        json!({"uses": 2, "lastUsedAt": "2026-11-22T00:10:00Z", "lastUsedBy": "r-2"}),
+    );
+    let never_fall = "status.uses: Invalid value: status.uses never decreases";
+    for (how, rewound) in rewinds(&used, "uses", &[json!(0), json!(1)]) {
+        let expected = format!("The ApprovalGrant \"g1\" is invalid: {never_fall}");
+        let found = errors(&rewound, Some(&used));
+        assert!(
+            found.contains(&expected),
+            "{how}: expected {expected:?} among {found:#?}"
+        );
+    }
+    let only_with_a_use = "The ApprovalGrant \"g1\" is invalid: status: Invalid value: status.lastUsedAt and status.lastUsedBy change only with a new use (status.uses rising)";
+    for (field, other) in [
+        ("lastUsedAt", json!("2026-11-22T00:20:00Z")),
+        ("lastUsedBy", json!("forged")),
+    ] {
+        for (how, rewound) in rewinds(&used, field, &[other]) {
+            let found = errors(&rewound, Some(&used));
+            assert!(
+                found.iter().any(|l| l == only_with_a_use),
+                "{how}: {found:#?}"
+            );
+        }
+    }
+    assert_rejected(
+        &with(
+            with(used.clone(), "/status/uses", json!(3)),
+            "/status/lastUsedAt",
+            json!("2026-11-22T00:00:00Z"),
+        ),
+        Some(&used),
+        "The ApprovalGrant \"g1\" is invalid: status.lastUsedAt: Invalid value: status.lastUsedAt never goes back",
+    );
+    let next = with(
+        with(
+            with(used.clone(), "/status/uses", json!(3)),
+            "/status/lastUsedAt",
+            json!("2026-11-22T00:20:00Z"),
+        ),
+        "/status/lastUsedBy",
+        json!("r-3"),
+    );
+    let next = without(next, "/spec/maxUses");
+    assert_eq!(
+        errors(&next, Some(&without(used, "/spec/maxUses"))),
+        Vec::<String>::new()
+    );
 }

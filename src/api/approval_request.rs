@@ -45,7 +45,15 @@ pub const MAX_APPROVALS: u32 = 16;
     printcolumn = r#"{"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     validation = kube::core::Rule::new("!has(self.status) || !has(self.status.phase) || !(self.status.phase in ['Approved', 'Executed']) || has(self.spec.grant) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("phase Approved or Executed requires spec.decision.type Approve or spec.grant"),
-    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.consumedAt) || has(self.spec.grant) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("status.consumedAt may only be set on an approved request")
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.consumedAt) || has(self.spec.grant) || (has(self.spec.decision) && self.spec.decision.type == 'Approve')").message("status.consumedAt may only be set on an approved request"),
+    // The status guarantees sit on the root, which every update has old and new: a transition
+    // rule on `status` itself is skipped by a write that removes or replaces the status
+    // (docs/policies.md, "What the CRDs guarantee").
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.consumedAt) || (has(self.status) && has(self.status.consumedAt) && self.status.consumedAt == oldSelf.status.consumedAt)").field_path(".status.consumedAt").message("status.consumedAt is write-once: a consumed approval never becomes consumable again"),
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.consumedBy) || (has(self.status) && has(self.status.consumedBy) && self.status.consumedBy == oldSelf.status.consumedBy)").field_path(".status.consumedBy").message("status.consumedBy is write-once"),
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.phase) || !(oldSelf.status.phase in ['Denied', 'Expired', 'Executed', 'Cancelled']) || (has(self.status) && has(self.status.phase) && self.status.phase == oldSelf.status.phase)").field_path(".status.phase").message("a finished request's phase cannot change"),
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.decidedAt) || (has(self.status) && has(self.status.decidedAt) && self.status.decidedAt == oldSelf.status.decidedAt)").field_path(".status.decidedAt").message("status.decidedAt is write-once"),
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.decidedAt) || has(self.spec.decision) || has(self.spec.grant)").field_path(".status.decidedAt").message("status.decidedAt may only be set on a decided request")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -387,10 +395,7 @@ impl Phase {
 /// Observed state of an ApprovalRequest.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(
-    validation = kube::core::Rule::new("!has(oldSelf.consumedAt) || (has(self.consumedAt) && self.consumedAt == oldSelf.consumedAt)").message("status.consumedAt is write-once"),
-    validation = kube::core::Rule::new("!has(oldSelf.phase) || !(oldSelf.phase in ['Denied', 'Expired', 'Executed', 'Cancelled']) || (has(self.phase) && self.phase == oldSelf.phase)").message("a finished request's phase cannot change")
-)]
+/// Its guarantees (write-once, final, only growing) are rules on the ApprovalRequest's root.
 pub struct ApprovalRequestStatus {
     /// Where the request is in its lifecycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]

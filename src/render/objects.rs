@@ -44,6 +44,9 @@ pub const GATE_POD_LABEL: &str = "kagent.dev/approval-gate";
 pub const AGENT_CONTAINER: &str = "agent";
 /// Name of the approval gate sidecar.
 pub const GATE_CONTAINER: &str = "approval-gate";
+/// The RBAC verb on an Agent, held only by its gate's Role, that lets an identity record the
+/// uses of the Agent's ApprovalGrants (checked by the chart's admission policy).
+pub const GATE_VERB: &str = "gate";
 /// Where the agent container reads config.json and agent-card.json.
 const CONFIG_DIR: &str = "/config";
 /// Where the gate reads gate.json.
@@ -789,12 +792,16 @@ pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
                     verbs: vec!["patch".to_owned()],
                     ..PolicyRule::default()
                 },
-                // Its own Agent only: the gate watches it for a freeze (api::freeze).
+                // Its own Agent only: the gate watches it for a freeze (api::freeze), and the
+                // verb `gate` names it the Agent's gate, the only writer of the uses of the
+                // Agent's grants that the admission policy lets through.
                 PolicyRule {
                     api_groups: Some(vec![crate::api::GROUP.to_owned()]),
                     resources: Some(vec!["agents".to_owned()]),
                     resource_names: Some(vec![agent.name_any()]),
-                    verbs: ["get", "list", "watch"].map(str::to_owned).to_vec(),
+                    verbs: ["get", "list", "watch", GATE_VERB]
+                        .map(str::to_owned)
+                        .to_vec(),
                     ..PolicyRule::default()
                 },
             ]),

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Undoing a status never undoes a guarantee, on the real control plane (docs/policies.md "What
+# the CRDs guarantee"; issue 41): one approval consumed and one grant with maxUses 1 used, then
+# every generated way to remove, null, replace or rewind each of their status fields (and a
+# grant's spec.revoked) -- merge and JSON patches, PUT, server-side apply under a new field
+# manager and under the managers that own the fields, on the status subresource and the main
+# resource -- as the Agent's own identity, another Agent's, mallory, alice, the controller and
+# cluster-admin; first without the chart's admission policies, then with them
+# (tests/e2e/rewind.py). A write that moves a guarantee backwards fails the suite; after every
+# accepted write the same call is sent again through the real gate and the recorder's count of
+# runs must not move.
+#
+# Uses the cluster of $KUBECONFIG as cluster-admin, the repository's CRDs, the chart's roles and
+# admission policies from tests/chart/rendered/, the controller watching one throwaway
+# namespace, a gate of the Agent as a local process with the Agent's ServiceAccount token, and
+# the npm recorder MCP server with the official SDK client. Environment: HITL_E2E_BIN,
+# HITL_E2E_KEEP=1. Prints SKIP without a cluster.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source tests/e2e/lib.sh
+source tests/e2e/gates.sh
+gates_begin
+AGENT=rewind
+OTHER=rewind-other
+throwaway hitl-e2e-rewind
+POLICIES=tests/chart/rendered/admission-policy.default.yaml
+
+step "setup: CRDs, roles, namespace $NS, recorder, controller, Agents $AGENT and $OTHER, a gate"
+gates_with_policies
+# A pending call answers within a second, so each replay of a call is quick.
+GATES_APPROVAL="{timeout: 10m, waitTimeout: 1s}"
+gates_setup
+kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: Agent
+metadata: {name: $OTHER}
+spec:
+  type: Declarative
+  declarative:
+    systemMessage: Another agent of the namespace.
+    modelConfig: model
+    tools:
+    - type: McpServer
+      mcpServer: {name: recorder, toolNames: [delete_file], requireApproval: [delete_file]}
+YAML
+wait_for "ServiceAccount $OTHER" 20 kubectl -n "$NS" get "serviceaccount/$OTHER"
+wait_for "Role $OTHER-approval-gate" 20 kubectl -n "$NS" get "role/$OTHER-approval-gate"
+kubeconfig_with_token "$WORK/other.kubeconfig" "$(kubectl -n "$NS" create token "$OTHER" --duration=1h)" "$NS"
+kubectl -n "$NS" create rolebinding approvers --clusterrole=hitl-approver --user=alice >/dev/null
+e2e_users
+start_gate a
+ok "recorder :$RECORDER_PORT, controller, gate a of $AGENT; $OTHER's ServiceAccount has its own gate Role"
+
+# replay PATH: prints how many times delete_file(PATH) ran, after sending it once more.
+replay_cmd() {
+  printf 'timeout 120 node %q %q streamable %q >/dev/null && curl -fsS http://127.0.0.1:%s/calls | python3 -c %q %q' \
+    "$PEERS/client.mjs" "${GATE_URL[a]}" "[{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$1\"}}]" \
+    "$RECORDER_PORT" 'import json, sys
+print(sum(1 for c in json.load(sys.stdin) if c["tool"] == "delete_file" and c["args"].get("path") == sys.argv[1]))' "$1"
+}
+
+step "1. an approval consumed, with a notification record; a grant with maxUses 1 used; a grant revoked"
+gate_call first a delete_file /rewind/call
+the_request REQ /rewind/call
+wait_for "the controller's Pending status on $REQ" 20 eval '[ "$(jp "approvalrequest/$REQ" "{.status.phase}")" = Pending ]'
+PENDING=$(kubectl -n "$NS" get "approvalrequest/$REQ" -o json | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["status"]))')
+KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --reason "e2e: rewind" >/dev/null
+expect_in "the approved call" '"isError":false' "$(finished first)"
+[ "$(runs delete_file /rewind/call)" = 1 ] || fail "the approved call ran $(runs delete_file /rewind/call) times"
+[ "$(jp "approvalrequest/$REQ" '{.status.phase}')" = Executed ] || fail "$REQ is not Executed"
+DECIDED=$(jp "approvalrequest/$REQ" '{.status.decidedAt}')
+# What the controller records for a notifier (a status owner's write), for attacks to rewind.
+kubectl -n "$NS" patch "approvalrequest/$REQ" --subresource=status --type=merge -p "{\"status\": {\"notifications\": [
+  {\"notifier\": \"pager\", \"event\": \"created\", \"attempts\": 2, \"lastAttemptAt\": \"$DECIDED\", \"deliveredAt\": \"$DECIDED\"}]}}" >/dev/null
+REQUEST_HISTORY="[{}, $PENDING, {\"phase\": \"Approved\", \"decidedAt\": \"$DECIDED\"}]"
+ok "$REQ: Executed, consumed by $(jp "approvalrequest/$REQ" '{.status.consumedBy}'), ran once"
+
+kubectl --kubeconfig "$ALICE" -n "$NS" create -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalGrant
+metadata: {name: once}
+spec:
+  agentRef: {name: $AGENT}
+  toolServer: {kind: RemoteMCPServer, name: recorder, namespace: $NS}
+  toolName: delete_file
+  when: "args.path == '/rewind/granted'"
+  maxUses: 1
+  expiresAt: "$(date -u -d '+30 minutes' +%Y-%m-%dT%H:%M:%SZ)"
+  reason: e2e rewind
+  grantedBy: alice
+YAML
+gate_call granted a delete_file /rewind/granted
+expect_in "the granted call" '"isError":false' "$(finished granted)"
+[ "$(runs delete_file /rewind/granted)" = 1 ] || fail "the granted call ran $(runs delete_file /rewind/granted) times"
+[ "$(jp approvalgrant/once '{.status.uses}')" = 1 ] || fail "grant once: uses $(jp approvalgrant/once '{.status.uses}')"
+USED=$(jp approvalgrant/once '{.status.lastUsedAt}')
+GRANT_HISTORY="[{}, {\"uses\": 0}, {\"uses\": 1, \"lastUsedAt\": \"$USED\", \"lastUsedBy\": \"forged\"}]"
+ok "grant once: used once, by $(jp approvalgrant/once '{.status.lastUsedBy}')"
+kubectl --kubeconfig "$ALICE" -n "$NS" create -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalGrant
+metadata: {name: revoked}
+spec:
+  agentRef: {name: $AGENT}
+  toolServer: {kind: RemoteMCPServer, name: recorder, namespace: $NS}
+  toolName: delete_file
+  when: "args.path == '/rewind/revoked'"
+  expiresAt: "$(date -u -d '+30 minutes' +%Y-%m-%dT%H:%M:%SZ)"
+  reason: e2e rewind
+  grantedBy: alice
+  revoked: true
+YAML
+ok "grant revoked: any number of uses, revoked"
+
+IDENTITIES=(admin="$KUBECONFIG" controller="$GATES_CONTROLLER_KUBECONFIG" agent="$WORK/agent.kubeconfig"
+  other="$WORK/other.kubeconfig" alice="$ALICE" mallory="$MALLORY")
+rewind() {
+  python3 tests/e2e/rewind.py --policies "$1" --ns "$NS" \
+    --target approvalrequests "$REQ" "$REQUEST_HISTORY" "$(replay_cmd /rewind/call)" \
+    --target approvalgrants once "$GRANT_HISTORY" "$(replay_cmd /rewind/granted)" \
+    --target approvalgrants revoked "[{}]" "$(replay_cmd /rewind/revoked)" \
+    "${IDENTITIES[@]}" | tee "$WORK/rewind-$1.out"
+}
+# What the admission policy answers another agent's gate recording a use of this Agent's grant
+# (a dry run: nothing is written).
+foreign_use() {
+  kubectl --kubeconfig "$WORK/other.kubeconfig" -n "$NS" patch approvalgrant/once --subresource=status \
+    --type=merge -p '{"status": {"uses": 2}}' --dry-run=server 2>&1 || true
+}
+
+step "2. without the admission policies"
+kubectl delete -f "$POLICIES" --ignore-not-found >/dev/null
+wait_for "the admission policies to be gone" 30 eval '! grep -q "may not record uses" <<<"$(foreign_use)"'
+rewind off || fail "a guarantee moved backwards without the admission policies (above)"
+ok "no guarantee moved backwards; every accepted write replayed without a run"
+
+step "3. with the admission policies"
+kubectl apply -f "$POLICIES" >/dev/null
+wait_for "the admission policies to be enforced" 30 eval 'grep -q "may not record uses" <<<"$(foreign_use)"'
+rewind on || fail "a guarantee moved backwards with the admission policies (above)"
+ok "no guarantee moved backwards; no identity but the Agent's gate wrote its grant's status"
+
+step "4. the calls, counted at the tool server"
+[ "$(runs delete_file /rewind/call)" = 1 ] || fail "delete_file(/rewind/call) ran $(runs delete_file /rewind/call) times"
+[ "$(runs delete_file /rewind/granted)" = 1 ] || fail "delete_file(/rewind/granted) ran $(runs delete_file /rewind/granted) times"
+[ "$(runs delete_file /rewind/revoked)" = 0 ] || fail "delete_file(/rewind/revoked) ran $(runs delete_file /rewind/revoked) times"
+ok "delete_file(/rewind/call) ran once on one approval, /rewind/granted once on a grant of one use, /rewind/revoked never"
