@@ -916,3 +916,66 @@ fn a_person_grants_in_their_own_name_within_the_longest_lifetime() {
         );
     }
 }
+
+/// A grant's status after `uses` uses.
+fn used_grant(uses: Option<i64>) -> Value {
+    let mut g = grant("alice", "2026-11-24T11:00:00Z");
+    if let Some(uses) = uses {
+        g["status"] =
+            json!({"uses": uses, "lastUsedAt": "2026-11-24T10:30:00Z", "lastUsedBy": "r"});
+    }
+    g
+}
+
+#[test]
+fn only_the_gate_of_the_grants_own_agent_records_its_uses() {
+    let p = &load("default")["grant-status"];
+    // The authorizer check (evaluated by the apiserver; kube-cel has no authorizer): the verb
+    // `gate` on the grant's own Agent, which only that Agent's gate Role holds.
+    assert_eq!(
+        p.authorizer,
+        [AUTHORIZER_CHECK.replace("check('approve')", "check('gate')")]
+    );
+    Program::compile(&p.authorizer[0]).unwrap();
+    // The controller is exempt; everyone else is held to one use per write.
+    assert_eq!(
+        admit(
+            p,
+            "UPDATE",
+            CONTROLLER,
+            &used_grant(Some(0)),
+            Some(&used_grant(Some(3)))
+        ),
+        Verdict::NotMatched
+    );
+    for (old, new) in [(None, Some(1)), (Some(1), Some(2))] {
+        assert_eq!(
+            admit(
+                p,
+                "UPDATE",
+                AGENT_SA,
+                &used_grant(new),
+                Some(&used_grant(old))
+            ),
+            Verdict::Allowed,
+            "{old:?} -> {new:?}"
+        );
+    }
+    for (old, new) in [
+        (None, Some(2)),
+        (Some(1), Some(3)),
+        (Some(1), Some(1)),
+        (Some(1), None),
+    ] {
+        denied_with(
+            admit(
+                p,
+                "UPDATE",
+                AGENT_SA,
+                &used_grant(new),
+                Some(&used_grant(old)),
+            ),
+            "status.uses rises by exactly 1",
+        );
+    }
+}

@@ -186,6 +186,8 @@ def test_default_objects(chart):
             "ValidatingAdmissionPolicy",  # quorum
             "ValidatingAdmissionPolicy",  # status
             "ValidatingAdmissionPolicy",  # grant
+            "ValidatingAdmissionPolicy",  # grant-status
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
@@ -328,7 +330,7 @@ def test_user_roles(chart):
 def test_admission_policies_default(chart):
     docs = objects(chart)
     policies = {p["metadata"]["name"]: p for p in find(docs, "ValidatingAdmissionPolicy")}
-    assert sorted(policies) == [f"{FULLNAME}-approval-{n}" for n in ("decision", "grant", "quorum", "requester", "status")]
+    assert sorted(policies) == [f"{FULLNAME}-approval-{n}" for n in ("decision", "grant", "grant-status", "quorum", "requester", "status")]
     for p in policies.values():
         assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert p["spec"]["failurePolicy"] == "Fail"
@@ -366,6 +368,12 @@ def test_admission_policies_default(chart):
     assert "!request.userInfo.username.startsWith('system:serviceaccount:')" in grant_exprs
     assert ("timestamp(object.spec.expiresAt) - timestamp(object.metadata.creationTimestamp)"
             " <= duration('24h')") in grant_exprs
+    # A grant's uses: only the gate of its own agent (the verb gate on that Agent), one a write.
+    uses = policies[f"{FULLNAME}-approval-grant-status"]["spec"]
+    assert uses["matchConstraints"]["resourceRules"][0]["resources"] == ["approvalgrants/status"]
+    assert uses["matchConditions"][0]["expression"] == f'!(request.userInfo.username in ["{CONTROLLER_USER}"])'
+    uses_exprs = [v["expression"] for v in uses["validations"]]
+    assert uses_exprs[0] == exprs[0].replace("check('approve')", "check('gate')")
 
 
 def test_grants_max_ttl_reaches_the_policy_and_the_controller_and_off_turns_them_off(chart):
