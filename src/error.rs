@@ -44,6 +44,16 @@ pub enum Error {
         /// Name of the request.
         name: String,
     },
+    /// A guarded write ([`crate::kube::guarded`]) met a 409 Conflict on every attempt.
+    #[error("{kind} {name} changed under each of {attempts} guarded writes; nothing was written")]
+    Contended {
+        /// Kind of the object.
+        kind: &'static str,
+        /// Name of the object.
+        name: String,
+        /// Attempts made.
+        attempts: u32,
+    },
     /// Creating a call's ApprovalRequest kept colliding with finished requests of other gates.
     #[error("could not create an ApprovalRequest {name}-<n>: too many concurrent generations")]
     CreateRace {
@@ -163,6 +173,7 @@ impl Error {
             Self::OwnedElsewhere { .. } => "OwnedByAnotherController",
             Self::RequestDeleted { .. } => "ApprovalRequestDeleted",
             Self::CreateRace { .. } => "ApprovalRequestCreateRace",
+            Self::Contended { .. } => "WriteContended",
             Self::Bind { .. } => "BindError",
             Self::ToolDiscovery { .. } => "ToolDiscoveryFailed",
             Self::CachesNotSynced { .. } => "CachesNotSynced",

@@ -104,6 +104,15 @@ pub struct ApprovalGrantStatus {
     pub last_used_by: Option<String>,
 }
 
+/// The one change a person makes to a grant: `spec.revoked`, written through
+/// [`crate::kube::guarded`].
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Revocation {
+    /// Always true: a revocation cannot be undone.
+    pub revoked: bool,
+}
+
 impl ApprovalGrant {
     /// Calls the grant let through so far.
     pub fn uses(&self) -> u32 {

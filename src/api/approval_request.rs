@@ -328,6 +328,19 @@ pub struct Decision {
     pub decided_by: String,
 }
 
+/// What a person writes to a request's spec through [`crate::kube::guarded`]: the decision,
+/// the approvals (the whole list, as a merge patch replaces lists), or both.
+#[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionChange {
+    /// The decision, when this write makes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// Every approval, the writer's added, when this write adds one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Vec<Approval>>,
+}
+
 /// One person's approval of a request that needs more than one.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]

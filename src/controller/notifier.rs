@@ -14,18 +14,20 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::core::Selector;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::{Context, measured};
 use crate::Result;
-use crate::api::approval_notifier::{ApprovalNotifierSpec, ChannelType, Delivery};
-use crate::api::approval_request::NotificationRecord;
+use crate::api::approval_notifier::{
+    ApprovalNotifierSpec, ApprovalNotifierStatus, ChannelType, Delivery,
+};
+use crate::api::approval_request::{ApprovalRequestStatus, NotificationRecord};
 use crate::api::{Agent, ApprovalNotifier, ApprovalRequest, Phase};
+use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::kube::{apply_status, new_condition, set_condition};
 use crate::notify::plan::{self, Attempt, Event};
 use crate::notify::{message, send};
@@ -159,7 +161,11 @@ async fn reconcile_inner(notifier: &ApprovalNotifier, ctx: &Context) -> Result<A
     set_condition(&mut conditions, condition);
     if conditions != current.conditions || current.observed_generation != generation {
         // Only the fields this reconciler owns: the delivery counters are the deliveries'.
-        let status = json!({"observedGeneration": generation, "conditions": conditions});
+        let status = ApprovalNotifierStatus {
+            observed_generation: generation,
+            conditions,
+            ..ApprovalNotifierStatus::default()
+        };
         let api: Api<ApprovalNotifier> = Api::namespaced(ctx.client.clone(), &namespace);
         apply_status(&api, notifier, &status).await?;
     }
@@ -354,56 +360,50 @@ async fn write_records(
     request: &ApprovalRequest,
     records: &[NotificationRecord],
 ) -> Result<Option<ApprovalRequest>> {
-    let patch = json!({
-        "metadata": {"resourceVersion": request.resource_version()},
-        "status": {"notifications": records},
-    });
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
-    match api
-        .patch_status(&request.name_any(), &params, &Patch::Merge(&patch))
-        .await
-    {
-        Ok(written) => Ok(Some(written)),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    let outcome = GuardedWrite::status(api, FIELD_MANAGER, 1)
+        .write(request.clone(), |_| {
+            Ok::<_, ()>(ApprovalRequestStatus {
+                notifications: records.to_vec(),
+                ..ApprovalRequestStatus::default()
+            })
+        })
+        .await?;
+    Ok(match outcome.guarded {
+        Guarded::Written(written) => Some(written),
+        Guarded::Declined(()) | Guarded::Gone | Guarded::Contended => None,
+    })
 }
 
 /// Records the outcome of attempt `n` on the request, re-reading it after a conflict. Left
 /// unrecorded (the request changed every time, or is gone), the attempt counts as failed.
 async fn record_outcome(
     api: &Api<ApprovalRequest>,
-    mut request: ApprovalRequest,
+    request: ApprovalRequest,
     notifier: &str,
     event: Event,
     n: u32,
     outcome: &std::result::Result<(), String>,
     at: Timestamp,
 ) -> Result<()> {
-    for _ in 0..WRITE_TRIES {
-        let mut records = records_of(&request);
-        let Some(record) = records
-            .iter_mut()
-            .find(|r| r.notifier == notifier && r.event == event.key())
-            .filter(|r| u32::try_from(r.attempts) == Ok(n))
-        else {
-            return Ok(());
-        };
-        match outcome {
-            Ok(()) => record.delivered_at = Some(Time(at)),
-            Err(error) => record.last_error = Some(error.clone()),
-        }
-        if write_records(api, &request, &records).await?.is_some() {
-            return Ok(());
-        }
-        match api.get_opt(&request.name_any()).await? {
-            Some(current) => request = current,
-            None => return Ok(()),
-        }
-    }
+    let attempts = u32::try_from(WRITE_TRIES).unwrap_or(u32::MAX);
+    GuardedWrite::status(api, FIELD_MANAGER, attempts)
+        .write(request, |current| {
+            let mut records = records_of(current);
+            let record = records
+                .iter_mut()
+                .find(|r| r.notifier == notifier && r.event == event.key())
+                .filter(|r| u32::try_from(r.attempts) == Ok(n))
+                .ok_or(())?;
+            match outcome {
+                Ok(()) => record.delivered_at = Some(Time(at)),
+                Err(error) => record.last_error = Some(error.clone()),
+            }
+            Ok::<_, ()>(ApprovalRequestStatus {
+                notifications: records,
+                ..ApprovalRequestStatus::default()
+            })
+        })
+        .await?;
     Ok(())
 }
 
@@ -418,34 +418,27 @@ async fn record_on_notifier(
         ctx.client.clone(),
         &notifier.namespace().unwrap_or_default(),
     );
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PatchParams::default()
+    let Some(current) = api.get_opt(&notifier.name_any()).await? else {
+        return Ok(());
     };
-    for _ in 0..WRITE_TRIES {
-        let Some(current) = api.get_opt(&notifier.name_any()).await? else {
-            return Ok(());
-        };
-        let status = current.status.clone().unwrap_or_default();
-        let patch = if given_up {
-            json!({
-                "metadata": {"resourceVersion": current.resource_version()},
-                "status": {"failures": status.failures.unwrap_or(0) + 1, "lastFailure": delivery},
+    let attempts = u32::try_from(WRITE_TRIES).unwrap_or(u32::MAX);
+    GuardedWrite::status(&api, FIELD_MANAGER, attempts)
+        .write(current, |current| {
+            let status = current.status.clone().unwrap_or_default();
+            Ok::<_, ()>(if given_up {
+                ApprovalNotifierStatus {
+                    failures: Some(status.failures.unwrap_or(0) + 1),
+                    last_failure: Some(delivery.clone()),
+                    ..ApprovalNotifierStatus::default()
+                }
+            } else {
+                ApprovalNotifierStatus {
+                    delivered: Some(status.delivered.unwrap_or(0) + 1),
+                    last_delivery: Some(delivery.clone()),
+                    ..ApprovalNotifierStatus::default()
+                }
             })
-        } else {
-            json!({
-                "metadata": {"resourceVersion": current.resource_version()},
-                "status": {"delivered": status.delivered.unwrap_or(0) + 1, "lastDelivery": delivery},
-            })
-        };
-        match api
-            .patch_status(&notifier.name_any(), &params, &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
+        })
+        .await?;
     Ok(())
 }

@@ -21,9 +21,9 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::core::ObjectMeta;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
@@ -36,9 +36,10 @@ use super::hash::ArgsDigest;
 use super::metrics::Metrics;
 use super::redact;
 use crate::api::approval_request::{
-    AgentRef, ApprovalRequest, ApprovalRequestSpec, CallContext, GrantRef, LABEL_AGENT,
-    LABEL_ARGS_HASH, LABEL_GRANT, LABEL_TOOL, ToolServerRef,
+    AgentRef, ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, CallContext, GrantRef,
+    LABEL_AGENT, LABEL_ARGS_HASH, LABEL_GRANT, LABEL_TOOL, Phase, ToolServerRef,
 };
+use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::{Error, Result};
 
 /// Longest `spec.message`.
@@ -275,13 +276,24 @@ impl Approvals {
             "Approved by the ApprovalGrant {grant_name} (granted by {}) and forwarded by {}",
             grant.spec.granted_by, self.pod
         );
-        self.consume(&created, &message, false)
+        // Only this gate knows the request's name; the guard still keeps a status the
+        // controller wrote meanwhile, and a claim by anyone else ends it.
+        let unclaimed =
+            |r: &ApprovalRequest| r.status.as_ref().is_none_or(|s| s.consumed_at.is_none());
+        match self
+            .consume(created, &message, unclaimed)
             .await
             .map_err(|e| match e {
                 Error::Kube(source) => failed(source),
                 other => other,
-            })?;
-        Ok(Some(name))
+            })? {
+            Guarded::Written(_) => Ok(Some(name)),
+            Guarded::Declined(_) | Guarded::Gone | Guarded::Contended => Err(Error::Contended {
+                kind: "ApprovalRequest",
+                name,
+                attempts: MAX_CONFLICTS,
+            }),
+        }
     }
 
     /// Takes one creation from the budget, or says the agent asks too fast.
@@ -357,7 +369,6 @@ impl Approvals {
         let (mut req, previous) = self.find_or_create(call).await?;
         let name = req.metadata.name.clone().unwrap_or_default();
         let wait_until = Instant::now() + self.wait;
-        let mut conflicts = 0;
         loop {
             let now = self.clock.now();
             match decide(&req, &call.key, &self.identity(), now) {
@@ -373,17 +384,26 @@ impl Approvals {
                         return Ok(Resolution::Refused { name, refusal });
                     }
                     let message = format!("Approved call forwarded by {}", self.pod);
-                    match self.consume(&req, &message, true).await {
-                        Ok(()) => return Ok(Resolution::Approved { name }),
-                        Err(Error::Kube(kube::Error::Api(s)))
-                            if s.is_conflict() && conflicts < MAX_CONFLICTS =>
-                        {
-                            conflicts += 1;
-                            self.metrics.claim_conflict();
-                            tracing::info!(request = %name, "request changed while consuming; re-reading");
-                            req = self.api.get(&name).await?;
+                    let identity = self.identity();
+                    // Claimed only while the request, as the apiserver now has it, still lets
+                    // the call through; otherwise it is judged again above.
+                    let still_approved = |r: &ApprovalRequest| {
+                        matches!(
+                            decide(r, &call.key, &identity, self.clock.now()),
+                            Verdict::Forward
+                        )
+                    };
+                    match self.consume(req, &message, still_approved).await? {
+                        Guarded::Written(_) => return Ok(Resolution::Approved { name }),
+                        Guarded::Declined(fresh) => req = fresh,
+                        Guarded::Gone => return Err(Error::RequestDeleted { name }),
+                        Guarded::Contended => {
+                            return Err(Error::Contended {
+                                kind: "ApprovalRequest",
+                                name,
+                                attempts: MAX_CONFLICTS,
+                            });
                         }
-                        Err(e) => return Err(e),
                     }
                 }
                 Verdict::Wait if Instant::now() >= wait_until => {
@@ -658,47 +678,46 @@ impl Approvals {
         }
     }
 
-    /// Marks an approved request consumed by this gate, saying `message`: a merge patch of the
-    /// status subresource, `guarded` by the request's resourceVersion (a 409 Conflict then
-    /// means another gate, or a change, won; the caller re-reads). A request decided by a
-    /// grant, whose name only this gate knows, is consumed unguarded: the CRD keeps
-    /// `consumedAt` write-once and a finished phase final, whoever else writes its status.
-    async fn consume(&self, req: &ApprovalRequest, message: &str, guarded: bool) -> Result<()> {
+    /// Marks `req` consumed by this gate, saying `message`, with the one guarded status write:
+    /// only over the resourceVersion it was judged at, and only while `claimable` holds of the
+    /// request as the apiserver has it (after a 409 Conflict it is read again and judged
+    /// again; a request no longer claimable comes back `Declined` with its fresh version).
+    async fn consume(
+        &self,
+        req: ApprovalRequest,
+        message: &str,
+        claimable: impl Fn(&ApprovalRequest) -> bool,
+    ) -> Result<Guarded<ApprovalRequest, ApprovalRequest>> {
         let name = req.metadata.name.clone().unwrap_or_default();
-        let now = Time(self.clock.now());
-        let mut status = json!({
-            "phase": "Executed",
-            "consumedAt": now,
-            "consumedBy": self.pod,
-            "message": message,
-        });
-        if req
-            .status
-            .as_ref()
-            .and_then(|s| s.decided_at.as_ref())
-            .is_none()
-        {
-            status["decidedAt"] = json!(now);
-        }
-        let patch = if guarded {
-            json!({
-                "metadata": {"resourceVersion": req.metadata.resource_version},
-                "status": status,
-            })
-        } else {
-            json!({"status": status})
-        };
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        };
         let sent = Instant::now();
-        self.api
-            .patch_status(&name, &params, &Patch::Merge(&patch))
+        let outcome = GuardedWrite::status(&self.api, FIELD_MANAGER, MAX_CONFLICTS)
+            .write(req, |current| {
+                if !claimable(current) {
+                    return Err(current.clone());
+                }
+                let now = Time(self.clock.now());
+                let recorded = current.status.as_ref().and_then(|s| s.decided_at.clone());
+                Ok(ApprovalRequestStatus {
+                    phase: Some(Phase::Executed),
+                    decided_at: recorded.is_none().then(|| now.clone()),
+                    consumed_at: Some(now),
+                    consumed_by: Some(self.pod.clone()),
+                    message: Some(message.to_owned()),
+                    ..ApprovalRequestStatus::default()
+                })
+            })
             .await?;
-        let claim_ms = sent.elapsed().as_secs_f64() * 1e3;
-        tracing::info!(request = %name, consumed_by = %self.pod, claim_ms, "approval consumed");
-        Ok(())
+        for _ in 0..outcome.conflicts {
+            self.metrics.claim_conflict();
+        }
+        if outcome.conflicts > 0 {
+            tracing::info!(request = %name, conflicts = outcome.conflicts, "request changed while consuming; re-read");
+        }
+        if matches!(outcome.guarded, Guarded::Written(_)) {
+            let claim_ms = sent.elapsed().as_secs_f64() * 1e3;
+            tracing::info!(request = %name, consumed_by = %self.pod, claim_ms, "approval consumed");
+        }
+        Ok(outcome.guarded)
     }
 }
 

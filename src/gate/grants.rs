@@ -3,8 +3,8 @@
 //! one use of it exactly once, and leaves an ApprovalRequest decided by the grant, consumed by
 //! this gate, so the audit trail holds every call.
 //!
-//! Exactly once: a use is a merge patch of the grant's status guarded by the resourceVersion
-//! the gate judged, so a grant revoked, deleted or used up by another gate in the meantime is
+//! Exactly once: a use is the one guarded status write ([`crate::kube::guarded`]) over the
+//! resourceVersion the gate judged, so a grant revoked, deleted or used up by another gate in the meantime is
 //! never used (409 Conflict: read it again and judge again), and the CRD refuses `uses` above
 //! `maxUses` whatever the writer. Anything that goes wrong before the use is recorded leaves
 //! the call to a person; after it, the call is refused (a use counted for a call that did not
@@ -14,13 +14,14 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use serde_json::json;
+use kube::api::{Api, ListParams};
 
+use super::approval::FIELD_MANAGER;
 use super::condition::{Activation, Condition};
 use super::decision::CallKey;
 use super::metrics::Metrics;
-use crate::api::approval_grant::ApprovalGrant;
+use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantStatus};
+use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::kube::paging::list_keeping;
 
 /// Prefix of the usernames of ServiceAccounts, which never grant.
@@ -174,58 +175,52 @@ impl Grants {
         covering
     }
 
-    /// Records one use of `grant` for the request `request`, re-reading it on a conflict while
-    /// it still covers the call: the grant as used, or `None` when it could not be used.
+    /// Records one use of `grant` for the request `request` with the one guarded status write,
+    /// judging it again after each 409 Conflict while it still covers the call: the grant as
+    /// used, or `None` when it could not be used.
     pub async fn record_use(
         &self,
-        mut grant: ApprovalGrant,
+        grant: ApprovalGrant,
         call: &GrantedCall<'_>,
         now: Timestamp,
         request: &str,
     ) -> Option<ApprovalGrant> {
         let name = grant.metadata.name.clone().unwrap_or_default();
-        for _ in 0..=MAX_USE_CONFLICTS {
-            let uses = grant.uses().saturating_add(1);
-            let patch = json!({
-                "metadata": {"resourceVersion": grant.metadata.resource_version},
-                "status": {"uses": uses, "lastUsedAt": Time(now), "lastUsedBy": request},
-            });
-            let params = PatchParams {
-                field_manager: Some(super::approval::FIELD_MANAGER.into()),
-                ..Default::default()
-            };
-            match self
-                .api
-                .patch_status(&name, &params, &Patch::Merge(&patch))
-                .await
-            {
-                Ok(used) => {
-                    tracing::info!(grant = %name, uses, %request, granted_by = %used.spec.granted_by, "grant used");
-                    return Some(used);
+        let written = GuardedWrite::status(&self.api, FIELD_MANAGER, MAX_USE_CONFLICTS)
+            .write(grant, |current| {
+                match why_not_covered(current, call, now, self.max_ttl) {
+                    Some(why) => Err(why),
+                    None => Ok(ApprovalGrantStatus {
+                        uses: Some(
+                            i32::try_from(current.uses().saturating_add(1)).unwrap_or(i32::MAX),
+                        ),
+                        last_used_at: Some(Time(now)),
+                        last_used_by: Some(request.to_owned()),
+                    }),
                 }
-                Err(kube::Error::Api(s)) if s.is_conflict() => {
-                    self.metrics.grant_use_conflict();
-                    tracing::info!(grant = %name, "grant changed while recording a use; re-reading");
-                    grant = match self.api.get_opt(&name).await {
-                        Ok(Some(fresh)) => fresh,
-                        Ok(None) => return None,
-                        Err(e) => {
-                            tracing::warn!(grant = %name, error = %e, "cannot re-read the grant");
-                            return None;
-                        }
-                    };
-                    if let Some(why) = why_not_covered(&grant, call, now, self.max_ttl) {
-                        tracing::info!(grant = %name, %why, "grant no longer covers the call");
-                        return None;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(grant = %name, error = %e, "cannot record a use of the grant");
-                    return None;
-                }
+            })
+            .await;
+        let outcome = match written {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::warn!(grant = %name, error = %e, "cannot record a use of the grant");
+                return None;
             }
+        };
+        for _ in 0..outcome.conflicts {
+            self.metrics.grant_use_conflict();
         }
-        None
+        match outcome.guarded {
+            Guarded::Written(used) => {
+                tracing::info!(grant = %name, uses = used.uses(), %request, granted_by = %used.spec.granted_by, "grant used");
+                Some(used)
+            }
+            Guarded::Declined(why) => {
+                tracing::info!(grant = %name, %why, "grant no longer covers the call");
+                None
+            }
+            Guarded::Gone | Guarded::Contended => None,
+        }
     }
 }
 

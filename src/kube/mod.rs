@@ -1,5 +1,5 @@
 //! Kubernetes helpers shared by the reconcilers: server-side apply with one field manager,
-//! digests of what it applied, status conditions, lists read a page at a time, and watches
+//! digests of what it applied, the one guarded write of a status, status conditions, lists read a page at a time, and watches
 //! backed off while they fail.
 
 pub mod applied;
@@ -7,6 +7,7 @@ pub mod apply;
 pub mod backoff;
 pub mod client;
 pub mod conditions;
+pub mod guarded;
 pub mod ownership;
 pub mod paging;
 

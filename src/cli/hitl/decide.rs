@@ -6,18 +6,20 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use serde_json::json;
+use kube::api::{Api, ListParams};
 
 use super::error::CommandError;
-use crate::api::approval_request::{Approval, ApprovalRequest, Decision, DecisionType, Phase};
+use crate::api::approval_request::{
+    Approval, ApprovalRequest, Decision, DecisionChange, DecisionType, Phase,
+};
+use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::kube::paging::list_all;
 
 /// Field manager recorded in managedFields for the decision.
 pub const FIELD_MANAGER: &str = "kubectl-hitl";
 
 /// How often a decision is retried when the request changed between read and write.
-const ATTEMPTS: usize = 3;
+const ATTEMPTS: u32 = 3;
 
 /// The decision a person asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -300,21 +302,17 @@ fn refusal(current: &ApprovalRequest, now: Timestamp) -> Option<Outcome> {
     }
 }
 
-/// The merge patch that sets `spec.decision`, valid only against `resource_version`.
-pub fn decision_patch(request: &Request, resource_version: Option<&str>) -> serde_json::Value {
-    let mut decision = json!({"type": request.decision_type, "decidedBy": request.user});
-    if let Some(reason) = &request.reason {
-        decision["reason"] = json!(reason);
+/// The decision `request` makes.
+pub fn decision_of(request: &Request) -> Decision {
+    Decision {
+        decision_type: request.decision_type,
+        reason: request.reason.clone(),
+        decided_by: request.user.clone(),
     }
-    let mut patch = json!({"spec": {"decision": decision}});
-    if let Some(rv) = resource_version {
-        patch["metadata"] = json!({"resourceVersion": rv});
-    }
-    patch
 }
 
-/// The merge patch carrying out `request` on `current`, valid only against its resourceVersion,
-/// and the outcome once written. A Deny, or an Approve of a request needing one approval, sets
+/// The change carrying out `request` on `current` (written over its resourceVersion), and the
+/// outcome once written. A Deny, or an Approve of a request needing one approval, sets
 /// `spec.decision` alone. An Approve of a request needing several appends the caller's entry to
 /// `spec.approvals` (the whole list: a merge patch replaces lists, and the resourceVersion
 /// guard keeps others' entries) and, when that makes `requiredApprovals`, sets the decision
@@ -323,16 +321,19 @@ pub fn write_for(
     current: &ApprovalRequest,
     request: &Request,
     now: Timestamp,
-) -> Result<(serde_json::Value, Outcome), Outcome> {
+) -> Result<(DecisionChange, Outcome), Outcome> {
     let name = current.name_any();
-    let resource_version = current.metadata.resource_version.as_deref();
     let required = current.required_approvals();
     if request.decision_type == DecisionType::Deny || required <= 1 {
         let decided = Outcome::Decided {
             name,
             decision_type: request.decision_type,
         };
-        return Ok((decision_patch(request, resource_version), decided));
+        let change = DecisionChange {
+            decision: Some(decision_of(request)),
+            approvals: None,
+        };
+        return Ok((change, decided));
     }
     let approvers = current.approvers();
     let mine = approvers.contains(&request.user.as_str());
@@ -344,84 +345,75 @@ pub fn write_for(
             required,
         });
     }
-    let mut patch = if given >= required {
-        decision_patch(request, resource_version)
-    } else {
-        let mut patch = json!({"spec": {}});
-        if let Some(rv) = resource_version {
-            patch["metadata"] = json!({"resourceVersion": rv});
-        }
-        patch
-    };
-    if !mine {
+    let approvals = (!mine).then(|| {
         let mut approvals = current.spec.approvals.clone();
         approvals.push(Approval {
             approved_by: request.user.clone(),
             reason: request.reason.clone(),
             at: Some(Time(now)),
         });
-        patch["spec"]["approvals"] = serde_json::to_value(approvals).expect("approvals serialize");
-    }
+        approvals
+    });
+    let change = DecisionChange {
+        decision: (given >= required).then(|| decision_of(request)),
+        approvals,
+    };
     let approved = Outcome::Approved {
         name,
         given,
         required,
     };
-    Ok((patch, approved))
+    Ok((change, approved))
 }
 
-/// Write the decision onto `current`, re-reading when it changed in between.
+/// Write the decision onto `current` with the one guarded write, judging the request again
+/// whenever it changed in between.
 async fn decide(
     api: &Api<ApprovalRequest>,
-    mut current: ApprovalRequest,
+    current: ApprovalRequest,
     request: &Request,
     now: Timestamp,
 ) -> Result<Outcome, CommandError> {
     let name = current.name_any();
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    for _ in 0..ATTEMPTS {
-        if let Some(outcome) = refusal(&current, now) {
-            return Ok(outcome);
-        }
-        let (patch, written) = match write_for(&current, request, now) {
-            Ok(write) => write,
-            Err(outcome) => return Ok(outcome),
-        };
-        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok(written),
-            Err(kube::Error::Api(s)) if s.code == 409 => match read(api, &name).await? {
-                Ok(fresh) => current = fresh,
-                Err(outcome) => return Ok(outcome),
+    let agent = current.spec.agent_ref.name.clone();
+    let mut written = None;
+    let outcome = GuardedWrite::spec(api, FIELD_MANAGER, ATTEMPTS)
+        .write(current, |current| {
+            if let Some(outcome) = refusal(current, now) {
+                return Err(outcome);
+            }
+            let (change, outcome) = write_for(current, request, now)?;
+            written = Some(outcome);
+            Ok(change)
+        })
+        .await;
+    match outcome {
+        Ok(outcome) => Ok(match outcome.guarded {
+            Guarded::Written(_) => written.expect("a written change has its outcome"),
+            Guarded::Declined(outcome) => outcome,
+            Guarded::Gone => Outcome::NotFound { name },
+            Guarded::Contended => Outcome::Rejected {
+                name,
+                message: format!("it changed {ATTEMPTS} times while being decided; try again"),
             },
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Outcome::NotFound { name }),
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                return Ok(Outcome::Forbidden {
-                    name,
-                    agent: Some(current.spec.agent_ref.name.clone()),
-                    message: s.message,
-                });
-            }
-            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
-                return Ok(Outcome::Rejected {
-                    name,
-                    message: s.message,
-                });
-            }
-            Err(e) => return Err(e.into()),
-        }
+        }),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(Outcome::Forbidden {
+            name,
+            agent: Some(agent),
+            message: s.message,
+        }),
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => Ok(Outcome::Rejected {
+            name,
+            message: s.message,
+        }),
+        Err(e) => Err(e.into()),
     }
-    Ok(Outcome::Rejected {
-        name,
-        message: format!("it changed {ATTEMPTS} times while being decided; try again"),
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn req(decision_type: DecisionType, reason: Option<&str>) -> Request {
         Request {
@@ -432,15 +424,22 @@ mod tests {
     }
 
     #[test]
-    fn patch_sets_only_the_decision() {
+    fn a_decision_sets_only_the_decision() {
+        let change = DecisionChange {
+            decision: Some(decision_of(&req(DecisionType::Approve, Some("ok")))),
+            approvals: None,
+        };
         assert_eq!(
-            decision_patch(&req(DecisionType::Approve, Some("ok")), Some("42")),
-            json!({"metadata": {"resourceVersion": "42"},
-                   "spec": {"decision": {"type": "Approve", "decidedBy": "alice", "reason": "ok"}}})
+            serde_json::to_value(change).unwrap(),
+            json!({"decision": {"type": "Approve", "decidedBy": "alice", "reason": "ok"}})
         );
+        let deny = DecisionChange {
+            decision: Some(decision_of(&req(DecisionType::Deny, None))),
+            approvals: None,
+        };
         assert_eq!(
-            decision_patch(&req(DecisionType::Deny, None), None),
-            json!({"spec": {"decision": {"type": "Deny", "decidedBy": "alice"}}})
+            serde_json::to_value(deny).unwrap(),
+            json!({"decision": {"type": "Deny", "decidedBy": "alice"}})
         );
     }
 

@@ -7,15 +7,19 @@ use std::str::FromStr;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::core::ObjectMeta;
-use serde_json::json;
 
 use super::decide::FIELD_MANAGER;
 use super::table::{expires, layout, truncate};
 use super::visible::visible;
-use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantSpec};
+use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantSpec, Revocation};
 use crate::api::approval_request::{AgentRef, ApprovalRequest};
+use crate::kube::guarded::{Guarded, GuardedWrite, Outcome};
+
+/// How many writes a revocation sends before it gives up on a grant that keeps changing (each
+/// of the gate's uses changes it).
+const REVOKE_ATTEMPTS: u32 = 5;
 
 /// How long `--remember` lasts when it names no duration.
 pub const DEFAULT_REMEMBER: SignedDuration = SignedDuration::from_hours(1);
@@ -250,30 +254,41 @@ pub fn table(grants: &[ApprovalGrant], now: Timestamp, all_namespaces: bool) -> 
     layout(&rows)
 }
 
-/// Revokes the named grants (sets `spec.revoked`); one line per grant, and whether all were
-/// revoked.
+/// Revokes the named grants (sets `spec.revoked` with the one guarded write); one line per
+/// grant, and whether all were revoked.
 pub async fn revoke(
     api: &Api<ApprovalGrant>,
     names: &[String],
     namespace: &str,
 ) -> (Vec<String>, bool) {
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    let patch = json!({"spec": {"revoked": true}});
     let mut lines = Vec::with_capacity(names.len());
     let mut ok = true;
     for name in names {
-        match api.patch(name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => lines.push(format!(
-                "approvalgrant/{name} revoked: calls it covered ask a person again"
-            )),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
+        let revoked = match api.get_opt(name).await {
+            Ok(Some(grant)) => {
+                GuardedWrite::spec(api, FIELD_MANAGER, REVOKE_ATTEMPTS)
+                    .write(grant, |_| Ok::<_, ()>(Revocation { revoked: true }))
+                    .await
+            }
+            Ok(None) => Ok(Outcome {
+                guarded: Guarded::Gone,
+                conflicts: 0,
+            }),
+            Err(e) => Err(e),
+        };
+        let line = match revoked.map(|outcome| outcome.guarded) {
+            Ok(Guarded::Written(_)) => {
+                format!("approvalgrant/{name} revoked: calls it covered ask a person again")
+            }
+            Ok(Guarded::Gone) => {
                 ok = false;
-                lines.push(format!(
-                    "error: approvalgrant/{name} not found in namespace {namespace}"
-                ));
+                format!("error: approvalgrant/{name} not found in namespace {namespace}")
+            }
+            Ok(Guarded::Declined(()) | Guarded::Contended) => {
+                ok = false;
+                format!(
+                    "error: approvalgrant/{name} was not revoked: it changed under every attempt; try again"
+                )
             }
             Err(e) => {
                 ok = false;
@@ -281,11 +296,10 @@ pub async fn revoke(
                     kube::Error::Api(s) => s.message,
                     other => other.to_string(),
                 };
-                lines.push(format!(
-                    "error: approvalgrant/{name} was not revoked: {message}"
-                ));
+                format!("error: approvalgrant/{name} was not revoked: {message}")
             }
-        }
+        };
+        lines.push(line);
     }
     (lines, ok)
 }

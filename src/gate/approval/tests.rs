@@ -757,19 +757,26 @@ async fn endless_conflicts_fail_closed() {
     let (_, _, _, send) = next(&mut handle).await;
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
     send_watch_events(send, &[("MODIFIED", approved.clone())]);
-    for _ in 0..=MAX_CONFLICTS {
-        let (m, _, _, send) = next(&mut handle).await;
+    // MAX_CONFLICTS guarded writes, each refused, with a fresh read between them.
+    for attempt in 1..=MAX_CONFLICTS {
+        let (m, _, body, send) = next(&mut handle).await;
         assert_eq!(m, "PATCH");
+        assert_eq!(body["metadata"]["resourceVersion"], json!("11"));
         respond(send, 409, &status(409, "Conflict"));
-        if let Some((req, send)) = handle.next_request().await {
-            assert_eq!(req.uri().to_string(), format!("{BASE_PATH}/{name}"));
+        if attempt < MAX_CONFLICTS {
+            let (m, uri, _, send) = next(&mut handle).await;
+            assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
             respond(send, 200, &approved);
         }
     }
     let err = task.await.unwrap().unwrap_err();
     assert!(
-        matches!(&err, Error::Kube(kube::Error::Api(s)) if s.code == 409),
+        matches!(&err, Error::Contended { attempts, .. } if *attempts == MAX_CONFLICTS),
         "{err}"
+    );
+    assert!(
+        handle.next_request().await.is_none(),
+        "nothing more is sent"
     );
 }
 
@@ -1087,7 +1094,7 @@ async fn a_covering_grant_is_used_once_and_leaves_a_consumed_request() {
     let created = stored(&body, "20");
     respond(send, 201, &created);
 
-    // Consumed at once, without a resourceVersion guard (the CRD keeps consumedAt write-once).
+    // Consumed at once, guarded by the resourceVersion of the request as created.
     let (m, uri, body, send) = next(&mut handle).await;
     assert_eq!(
         (m.as_str(), uri.as_str()),
@@ -1096,7 +1103,7 @@ async fn a_covering_grant_is_used_once_and_leaves_a_consumed_request() {
             &format!("{BASE_PATH}/{request}/status?&fieldManager=hitl-gate")[..]
         )
     );
-    assert!(body.get("metadata").is_none(), "{body}");
+    assert_eq!(body["metadata"], json!({"resourceVersion": "20"}), "{body}");
     assert_eq!(body["status"]["phase"], json!("Executed"));
     assert_eq!(body["status"]["consumedAt"], json!(now()));
     assert_eq!(body["status"]["consumedBy"], json!("gate-pod-0"));
