@@ -1229,6 +1229,8 @@ async fn grants_lists_and_revokes() {
         },
         "status": {"uses": 1}
     });
+    let mut read_grant = grant.clone();
+    read_grant["metadata"]["resourceVersion"] = json!("7");
     let grant_list = json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrantList",
         "metadata": {"resourceVersion": "9"}, "items": [grant.clone()]});
     let (ok, out, err) = run(
@@ -1276,17 +1278,19 @@ async fn grants_lists_and_revokes() {
     let (ok, out, err) = run(
         &["grants", "revoke", "g1", "gone"],
         vec![
+            // Read, then revoked over the resourceVersion read (the one guarded write).
+            step("GET", format!("{GRANTS}/g1"), None, 200, read_grant.clone()),
             step(
                 "PATCH",
                 format!("{GRANTS}/g1?&fieldManager=kubectl-hitl"),
-                Some(json!({"spec": {"revoked": true}})),
+                Some(json!({"metadata": {"resourceVersion": "7"}, "spec": {"revoked": true}})),
                 200,
-                grant,
+                read_grant,
             ),
             step(
-                "PATCH",
-                format!("{GRANTS}/gone?&fieldManager=kubectl-hitl"),
-                Some(json!({"spec": {"revoked": true}})),
+                "GET",
+                format!("{GRANTS}/gone"),
+                None,
                 404,
                 status(404, "NotFound", "not found"),
             ),

@@ -163,7 +163,136 @@ fn guarded_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantStatus};
+    use http::{Request, Response};
+    use kube::client::Body;
+    use serde_json::{Value, json};
+    use tower_test::mock;
+
+    const GRANT: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/approvalgrants/g";
+
+    fn grant(resource_version: &str, uses: i32) -> Value {
+        json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrant",
+               "metadata": {"name": "g", "namespace": "ns", "resourceVersion": resource_version},
+               "spec": {"agentRef": {"name": "a"}, "toolServer": {"kind": "RemoteMCPServer", "name": "s", "namespace": "ns"},
+                        "expiresAt": "2026-11-22T01:00:00Z", "reason": "r", "grantedBy": "alice"},
+               "status": {"uses": uses}})
+    }
+
+    fn answer(send: mock::SendResponse<Response<Body>>, code: u16, body: &Value) {
+        send.send_response(
+            Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(body).unwrap()))
+                .unwrap(),
+        );
+    }
+
+    async fn next(
+        handle: &mut mock::Handle<Request<Body>, Response<Body>>,
+    ) -> (String, String, Value, mock::SendResponse<Response<Body>>) {
+        use http_body_util::BodyExt;
+        let (req, send) = handle.next_request().await.expect("a request");
+        let (method, uri) = (req.method().to_string(), req.uri().to_string());
+        let bytes = req.into_body().collect().await.unwrap().to_bytes();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (method, uri, body, send)
+    }
+
+    /// Uses up to `max`: one more use, declined at `max`.
+    fn one_more(max: u32) -> impl FnMut(&ApprovalGrant) -> Result<ApprovalGrantStatus, u32> {
+        move |g: &ApprovalGrant| {
+            let uses = g.uses();
+            if uses >= max {
+                return Err(uses);
+            }
+            Ok(ApprovalGrantStatus {
+                uses: Some(i32::try_from(uses + 1).unwrap()),
+                ..Default::default()
+            })
+        }
+    }
+
+    fn api() -> (
+        Api<ApprovalGrant>,
+        mock::Handle<Request<Body>, Response<Body>>,
+    ) {
+        let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+        (
+            Api::namespaced(kube::Client::new(service, "ns"), "ns"),
+            handle,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_conflict_is_read_again_and_judged_again() {
+        let (api, mut handle) = api();
+        let first: ApprovalGrant = serde_json::from_value(grant("1", 0)).unwrap();
+        let task = tokio::spawn(async move {
+            GuardedWrite::status(&api, "m", 3)
+                .write(first, one_more(2))
+                .await
+                .unwrap()
+        });
+        let (m, uri, body, send) = next(&mut handle).await;
+        assert_eq!(
+            (m.as_str(), uri.as_str()),
+            ("PATCH", &format!("{GRANT}/status?&fieldManager=m")[..])
+        );
+        assert_eq!(
+            body,
+            json!({"metadata": {"resourceVersion": "1"}, "status": {"uses": 1}})
+        );
+        answer(
+            send,
+            409,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
+        );
+        // Someone else used it meanwhile: judged on what it is now.
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!((m.as_str(), uri.as_str()), ("GET", GRANT));
+        answer(send, 200, &grant("2", 1));
+        let (_, _, body, send) = next(&mut handle).await;
+        assert_eq!(
+            body,
+            json!({"metadata": {"resourceVersion": "2"}, "status": {"uses": 2}})
+        );
+        answer(
+            send,
+            409,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
+        );
+        let (_, _, _, send) = next(&mut handle).await;
+        answer(send, 200, &grant("3", 2));
+        let outcome = task.await.unwrap();
+        assert!(
+            matches!(outcome.guarded, Guarded::Declined(2)),
+            "{outcome:?}"
+        );
+        assert_eq!(outcome.conflicts, 2);
+    }
+
+    #[tokio::test]
+    async fn gone_and_unguardable_objects_are_never_written() {
+        let (api, mut handle) = api();
+        let mut unread: ApprovalGrant = serde_json::from_value(grant("1", 0)).unwrap();
+        unread.metadata.resource_version = None;
+        let task = tokio::spawn(async move {
+            GuardedWrite::status(&api, "m", 3)
+                .write(unread, one_more(5))
+                .await
+                .unwrap()
+        });
+        // Without a resourceVersion it reads the object first; it is gone.
+        let (m, uri, _, send) = next(&mut handle).await;
+        assert_eq!((m.as_str(), uri.as_str()), ("GET", GRANT));
+        answer(
+            send,
+            404,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+        );
+        assert!(matches!(task.await.unwrap().guarded, Guarded::Gone));
+    }
 
     #[test]
     fn the_patch_carries_the_guard_and_only_the_fields_set() {
