@@ -226,7 +226,8 @@ pub struct Context {
     pub caches: CacheSync,
     /// Agents by the objects they reference.
     pub refs: RefIndex,
-    /// HTTP client for listing MCP servers' tools.
+    /// HTTP client for listing MCP servers' tools and sending notifier messages
+    /// ([`crate::egress::client`]).
     pub http: reqwest::Client,
     /// Consecutive tool-discovery failures by server.
     pub discovery_failures: Backoff,
@@ -248,8 +249,6 @@ impl Context {
         caches: CacheSync,
         instance: Option<String>,
     ) -> Self {
-        // reqwest (built without a default provider) panics unless one is installed.
-        crate::cli::logging::install_tls_provider();
         let events = Events::new(
             client.clone(),
             Reporter {
@@ -267,7 +266,7 @@ impl Context {
             caches,
             stores,
             refs: RefIndex::default(),
-            http: reqwest::Client::new(),
+            http: crate::egress::client(),
             discovery_failures: Backoff::default(),
             reconcile_failures: Backoff::default(),
             confirmed: Confirmed::default(),

@@ -166,7 +166,7 @@ async fn serve_slack(args: &ControllerArgs) -> Result<()> {
         config: kube::Config::infer()
             .await
             .map_err(kube::Error::InferConfig)?,
-        http: reqwest::Client::new(),
+        http: crate::egress::client(),
         response_url_prefix: args.slack_response_url_prefix.clone(),
     };
     let listener = tokio::net::TcpListener::bind(addr)
