@@ -1,4 +1,4 @@
-//! The operator's HTTP client (tool discovery, notifiers, Slack replies) never uses a proxy
+//! The operator's HTTP clients (tool discovery, notifiers, Slack replies) never use a proxy
 //! from the environment: a proxy would see every credential they send. A test binary of its
 //! own, with a single test, because it sets `HTTP_PROXY` and friends, which is sound only
 //! while no other thread reads or writes the environment.
@@ -10,9 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use hitl_operator::api::approval_notifier::ChannelType;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::controller::discovery::list_tools;
 use hitl_operator::egress;
+use hitl_operator::egress::destination::{Destinations, RestrictedClient};
+use hitl_operator::notify::send;
+use serde_json::json;
 
 /// A proxy on loopback counting the connections it gets, answering each with `proxied`.
 fn proxy() -> (String, Arc<AtomicUsize>) {
@@ -66,7 +70,7 @@ fn the_operators_clients_ignore_the_proxy_of_the_environment() {
         assert_eq!(answer.text().await.unwrap(), "proxied");
         assert_eq!(connections.load(Ordering::SeqCst), 1);
 
-        // The client of discovery, notifiers and Slack replies.
+        // Discovery's and the Slack replies' client.
         let answer = egress::client()
             .get(format!("{target}/x"))
             .send()
@@ -83,6 +87,17 @@ fn the_operators_clients_ignore_the_proxy_of_the_environment() {
         )
         .await;
         assert!(listed.is_err());
+        // The notifiers' client.
+        let notifiers =
+            RestrictedClient::new(Destinations::new(vec!["127.0.0.0/8".parse().unwrap()]));
+        send::post(
+            &notifiers,
+            ChannelType::Webhook,
+            &format!("{target}/hook"),
+            &json!({}),
+        )
+        .await
+        .unwrap();
     });
     assert_eq!(
         connections.load(Ordering::SeqCst),

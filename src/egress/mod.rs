@@ -6,7 +6,11 @@
 //! an error ([`RedirectRefused`]) and nothing is sent there. reqwest's own policy would follow
 //! it, dropping only `Authorization`, `Cookie` and `Proxy-Authorization` on the way.
 //!
-//! The gate has its own HTTP stack with the same redirect rule (`gate::upstream`).
+//! Notifiers, whose URL anyone who may create a Secret and an ApprovalNotifier chooses, get a
+//! client that also refuses some destinations ([`destination`]). The gate has its own HTTP
+//! stack with the same redirect rule (`gate::upstream`).
+
+pub mod destination;
 
 use reqwest::Url;
 use reqwest::redirect::{Action, Attempt, Policy};
@@ -33,15 +37,15 @@ pub enum RedirectRefused {
     TooMany,
 }
 
-/// The client for tool discovery, notifier messages and Slack replies: no proxy, redirects
-/// only within the origin of the first request.
+/// The client for tool discovery and Slack replies: no proxy, redirects only within the
+/// origin of the first request.
 pub fn client() -> reqwest::Client {
     builder()
         .build()
         .expect("a reqwest client with a TLS provider installed builds")
 }
 
-/// [`client`]'s settings.
+/// [`client`]'s settings, for clients that add their own.
 fn builder() -> reqwest::ClientBuilder {
     // reqwest is built without a default TLS provider and panics unless one is installed.
     crate::cli::logging::install_tls_provider();
