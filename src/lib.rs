@@ -3,6 +3,7 @@
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod egress;
 pub mod error;
 pub mod gate;
 pub mod kube;

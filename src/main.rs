@@ -24,7 +24,8 @@ enum Command {
     /// Run the approval gate sidecar: an MCP proxy that holds gated tool calls for approval.
     Gate(cli::gate::GateArgs),
     /// Run the controller against the cluster of the current kubeconfig (or in-cluster).
-    Controller(hitl_operator::controller::ControllerArgs),
+    // Boxed: its many flags would make every command as large.
+    Controller(Box<hitl_operator::controller::ControllerArgs>),
 }
 
 fn main() -> ExitCode {
@@ -55,7 +56,7 @@ fn main() -> ExitCode {
             serve(
                 "controller",
                 tokio::runtime::Builder::new_multi_thread(),
-                hitl_operator::controller::run(args),
+                hitl_operator::controller::run(*args),
             )
         }
         // One thread: an agent's calls are few, and a proxied message then never waits for

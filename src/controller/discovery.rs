@@ -163,7 +163,16 @@ async fn post(
         .await
         .and_then(reqwest::Response::error_for_status)
         .map(drop)
-        .map_err(|e| e.to_string())
+        .map_err(|e| with_cause(&e))
+}
+
+/// `error` and, when it has any, its innermost cause (such as why a redirect was refused,
+/// which reqwest's own message leaves out).
+fn with_cause(error: &reqwest::Error) -> String {
+    match std::error::Error::source(error) {
+        Some(_) => format!("{error}: {}", root_cause(error)),
+        None => error.to_string(),
+    }
 }
 
 async fn list_sse(
@@ -175,7 +184,7 @@ async fn list_sse(
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| with_cause(&e))?;
     let base = response.url().clone();
     let mut stream = SseStream {
         events: Box::pin(sse::events(
@@ -258,7 +267,7 @@ mod tests {
             listener.local_addr().unwrap().port()
         };
         let error = list_tools(
-            &reqwest::Client::new(),
+            &crate::egress::client(),
             &format!("http://127.0.0.1:{port}/mcp"),
             McpProtocol::StreamableHttp,
             &BTreeMap::new(),

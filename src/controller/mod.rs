@@ -43,6 +43,7 @@ use kube::{Client, ResourceExt};
 use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::freeze::Freeze;
 use crate::api::{Agent, ApprovalNotifier, ModelConfig, RemoteMCPServer};
+use crate::egress::destination::{Destinations, RestrictedClient};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
@@ -226,8 +227,11 @@ pub struct Context {
     pub caches: CacheSync,
     /// Agents by the objects they reference.
     pub refs: RefIndex,
-    /// HTTP client for listing MCP servers' tools.
+    /// HTTP client for listing MCP servers' tools ([`crate::egress::client`]).
     pub http: reqwest::Client,
+    /// HTTP client for notifier messages: refuses loopback, link-local and unspecified
+    /// destinations unless [`Context::with_notifier_destinations`] allows them.
+    pub notify_http: RestrictedClient,
     /// Consecutive tool-discovery failures by server.
     pub discovery_failures: Backoff,
     /// Consecutive failed reconciles by object.
@@ -248,8 +252,6 @@ impl Context {
         caches: CacheSync,
         instance: Option<String>,
     ) -> Self {
-        // reqwest (built without a default provider) panics unless one is installed.
-        crate::cli::logging::install_tls_provider();
         let events = Events::new(
             client.clone(),
             Reporter {
@@ -267,11 +269,19 @@ impl Context {
             caches,
             stores,
             refs: RefIndex::default(),
-            http: reqwest::Client::new(),
+            http: crate::egress::client(),
+            notify_http: RestrictedClient::new(Destinations::default()),
             discovery_failures: Backoff::default(),
             reconcile_failures: Backoff::default(),
             confirmed: Confirmed::default(),
         }
+    }
+
+    /// Notifier messages may also go to the addresses `destinations` allows
+    /// (`--notifier-allow-cidrs`).
+    pub fn with_notifier_destinations(mut self, destinations: Destinations) -> Self {
+        self.notify_http = RestrictedClient::new(destinations);
+        self
     }
 }
 

@@ -300,7 +300,7 @@ async fn attempt(
             message::slack(&request, event, phase, spec.channel.buttons == Some(true))
         }
     };
-    let outcome = send::post(&ctx.http, spec.channel.channel_type, &url, &body).await;
+    let outcome = send::post(&ctx.notify_http, spec.channel.channel_type, &url, &body).await;
     let finished = ctx.clock.now();
     let given_up = outcome.is_err() && n >= spec.attempts();
     ctx.metrics.notified(match (&outcome, given_up) {

@@ -41,6 +41,7 @@ use super::{
 use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
 use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest};
+use crate::egress::destination::Destinations;
 use crate::kube::backoff::BackoffWhileFailing;
 use crate::kube::paging::paged;
 use crate::render::network::{Cidr, default_cluster_cidrs};
@@ -136,6 +137,10 @@ pub struct ControllerArgs {
         default_value = "https://hooks.slack.com/"
     )]
     pub slack_response_url_prefix: String,
+    /// Loopback, link-local and unspecified addresses notifier messages may go to after all
+    /// (CIDRs, comma-separated or repeated; default: none). Anything else is allowed.
+    #[arg(long, env = "NOTIFIER_ALLOW_CIDRS", value_delimiter = ',')]
+    pub notifier_allow_cidrs: Vec<Cidr>,
 }
 
 /// Starts the Slack interactions endpoint when `--slack-interactions-addr` is set: reads the
@@ -166,7 +171,7 @@ async fn serve_slack(args: &ControllerArgs) -> Result<()> {
         config: kube::Config::infer()
             .await
             .map_err(kube::Error::InferConfig)?,
-        http: reqwest::Client::new(),
+        http: crate::egress::client(),
         response_url_prefix: args.slack_response_url_prefix.clone(),
     };
     let listener = tokio::net::TcpListener::bind(addr)
@@ -865,15 +870,18 @@ async fn run_controllers(
         grant_max_ttl: args.grant_max_ttl.0,
     };
     let instance = std::env::var("POD_NAME").ok();
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        Arc::new(SystemClock),
-        metrics,
-        render,
-        stores,
-        caches,
-        instance,
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            Arc::new(SystemClock),
+            metrics,
+            render,
+            stores,
+            caches,
+            instance,
+        )
+        .with_notifier_destinations(Destinations::new(args.notifier_allow_cidrs.clone())),
+    );
 
     /// The Agents that name `object`, of kind `kind`.
     fn naming(
@@ -1110,6 +1118,7 @@ mod tests {
         assert_eq!(args.lease_name, "hitl-operator");
         assert!(args.gate_image.ends_with(env!("CARGO_PKG_VERSION")));
         assert_eq!(args.cluster_cidrs, default_cluster_cidrs());
+        assert!(args.notifier_allow_cidrs.is_empty());
         let args = Cli::try_parse_from([
             "controller",
             "--default-approval-mode",
@@ -1122,6 +1131,8 @@ mod tests {
             "--cluster-cidrs",
             "10.0.0.0/8,fd00::/8",
             "--cluster-cidrs=100.64.0.0/10",
+            "--notifier-allow-cidrs",
+            "127.0.0.0/8,::1/128",
         ])
         .unwrap()
         .args;
@@ -1132,9 +1143,20 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["10.0.0.0/8", "fd00::/8", "100.64.0.0/10"]
         );
+        assert_eq!(
+            args.notifier_allow_cidrs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["127.0.0.0/8", "::1/128"]
+        );
         assert!(
             Cli::try_parse_from(["controller", "--cluster-cidrs", "10.0.0.1/8"]).is_err(),
             "host bits are refused"
+        );
+        assert!(
+            Cli::try_parse_from(["controller", "--notifier-allow-cidrs", "localhost"]).is_err(),
+            "only CIDRs"
         );
         assert_eq!(args.default_approval_mode, ApprovalMode::Both);
         assert!(!args.leader_election);

@@ -453,6 +453,12 @@ def test_cluster_cidrs_reach_the_controller(chart):
     assert args_map(controller(docs))["--cluster-cidrs"] == "10.42.0.0/16,10.43.0.0/16,fd00::/8"
 
 
+def test_notifiers_reach_loopback_and_link_local_only_where_allowed(chart):
+    assert "--notifier-allow-cidrs" not in args_map(controller(objects(chart)))
+    docs = objects(chart, {"notifiers": {"allowCIDRs": ["127.0.0.0/8", "::1/128"]}})
+    assert args_map(controller(docs))["--notifier-allow-cidrs"] == "127.0.0.0/8,::1/128"
+
+
 def test_agent_selector_reaches_the_controller(chart):
     assert "--agent-selector" not in args_map(controller(objects(chart)))
     docs = objects(chart, {"agentSelector": "kagent.dev/controller=hitl-operator"})
@@ -546,6 +552,8 @@ def test_notes_name_next_commands(chart):
         ({"networkPolicy": {"clusterCIDRs": []}}, "clusterCIDRs"),
         ({"networkPolicy": {"clusterCIDRs": ["10.0.0.0"]}}, "clusterCIDRs"),
         ({"networkPolicy": {"clusterCIDRs": "10.0.0.0/8"}}, "clusterCIDRs"),
+        ({"notifiers": {"allowCIDRs": ["localhost"]}}, "allowCIDRs"),
+        ({"notifiers": {"allowCIDRs": "127.0.0.0/8"}}, "allowCIDRs"),
         ({"grants": {"maxTTL": "forever"}}, "maxTTL"),
         ({"grants": {"maxTTL": ""}}, "maxTTL"),
         ({"grants": {"maxTTL": "1d"}}, "maxTTL"),

@@ -7,6 +7,7 @@ use hitl_operator::api::{Agent, ApprovalRequest};
 use hitl_operator::controller::compact::{Compact, Compactable};
 use hitl_operator::controller::rendered::{RenderedKind, Summaries};
 use hitl_operator::controller::{CacheSync, Clock, Context, Metrics, RequestsByAgent, Stores};
+use hitl_operator::egress::destination::Destinations;
 pub use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::RenderOptions;
 use http::{Method, Request, Response, StatusCode};
@@ -183,6 +184,8 @@ pub struct Cache {
     pub remote_mcp_servers: Vec<hitl_operator::api::RemoteMCPServer>,
     /// The namespace the watches cover (`--namespace`); none: every namespace.
     pub scope: Option<String>,
+    /// Where notifier messages may go besides the default (`--notifier-allow-cidrs`).
+    pub notifier_destinations: Destinations,
 }
 
 impl Cache {
@@ -206,15 +209,18 @@ impl Cache {
             remote_mcp_servers: store_of(self.remote_mcp_servers),
             scope: self.scope,
         };
-        Arc::new(Context::new(
-            client,
-            Arc::new(FixedClock(Mutex::new(now))),
-            Arc::new(Metrics::default()),
-            RenderOptions::default(),
-            stores,
-            CacheSync::default(),
-            Some("test".into()),
-        ))
+        Arc::new(
+            Context::new(
+                client,
+                Arc::new(FixedClock(Mutex::new(now))),
+                Arc::new(Metrics::default()),
+                RenderOptions::default(),
+                stores,
+                CacheSync::default(),
+                Some("test".into()),
+            )
+            .with_notifier_destinations(self.notifier_destinations),
+        )
     }
 }
 

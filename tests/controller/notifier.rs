@@ -7,6 +7,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode};
 use hitl_operator::api::{Agent, ApprovalNotifier, ApprovalRequest};
 use hitl_operator::controller::approval_request::reconcile;
+use hitl_operator::egress::destination::Destinations;
 use http::Method;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
@@ -27,6 +28,11 @@ struct Receiver {
 }
 
 async fn receiver(answers: Vec<u16>) -> Receiver {
+    receiver_saying(answers, "").await
+}
+
+/// [`receiver`], whose answers carry `text` as their body.
+async fn receiver_saying(answers: Vec<u16>, text: &'static str) -> Receiver {
     let got = Arc::new(Mutex::new(Vec::new()));
     let answers = Arc::new(Mutex::new(answers.into_iter()));
     let app = axum::Router::new().route(
@@ -38,7 +44,8 @@ async fn receiver(answers: Vec<u16>) -> Receiver {
                 got.lock()
                     .unwrap()
                     .push((kind, serde_json::from_str(&body).unwrap()));
-                StatusCode::from_u16(answers.lock().unwrap().next().unwrap_or(200)).unwrap()
+                let status = answers.lock().unwrap().next().unwrap_or(200);
+                (StatusCode::from_u16(status).unwrap(), text)
             }
         }),
     );
@@ -170,12 +177,14 @@ fn one_attempt(
     ]
 }
 
-/// The cache: the Agent, `cached` and `notifier`.
+/// The cache: the Agent, `cached` and `notifier`; notifiers may reach the receivers on
+/// loopback (`--notifier-allow-cidrs=127.0.0.0/8`).
 fn cache_of(cached: &ApprovalRequest, notifier: ApprovalNotifier) -> Cache {
     Cache {
         agents: vec![agent()],
         approvals: vec![cached.clone()],
         notifiers: vec![notifier],
+        notifier_destinations: Destinations::new(vec!["127.0.0.0/8".parse().unwrap()]),
         ..Cache::default()
     }
 }
@@ -310,4 +319,67 @@ async fn the_last_failed_attempt_gives_the_message_up_and_says_so() {
             .encode()
             .contains("hitl_notifications_total{outcome=\"given_up\"} 1")
     );
+}
+
+/// The last attempt of a message whose receiver answers 500 with a secret in the body: given
+/// up, with the error recorded in every place it goes.
+async fn give_up_against(
+    hook: &Receiver,
+    cache: Cache,
+    held: ApprovalRequest,
+) -> (Vec<Recorded>, Value) {
+    let started = json!([{"notifier": "oncall", "event": "created", "attempts": 1,
+                          "lastAttemptAt": at(600).to_string()}]);
+    let mut script = one_attempt(&hook.url, &held, &started, &started, &notifier(1));
+    script.push(expect(Method::POST, EVENTS, event_created()));
+    let (action, requests) = run_script(script, |client| {
+        let ctx = cache.context(client, at(600));
+        async move { reconcile(cached(held), ctx).await }
+    })
+    .await;
+    action.unwrap();
+    let record = requests[3].body["status"]["notifications"][0].clone();
+    (requests, record)
+}
+
+#[tokio::test]
+async fn an_error_answer_leaves_no_byte_of_its_body_in_the_records() {
+    const SECRET: &str =
+        r#"{"AccessKeyId": "ASIAEXAMPLE", "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG"}"#;
+    let hook = receiver_saying(vec![500], SECRET).await;
+    let held = request("5", json!([]));
+    let (requests, record) = give_up_against(&hook, cache_of(&held, notifier(1)), held).await;
+    assert_eq!(record["lastError"], "HTTP 500 Internal Server Error");
+    assert_eq!(
+        requests[5].body["status"]["lastFailure"]["error"],
+        "HTTP 500 Internal Server Error"
+    );
+    assert_eq!(
+        requests[6].body["note"],
+        "gave up created about ApprovalRequest r1 after 1 attempts: HTTP 500 Internal Server Error"
+    );
+    for request in &requests {
+        let written = request.body.to_string();
+        assert!(
+            !written.contains("ASIAEXAMPLE") && !written.contains("wJalrXUtnFEMI"),
+            "{written}"
+        );
+    }
+    assert_eq!(hook.got.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_loopback_url_is_refused_by_default_and_the_record_says_why() {
+    let hook = receiver(vec![]).await;
+    let held = request("5", json!([]));
+    let cache = Cache {
+        notifier_destinations: Destinations::default(),
+        ..cache_of(&held, notifier(1))
+    };
+    let (_, record) = give_up_against(&hook, cache, held).await;
+    assert_eq!(
+        record["lastError"],
+        "refused: 127.0.0.1 is loopback (not in --notifier-allow-cidrs)"
+    );
+    assert!(hook.got.lock().unwrap().is_empty(), "nothing was sent");
 }

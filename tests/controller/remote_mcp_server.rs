@@ -333,3 +333,157 @@ async fn unreachable_server_is_reported_and_retried_with_backoff() {
     assert!(result.is_ok());
     assert!(requests.is_empty());
 }
+
+/// A server at `url` whose `headersFrom` puts the token Secret's value in `X-Api-Key`, a header
+/// reqwest would carry across origins (it drops only Authorization, Cookie and
+/// Proxy-Authorization).
+fn server_with_api_key(url: &str, protocol: &str) -> RemoteMCPServer {
+    let mut server = server(url, protocol);
+    server.spec.headers_from[0].name = "X-Api-Key".into();
+    server
+}
+
+fn api_key(headers: &HeaderMap) -> String {
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_redirect_to_another_origin_is_refused_and_the_other_origin_gets_nothing() {
+    // The other origin records every request it gets, with its X-Api-Key.
+    let reached = Seen::default();
+    let other = serve(Router::new().fallback({
+        let reached = reached.clone();
+        move |uri: http::Uri, headers: HeaderMap| async move {
+            reached
+                .lock()
+                .unwrap()
+                .push(format!("{} key={}", uri.path(), api_key(&headers)));
+            StatusCode::OK
+        }
+    }))
+    .await;
+    // The configured server answers everything with a 307 there.
+    let asked = Seen::default();
+    let origin = serve(Router::new().fallback({
+        let asked = asked.clone();
+        move |uri: http::Uri, headers: HeaderMap| async move {
+            asked
+                .lock()
+                .unwrap()
+                .push(format!("{} key={}", uri.path(), api_key(&headers)));
+            (
+                StatusCode::TEMPORARY_REDIRECT,
+                [("location", format!("http://{other}{}", uri.path()))],
+            )
+        }
+    }))
+    .await;
+    for (protocol, path) in [("STREAMABLE_HTTP", "/mcp"), ("SSE", "/sse")] {
+        let server = server_with_api_key(&format!("http://{origin}{path}"), protocol);
+        let script = vec![
+            expect(Method::GET, TOKEN, token_secret()),
+            expect(
+                Method::PATCH,
+                STATUS,
+                serde_json::to_value(&server).unwrap(),
+            ),
+            expect(Method::POST, EVENTS, event_created()),
+        ];
+        let (result, requests) = run_script(script, |client| {
+            reconcile(
+                Arc::new(server.clone()),
+                Cache::default().context(client, at(0)),
+            )
+        })
+        .await;
+        result.unwrap();
+        assert_eq!(
+            conditions(&requests[1].body),
+            vec![(
+                "Accepted".into(),
+                "False".into(),
+                "ToolDiscoveryFailed".into()
+            )],
+            "{protocol}"
+        );
+        let message = condition_message(&requests[1].body, "Accepted");
+        assert!(
+            message.contains(&format!(
+                "redirected to another origin (from http://{origin} to http://{other})"
+            )),
+            "{protocol}: {message}"
+        );
+        assert_eq!(
+            asked.lock().unwrap().pop(),
+            Some(format!("{path} key=Bearer abc")),
+            "{protocol}: the configured origin got the header"
+        );
+    }
+    assert!(
+        reached.lock().unwrap().is_empty(),
+        "no request, so no X-Api-Key, reached the other origin: {:?}",
+        reached.lock().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_redirect_within_the_origin_is_followed_with_the_secret_headers() {
+    let seen = Seen::default();
+    let keyed = |State(seen): State<Seen>, headers: HeaderMap, body: String| async move {
+        seen.lock()
+            .unwrap()
+            .push(format!("key={}", api_key(&headers)));
+        streamable(State(seen), headers, body).await
+    };
+    let addr = serve(
+        Router::new()
+            .route(
+                "/old",
+                post(|| async { (StatusCode::TEMPORARY_REDIRECT, [("location", "/mcp")]) }),
+            )
+            .route(
+                "/mcp",
+                post(keyed)
+                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                    .delete(|| async { StatusCode::OK }),
+            )
+            .with_state(seen.clone()),
+    )
+    .await;
+    let server = server_with_api_key(&format!("http://{addr}/old"), "STREAMABLE_HTTP");
+    let script = vec![
+        expect(Method::GET, TOKEN, token_secret()),
+        expect(
+            Method::PATCH,
+            STATUS,
+            serde_json::to_value(&server).unwrap(),
+        ),
+        expect(Method::POST, EVENTS, event_created()),
+    ];
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(0)),
+        )
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(discovered(&requests[1].body), expected_tools());
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen[..2],
+        ["key=Bearer abc", "initialize auth="],
+        "{seen:?}"
+    );
+    assert!(seen.contains(&"tools/list auth=".to_string()), "{seen:?}");
+    assert!(
+        seen.iter()
+            .filter(|s| s.starts_with("key="))
+            .all(|s| s == "key=Bearer abc"),
+        "{seen:?}"
+    );
+}

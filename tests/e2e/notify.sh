@@ -60,7 +60,8 @@ start_controller() { # start_controller NAME: a replica with leader election on 
   CONTROLLER_METRICS[$1]=http://127.0.0.1:$port/metrics
   start "controller-$1" "$WORK/controller-$1.log" env POD_NAME="controller-$1" "$BIN" controller \
     --namespace "$NS" --leader-election=true --lease-name "$LEASE" --lease-namespace "$NS" \
-    --metrics-addr "127.0.0.1:$port" --log-format json
+    --metrics-addr "127.0.0.1:$port" --log-format json \
+    --notifier-allow-cidrs 127.0.0.0/8 # the receiver runs on loopback, refused by default
 }
 controller_metric() {
   curl -fsS "${CONTROLLER_METRICS[$1]}" | awk -v m="$2" '$1 == m { v = $2 } END { print v + 0 }'

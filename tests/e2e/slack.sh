@@ -82,7 +82,8 @@ U0MALLORY: {user: mallory}
 YAML
 GATES_CONTROLLER_ARGS=(--slack-interactions-addr "127.0.0.1:$SLACK_PORT"
   --slack-signing-secret-file "$WORK/signing-secret" --slack-users-file "$WORK/slack-users.yaml"
-  --slack-response-url-prefix "$RECEIVER/")
+  --slack-response-url-prefix "$RECEIVER/"
+  --notifier-allow-cidrs 127.0.0.0/8) # the receiver runs on loopback, refused by default
 GATES_APPROVAL="{timeout: 10m, waitTimeout: 120s}"
 gates_setup
 start_gate a
