@@ -438,6 +438,7 @@ pub fn render_agent(
         isolation::isolation(
             placement,
             &gate.servers,
+            &objects,
             &objects::gate_name(agent),
             &options.cluster_cidrs,
         )
