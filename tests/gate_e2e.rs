@@ -603,6 +603,47 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
     assert_eq!(counter.count("get-sum"), 1);
 }
 
+/// Issue 41 on the legacy transport: a call's MCP session is the event stream it came for,
+/// whose id the gate gave when it opened it (the `session` of its message endpoint), so a
+/// grant for that session covers the stream's later calls and no other stream's.
+#[tokio::test]
+async fn a_legacy_session_grant_covers_its_own_stream_only() {
+    require_peers();
+    init();
+    let (_everything, counter, api, mut cfg) = legacy_everything(&["get-sum"], &["get-sum"]).await;
+    cfg.approval.wait_timeout_seconds = 1.0;
+    cfg.approval.grant_max_ttl_seconds = Some(86400.0);
+    let gate = Gate::start(&cfg, &api).await;
+    let url = gate.route("legacy");
+    let sum = |a: i64| json!({"op": "call", "name": "get-sum", "args": {"a": a, "b": 1}});
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { client(&url, "sse", json!([sum(1), sum(2)])).await }
+    });
+    // The first call asks a person; its request names the stream's session. Granting that
+    // session while the call waits lets the stream's next call run without asking.
+    let request = eventually("the first request", || api.objects().into_iter().next()).await;
+    let session = request["spec"]["context"]["sessionId"]
+        .as_str()
+        .expect("a legacy call records its session")
+        .to_string();
+    api.add_grant(session_grant("this-stream", "legacy", "get-sum", &session));
+    let out = first.await.unwrap();
+    let (text, is_error) = result_text(&out[0]);
+    assert!(is_error && text.contains("Pending"), "{text}");
+    assert_eq!(
+        result_text(&out[1]),
+        ("The sum of 2 and 1 is 3.".to_string(), false)
+    );
+    assert_eq!(api.grant("this-stream")["status"]["uses"], 1);
+    // Another stream is another session: its call waits for a person.
+    let out = client(&url, "sse", json!([sum(3)])).await;
+    let (text, is_error) = result_text(&out[0]);
+    assert!(is_error && text.contains("Pending"), "{text}");
+    assert_eq!(api.grant("this-stream")["status"]["uses"], 1);
+    assert_eq!(counter.count("get-sum"), 1);
+}
+
 #[tokio::test]
 async fn a_charset_other_than_utf8_never_reaches_the_server() {
     require_peers();

@@ -878,3 +878,97 @@ async fn headers_a_connection_header_names_are_not_relayed_either_way() {
     assert_eq!(ping(upstream.clone()).await, (true, true, true, true));
     assert_eq!(ping(gate.route("stub")).await, (true, false, true, false));
 }
+
+/// A POST of `body` to `url` in MCP session `session` (none: without `Mcp-Session-Id`).
+async fn post_in(url: &str, session: Option<&str>, body: &str) -> reqwest::Response {
+    let mut request = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json");
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    request.body(body.to_string()).send().await.unwrap()
+}
+
+/// Issue 41: a grant for one MCP session covers the calls of a session that began through
+/// this gate (the upstream assigned its id in answer to an `initialize` the gate relayed),
+/// not a client that sends the id of a session the gate never saw begin, and not the session
+/// after the client deleted it. Those calls wait for a person as usual.
+#[tokio::test]
+async fn a_session_grant_covers_only_a_session_begun_through_the_gate() {
+    init();
+    let upstream = stub::start().await;
+    let api = FakeApi::start().await;
+    let gated = server(
+        "stub",
+        McpProtocol::StreamableHttp,
+        &upstream,
+        &["echo"],
+        &["echo"],
+    );
+    let mut cfg = config(vec![gated], 3600.0, 0.5);
+    cfg.approval.grant_max_ttl_seconds = Some(86400.0);
+    let gate = Gate::start(&cfg, &api).await;
+    let url = gate.route("stub");
+
+    let initialize = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let resp = post_in(&url, None, initialize).await;
+    assert!(resp.status().is_success());
+    let begun = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    // An id no initialize through this gate was answered with: made up, or taken from a
+    // session that began elsewhere (another gate, or this one before a restart).
+    let forged = format!("{begun}-forged");
+    api.add_grant(session_grant("for-begun", "stub", "echo", &begun));
+    api.add_grant(session_grant("for-forged", "stub", "echo", &forged));
+    let call = |n: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"echo","arguments":{{"n":{n}}}}}}}"#
+        )
+    };
+    let answer =
+        |resp: reqwest::Response| async move { result_text(&resp.json::<Value>().await.unwrap()) };
+
+    // The session that began here: the grant lets the call run at once.
+    let (text, is_error) = answer(post_in(&url, Some(&begun), &call(1)).await).await;
+    assert!(!is_error, "{text}");
+    assert_eq!(text, r#"{"n":1}"#);
+    assert_eq!(api.grant("for-begun")["status"]["uses"], 1);
+
+    // The forged id: its grant does not cover the call, which waits for a person.
+    let (text, is_error) = answer(post_in(&url, Some(&forged), &call(2)).await).await;
+    assert!(is_error && text.contains("Pending"), "{text}");
+    assert!(
+        api.grant("for-forged").get("status").is_none(),
+        "never used"
+    );
+    let requests = api.objects();
+    let asked: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["spec"]["context"]["sessionId"] == json!(forged))
+        .collect();
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0]["spec"].get("grant").is_none());
+
+    // The client deletes its session: its grant covers nothing any more.
+    let deleted = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .delete(&url)
+        .header("mcp-session-id", &begun)
+        .send()
+        .await
+        .unwrap();
+    // The stub does not take DELETE (405): the gate forgets the session whatever the answer.
+    assert_eq!(deleted.status(), 405);
+    let (text, is_error) = answer(post_in(&url, Some(&begun), &call(3)).await).await;
+    assert!(is_error && text.contains("Pending"), "{text}");
+    assert_eq!(api.grant("for-begun")["status"]["uses"], 1);
+}

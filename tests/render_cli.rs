@@ -77,6 +77,7 @@ fn invalid_examples_fail_with_one_apiserver_style_line_each() {
             "error: examples/invalid/duplicate-tool-name.yaml: The Agent \"b\" is invalid: spec.declarative.tools[0].mcpServer.toolNames[1]: Duplicate value: \"read_file\"",
             "error: examples/invalid/require-approval-not-in-tool-names.yaml: The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer: Invalid value: each requireApproval entry must also appear in toolNames",
             "error: examples/invalid/missing-tool-server.yaml: Agent default/c: spec.declarative.tools[0].mcpServer: RemoteMCPServer default/no-such-server not found",
+            "error: examples/invalid/mounts-gate-volume.yaml: Agent default/e: spec.declarative.deployment.volumeMounts[1].name: Forbidden: \"binding-key\" is the approval gate's volume; the agent container may not mount it",
             "error: examples/invalid/rule-condition-does-not-compile.yaml: Agent default/d: spec.declarative.approval.rules[1].when: Invalid value: \"args.amount > > 1000\": CEL: 1:15: Syntax error: extraneous input '>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}",
         ]
     );

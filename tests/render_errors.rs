@@ -242,6 +242,47 @@ fn only_the_gate_sees_credentials_and_a_token() {
 }
 
 #[test]
+fn the_agent_container_may_not_mount_the_gates_volumes() {
+    let tools =
+        "tools: [{type: McpServer, mcpServer: {name: fs, toolNames: [rm], requireApproval: [rm]}}]";
+    let deployment = |volumes: &str, mounts: &str| {
+        format!(
+            "{MODEL}---\n{SERVER}---\n{}",
+            agent(&format!(
+                "{tools}\ndeployment:\n  volumes: [{{name: scratch, emptyDir: {{}}}}{volumes}]\n  volumeMounts: [{{name: scratch, mountPath: /scratch}}{mounts}]"
+            ))
+        )
+    };
+    assert_eq!(
+        problems(&deployment("", ", {name: gate-config, mountPath: /leak}")),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.deployment.volumeMounts[1].name: Forbidden: \"gate-config\" is the approval gate's volume; the agent container may not mount it"
+        ]
+    );
+    assert_eq!(
+        problems(&deployment(", {name: gate-token, emptyDir: {}}", "")),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.deployment.volumes[1].name: Forbidden: \"gate-token\" is the approval gate's volume; the agent container may not mount it"
+        ]
+    );
+    // Another name for the Secret holding gate.json is the same volume.
+    assert_eq!(
+        problems(&deployment(
+            ", {name: copy, secret: {secretName: a}}",
+            ", {name: copy, mountPath: /leak}"
+        )),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.deployment.volumes[1].secret.secretName: Forbidden: Secret \"a\" is the approval gate's (its volume \"gate-config\"); the agent container may not mount it"
+        ]
+    );
+    // Without a gate (Runtime mode) the names are free.
+    let runtime = deployment("", ", {name: gate-config, mountPath: /x}")
+        .replace("deployment:", "approval: {mode: Runtime}\n    deployment:");
+    let report = render(&runtime);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[test]
 fn gateway_placement_needs_a_gate() {
     let tools =
         "tools: [{type: McpServer, mcpServer: {name: fs, toolNames: [rm], requireApproval: [rm]}}]";

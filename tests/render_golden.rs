@@ -5,6 +5,8 @@ use std::path::Path;
 
 use hitl_operator::api::ApprovalMode;
 use hitl_operator::cli::render::{RenderReport, render_documents};
+use hitl_operator::gate::config::GateConfig;
+use hitl_operator::gate::policy::{PolicyCall, PolicyVerdict, ServerPolicy};
 use hitl_operator::manifest::{Document, parse_documents};
 use hitl_operator::render::RenderOptions;
 use serde_json::{Value, json};
@@ -127,6 +129,65 @@ fn approval_rules_go_to_the_gate_per_server() {
         ],
         ApprovalMode::Gate
     ));
+}
+
+/// What the gate does with the example's path rules, as rendered into gate.json: they compare
+/// cleaned paths, so `..`, `.` and `//` walk a write neither into the Allow under /tmp/ nor a
+/// delete out of the Deny under /etc/.
+#[test]
+fn the_example_path_rules_compare_cleaned_paths() {
+    let report = render_documents(
+        documents(&[
+            "examples/model-openai.yaml",
+            "examples/approval-rules-agent.yaml",
+        ]),
+        "default",
+        &RenderOptions::default(),
+    );
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let secret = report
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "guarded-agent")
+        .unwrap();
+    let gate: GateConfig = serde_json::from_slice(&decode(&secret["data"]["gate.json"])).unwrap();
+    let files = gate
+        .servers
+        .iter()
+        .find(|s| s.name == "scratch-files")
+        .unwrap();
+    let policy = ServerPolicy::compile(&gate.agent, files).unwrap();
+    let decide = |tool: &str, path: &str| {
+        policy.decide(&PolicyCall {
+            tool,
+            args: &json!({ "path": path }),
+            message_bytes: 100,
+            session: None,
+        })
+    };
+    let asks = PolicyVerdict::RequireApproval {
+        rule: None,
+        required_approvals: 1,
+        unevaluated: None,
+    };
+    for path in ["/tmp/../etc/x", "/tmp/./../etc", "//tmp/../etc"] {
+        assert_eq!(decide("write_file", path), asks, "{path}: no rule matches");
+    }
+    assert_eq!(
+        decide("write_file", "/tmp/a/../b"),
+        PolicyVerdict::Forward {
+            rule: Some("scratch-writes".into())
+        }
+    );
+    for path in ["/tmp/../etc/passwd", "//etc/passwd", "/./etc/passwd"] {
+        assert_eq!(
+            decide("delete_file", path),
+            PolicyVerdict::Deny {
+                rule: "no-deletes-under-etc".into()
+            },
+            "{path}"
+        );
+    }
 }
 
 #[test]

@@ -9,6 +9,9 @@
 //! [`MAX_ITERATED_ITEMS`] entries. Outside those bounds the condition cannot be evaluated,
 //! which asks for approval. One evaluation then costs at most about (expression size) x
 //! (input size), times [`MAX_ITERATED_ITEMS`] with a comprehension.
+//!
+//! Besides CEL's standard functions a condition can call `cleanPath(s)` ([`clean_path`]),
+//! which normalises a POSIX path in one pass, so that bound holds with it too.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +21,8 @@ use cel::objects::{Key, Map};
 use cel::{Context, Program, Value};
 
 pub use crate::api::agent::MAX_WHEN_LENGTH;
+
+pub mod clean_path;
 
 /// Deepest expression tree accepted (nesting of calls, operators, selections and literals):
 /// evaluation recurses once a level, on the gate's 2 MiB worker stacks.
@@ -165,6 +170,13 @@ fn check(
             bound.truncate(scope);
         }
         Expr::Call(call) => {
+            if call.func_name == clean_path::NAME && (call.target.is_some() || call.args.len() != 1)
+            {
+                return Err(format!(
+                    "{name} takes one argument, the path: {name}(args.path)",
+                    name = clean_path::NAME
+                ));
+            }
             if let Some(target) = &call.target {
                 check(target, bound, iterates, in_comprehension, next)?;
             }
@@ -239,6 +251,7 @@ impl Activation {
         }
         let mut largest_collection = 0;
         let mut context = Context::default();
+        context.add_function(clean_path::NAME, clean_path::function);
         context.add_variable_from_value("args", cel_value(call.args, &mut largest_collection));
         for (name, value) in [
             ("agent", call.agent),
@@ -404,6 +417,54 @@ mod tests {
         assert_eq!(eval("size(args.a) > 2", big), Ok(true));
         let small = json!({"a": vec![1; MAX_ITERATED_ITEMS], "b": [2]});
         assert_eq!(eval("args.a.all(x, !(x in args.b))", small), Ok(true));
+    }
+
+    #[test]
+    fn clean_path_compares_the_path_a_call_names() {
+        let rule = "cleanPath(args.path).startsWith('/tmp/')";
+        for (path, under_tmp) in [
+            ("/tmp/a/../b", true),
+            ("/tmp/../etc/x", false),
+            ("/tmp/./../etc", false),
+            ("//tmp/../etc", false),
+            ("/tmp", false),
+        ] {
+            assert_eq!(eval(rule, json!({"path": path})), Ok(under_tmp), "{path}");
+        }
+        // No normal form, or not a string: the condition cannot be evaluated (it asks).
+        for args in [
+            json!({"path": "/etc/passwd\0/../../tmp/x"}),
+            json!({"path": "../tmp/x"}),
+            json!({"path": 7}),
+        ] {
+            let why = eval(rule, args.clone()).unwrap_err();
+            assert!(!why.is_empty(), "{args}");
+        }
+        let nul = eval(rule, json!({"path": "/tmp/x\0"})).unwrap_err();
+        assert!(nul.contains("cleanPath") && nul.contains("NUL"), "{nul}");
+        // It works where the path is in a list, once per element.
+        assert_eq!(
+            eval(
+                "args.paths.all(p, cleanPath(p).startsWith('/tmp/'))",
+                json!({"paths": ["/tmp/a", "/tmp/b/../c"]})
+            ),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn clean_path_takes_exactly_one_argument() {
+        for source in [
+            "cleanPath() == '/'",
+            "cleanPath(args.a, args.b) == '/'",
+            "args.path.cleanPath() == '/'",
+        ] {
+            let why = Condition::compile(source).unwrap_err();
+            assert!(
+                why.contains("cleanPath takes one argument"),
+                "{source}: {why}"
+            );
+        }
     }
 
     #[test]

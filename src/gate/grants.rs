@@ -20,6 +20,7 @@ use super::approval::FIELD_MANAGER;
 use super::condition::{Activation, Condition};
 use super::decision::CallKey;
 use super::metrics::Metrics;
+use super::sessions;
 use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantStatus};
 use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::kube::paging::list_keeping;
@@ -42,7 +43,8 @@ pub struct GrantedCall<'a> {
 }
 
 /// Why `grant` does not cover `call` at `now`, if it does not. A grant covers a call of its
-/// agent to its server (and its tool, when it names one; its session, when it names one) while
+/// agent to its server (and its tool, when it names one; its session, when it names one and
+/// that session began at this gate process, [`sessions`]) while
 /// it is not revoked or being deleted, before its `expiresAt`, which may lie at most `max_ttl`
 /// after its creation, with uses left, granted by a person (not a ServiceAccount, not the
 /// requester), to a call needing one approval, whose arguments satisfy its `when`.
@@ -62,10 +64,16 @@ pub fn why_not_covered(
     {
         return Some("it is for another agent, server or tool".into());
     }
-    if let Some(session) = &spec.session_id
-        && call.session != Some(session.as_str())
-    {
-        return Some(format!("it is for the MCP session {session} only"));
+    if let Some(session) = &spec.session_id {
+        if call.session != Some(session.as_str()) {
+            return Some(format!("it is for the MCP session {session} only"));
+        }
+        // Any client can send any Mcp-Session-Id: only a session that began here counts.
+        if !sessions::ledger().began(&key.server_namespace, &key.server_name, session) {
+            return Some(format!(
+                "its MCP session {session} did not begin at this gate"
+            ));
+        }
     }
     if grant.is_revoked() {
         return Some("it is revoked".into());

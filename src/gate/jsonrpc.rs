@@ -35,6 +35,9 @@ pub enum Incoming {
         /// JSON-RPC id.
         id: Value,
     },
+    /// `initialize`: relayed unchanged, and the session id its answer assigns is noted
+    /// ([`super::sessions`]).
+    Initialize,
     /// Anything else (responses, notifications, other requests): relayed unchanged.
     Other,
 }
@@ -325,6 +328,11 @@ mod tests {
     fn classifies_messages() {
         assert_eq!(
             classify(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#),
+            Ok(Incoming::Initialize)
+        );
+        // In a batch it is not one the gate notes (MCP does not batch initialize).
+        assert_eq!(
+            classify(br#"[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}]"#),
             Ok(Incoming::Other)
         );
         assert_eq!(

@@ -23,9 +23,10 @@ use super::jsonrpc::{self, Incoming};
 use super::metrics::Outcome;
 use super::outcome;
 use super::proxy::{
-    GatedResult, STREAM_QUEUE, Screened, check_body_headers, filter_event, gated, message_body,
-    screen,
+    GatedResult, Outgoing, STREAM_QUEUE, Screened, check_body_headers, filter_event, gated,
+    message_body, screen,
 };
+use super::sessions;
 use super::upstream::Upstream;
 use crate::sse;
 
@@ -87,6 +88,8 @@ impl Drop for SessionGuard {
             .lock()
             .expect("sessions lock")
             .remove(&self.id);
+        let server = &self.route.up.server;
+        sessions::ledger().end(&server.namespace, &server.name, &self.id);
     }
 }
 
@@ -170,6 +173,8 @@ fn rewrite_event(
                 inject: inject.clone(),
             }),
         );
+        let server = &route.up.server;
+        sessions::ledger().begin(&server.namespace, &server.name, id);
         return Some(Ok(sse::with_data(&ev, endpoint.as_bytes())));
     }
     // Every tool list on the stream is filtered, whichever request it answers.
@@ -223,13 +228,15 @@ pub async fn message(
     // From here on only the message as the gate wrote it is forwarded.
     let body = Bytes::from(message.body);
     let call = match message.incoming {
-        Incoming::Other | Incoming::ToolsList { .. } => {
+        Incoming::Other | Incoming::Initialize | Incoming::ToolsList { .. } => {
             return forward(&up, &session, &headers, body).await;
         }
         Incoming::ToolsCall(call) => call,
     };
     let metrics = up.shared.metrics.clone();
-    let asked = match screen(&up, &headers, &call, body.len()).await {
+    // The call's session is the stream it came for, which began at this gate.
+    let session_id = q.session;
+    let asked = match screen(&up, Some(&session_id), &call, body.len()).await {
         Screened::Refused(text) => {
             let _ = session
                 .inject
@@ -260,7 +267,14 @@ pub async fn message(
             }
         };
         let result = tokio::select! {
-            r = gated(&up, session.post_uri.clone(), &headers, body, &call, asked, &progress) => r,
+            r = gated(
+                &up,
+                Outgoing { uri: session.post_uri.clone(), headers: &headers, body },
+                Some(&session_id),
+                &call,
+                asked,
+                &progress,
+            ) => r,
             _ = session.inject.closed() => return,
         };
         match result {

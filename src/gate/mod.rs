@@ -18,4 +18,5 @@ pub mod proxy;
 pub mod redact;
 pub mod routes;
 pub mod server;
+pub mod sessions;
 pub mod upstream;

@@ -25,6 +25,7 @@ use super::metrics::Outcome;
 use super::outcome;
 use super::policy::{PolicyCall, PolicyVerdict};
 use super::redact;
+use super::sessions;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse, is_event_stream, read_all};
 use crate::api::approval_request::CallContext;
 use crate::sse;
@@ -81,6 +82,13 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
                 .expect("static response parts are valid");
         }
         let is_get = method == Method::GET;
+        if method == Method::DELETE
+            && let Some(id) = session_id(&headers)
+        {
+            // The client ends its session: a grant for it covers nothing from now on, whatever
+            // the upstream answers.
+            sessions::ledger().end(&up.server.namespace, &up.server.name, id);
+        }
         return match up
             .send(method, up.uri.clone(), &headers, Bytes::new())
             .await
@@ -115,11 +123,34 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             Ok(resp) => relay_filtered(resp, None, up.clone()).await,
             Err(e) => upstream_failed(&up, &e),
         },
+        Incoming::Initialize => match up.send(method, up.uri.clone(), &headers, body).await {
+            Ok(resp) => {
+                note_begun(&up, &resp);
+                relay_filtered(resp, None, up.clone()).await
+            }
+            Err(e) => upstream_failed(&up, &e),
+        },
         Incoming::ToolsList { id } => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => relay_filtered(resp, Some(id), up.clone()).await,
             Err(e) => upstream_failed(&up, &e),
         },
         Incoming::ToolsCall(call) => tools_call(up, headers, body, call).await,
+    }
+}
+
+/// Records the session an upstream assigned in a successful answer to an `initialize` (its
+/// `Mcp-Session-Id`, visible ASCII as MCP requires) as begun at this gate.
+fn note_begun(up: &Upstream, resp: &UpstreamResponse) {
+    if !resp.status().is_success() {
+        return;
+    }
+    let Some(id) = resp.headers().get(SESSION_HEADER) else {
+        return;
+    };
+    if id.as_bytes().iter().all(u8::is_ascii_graphic)
+        && let Ok(id) = id.to_str()
+    {
+        sessions::ledger().begin(&up.server.namespace, &up.server.name, id);
     }
 }
 
@@ -325,7 +356,7 @@ async fn tools_call(
 ) -> Response<Body> {
     let metrics = up.shared.metrics.clone();
     let proto = protocol(&headers).map(str::to_owned);
-    let asked = match screen(&up, &headers, &call, body.len()).await {
+    let asked = match screen(&up, session_id(&headers), &call, body.len()).await {
         Screened::Refused(text) => {
             return json_response(jsonrpc::tool_error(&call.id, &text, proto.as_deref()));
         }
@@ -358,11 +389,15 @@ async fn tools_call(
     if !streaming {
         // Boxed: the wait for an approval holds much state, which would otherwise be part of
         // (and moved with) the future of every call, gated or not.
+        let outgoing = Outgoing {
+            uri: up.uri.clone(),
+            headers: &headers,
+            body,
+        };
         let gated = Box::pin(gated(
             &up,
-            up.uri.clone(),
-            &headers,
-            body,
+            outgoing,
+            session_id(&headers),
             &call,
             asked,
             &|_| {},
@@ -386,7 +421,14 @@ async fn tools_call(
             let _ = ptx.try_send(sse::message(&jsonrpc::progress(&token, n, msg)));
         };
         let result = tokio::select! {
-            r = gated(&up, up.uri.clone(), &headers, body, &call, asked, &progress) => r,
+            r = gated(
+                &up,
+                Outgoing { uri: up.uri.clone(), headers: &headers, body },
+                session_id(&headers),
+                &call,
+                asked,
+                &progress,
+            ) => r,
             _ = tx.closed() => {
                 tracing::info!(server = %up.label, tool = %call.name, "client went away while waiting; not forwarded");
                 return;
@@ -448,13 +490,13 @@ pub enum Screened {
     Ask(Asked),
 }
 
-/// Applies the server's policy ([`super::policy`]) to `call`, whose message as the gate read
-/// it is `message_bytes` long, before anything is forwarded or asked; then the Agent's freeze
-/// to a call of a tool the policy governs (in `requireApproval` or named by a rule), unless a
-/// Deny rule refused it already.
+/// Applies the server's policy ([`super::policy`]) to `call` of MCP session `session`, whose
+/// message as the gate read it is `message_bytes` long, before anything is forwarded or asked;
+/// then the Agent's freeze to a call of a tool the policy governs (in `requireApproval` or
+/// named by a rule), unless a Deny rule refused it already.
 pub async fn screen(
     up: &Upstream,
-    headers: &HeaderMap,
+    session: Option<&str>,
     call: &ToolCall,
     message_bytes: usize,
 ) -> Screened {
@@ -462,7 +504,7 @@ pub async fn screen(
         tool: &call.name,
         args: &call.arguments,
         message_bytes,
-        session: session_id(headers),
+        session,
     });
     let metrics = &up.shared.metrics;
     let governed = !matches!(
@@ -536,15 +578,25 @@ pub enum GatedResult {
     Refused(String),
 }
 
-/// Runs the approval of a gated call and forwards it if (and only if) this gate consumed an
-/// approval for exactly these arguments. `body` is the call as the gate read it
-/// ([`jsonrpc::Message::body`]), so it carries the arguments that were hashed and shown;
-/// `asked` says which approval rule asked and how many approvals it needs.
+/// A gated call's message as the gate forwards it, once approved.
+pub struct Outgoing<'a> {
+    /// Where: the upstream's URL, or the legacy session's endpoint.
+    pub uri: Uri,
+    /// The client's headers ([`Upstream::send`] drops what it must).
+    pub headers: &'a HeaderMap,
+    /// The call as the gate read it ([`jsonrpc::Message::body`]), so it carries the arguments
+    /// that were hashed and shown.
+    pub body: Bytes,
+}
+
+/// Runs the approval of a gated call and forwards it (`outgoing`) if (and only if) this gate
+/// consumed an approval for exactly these arguments. `session` is the call's MCP session (the
+/// client's `Mcp-Session-Id`; the gate's own id on the legacy transport); `asked` says which
+/// approval rule asked and how many approvals it needs.
 pub async fn gated(
     up: &Upstream,
-    uri: Uri,
-    headers: &HeaderMap,
-    body: Bytes,
+    outgoing: Outgoing<'_>,
+    session: Option<&str>,
     call: &ToolCall,
     asked: Asked,
     progress: &(dyn Fn(&str) + Send + Sync),
@@ -574,7 +626,7 @@ pub async fn gated(
         preview: redact::preview(&call.arguments),
         rule: asked.rule,
         context: CallContext {
-            session_id: session_id(headers).map(|s| s.chars().take(256).collect()),
+            session_id: session.map(|s| s.chars().take(256).collect()),
             task_id: None,
             call_id: Some(match &call.id {
                 Value::String(s) => s.chars().take(256).collect(),
@@ -586,14 +638,15 @@ pub async fn gated(
         Activation::new(&up.policy.facts(&PolicyCall {
             tool: &call.name,
             args: &call.arguments,
-            message_bytes: body.len(),
-            session: session_id(headers),
+            message_bytes: outgoing.body.len(),
+            session,
         }))
     });
     let (name, kind) = match approve(up, &gated_call, facts.as_ref(), &call.name, progress).await {
         Ok(approved) => approved,
         Err(refused) => return GatedResult::Refused(refused),
     };
+    let Outgoing { uri, headers, body } = outgoing;
     match up.send(Method::POST, uri, headers, body).await {
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, request = %name, outcome = ?kind, "approved call forwarded");

@@ -1,15 +1,23 @@
 //! Whether the agent can reach its gated tool servers only through the gate: the
 //! `GateIsolated` condition, computed from what was rendered (pure).
 //!
-//! In Sidecar placement the agent container shares the gate's network, so the only thing
-//! between it and a server is a credential that only gate.json holds. In Gateway placement
-//! the egress NetworkPolicy closes the cluster's own addresses to the agent pods, but not the
-//! world outside: a server outside the cluster is protected only by a credential again.
+//! First the pods: if the agent container mounts a volume that reaches one of the gate
+//! container's (gate.json, the binding key, the gate's token; see [`super::agent_volumes`]),
+//! nothing is isolated. Then the network: in Sidecar placement the agent container shares the
+//! gate's network, so the only thing between it and a server is a credential that only
+//! gate.json holds. In Gateway placement the egress NetworkPolicy closes the cluster's own
+//! addresses to the agent pods, but not the world outside: a server outside the cluster is
+//! protected only by a credential again.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 
 use crate::api::GatePlacement;
 use crate::api::agent::ToolServerKind;
 use crate::gate::config::GateServer;
+use crate::render::agent_volumes::{Reach, Sharing, reach};
 use crate::render::network::{Cidr, host_in_cluster};
+use crate::render::objects::{AGENT_CONTAINER, AgentObjects, GATE_CONTAINER};
 use crate::render::proxy::PROXY_HOST_HEADER;
 
 /// The verdict for the `GateIsolated` condition.
@@ -32,6 +40,55 @@ pub const GATEWAY_ISOLATED: &str = "GatewayIsolated";
 /// False: in Gateway placement, a gated server outside the cluster takes calls without
 /// credentials.
 pub const EXTERNAL_SERVER_REACHABLE: &str = "ExternalServerReachable";
+/// False: the agent container mounts one of the gate container's volumes, or a volume with
+/// what one of them holds.
+pub const AGENT_MOUNTS_GATE_VOLUME: &str = "AgentMountsGateVolume";
+
+fn pod_spec(deployment: &Deployment) -> Option<&PodSpec> {
+    deployment.spec.as_ref()?.template.spec.as_ref()
+}
+
+/// The volumes of `pod` that `container` mounts.
+fn mounted<'p>(pod: &'p PodSpec, container: &Container) -> Vec<&'p Volume> {
+    let volumes = pod.volumes.as_deref().unwrap_or_default();
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|m| volumes.iter().find(|v| v.name == m.name))
+        .collect()
+}
+
+/// The first volume the agent container mounts, in the rendered pods, that reaches a volume
+/// the gate container mounts: the agent's volume, the gate's, and how.
+fn gate_volume_in_agent(objects: &AgentObjects) -> Option<(String, String, Reach)> {
+    let agent_pod = pod_spec(&objects.deployment)?;
+    let agent = agent_pod
+        .containers
+        .iter()
+        .find(|c| c.name == AGENT_CONTAINER)?;
+    let (gate_deployment, gate_pod, gate) =
+        objects.deployments().into_iter().find_map(|deployment| {
+            let pod = pod_spec(deployment)?;
+            let gate = pod
+                .containers
+                .iter()
+                .chain(pod.init_containers.iter().flatten())
+                .find(|c| c.name == GATE_CONTAINER)?;
+            Some((deployment, pod, gate))
+        })?;
+    let sharing = Sharing {
+        same_pod: std::ptr::eq(gate_deployment, &objects.deployment),
+        same_identity: agent_pod.service_account_name == gate_pod.service_account_name,
+    };
+    let theirs = mounted(gate_pod, gate);
+    mounted(agent_pod, agent).into_iter().find_map(|mine| {
+        theirs.iter().find_map(|gate_volume| {
+            reach(mine, gate_volume, sharing)
+                .map(|(_, how)| (mine.name.clone(), gate_volume.name.clone(), how))
+        })
+    })
+}
 
 fn describe(server: &GateServer) -> String {
     format!(
@@ -50,11 +107,13 @@ fn host(url: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The verdict for an Agent whose gate guards `servers`; `None` when no server has a tool
-/// that requires approval or that a rule may hold or deny (there is nothing to go around).
+/// The verdict for an Agent whose gate guards `servers`, rendered as `objects`; `None` when no
+/// server has a tool that requires approval or that a rule may hold or deny (there is nothing
+/// to go around).
 pub fn isolation(
     placement: GatePlacement,
     servers: &[GateServer],
+    objects: &AgentObjects,
     gate_service: &str,
     cluster_cidrs: &[Cidr],
 ) -> Option<Isolation> {
@@ -81,6 +140,25 @@ pub fn isolation(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    if let Some((mine, theirs, how)) = gate_volume_in_agent(objects) {
+        let what = match how {
+            Reach::Name => format!("the approval gate's volume {theirs:?}"),
+            Reach::Secret(secret) => format!(
+                "volume {mine:?}, which carries Secret {secret:?} of the approval gate's volume {theirs:?}"
+            ),
+            Reach::Token => format!(
+                "volume {mine:?}, a token of the ServiceAccount the approval gate runs as (the gate's volume {theirs:?})"
+            ),
+        };
+        return Some(Isolation {
+            isolated: false,
+            reason: AGENT_MOUNTS_GATE_VOLUME,
+            message: format!(
+                "the agent container mounts {what}: what only the gate may hold (the tool servers' credentials, the binding key, its Kubernetes token) is open to the agent, which can then call {} directly or act as the gate, skipping approval",
+                names(gated.iter().collect())
+            ),
+        });
+    }
     Some(match placement {
         GatePlacement::Sidecar => {
             let reachable: Vec<_> = gated.iter().filter(open).collect();
@@ -140,10 +218,16 @@ pub fn isolation(
 mod tests {
     use std::collections::BTreeMap;
 
+    use k8s_openapi::api::core::v1::VolumeMount;
+
     use super::*;
     use crate::api::remote_mcp_server::McpProtocol;
+    use crate::api::{Agent, ApprovalMode};
+    use crate::render::RenderOptions;
     use crate::render::config::McpParams;
+    use crate::render::model::RenderedModel;
     use crate::render::network::default_cluster_cidrs;
+    use crate::render::objects::{self, ObjectInputs};
 
     fn server(name: &str, url: &str, gated: &[&str], headers: &[&str]) -> GateServer {
         GateServer {
@@ -169,8 +253,77 @@ mod tests {
         }
     }
 
+    /// The objects of a plain Agent `a` whose gate runs in `placement`.
+    fn rendered(placement: GatePlacement) -> AgentObjects {
+        let agent: Agent = serde_saphyr::from_str(
+            "apiVersion: kagent.dev/v1alpha2\nkind: Agent\nmetadata: {name: a, namespace: ns}\nspec: {type: Declarative, declarative: {}}",
+        )
+        .unwrap();
+        objects::build(&ObjectInputs {
+            agent: &agent,
+            options: &RenderOptions::default(),
+            mode: ApprovalMode::Gate,
+            placement,
+            model: &RenderedModel::default(),
+            skills: None,
+            secret_data: BTreeMap::new(),
+            config_hash: "h",
+        })
+    }
+
     fn verdict(placement: GatePlacement, servers: &[GateServer]) -> Option<Isolation> {
-        isolation(placement, servers, "a-gate", &default_cluster_cidrs())
+        verdict_for(placement, servers, &rendered(placement))
+    }
+
+    fn verdict_for(
+        placement: GatePlacement,
+        servers: &[GateServer],
+        objects: &AgentObjects,
+    ) -> Option<Isolation> {
+        isolation(
+            placement,
+            servers,
+            objects,
+            "a-gate",
+            &default_cluster_cidrs(),
+        )
+    }
+
+    fn agent_pod(objects: &mut AgentObjects) -> &mut PodSpec {
+        objects
+            .deployment
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+    }
+
+    /// Mounts `volume` of the agent's pod into the agent container, adding it to the pod when
+    /// given whole.
+    fn mount_in_agent(objects: &mut AgentObjects, name: &str, volume: Option<Volume>) {
+        let pod = agent_pod(objects);
+        pod.volumes.get_or_insert_default().extend(volume);
+        pod.containers[0]
+            .volume_mounts
+            .get_or_insert_default()
+            .push(VolumeMount {
+                name: name.to_owned(),
+                mount_path: "/mnt/x".to_owned(),
+                ..VolumeMount::default()
+            });
+    }
+
+    /// Servers that would be isolated but for the pods: one needing gate-only credentials.
+    fn credentialed() -> [GateServer; 1] {
+        [server(
+            "pay",
+            "http://pay.ns.svc/mcp",
+            &["delete_file"],
+            &["Authorization"],
+        )]
     }
 
     #[test]
@@ -286,5 +439,86 @@ mod tests {
         );
         assert!(!found.message.contains("token"), "no URL query in messages");
         assert!(!found.message.contains("ns/fs "));
+    }
+
+    #[test]
+    fn the_agent_container_mounting_any_gate_volume_is_not_isolated() {
+        let servers = credentialed();
+        let clean = rendered(GatePlacement::Sidecar);
+        assert!(
+            verdict_for(GatePlacement::Sidecar, &servers, &clean)
+                .unwrap()
+                .isolated
+        );
+        // Every volume the rendered gate container mounts, one at a time.
+        let pod = pod_spec(&clean.deployment).unwrap();
+        let gate = &pod.init_containers.as_ref().unwrap()[0];
+        let gate_volumes = mounted(pod, gate);
+        assert_eq!(gate_volumes.len(), 3);
+        for volume in gate_volumes {
+            let mut leaky = clean.clone();
+            mount_in_agent(&mut leaky, &volume.name, None);
+            let found = verdict_for(GatePlacement::Sidecar, &servers, &leaky).unwrap();
+            assert!(!found.isolated, "{}", volume.name);
+            assert_eq!(found.reason, "AgentMountsGateVolume");
+            assert!(
+                found.message.starts_with(&format!(
+                    "the agent container mounts the approval gate's volume {:?}: ",
+                    volume.name
+                )),
+                "{}",
+                found.message
+            );
+            assert!(
+                found
+                    .message
+                    .contains("RemoteMCPServer ns/pay (delete_file)")
+            );
+        }
+    }
+
+    #[test]
+    fn a_volume_with_what_a_gate_volume_holds_is_not_isolated_in_either_placement() {
+        let servers = credentialed();
+        for placement in [GatePlacement::Sidecar, GatePlacement::Gateway] {
+            for secret in ["a", "a-binding-key"] {
+                let mut leaky = rendered(placement);
+                let volume: Volume = serde_saphyr::from_str(&format!(
+                    "{{name: mine, secret: {{secretName: {secret}}}}}"
+                ))
+                .unwrap();
+                mount_in_agent(&mut leaky, "mine", Some(volume));
+                let found = verdict_for(placement, &servers, &leaky).unwrap();
+                assert_eq!(
+                    found.reason, "AgentMountsGateVolume",
+                    "{placement:?} {secret}"
+                );
+                assert!(
+                    found
+                        .message
+                        .contains(&format!("volume \"mine\", which carries Secret {secret:?}")),
+                    "{}",
+                    found.message
+                );
+            }
+        }
+        // A token of the pods' own identity: the gate's in Sidecar placement, not in Gateway.
+        let token: Volume = serde_saphyr::from_str(
+            "{name: mine, projected: {sources: [{serviceAccountToken: {path: t}}]}}",
+        )
+        .unwrap();
+        let mut sidecar = rendered(GatePlacement::Sidecar);
+        mount_in_agent(&mut sidecar, "mine", Some(token.clone()));
+        let found = verdict_for(GatePlacement::Sidecar, &servers, &sidecar).unwrap();
+        assert!(!found.isolated);
+        assert!(
+            found
+                .message
+                .contains("a token of the ServiceAccount the approval gate runs as")
+        );
+        let mut gateway = rendered(GatePlacement::Gateway);
+        mount_in_agent(&mut gateway, "mine", Some(token));
+        let found = verdict_for(GatePlacement::Gateway, &servers, &gateway).unwrap();
+        assert_eq!(found.reason, "GatewayIsolated");
     }
 }

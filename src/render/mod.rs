@@ -2,6 +2,7 @@
 //! the Kubernetes objects the controller applies. No I/O, no clock: identical input gives
 //! byte-identical output.
 
+pub mod agent_volumes;
 pub mod agents;
 pub mod config;
 pub mod context;
@@ -265,6 +266,7 @@ pub fn render_agent(
         .unwrap_or(options.default_approval_mode);
     let timings = approval_timings(&object, declarative.approval.as_ref())?;
     let placement = gate_placement(&object, declarative, mode)?;
+    agent_volumes::check(&object, agent, mode.uses_gate().then_some(placement))?;
     let approval_rules = declarative
         .approval
         .as_ref()
@@ -436,6 +438,7 @@ pub fn render_agent(
         isolation::isolation(
             placement,
             &gate.servers,
+            &objects,
             &objects::gate_name(agent),
             &options.cluster_cidrs,
         )

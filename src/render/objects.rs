@@ -61,6 +61,13 @@ pub const BINDING_KEY_PATH: &str = "/etc/hitl-gate-key/key";
 pub const BINDING_KEY_ITEM: &str = "key";
 /// Where in-cluster clients look for the ServiceAccount token.
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The gate's volume holding gate.json (the tool servers' URLs and credentials), from the
+/// Agent's Secret; only the gate container mounts it.
+const GATE_CONFIG_VOLUME: &str = "gate-config";
+/// The gate's volume holding the binding key; only the gate container mounts it.
+const BINDING_KEY_VOLUME: &str = "binding-key";
+/// The gate's volume holding its ServiceAccount token; only the gate container mounts it.
+const GATE_TOKEN_VOLUME: &str = "gate-token";
 /// Lifetime requested for the gate's projected token (the kubelet refreshes it).
 const TOKEN_EXPIRATION_SECONDS: i64 = 3607;
 /// Unprivileged user the gate runs as.
@@ -327,7 +334,7 @@ fn mount(name: &str, path: &str) -> VolumeMount {
 /// gets no Kubernetes credentials at all.
 fn gate_token_volume() -> Volume {
     Volume {
-        name: "gate-token".to_owned(),
+        name: GATE_TOKEN_VOLUME.to_owned(),
         projected: Some(ProjectedVolumeSource {
             sources: Some(vec![
                 VolumeProjection {
@@ -370,12 +377,14 @@ fn gate_token_volume() -> Volume {
     }
 }
 
-/// The volumes the gate container mounts: gate.json from the Agent's Secret, and the token.
-fn gate_volumes(agent: &Agent) -> Vec<Volume> {
+/// The volumes the gate container mounts, and no other: gate.json from the Agent's Secret, the
+/// binding key and the token. In the agent's pods in Sidecar placement, in the gate's own in
+/// Gateway placement.
+pub fn gate_volumes(agent: &Agent) -> Vec<Volume> {
     vec![
-        secret_items_volume("gate-config", &agent.name_any(), &["gate.json"]),
+        secret_items_volume(GATE_CONFIG_VOLUME, &agent.name_any(), &["gate.json"]),
         secret_items_volume(
-            "binding-key",
+            BINDING_KEY_VOLUME,
             &binding_key_secret_name(agent),
             &[BINDING_KEY_ITEM],
         ),
@@ -442,9 +451,9 @@ fn gate_container(inputs: &ObjectInputs<'_>) -> Container {
             ..SecurityContext::default()
         }),
         volume_mounts: Some(vec![
-            mount("gate-config", GATE_CONFIG_DIR),
-            mount("binding-key", BINDING_KEY_DIR),
-            mount("gate-token", SERVICE_ACCOUNT_DIR),
+            mount(GATE_CONFIG_VOLUME, GATE_CONFIG_DIR),
+            mount(BINDING_KEY_VOLUME, BINDING_KEY_DIR),
+            mount(GATE_TOKEN_VOLUME, SERVICE_ACCOUNT_DIR),
         ]),
         ..Container::default()
     }

@@ -5,7 +5,9 @@
 //! gate's watch of its own Agent: any Agent asked for exists, is never frozen and never changes
 //! (the freeze is tested with the gate's view fed directly, and on the real apiserver).
 //! For `kubectl hitl ui`, it also watches the whole collection, answers SelfSubjectReviews (as
-//! user `alice`) and can refuse decisions on chosen requests as RBAC would.
+//! user `alice`) and can refuse decisions on chosen requests as RBAC would. For the gate's
+//! grants, it lists `approvalgrants` and merge-patches their `/status` with resourceVersion
+//! preconditions.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +29,7 @@ struct Store {
     fail: Option<u16>,
     watches: BTreeMap<String, usize>,
     forbidden: std::collections::BTreeSet<String>,
+    grants: BTreeMap<String, Value>,
 }
 
 /// The fake apiserver's shared state.
@@ -125,6 +128,14 @@ impl FakeApi {
                 get(agents),
             )
             .route(
+                "/apis/kagent.dev/v1alpha2/namespaces/{ns}/approvalgrants",
+                get(grants),
+            )
+            .route(
+                "/apis/kagent.dev/v1alpha2/namespaces/{ns}/approvalgrants/{name}/status",
+                axum::routing::patch(patch_grant_status),
+            )
+            .route(
                 "/apis/authentication.k8s.io/v1/selfsubjectreviews",
                 axum::routing::post(self_subject_review),
             )
@@ -179,6 +190,21 @@ impl FakeApi {
             .get(name)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Stores the ApprovalGrant `grant` (as created now, by whoever its `grantedBy` names).
+    pub fn add_grant(&self, mut grant: Value) {
+        let mut s = self.store.lock().unwrap();
+        s.rv += 1;
+        grant["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+        grant["metadata"]["creationTimestamp"] = json!(server_now());
+        let name = grant["metadata"]["name"].as_str().unwrap().to_string();
+        s.grants.insert(name, grant);
+    }
+
+    /// The stored ApprovalGrant `name`.
+    pub fn grant(&self, name: &str) -> Value {
+        self.store.lock().unwrap().grants[name].clone()
     }
 
     /// Makes every write of a decision on request `name` fail as RBAC refuses it.
@@ -480,4 +506,48 @@ async fn patch_status(
     s.rv = next_rv;
     let _ = api.events.send(("MODIFIED".into(), obj.clone()));
     axum::Json(obj).into_response()
+}
+
+async fn grants(State(api): State<FakeApi>, method: Method, uri: Uri) -> Response {
+    if let Some(r) = api.record(&method, &uri, b"") {
+        return r;
+    }
+    let s = api.store.lock().unwrap();
+    let items: Vec<Value> = s.grants.values().cloned().collect();
+    axum::Json(
+        json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrantList",
+        "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+    )
+    .into_response()
+}
+
+async fn patch_grant_status(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    Path((_, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = api.record(&method, &uri, &body) {
+        return r;
+    }
+    let patch: Value = serde_json::from_slice(&body).unwrap();
+    let mut s = api.store.lock().unwrap();
+    let next_rv = s.rv + 1;
+    let Some(grant) = s.grants.get_mut(&name) else {
+        return status(404, "NotFound", "not found");
+    };
+    if let Some(want) = patch["metadata"]["resourceVersion"].as_str()
+        && grant["metadata"]["resourceVersion"] != json!(want)
+    {
+        return status(409, "Conflict", "the object has been modified");
+    }
+    if grant.get("status").is_none() {
+        grant["status"] = json!({});
+    }
+    merge(&mut grant["status"], &patch["status"]);
+    grant["metadata"]["resourceVersion"] = json!(next_rv.to_string());
+    let grant = grant.clone();
+    s.rv = next_rv;
+    axum::Json(grant).into_response()
 }

@@ -365,6 +365,20 @@ pub fn config(servers: Vec<GateServer>, timeout: f64, wait: f64) -> GateConfig {
     }
 }
 
+/// An ApprovalGrant by alice, for an hour, of agent-a's calls of `tool` on the server
+/// `tools/<server>` in MCP session `session` only.
+pub fn session_grant(name: &str, server: &str, tool: &str, session: &str) -> Value {
+    let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1)).to_string();
+    serde_json::json!({
+        "apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalGrant",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"agentRef": {"name": "agent-a"},
+            "toolServer": {"kind": "RemoteMCPServer", "name": server, "namespace": "tools"},
+            "toolName": tool, "sessionId": session, "expiresAt": expires,
+            "reason": "this conversation", "grantedBy": "alice"},
+    })
+}
+
 /// The binding key of the gates the tests start.
 pub fn test_key() -> BindingKey {
     BindingKey::from_bytes(&[7; 32]).expect("32 bytes make a key")

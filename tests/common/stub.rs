@@ -7,7 +7,8 @@
 //! each a chunk of its own, with a pause halfway, when that is set), and with its tool list
 //! whatever the request when `answer_tools` is true (in the params or the arguments); its GET
 //! stream replays one `tools/list` response, as a resumed stream would; session `expired`
-//! gets 404. Used by the benchmark
+//! gets 404. `initialize` begins a new session, `stub-session-N`, as a real server assigns one;
+//! other answers carry the client's session (`stub-session` without one). Used by the benchmark
 //! as a fast upstream and by tests of JSON (non-SSE) responses.
 
 use axum::Router;
@@ -90,11 +91,17 @@ async fn handle(headers: HeaderMap, body: Bytes) -> Response {
         }
         _ => return StatusCode::ACCEPTED.into_response(),
     };
-    let session = headers
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("stub-session")
-        .to_string();
+    static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let session = if msg["method"] == "initialize" {
+        let n = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("stub-session-{n}")
+    } else {
+        headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("stub-session")
+            .to_string()
+    };
     let result = if params["answer_tools"] == true || params["arguments"]["answer_tools"] == true {
         serde_json::from_str(TOOLS).unwrap()
     } else {

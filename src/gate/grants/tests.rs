@@ -8,6 +8,7 @@ use crate::api::agent::ToolServerKind;
 use crate::api::approval_grant::{ApprovalGrantSpec, ApprovalGrantStatus};
 use crate::api::approval_request::{AgentRef, ToolServerRef};
 use crate::gate::condition::CallFacts;
+use crate::gate::sessions;
 
 const GATE: &str = "system:serviceaccount:team:agent-a";
 
@@ -128,6 +129,7 @@ fn it_covers_only_its_agent_server_and_tool() {
 fn a_session_grant_covers_that_session_only() {
     let mut session = grant();
     session.spec.session_id = Some("s1".into());
+    sessions::ledger().begin("tools", "fs", "s1");
     assert!(covers(&session));
     assert!(
         why(&session, "delete_file", json!({}), Some("s2"))
@@ -135,6 +137,39 @@ fn a_session_grant_covers_that_session_only() {
             .contains("session s1")
     );
     assert!(why(&session, "delete_file", json!({}), None).is_some());
+}
+
+#[test]
+fn a_session_grant_covers_only_a_session_that_began_at_this_gate() {
+    // Each test has ids of its own: the ledger is the process's.
+    let id = "grants-test-forged-7c1e";
+    let mut session = grant();
+    session.spec.session_id = Some(id.into());
+    let why_not = |g: &ApprovalGrant| why(g, "delete_file", json!({}), Some(id));
+    // A client that sends the id of a session the gate never saw begin gets no grant.
+    assert_eq!(
+        why_not(&session).unwrap(),
+        format!("its MCP session {id} did not begin at this gate")
+    );
+    // Nor one that began on another server, or the server of another namespace.
+    sessions::ledger().begin("tools", "shell", id);
+    sessions::ledger().begin("other", "fs", id);
+    assert!(
+        why_not(&session)
+            .unwrap()
+            .contains("did not begin at this gate")
+    );
+    // Begun at this gate on the grant's server: covered, until the client deletes it.
+    sessions::ledger().begin("tools", "fs", id);
+    assert_eq!(why_not(&session), None);
+    sessions::ledger().end("tools", "fs", id);
+    assert!(
+        why_not(&session)
+            .unwrap()
+            .contains("did not begin at this gate")
+    );
+    // A grant without a session does not look: any call of it is covered.
+    assert_eq!(why_not(&grant()), None);
 }
 
 #[test]

@@ -47,7 +47,7 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     let incoming = match noted {
         Noted::Batch(messages) => {
             for fields in &messages {
-                if fields.kind()? != Kind::Other {
+                if matches!(fields.kind()?, Kind::ToolsList | Kind::ToolsCall) {
                     return Err(Rejected::Batch);
                 }
             }
@@ -60,6 +60,7 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
                     id: fields.id.unwrap_or(Value::Null),
                 },
                 Kind::ToolsCall => Incoming::ToolsCall(fields.into_call()?),
+                Kind::Initialize => Incoming::Initialize,
                 Kind::Other => Incoming::Other,
             }
         }
@@ -115,6 +116,7 @@ impl Noted {
 enum Kind {
     ToolsList,
     ToolsCall,
+    Initialize,
     Other,
 }
 
@@ -162,6 +164,7 @@ impl Fields {
             Some(Value::String(method)) => Ok(match method.as_str() {
                 "tools/list" => Kind::ToolsList,
                 "tools/call" => Kind::ToolsCall,
+                "initialize" => Kind::Initialize,
                 _ => Kind::Other,
             }),
             Some(_) => Err(Rejected::Invalid("method must be a string".into())),
@@ -512,6 +515,7 @@ mod tests {
                         progress_token,
                     })
                 }
+                Some("initialize") => Incoming::Initialize,
                 _ => Incoming::Other,
             }
         };
@@ -557,6 +561,7 @@ mod tests {
             "1E-400",
             r#""tools/call""#,
             r#""tools/list""#,
+            r#""initialize""#,
             r#""tools\/call""#,
             r#""echo""#,
             r#""\ud83d\ude00 é""#,

@@ -1,0 +1,185 @@
+//! The MCP sessions this gate process saw begin, per tool server, so that an ApprovalGrant for
+//! one session (`spec.sessionId`) covers only calls of a session that really began here, not
+//! whatever `Mcp-Session-Id` a client sends (docs/policies.md, "What a session grant
+//! guarantees").
+//!
+//! A session begins at the gate when the upstream assigns its id: the `Mcp-Session-Id` header
+//! of a successful answer to an `initialize` the gate relayed (Streamable HTTP), or the gate's
+//! own id for an SSE stream it opened (legacy HTTP+SSE). It ends when the client deletes it
+//! (an HTTP `DELETE` the gate relays) or the SSE stream closes. Only a grant that names a
+//! session looks here, so calls that no such grant covers pay nothing for it.
+//!
+//! Memory is bounded: at most [`MAX_SESSIONS`] ids, each at most [`MAX_SESSION_ID_BYTES`]
+//! bytes (no grant can name a longer one), the least recently begun or used forgotten first.
+//! Nothing survives a restart of the gate: sessions begun before it are unknown to it, and
+//! their grants cover nothing until the client begins a new session. Both fail closed: the
+//! call waits for a person.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{LazyLock, Mutex};
+
+/// Most sessions remembered per gate process. An entry holds the server's namespace and name
+/// and the id, a few hundred bytes at most, so the ledger stays under about 3 MiB.
+pub const MAX_SESSIONS: usize = 4096;
+
+/// Longest session id remembered, the longest an ApprovalGrant's `sessionId` may be.
+pub const MAX_SESSION_ID_BYTES: usize = 256;
+
+/// A bounded set of (tool server, session id), the least recently begun or used evicted
+/// first.
+pub struct SessionLedger {
+    capacity: usize,
+    inner: Mutex<Recent>,
+}
+
+/// The ids, and their order of use.
+#[derive(Default)]
+struct Recent {
+    /// Each key and the tick of its last use.
+    ticks: HashMap<String, u64>,
+    /// Each tick of last use and its key, oldest first.
+    by_age: BTreeMap<u64, String>,
+    next: u64,
+}
+
+impl Recent {
+    /// Makes `key` the most recently used.
+    fn touch(&mut self, key: String) {
+        if let Some(tick) = self.ticks.get(&key) {
+            self.by_age.remove(tick);
+        }
+        self.by_age.insert(self.next, key.clone());
+        self.ticks.insert(key, self.next);
+        self.next += 1;
+    }
+}
+
+/// The ledger's key of session `id` of the server `namespace/name` (neither holds a space).
+fn key(namespace: &str, name: &str, id: &str) -> String {
+    format!("{namespace}/{name} {id}")
+}
+
+impl SessionLedger {
+    /// A ledger remembering at most `capacity` sessions.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            inner: Mutex::default(),
+        }
+    }
+
+    /// Records that session `id` of the server `namespace/name` began at this gate (again, it
+    /// becomes the most recent); the least recently used is forgotten when there are more
+    /// than the capacity. An id longer than [`MAX_SESSION_ID_BYTES`], or empty, is not
+    /// recorded: no grant can name it.
+    pub fn begin(&self, namespace: &str, name: &str, id: &str) {
+        if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
+            return;
+        }
+        let mut recent = self.inner.lock().expect("session ledger lock");
+        recent.touch(key(namespace, name, id));
+        while recent.ticks.len() > self.capacity {
+            let Some((_, oldest)) = recent.by_age.pop_first() else {
+                break;
+            };
+            recent.ticks.remove(&oldest);
+        }
+    }
+
+    /// Forgets session `id` of the server `namespace/name` (the client deleted it, or its
+    /// stream closed).
+    pub fn end(&self, namespace: &str, name: &str, id: &str) {
+        let mut recent = self.inner.lock().expect("session ledger lock");
+        if let Some(tick) = recent.ticks.remove(&key(namespace, name, id)) {
+            recent.by_age.remove(&tick);
+        }
+    }
+
+    /// Whether session `id` of the server `namespace/name` began at this gate and has not
+    /// ended or been forgotten; if so it becomes the most recently used.
+    pub fn began(&self, namespace: &str, name: &str, id: &str) -> bool {
+        let key = key(namespace, name, id);
+        let mut recent = self.inner.lock().expect("session ledger lock");
+        if !recent.ticks.contains_key(&key) {
+            return false;
+        }
+        recent.touch(key);
+        true
+    }
+}
+
+/// This gate process's ledger: the sessions its routes saw begin.
+pub fn ledger() -> &'static SessionLedger {
+    static LEDGER: LazyLock<SessionLedger> = LazyLock::new(|| SessionLedger::new(MAX_SESSIONS));
+    &LEDGER
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_counts_for_its_server_from_its_beginning_to_its_end() {
+        let ledger = SessionLedger::new(8);
+        assert!(!ledger.began("tools", "fs", "s1"));
+        ledger.begin("tools", "fs", "s1");
+        assert!(ledger.began("tools", "fs", "s1"));
+        // Another server's session by the same id is another session.
+        assert!(!ledger.began("tools", "db", "s1"));
+        assert!(!ledger.began("other", "fs", "s1"));
+        ledger.end("tools", "fs", "s1");
+        assert!(!ledger.began("tools", "fs", "s1"));
+        // Ending what never began changes nothing.
+        ledger.end("tools", "fs", "never");
+    }
+
+    #[test]
+    fn ids_no_grant_can_name_are_not_recorded() {
+        let ledger = SessionLedger::new(8);
+        let long = "x".repeat(MAX_SESSION_ID_BYTES + 1);
+        ledger.begin("tools", "fs", &long);
+        assert!(!ledger.began("tools", "fs", &long));
+        ledger.begin("tools", "fs", "");
+        assert!(!ledger.began("tools", "fs", ""));
+        let longest = "x".repeat(MAX_SESSION_ID_BYTES);
+        ledger.begin("tools", "fs", &longest);
+        assert!(ledger.began("tools", "fs", &longest));
+    }
+
+    #[test]
+    fn past_its_capacity_the_least_recently_used_is_forgotten() {
+        let ledger = SessionLedger::new(3);
+        for id in ["a", "b", "c"] {
+            ledger.begin("tools", "fs", id);
+        }
+        // A use makes "a" recent; "b" is now the oldest.
+        assert!(ledger.began("tools", "fs", "a"));
+        ledger.begin("tools", "fs", "d");
+        assert!(!ledger.began("tools", "fs", "b"));
+        for id in ["a", "c", "d"] {
+            assert!(ledger.began("tools", "fs", id), "{id}");
+        }
+        // Beginning one again does not count it twice.
+        ledger.begin("tools", "fs", "d");
+        ledger.begin("tools", "fs", "e");
+        let kept = ["a", "c", "d", "e"]
+            .iter()
+            .filter(|id| ledger.began("tools", "fs", id))
+            .count();
+        assert_eq!(kept, 3);
+    }
+
+    #[test]
+    fn many_sessions_stay_within_the_capacity() {
+        let ledger = SessionLedger::new(MAX_SESSIONS);
+        for n in 0..MAX_SESSIONS * 3 {
+            ledger.begin("tools", "fs", &format!("s{n}"));
+        }
+        let recent = ledger.inner.lock().unwrap();
+        assert_eq!(recent.ticks.len(), MAX_SESSIONS);
+        assert_eq!(recent.by_age.len(), MAX_SESSIONS);
+        drop(recent);
+        assert!(ledger.began("tools", "fs", &format!("s{}", MAX_SESSIONS * 3 - 1)));
+        assert!(!ledger.began("tools", "fs", "s0"));
+    }
+}
