@@ -31,8 +31,8 @@ use crate::api::common::parse_duration_seconds;
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
 use crate::gate::config::{
-    AgentIdentity, GATE_LISTEN, GATE_METRICS_LISTEN, GATE_PORT, GATEWAY_LISTEN, GateApproval,
-    GateConfig, GateServer,
+    AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GATE_LISTEN, GATE_METRICS_LISTEN, GATE_PORT,
+    GATEWAY_LISTEN, GateApproval, GateConfig, GateServer,
 };
 use crate::{Error, Result};
 use config::{AgentConfig, McpParams, McpToolServer, RemoteAgent};
@@ -395,6 +395,7 @@ pub fn render_agent(
             wait_timeout_seconds: timings.wait_timeout,
             ttl_after_finished_seconds: timings.ttl_after_finished,
             grant_max_ttl_seconds: options.grant_max_ttl.map(|ttl| ttl.as_secs_f64()),
+            max_open_requests: DEFAULT_MAX_OPEN_REQUESTS,
         },
         listen: match placement {
             GatePlacement::Sidecar => GATE_LISTEN,
