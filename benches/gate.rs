@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use hitl_operator::gate::config::{AgentIdentity, GateApproval, GateConfig, GateServer};
+use hitl_operator::gate::config::{
+    AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GateApproval, GateConfig, GateServer,
+};
 use hitl_operator::gate::decision::SystemClock;
 use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::hash::BindingKey;
@@ -139,6 +141,7 @@ fn gate_config(upstream: &str) -> GateConfig {
             wait_timeout_seconds: 30.0,
             ttl_after_finished_seconds: 86400.0,
             grant_max_ttl_seconds: None,
+            max_open_requests: DEFAULT_MAX_OPEN_REQUESTS,
         },
         listen: "127.0.0.1:0".into(),
         metrics_listen: "127.0.0.1:0".into(),

@@ -111,6 +111,23 @@ pub enum Error {
         /// Requests allowed per second after that.
         per_second: u32,
     },
+    /// The agent holds as many open ApprovalRequests as it may: no request was created.
+    #[error(
+        "the agent has {open} open ApprovalRequests, its cap (approval.maxOpenRequests: {cap}); no request was created"
+    )]
+    OpenRequestCap {
+        /// Open requests the gate counted (its own creations in flight included).
+        open: usize,
+        /// The cap.
+        cap: u32,
+    },
+    /// The gate does not know how many open ApprovalRequests the agent holds, so it creates
+    /// none.
+    #[error("cannot count the agent's open ApprovalRequests ({why}); no request was created")]
+    OpenRequestsUnknown {
+        /// Why not.
+        why: String,
+    },
     /// The Kubernetes API did not answer within the time a gated call may wait.
     #[error(
         "the Kubernetes API did not answer within {waited}s (approval.waitTimeout plus {grace}s)"
@@ -168,6 +185,8 @@ impl Error {
             Self::BindingKey { .. } => "BindingKeyInvalid",
             Self::ApiTimeout { .. } => "ApiTimeout",
             Self::TooManyRequests { .. } => "ApprovalRateLimited",
+            Self::OpenRequestCap { .. } => "OpenRequestCapReached",
+            Self::OpenRequestsUnknown { .. } => "OpenRequestsUnknown",
             Self::Random(_) => "RandomSourceFailed",
             Self::GrantRecord { .. } => "GrantRecordFailed",
             Self::OwnedElsewhere { .. } => "OwnedByAnotherController",

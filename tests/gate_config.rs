@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use hitl_operator::gate::config::GateServer;
+use hitl_operator::gate::config::{DEFAULT_MAX_OPEN_REQUESTS, GateConfig, GateServer};
 use hitl_operator::gate::decision::SystemClock;
 use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::server;
@@ -61,4 +61,33 @@ async fn bad_server_entries_are_refused_naming_the_field() {
     for (edit, expected) in cases {
         assert_eq!(build_error(edit).await, expected);
     }
+}
+
+#[tokio::test]
+async fn a_cap_of_no_open_requests_is_refused_and_an_older_gate_json_gets_the_default() {
+    let api = FakeApi::start().await;
+    let mut capped = config(vec![], 3600.0, 30.0);
+    capped.approval.max_open_requests = 0;
+    let built = server::build(
+        &capped,
+        test_key(),
+        api.client(),
+        Arc::new(SystemClock),
+        "p".into(),
+        server::PROGRESS_EVERY,
+        FreezeWatch::fixed(FreezeState::Clear),
+    );
+    let error = built.expect_err("the gate does not start").to_string();
+    assert_eq!(
+        error,
+        "gate.json: approval.max_open_requests: 0: must be at least 1 (no call could ever ask for approval)"
+    );
+    // The gate.json of a controller from before the cap.
+    let mut older = serde_json::to_value(config(vec![], 3600.0, 30.0)).unwrap();
+    older["approval"]
+        .as_object_mut()
+        .unwrap()
+        .remove("max_open_requests");
+    let older: GateConfig = serde_json::from_value(older).unwrap();
+    assert_eq!(older.approval.max_open_requests, DEFAULT_MAX_OPEN_REQUESTS);
 }

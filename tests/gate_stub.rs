@@ -971,4 +971,101 @@ async fn a_session_grant_covers_only_a_session_begun_through_the_gate() {
     let (text, is_error) = answer(post_in(&url, Some(&begun), &call(3)).await).await;
     assert!(is_error && text.contains("Pending"), "{text}");
     assert_eq!(api.grant("for-begun")["status"]["uses"], 1);
+/// What the gate answers a call of the gated `delete` with `path`: (text, isError).
+async fn ask_delete(gate: &Gate, path: &str) -> (String, bool) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "delete", "arguments": {"path": path}}});
+    let answer: Value = post(&gate.route("stub"), &body.to_string())
+        .await
+        .json()
+        .await
+        .unwrap();
+    result_text(&answer)
+}
+
+/// The request a Pending answer names.
+fn pending_request(text: &str) -> String {
+    let rest = text
+        .split_once("Pending: ApprovalRequest ")
+        .unwrap_or_else(|| panic!("not pending: {text}"))
+        .1;
+    rest.split(' ').next().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn at_its_cap_of_open_requests_an_agent_gets_no_new_request_but_keeps_its_pending_ones() {
+    init();
+    let stub_url = stub::start().await;
+    let counter = Counter::start(stub_url.trim_end_matches("/mcp").to_string()).await;
+    let api = FakeApi::start().await;
+    let mut cfg = config(
+        vec![server(
+            "stub",
+            McpProtocol::StreamableHttp,
+            &format!("{}/mcp", counter.url),
+            &["delete"],
+            &["delete"],
+        )],
+        3600.0,
+        0.2,
+    );
+    cfg.approval.max_open_requests = 2;
+    // Two replicas of the agent's gate: the cap is the agent's, counted from the apiserver.
+    let first = Gate::start(&cfg, &api).await;
+    let second = Gate::start(&cfg, &api).await;
+
+    let (text, _) = ask_delete(&first, "/data/1").await;
+    let one = pending_request(&text);
+    let (text, _) = ask_delete(&second, "/data/2").await;
+    let two = pending_request(&text);
+
+    // A third distinct call: two are open, the cap is 2. No request, nothing run.
+    let (text, is_error) = ask_delete(&first, "/data/3").await;
+    assert!(is_error, "{text}");
+    assert!(
+        text.starts_with(
+            "NOT executed: tool 'delete' needs a human approval, but this agent already has 2 open approval requests in namespace team"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("may have at most 2 (approval.maxOpenRequests)"),
+        "{text}"
+    );
+    assert!(text.contains("kubectl hitl list -n team"), "{text}");
+    assert_eq!(api.objects().len(), 2);
+    assert_eq!(counter.count("delete"), 0);
+    let metrics = first.metrics().await;
+    assert!(
+        metrics.contains("hitl_gate_open_request_cap_reached_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"hitl_gate_tool_calls_total{outcome="refused"} 1"#),
+        "{metrics}"
+    );
+
+    // Calls that are already pending keep their requests, on either replica.
+    for gate in [&first, &second] {
+        let (text, is_error) = ask_delete(gate, "/data/1").await;
+        assert!(is_error);
+        assert_eq!(pending_request(&text), one);
+    }
+    assert_eq!(api.objects().len(), 2);
+
+    // A decision frees a place (as the watch shows it): the third call gets its request.
+    api.decide(&two, "Deny", "alice", "not now");
+    let mut third = None;
+    for _ in 0..50 {
+        let (text, _) = ask_delete(&first, "/data/3").await;
+        if text.contains("Pending: ApprovalRequest") {
+            third = Some(pending_request(&text));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let third = third.expect("a place after the denial");
+    assert!(third != one && third != two);
+    assert_eq!(api.objects().len(), 3);
+    assert_eq!(counter.count("delete"), 0);
 }

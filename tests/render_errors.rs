@@ -696,3 +696,58 @@ fn a_grant_whose_condition_does_not_compile_is_named() {
     let report = render(&grant("args.path.startsWith('/tmp/')"));
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+/// The cap on open requests in the gate.json rendered for an Agent with `approval`.
+fn rendered_cap(approval: &str, options: &RenderOptions) -> serde_json::Value {
+    let yaml = format!(
+        "{MODEL}---\n{SERVER}---\n{}",
+        agent(&format!(
+            "tools: [{{type: McpServer, mcpServer: {{name: fs, toolNames: [rm], requireApproval: [rm]}}}}]\napproval: {approval}"
+        ))
+    );
+    let documents = parse_documents("t.yaml", &yaml).unwrap();
+    let report = render_documents(documents, "ns", options);
+    assert_eq!(report.problems, Vec::<String>::new());
+    let secret = report
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "a")
+        .unwrap();
+    let secret: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(secret.clone()).unwrap();
+    let gate: serde_json::Value =
+        serde_json::from_slice(&secret.data.unwrap()["gate.json"].0).unwrap();
+    gate["approval"]["max_open_requests"].clone()
+}
+
+#[test]
+fn max_open_requests_reaches_the_gate_within_its_bounds() {
+    let defaults = RenderOptions::default();
+    assert_eq!(rendered_cap("{}", &defaults), json!(50));
+    assert_eq!(
+        rendered_cap("{maxOpenRequests: 200}", &defaults),
+        json!(200)
+    );
+    let operator = RenderOptions {
+        max_open_requests: 10,
+        ..RenderOptions::default()
+    };
+    assert_eq!(rendered_cap("{}", &operator), json!(10));
+    assert_eq!(rendered_cap("{maxOpenRequests: 3}", &operator), json!(3));
+    // As kube-apiserver 1.36 says it.
+    for (cap, bound) in [
+        (0, "greater than or equal to 1"),
+        (1001, "less than or equal to 1000"),
+    ] {
+        let yaml = format!(
+            "{MODEL}---\n{}",
+            agent(&format!("approval: {{maxOpenRequests: {cap}}}"))
+        );
+        assert_eq!(
+            problems(&yaml),
+            [format!(
+                "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.maxOpenRequests: Invalid value: {cap}: spec.declarative.approval.maxOpenRequests in body should be {bound}"
+            )]
+        );
+    }
+}

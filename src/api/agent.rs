@@ -565,6 +565,12 @@ pub struct ApprovalSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
     pub ttl_after_finished: Option<String>,
+    /// Open ApprovalRequests (Pending, or Approved and not yet used) the agent may hold, 1 to
+    /// 1000; at the cap, a gated call that would create another is refused, not run. Default:
+    /// the operator's (50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_open_requests: Option<i32>,
     /// Rules that refine `requireApproval` by tool, server and a CEL condition on the call's
     /// arguments (docs/policies.md). Enforced by the gate, so not in `Runtime` mode.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -11,6 +11,7 @@ use crate::api::{
     self, Agent, ApprovalGrant, ApprovalMode, MCPServer, ModelConfig, RemoteMCPServer,
 };
 use crate::gate::condition::Condition;
+use crate::gate::config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::manifest::{self, Document};
 use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::proxy::ProxyUrl;
@@ -69,6 +70,14 @@ pub struct RenderArgs {
     /// --grant-max-ttl).
     #[arg(long, default_value = DEFAULT_GRANT_MAX_TTL)]
     pub grant_max_ttl: GrantMaxTtl,
+    /// Open ApprovalRequests an Agent that sets no maxOpenRequests may hold, 1 to 1000 (the
+    /// controller's --default-max-open-requests).
+    #[arg(
+        long,
+        default_value_t = DEFAULT_MAX_OPEN_REQUESTS,
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub default_max_open_requests: u32,
 }
 
 /// What a render produced: objects to print, or problems (one line each), plus warnings.
@@ -275,6 +284,7 @@ pub fn run(args: &RenderArgs) -> u8 {
         proxy_url: args.proxy_url.clone(),
         skills_init_image: args.skills_init_image.clone(),
         grant_max_ttl: args.grant_max_ttl.0,
+        max_open_requests: args.default_max_open_requests,
     };
     let documents = match manifest::load(&args.paths, args.recursive) {
         Ok(documents) => documents,

@@ -42,6 +42,7 @@ use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
 use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest};
 use crate::egress::destination::Destinations;
+use crate::gate::config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::kube::backoff::BackoffWhileFailing;
 use crate::kube::paging::paged;
 use crate::render::network::{Cidr, default_cluster_cidrs};
@@ -98,6 +99,15 @@ pub struct ControllerArgs {
     /// honour, such as 24h; `off` turns grants off: every gated call asks a person.
     #[arg(long, env = "GRANT_MAX_TTL", default_value = DEFAULT_GRANT_MAX_TTL)]
     pub grant_max_ttl: GrantMaxTtl,
+    /// Open ApprovalRequests (Pending, or Approved and not yet used) an Agent may hold when
+    /// it sets no `spec.declarative.approval.maxOpenRequests`, 1 to 1000.
+    #[arg(
+        long,
+        env = "DEFAULT_MAX_OPEN_REQUESTS",
+        default_value_t = DEFAULT_MAX_OPEN_REQUESTS,
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub default_max_open_requests: u32,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -868,6 +878,7 @@ async fn run_controllers(
         proxy_url: args.proxy_url.clone(),
         skills_init_image: args.skills_init_image.clone(),
         grant_max_ttl: args.grant_max_ttl.0,
+        max_open_requests: args.default_max_open_requests,
     };
     let instance = std::env::var("POD_NAME").ok();
     let ctx = Arc::new(

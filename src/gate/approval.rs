@@ -9,6 +9,9 @@
 //! creates the next generation. Two gates creating the same name at once both end up on the one
 //! the apiserver accepted (`AlreadyExists` is answered by reading it).
 //!
+//! A new request is created only while the agent is under its cap of open requests
+//! ([`super::open_requests`]); reusing a live one is never refused by the cap.
+//!
 //! Only a request that says exactly what this gate would have written is reused: its preview,
 //! message and size are recomputed from the call, and its `expiresAt` may not lie further from
 //! its creation than the approval timeout. A name taken by anything else (another identity
@@ -34,6 +37,7 @@ use super::freeze::FreezeWatch;
 use super::grants::{GrantedCall, Grants};
 use super::hash::ArgsDigest;
 use super::metrics::Metrics;
+use super::open_requests::OpenRequests;
 use super::redact;
 use crate::api::approval_request::{
     AgentRef, ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, CallContext, GrantRef,
@@ -133,6 +137,7 @@ pub struct Approvals {
     metrics: Arc<Metrics>,
     freeze: FreezeWatch,
     grants: Option<Grants>,
+    open: OpenRequests,
 }
 
 /// A token bucket bounding how fast a gate creates ApprovalRequests, so a looping or hostile
@@ -185,6 +190,9 @@ pub struct ApprovalSettings {
     /// The longest lifetime of an ApprovalGrant the gate honours; `None`: grants are off and
     /// every gated call asks a person.
     pub grant_max_ttl: Option<SignedDuration>,
+    /// The count of the agent's open requests, under its cap: no request is created at the
+    /// cap.
+    pub open: OpenRequests,
 }
 
 impl Approvals {
@@ -215,6 +223,7 @@ impl Approvals {
             metrics: settings.metrics,
             freeze: settings.freeze,
             grants,
+            open: settings.open,
         }
     }
 
@@ -326,10 +335,7 @@ impl Approvals {
     /// This gate's identity: its ServiceAccount's username, the `requestedBy` of the requests
     /// it creates. Only requests that name it count.
     fn identity(&self) -> String {
-        format!(
-            "system:serviceaccount:{}:{}",
-            self.agent.namespace, self.agent.service_account
-        )
+        self.agent.requester()
     }
 
     /// Runs the whole approval of `call`: a grant covering it, when `facts` (what conditions
@@ -433,6 +439,8 @@ impl Approvals {
     }
 
     /// The live request of `call`, created if needed, and the latest finished one before it.
+    /// None is created while the agent is at its cap of open requests
+    /// ([`Error::OpenRequestCap`]) or the gate cannot count them ([`Error::OpenRequestsUnknown`]).
     pub async fn find_or_create(
         &self,
         call: &GatedCall,
@@ -484,6 +492,7 @@ impl Approvals {
             let created = r.metadata.creation_timestamp.as_ref().map(|t| t.0);
             (created, generation(r, &base))
         });
+        let slot = self.open.reserve(now).await?;
         self.take_budget()?;
         // A manager name of its own, so that no approver's writes merge into the creator's
         // managedFields entry (which would make their approval look written at creation).
@@ -498,6 +507,7 @@ impl Approvals {
                 Ok(created) => {
                     tracing::info!(request = %created.metadata.name.as_deref().unwrap_or_default(),
                         tool = %call.key.tool, args_hash = %call.digest.binding, "created ApprovalRequest");
+                    slot.created(&created);
                     warn_on_skew(&created, asked_at);
                     return Ok((created, previous));
                 }

@@ -17,6 +17,10 @@ pub const GATE_PORT: i32 = 8099;
 pub const GATE_METRICS_LISTEN: &str = "0.0.0.0:9099";
 /// Port of [`GATE_METRICS_LISTEN`].
 pub const GATE_METRICS_PORT: i32 = 9099;
+/// Open ApprovalRequests an agent may hold when neither its Agent nor the operator says
+/// otherwise (docs/gate.md, "Open-request cap"): at the 39 KB etcd holds for a request with the
+/// largest preview (measured by tests/bench/storage.sh), under 2 MB per agent.
+pub const DEFAULT_MAX_OPEN_REQUESTS: u32 = 50;
 
 /// The whole gate configuration.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -48,6 +52,17 @@ pub struct AgentIdentity {
     pub service_account: String,
 }
 
+impl AgentIdentity {
+    /// The username the gate acts as, `system:serviceaccount:<namespace>:<service_account>`:
+    /// the `requestedBy` of the requests it creates.
+    pub fn requester(&self) -> String {
+        format!(
+            "system:serviceaccount:{}:{}",
+            self.namespace, self.service_account
+        )
+    }
+}
+
 /// Approval settings as the gate applies them.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct GateApproval {
@@ -63,6 +78,15 @@ pub struct GateApproval {
     /// absent: grants are off and every gated call asks a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant_max_ttl_seconds: Option<f64>,
+    /// Open ApprovalRequests (Pending, or Approved and not yet used) the agent may hold; at
+    /// the cap, a call that would create another is refused. Absent in the gate.json of older
+    /// controllers: [`DEFAULT_MAX_OPEN_REQUESTS`].
+    #[serde(default = "default_max_open_requests")]
+    pub max_open_requests: u32,
+}
+
+fn default_max_open_requests() -> u32 {
+    DEFAULT_MAX_OPEN_REQUESTS
 }
 
 /// One upstream tool server and the policy for its tools.

@@ -25,7 +25,8 @@ pub enum Outcome {
     expired,
     /// Still waiting when the gate's wait ended; the caller was told how to approve.
     pending,
-    /// Refused without asking: tool not listed, approval already used, or request cancelled.
+    /// Refused without asking: tool not listed, approval already used, request cancelled, or
+    /// the agent at its cap of open requests.
     refused,
     /// Refused without asking by a Deny approval rule of the Agent.
     denied_by_rule,
@@ -49,6 +50,7 @@ pub struct Metrics {
     upstream_latency: Histogram,
     claim_conflicts: Counter,
     grant_use_conflicts: Counter,
+    open_request_cap_reached: Counter,
     awaiting_decision: Gauge,
 }
 
@@ -85,6 +87,12 @@ impl Default for Metrics {
             "Uses of an ApprovalGrant (the resourceVersion-guarded status write) answered 409 Conflict and judged again",
             grant_use_conflicts.clone(),
         );
+        let open_request_cap_reached = Counter::default();
+        registry.register(
+            "open_request_cap_reached",
+            "Gated calls refused because the agent held its cap of open ApprovalRequests (approval.maxOpenRequests); no request was created",
+            open_request_cap_reached.clone(),
+        );
         let awaiting_decision = Gauge::default();
         registry.register(
             "calls_awaiting_decision",
@@ -98,6 +106,7 @@ impl Default for Metrics {
             upstream_latency,
             claim_conflicts,
             grant_use_conflicts,
+            open_request_cap_reached,
             awaiting_decision,
         }
     }
@@ -112,6 +121,11 @@ impl Metrics {
     /// Counts a use of a grant that got 409 Conflict (the grant changed since the gate read it).
     pub fn grant_use_conflict(&self) {
         self.grant_use_conflicts.inc();
+    }
+
+    /// Counts a gated call refused at the agent's cap of open requests.
+    pub fn open_request_cap_reached(&self) {
+        self.open_request_cap_reached.inc();
     }
 
     /// Counts a gated call as awaiting its decision until the returned guard is dropped.

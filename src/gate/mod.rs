@@ -11,6 +11,7 @@ pub mod hash;
 pub mod jsonrpc;
 pub mod legacy;
 pub mod metrics;
+pub mod open_requests;
 pub mod outcome;
 pub mod policy;
 pub mod pool;

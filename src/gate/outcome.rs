@@ -32,6 +32,17 @@ pub fn frozen(tool: &str, why: &str) -> String {
     )
 }
 
+/// Text for a call that needs approval while its agent holds `open` open ApprovalRequests in
+/// `namespace`, at its cap `cap`: no request was created, so nobody can approve this call yet.
+pub fn open_request_cap(tool: &str, namespace: &str, open: usize, cap: u32) -> String {
+    format!(
+        "{NOT_EXECUTED}: tool '{tool}' needs a human approval, but this agent already has {open} open approval requests in namespace {namespace} \
+         (Pending, or Approved and not yet used) and may have at most {cap} (approval.maxOpenRequests), so no approval request was created for this call. \
+         A call already approved runs when you make it again, which frees its place; an approver can decide the others (kubectl hitl list -n {namespace}), \
+         or they expire by themselves. Then make this call again. Repeating a call that is already pending is never refused: it reuses its request."
+    )
+}
+
 /// Text for an error of the gate, the apiserver or the upstream.
 pub fn error(tool: &str, why: &str) -> String {
     format!(
@@ -238,6 +249,24 @@ mod tests {
         assert!(error("t", "boom").starts_with(NOT_EXECUTED));
         assert!(unknown_tool("t").starts_with(NOT_EXECUTED));
         assert!(frozen("t", "Agent a is frozen").starts_with(NOT_EXECUTED));
+    }
+
+    #[test]
+    fn the_cap_text_says_how_many_are_open_the_cap_and_what_to_do() {
+        let text = open_request_cap("delete_file", "team", 50, 50);
+        assert!(text.starts_with(NOT_EXECUTED), "{text}");
+        for part in [
+            "tool 'delete_file' needs a human approval",
+            "already has 50 open approval requests in namespace team",
+            "may have at most 50 (approval.maxOpenRequests)",
+            "no approval request was created",
+            "kubectl hitl list -n team",
+            "expire by themselves",
+            "Repeating a call that is already pending is never refused",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        assert!(!text.contains("  "), "{text}");
     }
 
     #[test]

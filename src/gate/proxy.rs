@@ -27,6 +27,7 @@ use super::policy::{PolicyCall, PolicyVerdict};
 use super::redact;
 use super::sessions;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse, is_event_stream, read_all};
+use crate::Error;
 use crate::api::approval_request::CallContext;
 use crate::sse;
 
@@ -690,6 +691,18 @@ async fn approve(
             tracing::info!(server = %up.label, tool, outcome = ?kind, args_hash = %gated_call.key.binding, "gated call not forwarded");
             metrics.call(kind);
             Err(text)
+        }
+        Err(Error::OpenRequestCap { open, cap }) => {
+            tracing::warn!(server = %up.label, tool, open, cap, args_hash = %gated_call.key.binding,
+                "refused: the agent is at its cap of open ApprovalRequests");
+            metrics.open_request_cap_reached();
+            metrics.call(Outcome::refused);
+            Err(outcome::open_request_cap(
+                tool,
+                approvals.namespace(),
+                open,
+                cap,
+            ))
         }
         Err(e) => {
             tracing::warn!(server = %up.label, tool, reason = e.reason(), error = %e, "approval failed; not forwarded");

@@ -17,6 +17,7 @@ use super::freeze::FreezeWatch;
 use super::hash::BindingKey;
 use super::legacy::LegacyRoute;
 use super::metrics::Metrics;
+use super::open_requests::OpenRequests;
 use super::policy::ServerPolicy;
 use super::pool::Connector;
 use super::routes::{McpRoutes, McpRoutesBuilder};
@@ -64,7 +65,8 @@ pub fn connector() -> Result<Connector> {
 }
 
 /// The gate's MCP routes and its metrics, from its configuration, the Agent's binding key, a
-/// Kubernetes client and the view of the Agent's freeze.
+/// Kubernetes client and the view of the Agent's freeze. The count of the agent's open
+/// requests watches through the client from the first call that would create one.
 pub fn build(
     config: &GateConfig,
     key: BindingKey,
@@ -75,6 +77,12 @@ pub fn build(
     freeze: FreezeWatch,
 ) -> Result<(McpRoutes, Arc<Metrics>)> {
     let metrics = Arc::new(Metrics::default());
+    if config.approval.max_open_requests == 0 {
+        return Err(invalid(
+            "approval.max_open_requests",
+            "0: must be at least 1 (no call could ever ask for approval)",
+        ));
+    }
     let settings = ApprovalSettings {
         timeout: seconds("approval.timeout_seconds", config.approval.timeout_seconds)?,
         wait: seconds(
@@ -91,6 +99,11 @@ pub fn build(
             .map(|s| seconds("approval.grant_max_ttl_seconds", s))
             .transpose()?
             .map(|ttl| SignedDuration::try_from(ttl).unwrap_or(SignedDuration::MAX)),
+        open: OpenRequests::watching(
+            client.clone(),
+            &config.agent,
+            config.approval.max_open_requests,
+        ),
     };
     let shared = Shared {
         connector: connector()?,

@@ -32,8 +32,8 @@ use crate::api::common::parse_duration_seconds;
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
 use crate::gate::config::{
-    AgentIdentity, GATE_LISTEN, GATE_METRICS_LISTEN, GATE_PORT, GATEWAY_LISTEN, GateApproval,
-    GateConfig, GateServer,
+    AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GATE_LISTEN, GATE_METRICS_LISTEN, GATE_PORT,
+    GATEWAY_LISTEN, GateApproval, GateConfig, GateServer,
 };
 use crate::{Error, Result};
 use config::{AgentConfig, McpParams, McpToolServer, RemoteAgent};
@@ -79,6 +79,8 @@ pub struct RenderOptions {
     pub skills_init_image: String,
     /// The longest lifetime of an ApprovalGrant the gates honour; `None`: grants are off.
     pub grant_max_ttl: Option<SignedDuration>,
+    /// Open ApprovalRequests an Agent that sets no `maxOpenRequests` may hold.
+    pub max_open_requests: u32,
 }
 
 /// Default longest lifetime of an ApprovalGrant: one day.
@@ -127,6 +129,7 @@ impl Default for RenderOptions {
                 .parse::<GrantMaxTtl>()
                 .ok()
                 .and_then(|t| t.0),
+            max_open_requests: DEFAULT_MAX_OPEN_REQUESTS,
         }
     }
 }
@@ -215,6 +218,26 @@ pub fn approval_timings(
     Ok(timings)
 }
 
+/// The cap on an Agent's open ApprovalRequests: its `maxOpenRequests` if it sets one, else
+/// `default` (the operator's); `object` names the Agent in errors.
+fn max_open_requests(
+    object: &str,
+    settings: Option<&ApprovalSettings>,
+    default: u32,
+) -> Result<u32> {
+    match settings.and_then(|s| s.max_open_requests) {
+        None => Ok(default),
+        Some(cap) => u32::try_from(cap)
+            .ok()
+            .filter(|cap| *cap >= 1)
+            .ok_or_else(|| Error::InvalidSpec {
+                object: object.to_owned(),
+                field: "spec.declarative.approval.maxOpenRequests".into(),
+                message: format!("Invalid value: {cap}: must be at least 1"),
+            }),
+    }
+}
+
 /// `Kind namespace/name` of an Agent, as used in messages.
 pub fn describe_agent(agent: &Agent) -> String {
     format!(
@@ -265,6 +288,11 @@ pub fn render_agent(
         .and_then(|approval| approval.mode)
         .unwrap_or(options.default_approval_mode);
     let timings = approval_timings(&object, declarative.approval.as_ref())?;
+    let max_open_requests = max_open_requests(
+        &object,
+        declarative.approval.as_ref(),
+        options.max_open_requests,
+    )?;
     let placement = gate_placement(&object, declarative, mode)?;
     agent_volumes::check(&object, agent, mode.uses_gate().then_some(placement))?;
     let approval_rules = declarative
@@ -397,6 +425,7 @@ pub fn render_agent(
             wait_timeout_seconds: timings.wait_timeout,
             ttl_after_finished_seconds: timings.ttl_after_finished,
             grant_max_ttl_seconds: options.grant_max_ttl.map(|ttl| ttl.as_secs_f64()),
+            max_open_requests,
         },
         listen: match placement {
             GatePlacement::Sidecar => GATE_LISTEN,

@@ -32,6 +32,8 @@ POLICY_VARIANTS = {
             "extraStatusWriters": ["ops-admin"],
         }
     },
+    # The quota in two namespaces; tests/bench/storage.sh applies the one of `agents`.
+    "enabled": {"quota": {"approvalRequests": {"enabled": True, "namespaces": ["agents", "team-b"]}}},
 }
 
 
@@ -219,6 +221,7 @@ def test_default_deployment(chart):
         "--cluster-cidrs": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16",
         "--skills-init-image": "cr.kagent.dev/kagent-dev/kagent/skills-init:0.7.4",
         "--grant-max-ttl": "24h",
+        "--default-max-open-requests": "50",
         "--leader-election": "true",
         "--lease-name": FULLNAME,
         "--lease-namespace": NAMESPACE,
@@ -386,6 +389,40 @@ def test_grants_max_ttl_reaches_the_policy_and_the_controller_and_off_turns_them
     names = [d["metadata"]["name"] for d in off
              if d["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
     assert f"{FULLNAME}-approval-grant" not in names
+
+
+# ---------------------------------------------------------------- bounded storage
+
+
+def test_default_max_open_requests_reaches_the_controller(chart):
+    docs = objects(chart, {"defaultMaxOpenRequests": 200})
+    assert args_map(controller(docs))["--default-max-open-requests"] == "200"
+
+
+def test_no_quota_by_default(chart):
+    assert not [d for d in objects(chart) if d["kind"] == "ResourceQuota"]
+    assert not [d for d in objects(chart, {"watchNamespace": "agents"}) if d["kind"] == "ResourceQuota"]
+
+
+def test_quota_on_approval_requests_in_each_namespace_named(chart):
+    docs = objects(chart, {"quota": {"approvalRequests": {"enabled": True, "count": 500,
+                                                          "namespaces": ["team-a", "team-b"]}}})
+    quotas = find(docs, "ResourceQuota")
+    assert sorted(q["metadata"]["namespace"] for q in quotas) == ["team-a", "team-b"]
+    for q in quotas:
+        assert q["metadata"]["name"] == f"{FULLNAME}-approval-requests"
+        assert q["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+        assert q["spec"] == {"hard": {"count/approvalrequests.kagent.dev": "500"}}
+        kubernetes_validate.validate(q, KUBE_VERSION, strict=True)
+
+
+def test_quota_defaults_to_the_watched_namespace_and_needs_one(chart):
+    docs = objects(chart, {"watchNamespace": "agents", "quota": {"approvalRequests": {"enabled": True}}})
+    [q] = find(docs, "ResourceQuota")
+    assert q["metadata"]["namespace"] == "agents"
+    assert q["spec"]["hard"] == {"count/approvalrequests.kagent.dev": "1000"}
+    with pytest.raises(helm_python.HelmRenderError, match="quota.approvalRequests.namespaces"):
+        objects(chart, {"quota": {"approvalRequests": {"enabled": True}}})
 
 
 # ---------------------------------------------------------------- non-default values
@@ -557,6 +594,12 @@ def test_notes_name_next_commands(chart):
         ({"grants": {"maxTTL": "forever"}}, "maxTTL"),
         ({"grants": {"maxTTL": ""}}, "maxTTL"),
         ({"grants": {"maxTTL": "1d"}}, "maxTTL"),
+        ({"defaultMaxOpenRequests": 0}, "defaultMaxOpenRequests"),
+        ({"defaultMaxOpenRequests": 1001}, "defaultMaxOpenRequests"),
+        ({"quota": {"approvalRequests": {"count": 0}}}, "count"),
+        ({"quota": {"approvalRequests": {"namespaces": ["Team_A"]}}}, "namespaces"),
+        ({"quota": {"approvalRequests": {"namespaces": "team-a"}}}, "namespaces"),
+        ({"quota": {"grants": {}}}, "grants"),
     ],
 )
 def test_schema_rejects_bad_values(chart, values, message):
@@ -591,12 +634,13 @@ def test_crds_match_kubernetes_schemas(chart):
 # ---------------------------------------------------------------- rendered policy copies
 
 
-# (template, value set): checked-in renderings used by tests/admission_policy.rs (CEL) and by
-# tests/e2e/plugin.sh (applied to a real cluster without Helm).
+# (template, value set): checked-in renderings used by tests/admission_policy.rs (CEL), by
+# tests/e2e/plugin.sh and by tests/bench/storage.sh (applied to a real cluster without Helm).
 RENDERED_COPIES = [
     ("admission-policy", "default"),
     ("admission-policy", "permissive"),
     ("user-roles", "default"),
+    ("approval-request-quota", "enabled"),
 ]
 
 

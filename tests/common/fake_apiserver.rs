@@ -1,6 +1,7 @@
 //! An in-process fake kube-apiserver for `approvalrequests`: list (label selector), create
-//! (AlreadyExists), get, watch (field selector metadata.name, from a resourceVersion), and
-//! merge-patch of `/status` with resourceVersion preconditions and write-once consumedAt.
+//! (AlreadyExists), get, watch (field selector metadata.name or label selector, from a
+//! resourceVersion), and merge-patch of `/status` with resourceVersion preconditions and
+//! write-once consumedAt.
 //! It records every request body and can be told to fail every request. It also serves the
 //! gate's watch of its own Agent: any Agent asked for exists, is never frozen and never changes
 //! (the freeze is tested with the gate's view fed directly, and on the real apiserver).
@@ -280,24 +281,12 @@ async fn collection(
     if q.get("watch").map(String::as_str) == Some("true") {
         return watch(api, q);
     }
-    let selector: Vec<(String, String)> = q
-        .get("labelSelector")
-        .map(|s| {
-            s.split(',')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let selector = label_selector(&q);
     let s = api.store.lock().unwrap();
     let items: Vec<Value> = s
         .objects
         .values()
-        .filter(|o| {
-            selector
-                .iter()
-                .all(|(k, v)| o["metadata"]["labels"][k] == json!(v))
-        })
+        .filter(|o| selected(o, &selector))
         .cloned()
         .collect();
     axum::Json(
@@ -305,6 +294,25 @@ async fn collection(
         "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
     )
     .into_response()
+}
+
+/// The `key=value` pairs of a request's `labelSelector`.
+fn label_selector(q: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    q.get("labelSelector")
+        .map(|s| {
+            s.split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `obj` has every label of `selector`.
+fn selected(obj: &Value, selector: &[(String, String)]) -> bool {
+    selector
+        .iter()
+        .all(|(k, v)| obj["metadata"]["labels"][k] == json!(v))
 }
 
 /// The Agent list or watch of a gate: the one Agent its field selector names, unfrozen; a
@@ -341,8 +349,10 @@ async fn self_subject_review() -> Response {
     (StatusCode::CREATED, axum::Json(review)).into_response()
 }
 
-/// A watch of one request (field selector `metadata.name=`) or, without one, of every request.
+/// A watch of one request (field selector `metadata.name=`) or, without one, of every request
+/// its label selector selects.
 fn watch(api: FakeApi, q: BTreeMap<String, String>) -> Response {
+    let selector = label_selector(&q);
     let name = q
         .get("fieldSelector")
         .and_then(|f| f.strip_prefix("metadata.name="))
@@ -380,7 +390,11 @@ fn watch(api: FakeApi, q: BTreeMap<String, String>) -> Response {
             }
         }
         while let Ok((kind, obj)) = rx.recv().await {
-            let watched = every || obj["metadata"]["name"] == json!(name);
+            let watched = if every {
+                selected(&obj, &selector)
+            } else {
+                obj["metadata"]["name"] == json!(name)
+            };
             if watched && (kind == "DELETED" || rv_of(&obj) > last) {
                 last = last.max(rv_of(&obj));
                 if tx.send(line(&kind, &obj)).is_err() {

@@ -19,7 +19,9 @@ use axum::http::{HeaderMap, Method, Response, Uri};
 use axum::serve::ListenerExt;
 use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use hitl_operator::gate::config::{AgentIdentity, GateApproval, GateConfig, GateServer};
+use hitl_operator::gate::config::{
+    AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GateApproval, GateConfig, GateServer,
+};
 use hitl_operator::gate::decision::SystemClock;
 pub use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::hash::BindingKey;
@@ -358,6 +360,7 @@ pub fn config(servers: Vec<GateServer>, timeout: f64, wait: f64) -> GateConfig {
             wait_timeout_seconds: wait,
             ttl_after_finished_seconds: 86400.0,
             grant_max_ttl_seconds: None,
+            max_open_requests: DEFAULT_MAX_OPEN_REQUESTS,
         },
         listen: "127.0.0.1:0".into(),
         metrics_listen: "127.0.0.1:0".into(),

@@ -10,6 +10,7 @@ use tower_test::mock;
 
 use super::*;
 use crate::api::agent::ToolServerKind;
+use crate::gate::config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::gate::decision::Refusal;
 use crate::gate::freeze::FreezeState;
 use crate::gate::hash::{BindingKey, digest};
@@ -44,15 +45,30 @@ fn approvals_with(
     at: Timestamp,
     grant_max_ttl: Option<SignedDuration>,
 ) -> (Approvals, Handle, Arc<Manual>) {
-    let clock = Arc::new(Manual(Mutex::new(at)));
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(svc, NS);
-    let agent = AgentIdentity {
+    let open = OpenRequests::fixed(&agent(), DEFAULT_MAX_OPEN_REQUESTS, &[]);
+    approvals_counting(at, grant_max_ttl, open)
+}
+
+/// The identity of the agent whose gate the tests run.
+fn agent() -> AgentIdentity {
+    AgentIdentity {
         namespace: NS.into(),
         name: "agent-a".into(),
         uid: "uid-1".into(),
         service_account: "agent-a-sa".into(),
-    };
+    }
+}
+
+/// A gate whose count of the agent's open requests is `open`.
+fn approvals_counting(
+    at: Timestamp,
+    grant_max_ttl: Option<SignedDuration>,
+    open: OpenRequests,
+) -> (Approvals, Handle, Arc<Manual>) {
+    let clock = Arc::new(Manual(Mutex::new(at)));
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(svc, NS);
+    let agent = agent();
     let settings = ApprovalSettings {
         timeout: Duration::from_secs(3600),
         wait: Duration::from_secs(30),
@@ -61,6 +77,7 @@ fn approvals_with(
         metrics: Arc::new(Metrics::default()),
         freeze: FreezeWatch::fixed(FreezeState::Clear),
         grant_max_ttl,
+        open,
     };
     (
         Approvals::new(client, agent, settings, clock.clone()),
@@ -728,6 +745,108 @@ async fn a_live_request_is_reused_without_creating() {
     respond(send, 200, &list_of(vec![pending]));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.resource_version.as_deref(), Some("7"));
+    assert!(futures::poll!(Box::pin(handle.next_request())).is_pending());
+}
+
+/// Requests of the agent, as its gate created them, for calls with `n` other arguments each.
+fn open_requests_of_other_calls(n: u64) -> Vec<Value> {
+    let (a, _handle) = approvals(now());
+    (0..n)
+        .map(|i| {
+            let other = call(&json!({"path": format!("/data/{i}.csv")}));
+            let built = a.build(&other, &expected_name(&other, 0)).unwrap();
+            stored(&serde_json::to_value(built).unwrap(), "3")
+        })
+        .collect()
+}
+
+fn typed(requests: &[Value]) -> Vec<ApprovalRequest> {
+    requests
+        .iter()
+        .map(|r| serde_json::from_value(r.clone()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn at_the_cap_a_new_call_creates_nothing_and_a_pending_one_keeps_its_request() {
+    let open = open_requests_of_other_calls(2);
+    let counted = OpenRequests::fixed(&agent(), 2, &typed(&open));
+    let (a, mut handle, _) = approvals_counting(now(), None, counted);
+
+    // A call with no request of its own: the agent holds 2 of 2, so none is created.
+    let arguments = args();
+    let c = call(&arguments);
+    let task = tokio::spawn({
+        let a = a.clone();
+        async move { a.find_or_create(&call(&arguments)).await }
+    });
+    let (m, uri, _, send) = next(&mut handle).await;
+    assert_eq!((m.as_str(), uri), ("GET", list_uri(&c)));
+    respond(send, 200, &list_of(vec![]));
+    let refused = task.await.unwrap().unwrap_err();
+    assert!(
+        matches!(refused, Error::OpenRequestCap { open: 2, cap: 2 }),
+        "{refused:?}"
+    );
+    assert!(futures::poll!(Box::pin(handle.next_request())).is_pending());
+
+    // The same call as one of the open requests: it is reused, whatever the cap.
+    let same = call(&json!({"path": "/data/1.csv"}));
+    let task = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.find_or_create(&call(&json!({"path": "/data/1.csv"})))
+                .await
+        }
+    });
+    let (_, uri, _, send) = next(&mut handle).await;
+    assert_eq!(uri, list_uri(&same));
+    respond(send, 200, &list_of(vec![open[1].clone()]));
+    let (req, _) = task.await.unwrap().unwrap();
+    assert_eq!(req.metadata.name, Some(expected_name(&same, 0)));
+    assert!(futures::poll!(Box::pin(handle.next_request())).is_pending());
+}
+
+#[tokio::test]
+async fn a_request_this_gate_created_counts_before_any_watch_shows_it() {
+    let counted = OpenRequests::fixed(&agent(), 1, &[]);
+    let (a, mut handle, _) = approvals_counting(now(), None, counted);
+    let task = tokio::spawn({
+        let a = a.clone();
+        async move { a.find_or_create(&call(&args())).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![]));
+    let (m, _, body, send) = next(&mut handle).await;
+    assert_eq!(m, "POST");
+    respond(send, 201, &stored(&body, "10"));
+    task.await.unwrap().unwrap();
+
+    let task = tokio::spawn({
+        let a = a.clone();
+        async move { a.find_or_create(&call(&json!({"path": "/other"}))).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![]));
+    let refused = task.await.unwrap().unwrap_err();
+    assert!(
+        matches!(refused, Error::OpenRequestCap { open: 1, cap: 1 }),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_that_cannot_count_creates_nothing() {
+    let counted = OpenRequests::unknown(50, "cannot watch: connection refused");
+    let (a, mut handle, _) = approvals_counting(now(), None, counted);
+    let task = tokio::spawn({
+        let a = a.clone();
+        async move { a.find_or_create(&call(&args())).await }
+    });
+    let (_, _, _, send) = next(&mut handle).await;
+    respond(send, 200, &list_of(vec![]));
+    let refused = task.await.unwrap().unwrap_err();
+    assert_eq!(refused.reason(), "OpenRequestsUnknown");
     assert!(futures::poll!(Box::pin(handle.next_request())).is_pending());
 }
 
