@@ -251,6 +251,25 @@ pub fn delete_at(
     start.checked_add(ttl).ok()
 }
 
+/// When a request in `phase` finished, from the facts no status write can move back: its
+/// `consumedAt` (Executed) and `decidedAt` (Denied) are write-once and `expiresAt` (Expired) is
+/// immutable; the `Finished` condition's time (`condition`) stands in only where none is
+/// known. So rewriting the conditions cannot bring a deletion forward.
+fn finished_at(
+    request: &ApprovalRequest,
+    phase: Phase,
+    condition: Option<Timestamp>,
+) -> Option<Timestamp> {
+    let status = request.status.as_ref();
+    let fact = match phase {
+        Phase::Executed => status.and_then(|s| s.consumed_at.as_ref()),
+        Phase::Denied => status.and_then(|s| s.decided_at.as_ref()),
+        Phase::Expired => Some(&request.spec.expires_at),
+        Phase::Pending | Phase::Approved | Phase::Cancelled => None,
+    };
+    fact.map(|t| t.0).or(condition)
+}
+
 /// `ttlAfterFinished` of the Agent, or the default.
 fn ttl_of(agent: Option<&Agent>) -> Duration {
     agent
@@ -362,7 +381,11 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         notifier::deliver(ctx, request, evaluation.phase, agent.as_ref(), now).await
     };
 
-    let finished_at = find(&status.conditions, FINISHED).map(|c| c.last_transition_time.0);
+    let finished_at = finished_at(
+        request,
+        evaluation.phase,
+        find(&status.conditions, FINISHED).map(|c| c.last_transition_time.0),
+    );
     let next = match evaluation.phase {
         Phase::Pending => Some(request.spec.expires_at.0),
         phase => {
@@ -682,6 +705,23 @@ mod tests {
         let e = evaluate(&request(None, Some(status)), &Standing::Open, at(2));
         assert_eq!((e.phase, e.reason), (Phase::Cancelled, FROZEN));
         assert_eq!(e.message, "cancelled: frozen");
+    }
+
+    #[test]
+    fn the_finish_comes_from_write_once_facts_not_conditions() {
+        let r = request(
+            None,
+            Some(ApprovalRequestStatus {
+                consumed_at: Some(Time(at(10))),
+                decided_at: Some(Time(at(5))),
+                ..Default::default()
+            }),
+        );
+        let rewound = Some(at(-3600));
+        assert_eq!(finished_at(&r, Phase::Executed, rewound), Some(at(10)));
+        assert_eq!(finished_at(&r, Phase::Denied, rewound), Some(at(5)));
+        assert_eq!(finished_at(&r, Phase::Expired, rewound), Some(r.spec.expires_at.0));
+        assert_eq!(finished_at(&r, Phase::Cancelled, rewound), rewound);
     }
 
     #[test]

@@ -64,13 +64,15 @@ gate_call first a delete_file /rewind/call
 the_request REQ /rewind/call
 wait_for "the controller's Pending status on $REQ" 20 eval '[ "$(jp "approvalrequest/$REQ" "{.status.phase}")" = Pending ]'
 PENDING=$(kubectl -n "$NS" get "approvalrequest/$REQ" -o json | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["status"]))')
+expect_in "the call before its approval" "NOT executed yet" "$(finished first)"
 KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --reason "e2e: rewind" >/dev/null
-expect_in "the approved call" '"isError":false' "$(finished first)"
+gate_call retry a delete_file /rewind/call
+expect_in "the approved call, sent again" 'deleted /rewind/call' "$(finished retry)"
 [ "$(runs delete_file /rewind/call)" = 1 ] || fail "the approved call ran $(runs delete_file /rewind/call) times"
 [ "$(jp "approvalrequest/$REQ" '{.status.phase}')" = Executed ] || fail "$REQ is not Executed"
 DECIDED=$(jp "approvalrequest/$REQ" '{.status.decidedAt}')
 # What the controller records for a notifier (a status owner's write), for attacks to rewind.
-kubectl -n "$NS" patch "approvalrequest/$REQ" --subresource=status --type=merge -p "{\"status\": {\"notifications\": [
+kubectl --kubeconfig "$GATES_CONTROLLER_KUBECONFIG" -n "$NS" patch "approvalrequest/$REQ" --subresource=status --type=merge -p "{\"status\": {\"notifications\": [
   {\"notifier\": \"pager\", \"event\": \"created\", \"attempts\": 2, \"lastAttemptAt\": \"$DECIDED\", \"deliveredAt\": \"$DECIDED\"}]}}" >/dev/null
 REQUEST_HISTORY="[{}, $PENDING, {\"phase\": \"Approved\", \"decidedAt\": \"$DECIDED\"}]"
 ok "$REQ: Executed, consumed by $(jp "approvalrequest/$REQ" '{.status.consumedBy}'), ran once"
@@ -90,7 +92,7 @@ spec:
   grantedBy: alice
 YAML
 gate_call granted a delete_file /rewind/granted
-expect_in "the granted call" '"isError":false' "$(finished granted)"
+expect_in "the granted call" 'deleted /rewind/granted' "$(finished granted)"
 [ "$(runs delete_file /rewind/granted)" = 1 ] || fail "the granted call ran $(runs delete_file /rewind/granted) times"
 [ "$(jp approvalgrant/once '{.status.uses}')" = 1 ] || fail "grant once: uses $(jp approvalgrant/once '{.status.uses}')"
 USED=$(jp approvalgrant/once '{.status.lastUsedAt}')

@@ -4,7 +4,7 @@
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
 # Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, grants,
-#        notify, slack
+#        notify, slack, rewind
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -21,6 +21,9 @@
 #           leader change between attempts, expiry, no secret in any message
 #   slack   tests/e2e/slack.sh: Approve from Slack: signed presses (forged, stale, replayed
 #           refused), an unmapped user, mallory refused by the admission policy, alice approves
+#   rewind  tests/e2e/rewind.sh: every generated way to remove, null, replace or rewind each
+#           status field of a consumed request and of used and revoked grants, as six identities,
+#           with the admission policies and without; the same calls sent again never run
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -30,7 +33,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins
