@@ -971,6 +971,8 @@ async fn a_session_grant_covers_only_a_session_begun_through_the_gate() {
     let (text, is_error) = answer(post_in(&url, Some(&begun), &call(3)).await).await;
     assert!(is_error && text.contains("Pending"), "{text}");
     assert_eq!(api.grant("for-begun")["status"]["uses"], 1);
+}
+
 /// What the gate answers a call of the gated `delete` with `path`: (text, isError).
 async fn ask_delete(gate: &Gate, path: &str) -> (String, bool) {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",

@@ -720,7 +720,10 @@ mod tests {
         let rewound = Some(at(-3600));
         assert_eq!(finished_at(&r, Phase::Executed, rewound), Some(at(10)));
         assert_eq!(finished_at(&r, Phase::Denied, rewound), Some(at(5)));
-        assert_eq!(finished_at(&r, Phase::Expired, rewound), Some(r.spec.expires_at.0));
+        assert_eq!(
+            finished_at(&r, Phase::Expired, rewound),
+            Some(r.spec.expires_at.0)
+        );
         assert_eq!(finished_at(&r, Phase::Cancelled, rewound), rewound);
     }
 

@@ -401,7 +401,7 @@ impl Approvals {
                     };
                     match self.consume(req, &message, still_approved).await? {
                         Guarded::Written(_) => return Ok(Resolution::Approved { name }),
-                        Guarded::Declined(fresh) => req = fresh,
+                        Guarded::Declined(fresh) => req = *fresh,
                         Guarded::Gone => return Err(Error::RequestDeleted { name }),
                         Guarded::Contended => {
                             return Err(Error::Contended {
@@ -697,13 +697,13 @@ impl Approvals {
         req: ApprovalRequest,
         message: &str,
         claimable: impl Fn(&ApprovalRequest) -> bool,
-    ) -> Result<Guarded<ApprovalRequest, ApprovalRequest>> {
+    ) -> Result<Guarded<ApprovalRequest, Box<ApprovalRequest>>> {
         let name = req.metadata.name.clone().unwrap_or_default();
         let sent = Instant::now();
         let outcome = GuardedWrite::status(&self.api, FIELD_MANAGER, MAX_CONFLICTS)
             .write(req, |current| {
                 if !claimable(current) {
-                    return Err(current.clone());
+                    return Err(Box::new(current.clone()));
                 }
                 let now = Time(self.clock.now());
                 let recorded = current.status.as_ref().and_then(|s| s.decided_at.clone());

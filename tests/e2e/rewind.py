@@ -15,7 +15,7 @@ as every identity given. It fails on any accepted write that moves a guarantee b
 and, with --policies on, on any accepted write of a grant's status by anyone but its own gate
 and the status owners. After each accepted write that changed the object, the replay command is
 run (the same call through the real gate) and must print the same count of runs as before;
-once per state of the object (its spec and status), since the gate decides on nothing else.
+once per distinct state of what the gate reads (the spec and GATE_READS).
 
 Usage: rewind.py --policies on|off --ns NS --target PLURAL NAME HISTORY REPLAY...
                  IDENTITY=KUBECONFIG...
@@ -40,6 +40,9 @@ FINISHED = {"Denied", "Expired", "Executed", "Cancelled"}
 # exempt from the policy) and by the gate of the grant's own agent; under --policies on, any
 # other identity that gets a grant-status write through is a failure.
 GRANT_STATUS_WRITERS = {"admin", "controller", "agent"}
+# The status fields the gate reads when it judges a request or a grant (gate::decision,
+# gate::grants); a replay is needed once per distinct value of these and the spec.
+GATE_READS = ("phase", "decidedAt", "consumedAt", "consumedBy", "uses", "lastUsedAt", "lastUsedBy")
 
 
 class Identity:
@@ -303,9 +306,11 @@ def run(args):
                     broken.append(f"{who} wrote the status of a grant of another agent")
                 for why in broken:
                     failures.append(f"{plural}/{name} as {who}, {label}: {why}")
-                # The gate decides on the object's spec and status: a state already replayed
-                # needs no second replay.
-                state = json.dumps([after["spec"], after.get("status")], sort_keys=True)
+                # The gate decides on the spec and on these status fields alone (not on the
+                # controller's conditions, message or notification records): a state already
+                # replayed needs no second replay.
+                status = after.get("status", {})
+                state = json.dumps([after["spec"]] + [status.get(f) for f in GATE_READS], sort_keys=True)
                 if after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"] \
                         and state not in replayed:
                     replayed.add(state)
