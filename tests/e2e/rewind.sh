@@ -126,8 +126,8 @@ rewind() {
 # What the admission policy answers another agent's gate recording a use of this Agent's grant
 # (a dry run: nothing is written).
 foreign_use() {
-  kubectl --kubeconfig "$WORK/other.kubeconfig" -n "$NS" patch approvalgrant/once --subresource=status \
-    --type=merge -p '{"status": {"uses": 2}}' --dry-run=server 2>&1 || true
+  kube_curl "$WORK/other.kubeconfig" PATCH "/apis/kagent.dev/v1alpha2/namespaces/$NS/approvalgrants/once/status?dryRun=All" \
+    -H 'Content-Type: application/merge-patch+json' -d '{"status": {"uses": 2}}' 2>&1 || true
 }
 
 step "2. without the admission policies"
