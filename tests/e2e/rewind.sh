@@ -123,11 +123,13 @@ rewind() {
     --target approvalgrants revoked "[{}]" "$(replay_cmd /rewind/revoked)" \
     "${IDENTITIES[@]}" | tee "$WORK/rewind-$1.out"
 }
-# What the admission policy answers another agent's gate recording a use of this Agent's grant
-# (a dry run: nothing is written).
+# What the apiserver answers another agent's gate recording one more use of this Agent's grant
+# `revoked` (which the CRD alone would admit: it has no maxUses); a dry run, nothing is written.
 foreign_use() {
-  kube_curl "$WORK/other.kubeconfig" PATCH "/apis/kagent.dev/v1alpha2/namespaces/$NS/approvalgrants/once/status?dryRun=All" \
-    -H 'Content-Type: application/merge-patch+json' -d '{"status": {"uses": 2}}' 2>&1 || true
+  local uses
+  uses=$(jp approvalgrant/revoked '{.status.uses}')
+  kube_curl "$WORK/other.kubeconfig" PATCH "/apis/kagent.dev/v1alpha2/namespaces/$NS/approvalgrants/revoked/status?dryRun=All" \
+    -H 'Content-Type: application/merge-patch+json' -d "{\"status\": {\"uses\": $((${uses:-0} + 1))}}" 2>&1 || true
 }
 
 step "2. without the admission policies"
@@ -138,7 +140,12 @@ ok "no guarantee moved backwards; every accepted write replayed without a run"
 
 step "3. with the admission policies"
 kubectl apply -f "$POLICIES" >/dev/null
-wait_for "the admission policies to be enforced" 30 eval 'grep -q "may not record uses" <<<"$(foreign_use)"'
+enforced() { foreign_use >"$WORK/probe.out"; grep -q "may not record uses" "$WORK/probe.out"; }
+deadline=$((SECONDS + 30))
+until enforced; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "the admission policies are not enforced after 30 s: $(cat "$WORK/probe.out")"
+  sleep 0.2
+done
 rewind on || fail "a guarantee moved backwards with the admission policies (above)"
 ok "no guarantee moved backwards; no identity but the Agent's gate wrote its grant's status"
 
