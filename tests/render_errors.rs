@@ -282,6 +282,64 @@ fn the_agent_container_may_not_mount_the_gates_volumes() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
+/// Issue 41: nor may it read them another way: an environment variable of the Agent's, or a
+/// ModelConfig's key Secret or TLS CA Secret that is the Agent's gate Secret.
+#[test]
+fn the_agent_container_may_not_read_the_gates_secrets() {
+    let tools =
+        "tools: [{type: McpServer, mcpServer: {name: fs, toolNames: [rm], requireApproval: [rm]}}]";
+    let with_env = |env: &str| {
+        format!(
+            "{MODEL}---\n{SERVER}---\n{}",
+            agent(&format!("{tools}\ndeployment:\n  env: [{env}]"))
+        )
+    };
+    assert_eq!(
+        problems(&with_env(
+            "{name: LEAK, valueFrom: {secretKeyRef: {name: a, key: gate.json}}}"
+        )),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.deployment.env[0].valueFrom.secretKeyRef: Forbidden: key \"gate.json\" of Secret \"a\" is the approval gate's (its volume \"gate-config\"); the agent container may not read it"
+        ]
+    );
+    assert_eq!(
+        problems(&with_env(
+            "{name: OK, value: x}, {name: KEY, valueFrom: {secretKeyRef: {name: a-binding-key, key: key}}}"
+        )),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.deployment.env[1].valueFrom.secretKeyRef: Forbidden: key \"key\" of Secret \"a-binding-key\" is the approval gate's (its volume \"binding-key\"); the agent container may not read it"
+        ]
+    );
+    // The Agent's Secret also holds config.json, which is the agent's to read.
+    let own = render(&with_env(
+        "{name: CONFIG, valueFrom: {secretKeyRef: {name: a, key: config.json}}}",
+    ));
+    assert!(own.problems.is_empty(), "{:?}", own.problems);
+
+    let with_model = |spec: &str| {
+        format!(
+            "apiVersion: kagent.dev/v1alpha2\nkind: ModelConfig\nmetadata: {{name: default-model-config, namespace: ns}}\nspec: {spec}\n---\n{SERVER}---\n{}",
+            agent(tools)
+        )
+    };
+    assert_eq!(
+        problems(&with_model(
+            "{provider: OpenAI, model: gpt-4o, apiKeySecret: a, apiKeySecretKey: gate.json}"
+        )),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.modelConfig: Forbidden: key \"gate.json\" of Secret \"a\" is the approval gate's (its volume \"gate-config\"); the agent container may not read it"
+        ]
+    );
+    assert_eq!(
+        problems(&with_model(
+            "{provider: OpenAI, model: gpt-4o, apiKeySecret: key, apiKeySecretKey: k, tls: {caCertSecretRef: a-binding-key, caCertSecretKey: key}}"
+        )),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.modelConfig: Forbidden: Secret \"a-binding-key\" is the approval gate's (its volume \"binding-key\"); the agent container may not read it"
+        ]
+    );
+}
+
 #[test]
 fn gateway_placement_needs_a_gate() {
     let tools =

@@ -5,13 +5,15 @@
 //! gate runs in), when it carries the same Secret, or, in pods that run as the gate's
 //! ServiceAccount, when it carries a ServiceAccount token (the gate's credential then).
 //!
-//! [`check`] refuses an Agent whose volumes or mounts would reach one; the `GateIsolated`
+//! [`check`] refuses an Agent whose volumes or mounts would reach one, and [`check_reads`] one
+//! whose environment, or whose ModelConfigs' Secrets, would read a gate Secret; the `GateIsolated`
 //! verdict ([`super::isolation`]) applies [`reach`] to the rendered pods as well, so that a pod
 //! that got past the check could not be reported isolated.
 
-use k8s_openapi::api::core::v1::{KeyToPath, Volume};
+use k8s_openapi::api::core::v1::{EnvVar, KeyToPath, Volume};
 
 use crate::api::{Agent, GatePlacement};
+use crate::render::model::RenderedModel;
 use crate::render::objects;
 use crate::{Error, Result};
 
@@ -181,6 +183,92 @@ pub fn check(object: &str, agent: &Agent, placement: Option<GatePlacement>) -> R
                 return Err(forbidden(
                     format!("volumeMounts[{index}].name"),
                     format!("{:?} is the approval gate's volume", mount.name),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The gate volume that holds `key` of Secret `secret` (every key: `None`), if one does.
+fn holding<'g>(gate: &'g [Volume], secret: &str, key: Option<&str>) -> Option<&'g str> {
+    let mine = Carried::Secret(secret, key.map(|key| vec![key]));
+    gate.iter()
+        .find(|theirs| carried(theirs).iter().any(|(_, c)| mine.overlaps(c)))
+        .map(|theirs| theirs.name.as_str())
+}
+
+/// Refuses what the agent container would read of the gate's Secrets other than through the
+/// Agent's own volumes: an environment variable of the Agent's (`deployment.env[].valueFrom.
+/// secretKeyRef`), and the Secrets its ModelConfigs bring (`model`: their variables and
+/// volumes, named `model_field`, such as a key Secret or a TLS CA Secret that is the Agent's
+/// gate Secret).
+pub fn check_reads(
+    object: &str,
+    agent: &Agent,
+    placement: Option<GatePlacement>,
+    model: &RenderedModel,
+    model_field: &str,
+) -> Result<()> {
+    let Some(placement) = placement else {
+        return Ok(());
+    };
+    let gate = objects::gate_volumes(agent);
+    let forbidden = |field: String, secret: &str, key: Option<&str>, volume: &str| {
+        let what = key.map_or_else(
+            || format!("Secret {secret:?}"),
+            |key| format!("key {key:?} of Secret {secret:?}"),
+        );
+        Error::InvalidSpec {
+            object: object.to_owned(),
+            field,
+            message: format!(
+                "Forbidden: {what} is the approval gate's (its volume {volume:?}); the agent container may not read it"
+            ),
+        }
+    };
+    let secret_ref = |env: &EnvVar| {
+        env.value_from
+            .as_ref()
+            .and_then(|from| from.secret_key_ref.as_ref())
+            .map(|r| (r.name.clone(), r.key.clone()))
+    };
+    let own_env = agent
+        .spec
+        .declarative
+        .as_ref()
+        .and_then(|d| d.deployment.as_deref())
+        .map(|d| d.env.as_slice())
+        .unwrap_or_default();
+    for (index, env) in own_env.iter().enumerate() {
+        if let Some((secret, key)) = secret_ref(env)
+            && let Some(volume) = holding(&gate, &secret, Some(&key))
+        {
+            let field = format!("{FIELD}.env[{index}].valueFrom.secretKeyRef");
+            return Err(forbidden(field, &secret, Some(&key), volume));
+        }
+    }
+    for env in &model.env {
+        if let Some((secret, key)) = secret_ref(env)
+            && let Some(volume) = holding(&gate, &secret, Some(&key))
+        {
+            return Err(forbidden(
+                model_field.to_owned(),
+                &secret,
+                Some(&key),
+                volume,
+            ));
+        }
+    }
+    let sharing = sharing(agent, placement);
+    for volume in &model.volumes {
+        for theirs in &gate {
+            if let Some((_, Reach::Secret(secret))) = reach(volume, theirs, sharing) {
+                return Err(forbidden(
+                    model_field.to_owned(),
+                    &secret,
+                    None,
+                    &theirs.name,
                 ));
             }
         }

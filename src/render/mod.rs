@@ -332,6 +332,13 @@ pub fn render_agent(
         }
         None => None,
     };
+    agent_volumes::check_reads(
+        &object,
+        agent,
+        mode.uses_gate().then_some(placement),
+        &model,
+        "spec.declarative.modelConfig",
+    )?;
     let context = declarative
         .context
         .as_ref()
