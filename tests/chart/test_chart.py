@@ -287,6 +287,7 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
         (("kagent.dev",), ("agents/finalizers",), ("update",)),
         (("kagent.dev",), ("approvalgrants",), ("get", "list")),
         (("kagent.dev",), ("approvalgrants/status",), ("patch",)),
+        (("kagent.dev",), ("agents",), ("gate",)),
         (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch", "delete")),
         (("",), ("services", "serviceaccounts", "secrets"), ("get", "list", "watch", "create", "patch", "delete")),
         (("rbac.authorization.k8s.io",), ("roles", "rolebindings"),
@@ -307,9 +308,23 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
     for verb in ("get", "list"):
         assert allows(role, "kagent.dev", "approvalgrants", verb)
     assert allows(role, "kagent.dev", "approvalgrants/status", "patch")
-    # The gate watches its own Agent for a freeze.
-    for verb in ("get", "list", "watch"):
+    # The gate watches its own Agent for a freeze, and holds the verb gate on it.
+    for verb in ("get", "list", "watch", "gate"):
         assert allows(role, "kagent.dev", "agents", verb)
+    # Every verb of every Role the controller renders for an Agent (the golden renderings), or
+    # the apiserver refuses to let it create the Role (RBAC escalation rule).
+    rendered = 0
+    for snapshot in (ROOT / "tests" / "snapshots").glob("render_golden__*.snap"):
+        for doc in yaml.safe_load_all(snapshot.read_text().split("\n---\n", 2)[-1]):
+            if not isinstance(doc, dict) or doc.get("kind") != "Role":
+                continue
+            for rule in doc["rules"]:
+                for group in rule.get("apiGroups", []):
+                    for resource in rule["resources"]:
+                        for verb in rule["verbs"]:
+                            rendered += 1
+                            assert allows(role, group, resource, verb), (snapshot.name, group, resource, verb)
+    assert rendered > 0
     lease = one(docs, "Role", f"{FULLNAME}-leader-election")
     assert lease["metadata"]["namespace"] == NAMESPACE
     assert rules_of(lease) == [(("coordination.k8s.io",), ("leases",), ("get", "list", "watch", "create", "update", "patch"))]
