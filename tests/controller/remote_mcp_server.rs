@@ -151,6 +151,23 @@ spec:
     ))
 }
 
+/// One reconcile of `server` that reads its header Secret, lists its tools and writes its
+/// status and an Event: the result and the requests sent.
+async fn discover(server: &RemoteMCPServer) -> (hitl_operator::Result<Action>, Vec<Recorded>) {
+    let script = vec![
+        expect(Method::GET, TOKEN, token_secret()),
+        expect(Method::PATCH, STATUS, serde_json::to_value(server).unwrap()),
+        expect(Method::POST, EVENTS, event_created()),
+    ];
+    run_script(script, |client| {
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(0)),
+        )
+    })
+    .await
+}
+
 fn token_secret() -> Value {
     let encoded = serde_json::to_value(k8s_openapi::ByteString(b"Bearer abc".to_vec())).unwrap();
     json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token", "namespace": "ns"}, "data": {"token": encoded}})
@@ -192,22 +209,7 @@ async fn lists_tools_over_streamable_http_with_secret_headers() {
     )
     .await;
     let server = server(&format!("http://{addr}/mcp"), "STREAMABLE_HTTP");
-    let script = vec![
-        expect(Method::GET, TOKEN, token_secret()),
-        expect(
-            Method::PATCH,
-            STATUS,
-            serde_json::to_value(&server).unwrap(),
-        ),
-        expect(Method::POST, EVENTS, event_created()),
-    ];
-    let (result, requests) = run_script(script, |client| {
-        reconcile(
-            Arc::new(server.clone()),
-            Cache::default().context(client, at(0)),
-        )
-    })
-    .await;
+    let (result, requests) = discover(&server).await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
     let body = &requests[1].body;
     assert_eq!(discovered(body), expected_tools());
@@ -240,22 +242,7 @@ async fn lists_tools_over_legacy_sse() {
     )
     .await;
     let server = server(&format!("http://{addr}/sse"), "SSE");
-    let script = vec![
-        expect(Method::GET, TOKEN, token_secret()),
-        expect(
-            Method::PATCH,
-            STATUS,
-            serde_json::to_value(&server).unwrap(),
-        ),
-        expect(Method::POST, EVENTS, event_created()),
-    ];
-    let (result, requests) = run_script(script, |client| {
-        reconcile(
-            Arc::new(server.clone()),
-            Cache::default().context(client, at(0)),
-        )
-    })
-    .await;
+    let (result, requests) = discover(&server).await;
     result.unwrap();
     assert_eq!(discovered(&requests[1].body), expected_tools());
     assert_eq!(
@@ -384,22 +371,7 @@ async fn a_redirect_to_another_origin_is_refused_and_the_other_origin_gets_nothi
     .await;
     for (protocol, path) in [("STREAMABLE_HTTP", "/mcp"), ("SSE", "/sse")] {
         let server = server_with_api_key(&format!("http://{origin}{path}"), protocol);
-        let script = vec![
-            expect(Method::GET, TOKEN, token_secret()),
-            expect(
-                Method::PATCH,
-                STATUS,
-                serde_json::to_value(&server).unwrap(),
-            ),
-            expect(Method::POST, EVENTS, event_created()),
-        ];
-        let (result, requests) = run_script(script, |client| {
-            reconcile(
-                Arc::new(server.clone()),
-                Cache::default().context(client, at(0)),
-            )
-        })
-        .await;
+        let (result, requests) = discover(&server).await;
         result.unwrap();
         assert_eq!(
             conditions(&requests[1].body),
@@ -455,22 +427,7 @@ async fn a_redirect_within_the_origin_is_followed_with_the_secret_headers() {
     )
     .await;
     let server = server_with_api_key(&format!("http://{addr}/old"), "STREAMABLE_HTTP");
-    let script = vec![
-        expect(Method::GET, TOKEN, token_secret()),
-        expect(
-            Method::PATCH,
-            STATUS,
-            serde_json::to_value(&server).unwrap(),
-        ),
-        expect(Method::POST, EVENTS, event_created()),
-    ];
-    let (result, requests) = run_script(script, |client| {
-        reconcile(
-            Arc::new(server.clone()),
-            Cache::default().context(client, at(0)),
-        )
-    })
-    .await;
+    let (result, requests) = discover(&server).await;
     result.unwrap();
     assert_eq!(discovered(&requests[1].body), expected_tools());
     let seen = seen.lock().unwrap().clone();
