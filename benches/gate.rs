@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 
 use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use hitl_operator::gate::config::{
+use hitl_operator::contract::agent_config::McpParams;
+use hitl_operator::contract::binding_key::BindingKey;
+use hitl_operator::contract::gate_config::{
     AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GateApproval, GateConfig, GateServer,
 };
 use hitl_operator::gate::decision::SystemClock;
 use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
-use hitl_operator::gate::hash::BindingKey;
 use hitl_operator::gate::server;
-use hitl_operator::render::config::McpParams;
 
 /// Alternating rounds of the three paths per concurrency level.
 const ROUNDS: usize = 10;

@@ -99,7 +99,7 @@ pub enum Error {
         /// Where the key was read from.
         path: String,
         /// Cause.
-        source: crate::gate::hash::KeyError,
+        source: crate::contract::binding_key::KeyError,
     },
     /// The gate created ApprovalRequests faster than it may.
     #[error(

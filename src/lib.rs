@@ -2,6 +2,8 @@
 
 pub mod api;
 pub mod cli;
+pub mod condition;
+pub mod contract;
 pub mod controller;
 pub mod egress;
 pub mod error;

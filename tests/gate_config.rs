@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use hitl_operator::gate::config::{DEFAULT_MAX_OPEN_REQUESTS, GateConfig, GateServer};
+use hitl_operator::contract::gate_config::{DEFAULT_MAX_OPEN_REQUESTS, GateConfig, GateServer};
 use hitl_operator::gate::decision::SystemClock;
 use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::server;

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use hitl_operator::gate::config::GateConfig;
+use hitl_operator::contract::gate_config::GateConfig;
 use serde_json::{Value, json};
 
 const STREAMABLE: McpProtocol = McpProtocol::StreamableHttp;

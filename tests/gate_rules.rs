@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use hitl_operator::api::agent::RuleAction;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use hitl_operator::gate::config::GateRule;
+use hitl_operator::contract::gate_config::GateRule;
 use hitl_operator::gate::decision::SystemClock;
 use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::server;

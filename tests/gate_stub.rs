@@ -594,7 +594,7 @@ fn stub_with_timeout(
     upstream: &str,
     gated: &[&str],
     timeout: f64,
-) -> hitl_operator::gate::config::GateServer {
+) -> hitl_operator::contract::gate_config::GateServer {
     let mut server = server(
         "stub",
         McpProtocol::StreamableHttp,

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use hitl_operator::api::ApprovalMode;
 use hitl_operator::cli::render::{RenderReport, render_documents};
-use hitl_operator::gate::config::GateConfig;
+use hitl_operator::contract::gate_config::GateConfig;
 use hitl_operator::gate::policy::{PolicyCall, PolicyVerdict, ServerPolicy};
 use hitl_operator::manifest::{Document, parse_documents};
 use hitl_operator::render::RenderOptions;

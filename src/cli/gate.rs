@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use crate::cli::logging::{self, LogFormat};
-use crate::gate::hash::BindingKey;
+use crate::contract::binding_key::BindingKey;
+use crate::contract::mounts::{BINDING_KEY_PATH, GATE_CONFIG_PATH};
 use crate::gate::server;
-use crate::render::objects::{BINDING_KEY_PATH, GATE_CONFIG_PATH};
 
 /// Arguments of `hitl-operator gate`.
 #[derive(clap::Args, Debug)]

@@ -10,8 +10,8 @@ use serde_json::Value;
 use crate::api::{
     self, Agent, ApprovalGrant, ApprovalMode, MCPServer, ModelConfig, RemoteMCPServer,
 };
-use crate::gate::condition::Condition;
-use crate::gate::config::DEFAULT_MAX_OPEN_REQUESTS;
+use crate::condition::Condition;
+use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::manifest::{self, Document};
 use crate::render::network::{Cidr, default_cluster_cidrs};
 use crate::render::proxy::ProxyUrl;

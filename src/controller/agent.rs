@@ -21,7 +21,7 @@ use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::freeze::FROZEN;
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
-use crate::gate::hash::BindingKey;
+use crate::contract::binding_key::BindingKey;
 use crate::kube::applied::{desired_digest, observed_digest};
 use crate::kube::apply::FIELD_MANAGER;
 use crate::kube::conditions::{find, remove_condition};

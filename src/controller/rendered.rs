@@ -29,10 +29,10 @@ use kube::{Resource, ResourceExt};
 
 use super::compact::CachedAgent;
 use crate::api::Agent;
-use crate::gate::hash::BindingKey;
+use crate::contract::binding_key::BindingKey;
+use crate::contract::mounts::BINDING_KEY_ITEM;
 use crate::kube::Applicable;
 use crate::kube::applied::observed_digest;
-use crate::render::objects::BINDING_KEY_ITEM;
 use names::Names;
 
 /// A kind the controller renders, and what its cache keeps of an object beyond the digest.

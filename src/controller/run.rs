@@ -41,8 +41,8 @@ use super::{
 use crate::api::common::ValueSourceType;
 use crate::api::freeze::FREEZE_ANNOTATION;
 use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest};
+use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::egress::destination::Destinations;
-use crate::gate::config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::kube::backoff::BackoffWhileFailing;
 use crate::kube::paging::paged;
 use crate::render::network::{Cidr, default_cluster_cidrs};

@@ -30,8 +30,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use super::condition::Activation;
-use super::config::AgentIdentity;
 use super::decision::{CallKey, Clock, Refusal, Verdict, decide, is_live};
 use super::freeze::FreezeWatch;
 use super::grants::{GrantedCall, Grants};
@@ -43,6 +41,8 @@ use crate::api::approval_request::{
     AgentRef, ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, CallContext, GrantRef,
     LABEL_AGENT, LABEL_ARGS_HASH, LABEL_GRANT, LABEL_TOOL, Phase, ToolServerRef,
 };
+use crate::condition::Activation;
+use crate::contract::gate_config::AgentIdentity;
 use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::{Error, Result};
 

@@ -17,11 +17,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams};
 
 use super::approval::FIELD_MANAGER;
-use super::condition::{Activation, Condition};
 use super::decision::CallKey;
 use super::metrics::Metrics;
 use super::sessions;
 use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantStatus};
+use crate::condition::{Activation, Condition};
 use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::kube::paging::list_keeping;
 

@@ -2,8 +2,6 @@
 
 pub mod approval;
 pub mod arrived;
-pub mod condition;
-pub mod config;
 pub mod decision;
 pub mod freeze;
 pub mod grants;

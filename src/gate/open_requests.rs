@@ -34,8 +34,8 @@ use kube::runtime::watcher::{self, DefaultBackoff, Event};
 use tokio::sync::watch;
 
 use super::approval::label_value;
-use super::config::AgentIdentity;
 use crate::api::approval_request::{ApprovalRequest, DecisionType, LABEL_AGENT, Phase};
+use crate::contract::gate_config::AgentIdentity;
 use crate::{Error, Result};
 
 /// How long a call that would create a request waits for the count to become known (the

@@ -10,10 +10,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::condition::{Activation, CallFacts, Condition};
-use super::config::{AgentIdentity, GateRule, GateServer};
 use crate::api::agent::RuleAction;
 use crate::api::approval_request::MAX_APPROVALS;
+use crate::condition::{Activation, CallFacts, Condition};
+use crate::contract::gate_config::{AgentIdentity, GateRule, GateServer};
 
 /// The decision for one call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -220,7 +220,7 @@ mod tests {
     use super::*;
     use crate::api::agent::ToolServerKind;
     use crate::api::remote_mcp_server::McpProtocol;
-    use crate::render::config::McpParams;
+    use crate::contract::agent_config::McpParams;
 
     fn rule(name: &str, tool: &str, when: Option<&str>, action: RuleAction) -> GateRule {
         GateRule {

@@ -17,7 +17,6 @@ use tokio::sync::mpsc;
 
 use super::approval::{Asked, FREEZE_BOUND, GatedCall, Resolution};
 use super::arrived::arrived_first;
-use super::condition::Activation;
 use super::decision::CallKey;
 use super::hash;
 use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
@@ -29,6 +28,7 @@ use super::sessions;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse, is_event_stream, read_all};
 use crate::Error;
 use crate::api::approval_request::CallContext;
+use crate::condition::Activation;
 use crate::sse;
 
 /// Header carrying the MCP session id.

@@ -11,10 +11,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use jiff::SignedDuration;
 
 use super::approval::{ApprovalSettings, Approvals};
-use super::config::GateConfig;
 use super::decision::{Clock, SystemClock};
 use super::freeze::FreezeWatch;
-use super::hash::BindingKey;
 use super::legacy::LegacyRoute;
 use super::metrics::Metrics;
 use super::open_requests::OpenRequests;
@@ -23,6 +21,8 @@ use super::pool::Connector;
 use super::routes::{McpRoutes, McpRoutesBuilder};
 use super::upstream::{Shared, Upstream};
 use crate::api::remote_mcp_server::McpProtocol;
+use crate::contract::binding_key::BindingKey;
+use crate::contract::gate_config::GateConfig;
 use crate::{Error, Result};
 
 /// Time open connections get to finish after SIGTERM.

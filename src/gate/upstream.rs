@@ -14,11 +14,11 @@ use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
 
 use super::approval::Approvals;
-use super::config::GateServer;
-use super::hash::BindingKey;
 use super::metrics::Metrics;
 use super::policy::ServerPolicy;
 use super::pool::{Connector, Pool, SendError};
+use crate::contract::binding_key::BindingKey;
+use crate::contract::gate_config::GateServer;
 
 /// An upstream response, its body still to be read.
 pub type UpstreamResponse = Response<Incoming>;

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 
 use crate::api::Agent;
 use crate::api::agent::{ApprovalMode, Tool, ToolType};
-use crate::render::config::RemoteAgent;
+use crate::contract::agent_config::RemoteAgent;
 use crate::render::objects::AGENT_PORT;
 use crate::render::proxy::ProxyUrl;
 use crate::render::refs::{RefStore, agent_tool_targets};

@@ -3,7 +3,7 @@
 //! credentials to the agent container, as kagent does.
 
 use crate::api::agent::ContextConfig as ContextSpec;
-use crate::render::config::{CompactionConfig, ContextConfig};
+use crate::contract::agent_config::{CompactionConfig, ContextConfig};
 use crate::render::model::{RenderedModel, render_model, secret_hash};
 use crate::render::refs::RefStore;
 use crate::{Error, Result};

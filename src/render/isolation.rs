@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 
 use crate::api::GatePlacement;
 use crate::api::agent::ToolServerKind;
-use crate::gate::config::GateServer;
+use crate::contract::gate_config::GateServer;
 use crate::render::agent_volumes::{Reach, Sharing, reach};
 use crate::render::network::{Cidr, host_in_cluster};
 use crate::render::objects::{AGENT_CONTAINER, AgentObjects, GATE_CONTAINER};
@@ -223,8 +223,8 @@ mod tests {
     use super::*;
     use crate::api::remote_mcp_server::McpProtocol;
     use crate::api::{Agent, ApprovalMode};
+    use crate::contract::agent_config::McpParams;
     use crate::render::RenderOptions;
-    use crate::render::config::McpParams;
     use crate::render::model::RenderedModel;
     use crate::render::network::default_cluster_cidrs;
     use crate::render::objects::{self, ObjectInputs};

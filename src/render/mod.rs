@@ -4,7 +4,6 @@
 
 pub mod agent_volumes;
 pub mod agents;
-pub mod config;
 pub mod context;
 pub mod cross_namespace;
 pub mod isolation;
@@ -31,12 +30,13 @@ use crate::api::agent::{AgentType, ApprovalRule, ApprovalSettings};
 use crate::api::common::parse_duration_seconds;
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
-use crate::gate::config::{
+use crate::contract::agent_config::{AgentConfig, McpParams, McpToolServer, RemoteAgent};
+use crate::contract::gate_config::{
     AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GATE_LISTEN, GATE_METRICS_LISTEN, GATE_PORT,
     GATEWAY_LISTEN, GateApproval, GateConfig, GateServer,
 };
+use crate::contract::mounts::{AGENT_CARD_ITEM, AGENT_CONFIG_ITEM, GATE_CONFIG_ITEM};
 use crate::{Error, Result};
-use config::{AgentConfig, McpParams, McpToolServer, RemoteAgent};
 use isolation::Isolation;
 use network::Cidr;
 pub use objects::AgentObjects;
@@ -448,13 +448,10 @@ pub fn render_agent(
     let agent_card = agent_card(agent, stream);
 
     let mut secret_data = BTreeMap::new();
-    secret_data.insert("config.json".to_owned(), serde_json::to_vec(&config)?);
-    secret_data.insert(
-        "agent-card.json".to_owned(),
-        serde_json::to_vec(&agent_card)?,
-    );
+    secret_data.insert(AGENT_CONFIG_ITEM.to_owned(), serde_json::to_vec(&config)?);
+    secret_data.insert(AGENT_CARD_ITEM.to_owned(), serde_json::to_vec(&agent_card)?);
     if let Some(gate) = &gate {
-        secret_data.insert("gate.json".to_owned(), serde_json::to_vec(gate)?);
+        secret_data.insert(GATE_CONFIG_ITEM.to_owned(), serde_json::to_vec(gate)?);
     }
     if let Some(hash) = context.and_then(|c| c.summarizer_key_hash) {
         model_hashes.push(hash);

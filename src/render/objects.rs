@@ -23,7 +23,11 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::agent::DeclarativeDeploymentSpec;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
-use crate::gate::config::{GATE_METRICS_PORT, GATE_PORT};
+use crate::contract::gate_config::{GATE_METRICS_PORT, GATE_PORT};
+use crate::contract::mounts::{
+    AGENT_CARD_ITEM, AGENT_CONFIG_ITEM, BINDING_KEY_DIR, BINDING_KEY_ITEM, BINDING_KEY_PATH,
+    CONFIG_DIR, GATE_CONFIG_DIR, GATE_CONFIG_ITEM, GATE_CONFIG_PATH, SERVICE_ACCOUNT_DIR,
+};
 use crate::kube::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::render::RenderOptions;
 use crate::render::model::RenderedModel;
@@ -47,20 +51,6 @@ pub const GATE_CONTAINER: &str = "approval-gate";
 /// The RBAC verb on an Agent, held only by its gate's Role, that lets an identity record the
 /// uses of the Agent's ApprovalGrants (checked by the chart's admission policy).
 pub const GATE_VERB: &str = "gate";
-/// Where the agent container reads config.json and agent-card.json.
-const CONFIG_DIR: &str = "/config";
-/// Where the gate reads gate.json.
-const GATE_CONFIG_DIR: &str = "/etc/hitl-gate";
-/// The gate's default `--config`: gate.json as mounted from the agent's Secret.
-pub const GATE_CONFIG_PATH: &str = "/etc/hitl-gate/gate.json";
-/// Where the gate reads the Agent's binding key.
-const BINDING_KEY_DIR: &str = "/etc/hitl-gate-key";
-/// The gate's default `--binding-key`: the key as mounted from the binding-key Secret.
-pub const BINDING_KEY_PATH: &str = "/etc/hitl-gate-key/key";
-/// Key of the binding key in its Secret.
-pub const BINDING_KEY_ITEM: &str = "key";
-/// Where in-cluster clients look for the ServiceAccount token.
-const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// The gate's volume holding gate.json (the tool servers' URLs and credentials), from the
 /// Agent's Secret; only the gate container mounts it.
 const GATE_CONFIG_VOLUME: &str = "gate-config";
@@ -382,7 +372,7 @@ fn gate_token_volume() -> Volume {
 /// Gateway placement.
 pub fn gate_volumes(agent: &Agent) -> Vec<Volume> {
     vec![
-        secret_items_volume(GATE_CONFIG_VOLUME, &agent.name_any(), &["gate.json"]),
+        secret_items_volume(GATE_CONFIG_VOLUME, &agent.name_any(), &[GATE_CONFIG_ITEM]),
         secret_items_volume(
             BINDING_KEY_VOLUME,
             &binding_key_secret_name(agent),
@@ -582,7 +572,7 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
     let mut volumes = vec![secret_items_volume(
         "config",
         &name,
-        &["config.json", "agent-card.json"],
+        &[AGENT_CONFIG_ITEM, AGENT_CARD_ITEM],
     )];
     volumes.extend(inputs.model.volumes.iter().cloned());
     let mut init_containers = Vec::new();

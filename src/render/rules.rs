@@ -3,8 +3,8 @@
 
 use crate::api::ApprovalMode;
 use crate::api::agent::{ApprovalRule, Tool};
-use crate::gate::condition::Condition;
-use crate::gate::config::GateRule;
+use crate::condition::Condition;
+use crate::contract::gate_config::GateRule;
 use crate::{Error, Result};
 
 use super::tools::ResolvedServer;

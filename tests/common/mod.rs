@@ -19,14 +19,14 @@ use axum::http::{HeaderMap, Method, Response, Uri};
 use axum::serve::ListenerExt;
 use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use hitl_operator::gate::config::{
+use hitl_operator::contract::agent_config::McpParams;
+use hitl_operator::contract::binding_key::BindingKey;
+use hitl_operator::contract::gate_config::{
     AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GateApproval, GateConfig, GateServer,
 };
 use hitl_operator::gate::decision::SystemClock;
 pub use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
-use hitl_operator::gate::hash::BindingKey;
 use hitl_operator::gate::server;
-use hitl_operator::render::config::McpParams;
 use serde_json::Value;
 
 pub use fake_apiserver::FakeApi;

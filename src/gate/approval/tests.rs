@@ -10,10 +10,11 @@ use tower_test::mock;
 
 use super::*;
 use crate::api::agent::ToolServerKind;
-use crate::gate::config::DEFAULT_MAX_OPEN_REQUESTS;
+use crate::contract::binding_key::BindingKey;
+use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::gate::decision::Refusal;
 use crate::gate::freeze::FreezeState;
-use crate::gate::hash::{BindingKey, digest};
+use crate::gate::hash::digest;
 
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
@@ -1106,7 +1107,7 @@ fn spawn_by_grant() -> (tokio::task::JoinHandle<Result<Option<String>>>, Handle)
     let (a, handle, _) = approvals_with(now(), Some(SignedDuration::from_hours(24)));
     let arguments = args();
     let task = tokio::spawn(async move {
-        let facts = Activation::new(&crate::gate::condition::CallFacts {
+        let facts = Activation::new(&crate::condition::CallFacts {
             args: &arguments,
             args_bytes: 64,
             agent: "agent-a",
@@ -1327,7 +1328,7 @@ async fn a_hung_apiserver_while_looking_for_grants_refuses_the_call_within_the_s
     let (a, mut handle, _) = approvals_with(now(), Some(SignedDuration::from_hours(24)));
     let arguments = args();
     let task = tokio::spawn(async move {
-        let facts = Activation::new(&crate::gate::condition::CallFacts {
+        let facts = Activation::new(&crate::condition::CallFacts {
             args: &arguments,
             args_bytes: 64,
             agent: "agent-a",
@@ -1358,7 +1359,7 @@ async fn a_call_no_grant_covers_goes_on_to_a_person() {
     let arguments = args();
     let c = call(&arguments);
     let task = tokio::spawn(async move {
-        let facts = Activation::new(&crate::gate::condition::CallFacts {
+        let facts = Activation::new(&crate::condition::CallFacts {
             args: &arguments,
             args_bytes: 64,
             agent: "agent-a",

@@ -7,7 +7,7 @@ use super::*;
 use crate::api::agent::ToolServerKind;
 use crate::api::approval_grant::{ApprovalGrantSpec, ApprovalGrantStatus};
 use crate::api::approval_request::{AgentRef, ToolServerRef};
-use crate::gate::condition::CallFacts;
+use crate::condition::CallFacts;
 use crate::gate::sessions;
 
 const GATE: &str = "system:serviceaccount:team:agent-a";

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::agent::{ApprovalMode, RuleAction, ToolServerKind};
 use crate::api::remote_mcp_server::McpProtocol;
-use crate::render::config::McpParams;
+use crate::contract::agent_config::McpParams;
 
 /// Address the gate serves MCP on, inside the pod only (Sidecar placement).
 pub const GATE_LISTEN: &str = "127.0.0.1:8099";
