@@ -23,8 +23,8 @@ use crate::api::freeze::FROZEN;
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 use crate::contract::binding_key::BindingKey;
 use crate::kube::applied::{desired_digest, observed_digest};
-use crate::kube::apply::FIELD_MANAGER;
 use crate::kube::conditions::{find, remove_condition};
+use crate::kube::field_manager;
 use crate::kube::ownership::foreign_owner;
 use crate::kube::{apply, apply_status, is_applied, new_condition, set_condition};
 use crate::render::isolation::Isolation;
@@ -436,7 +436,7 @@ async fn ensure_binding_key(ctx: &Context, agent: &Agent) -> Result<()> {
     }
     let key = BindingKey::generate()?;
     let post = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(field_manager::CONTROLLER.into()),
         ..PostParams::default()
     };
     match api.create(&post, &binding_key_secret(agent, &key)).await {

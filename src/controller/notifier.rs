@@ -27,6 +27,7 @@ use crate::api::approval_notifier::{
 };
 use crate::api::approval_request::{ApprovalRequestStatus, NotificationRecord};
 use crate::api::{Agent, ApprovalNotifier, ApprovalRequest, Phase};
+use crate::kube::field_manager;
 use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::kube::{apply_status, new_condition, set_condition};
 use crate::notify::plan::{self, Attempt, Event};
@@ -36,8 +37,6 @@ use crate::notify::{message, send};
 pub const CONTROLLER: &str = "approvalnotifier";
 /// The condition saying whether messages can be sent.
 pub const READY: &str = "Ready";
-/// Field manager of the delivery records (the reconcilers' own is `hitl-operator`).
-pub const FIELD_MANAGER: &str = "hitl-operator-notifier";
 /// How often a notifier's channel is checked again, and a delivery that could not start
 /// (unreadable channel, API error) is tried again.
 pub const RECHECK: Duration = Duration::from_secs(60);
@@ -360,7 +359,7 @@ async fn write_records(
     request: &ApprovalRequest,
     records: &[NotificationRecord],
 ) -> Result<Option<ApprovalRequest>> {
-    let outcome = GuardedWrite::status(api, FIELD_MANAGER, 1)
+    let outcome = GuardedWrite::status(api, field_manager::NOTIFIER, 1)
         .write(request.clone(), |_| {
             Ok::<_, ()>(ApprovalRequestStatus {
                 notifications: records.to_vec(),
@@ -386,7 +385,7 @@ async fn record_outcome(
     at: Timestamp,
 ) -> Result<()> {
     let attempts = u32::try_from(WRITE_TRIES).unwrap_or(u32::MAX);
-    GuardedWrite::status(api, FIELD_MANAGER, attempts)
+    GuardedWrite::status(api, field_manager::NOTIFIER, attempts)
         .write(request, |current| {
             let mut records = records_of(current);
             let record = records
@@ -422,7 +421,7 @@ async fn record_on_notifier(
         return Ok(());
     };
     let attempts = u32::try_from(WRITE_TRIES).unwrap_or(u32::MAX);
-    GuardedWrite::status(&api, FIELD_MANAGER, attempts)
+    GuardedWrite::status(&api, field_manager::NOTIFIER, attempts)
         .write(current, |current| {
             let status = current.status.clone().unwrap_or_default();
             Ok::<_, ()>(if given_up {

@@ -43,6 +43,7 @@ use crate::api::approval_request::{
 };
 use crate::condition::Activation;
 use crate::contract::gate_config::AgentIdentity;
+use crate::kube::field_manager;
 use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::{Error, Result};
 
@@ -50,8 +51,6 @@ use crate::{Error, Result};
 const MAX_MESSAGE_CHARS: usize = 4096;
 /// How many generations a call may race through before the gate gives up.
 const MAX_CREATE_ATTEMPTS: u64 = 8;
-/// Field manager of the requests the gate creates (their `managedFields` creator entry).
-pub const FIELD_MANAGER: &str = "hitl-gate";
 /// How many 409 Conflicts on consumption the gate re-reads before giving up.
 const MAX_CONFLICTS: u32 = 5;
 /// How long past the wait timeout a gated call may wait on the Kubernetes API in all, before
@@ -277,7 +276,7 @@ impl Approvals {
             .get_or_insert_default()
             .insert(LABEL_GRANT.into(), label_value(&grant_name));
         let post = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
+            field_manager: Some(field_manager::GATE.into()),
             ..Default::default()
         };
         let created = self.api.create(&post, &req).await.map_err(failed)?;
@@ -497,7 +496,7 @@ impl Approvals {
         // A manager name of its own, so that no approver's writes merge into the creator's
         // managedFields entry (which would make their approval look written at creation).
         let post = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
+            field_manager: Some(field_manager::GATE.into()),
             ..Default::default()
         };
         for _ in 0..MAX_CREATE_ATTEMPTS {
@@ -700,7 +699,7 @@ impl Approvals {
     ) -> Result<Guarded<ApprovalRequest, Box<ApprovalRequest>>> {
         let name = req.metadata.name.clone().unwrap_or_default();
         let sent = Instant::now();
-        let outcome = GuardedWrite::status(&self.api, FIELD_MANAGER, MAX_CONFLICTS)
+        let outcome = GuardedWrite::status(&self.api, field_manager::GATE, MAX_CONFLICTS)
             .write(req, |current| {
                 if !claimable(current) {
                     return Err(Box::new(current.clone()));

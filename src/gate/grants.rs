@@ -16,12 +16,12 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams};
 
-use super::approval::FIELD_MANAGER;
 use super::decision::CallKey;
 use super::metrics::Metrics;
 use super::sessions;
 use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantStatus};
 use crate::condition::{Activation, Condition};
+use crate::kube::field_manager;
 use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::kube::paging::list_keeping;
 
@@ -194,7 +194,7 @@ impl Grants {
         request: &str,
     ) -> Option<ApprovalGrant> {
         let name = grant.metadata.name.clone().unwrap_or_default();
-        let written = GuardedWrite::status(&self.api, FIELD_MANAGER, MAX_USE_CONFLICTS)
+        let written = GuardedWrite::status(&self.api, field_manager::GATE, MAX_USE_CONFLICTS)
             .write(grant, |current| {
                 match why_not_covered(current, call, now, self.max_ttl) {
                     Some(why) => Err(why),

@@ -17,7 +17,8 @@ use kube::Resource;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::apply::{FIELD_MANAGER, applied_form, is_empty};
+use super::apply::{applied_form, is_empty};
+use super::field_manager;
 
 /// Digest of `desired` in the form an apply of it leaves in the object (managedFields do not
 /// track apiVersion and kind).
@@ -37,7 +38,7 @@ pub fn observed_digest<K: Serialize>(observed: &K, meta: &ObjectMeta) -> Option<
         .iter()
         .flatten()
         .find(|entry| {
-            entry.manager.as_deref() == Some(FIELD_MANAGER)
+            entry.manager.as_deref() == Some(field_manager::CONTROLLER)
                 && entry.operation.as_deref() == Some("Apply")
                 && entry.subresource.as_deref().unwrap_or_default().is_empty()
         })?
@@ -58,7 +59,7 @@ pub fn applied_by_us<K: Resource + Serialize>(mut object: K) -> K {
     }
     let fields = field_set(&form);
     object.meta_mut().managed_fields = Some(vec![ManagedFieldsEntry {
-        manager: Some(FIELD_MANAGER.into()),
+        manager: Some(field_manager::CONTROLLER.into()),
         operation: Some("Apply".into()),
         fields_v1: Some(FieldsV1(fields)),
         ..ManagedFieldsEntry::default()
@@ -252,7 +253,11 @@ mod tests {
         let desired = desired_digest(&desired());
         assert!(desired.is_some());
         assert_eq!(
-            observed(&with_entry(stored("i:1"), FIELD_MANAGER, ours())),
+            observed(&with_entry(
+                stored("i:1"),
+                field_manager::CONTROLLER,
+                ours()
+            )),
             desired
         );
     }
@@ -261,7 +266,11 @@ mod tests {
     fn a_changed_or_taken_over_field_no_longer_matches() {
         let desired = desired_digest(&desired());
         assert_ne!(
-            observed(&with_entry(stored("i:2"), FIELD_MANAGER, ours())),
+            observed(&with_entry(
+                stored("i:2"),
+                field_manager::CONTROLLER,
+                ours()
+            )),
             desired
         );
         // Another writer changed the image: it owns the field now, our set lacks it.
@@ -271,7 +280,7 @@ mod tests {
             .unwrap()
             .remove("f:image");
         assert_ne!(
-            observed(&with_entry(stored("i:2"), FIELD_MANAGER, taken)),
+            observed(&with_entry(stored("i:2"), field_manager::CONTROLLER, taken)),
             desired
         );
     }

@@ -8,14 +8,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::field_manager;
 use crate::Result;
-
-/// The one field manager every write of the controller uses.
-pub const FIELD_MANAGER: &str = "hitl-operator";
 
 /// Server-side apply parameters: our field manager, taking over conflicting fields.
 pub fn apply_params() -> PatchParams {
-    PatchParams::apply(FIELD_MANAGER).force()
+    PatchParams::apply(field_manager::CONTROLLER).force()
 }
 
 /// A namespaced object the controller applies.

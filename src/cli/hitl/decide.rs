@@ -12,11 +12,9 @@ use super::error::CommandError;
 use crate::api::approval_request::{
     Approval, ApprovalRequest, Decision, DecisionChange, DecisionType, Phase,
 };
+use crate::kube::field_manager;
 use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::kube::paging::list_all;
-
-/// Field manager recorded in managedFields for the decision.
-pub const FIELD_MANAGER: &str = "kubectl-hitl";
 
 /// How often a decision is retried when the request changed between read and write.
 const ATTEMPTS: u32 = 3;
@@ -377,7 +375,7 @@ async fn decide(
     let name = current.name_any();
     let agent = current.spec.agent_ref.name.clone();
     let mut written = None;
-    let outcome = GuardedWrite::spec(api, FIELD_MANAGER, ATTEMPTS)
+    let outcome = GuardedWrite::spec(api, field_manager::KUBECTL_HITL, ATTEMPTS)
         .write(current, |current| {
             if let Some(outcome) = refusal(current, now) {
                 return Err(outcome);

@@ -10,11 +10,11 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::core::ObjectMeta;
 
-use super::decide::FIELD_MANAGER;
 use super::table::{expires, layout, truncate};
 use super::visible::visible;
 use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantSpec, Revocation};
 use crate::api::approval_request::{AgentRef, ApprovalRequest};
+use crate::kube::field_manager;
 use crate::kube::guarded::{Guarded, GuardedWrite, Outcome};
 
 /// How many writes a revocation sends before it gives up on a grant that keeps changing (each
@@ -145,7 +145,7 @@ pub async fn create(
     now: Timestamp,
 ) -> Result<String, String> {
     let post = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(field_manager::KUBECTL_HITL.into()),
         ..Default::default()
     };
     match api.create(&post, grant).await {
@@ -266,7 +266,7 @@ pub async fn revoke(
     for name in names {
         let revoked = match api.get_opt(name).await {
             Ok(Some(grant)) => {
-                GuardedWrite::spec(api, FIELD_MANAGER, REVOKE_ATTEMPTS)
+                GuardedWrite::spec(api, field_manager::KUBECTL_HITL, REVOKE_ATTEMPTS)
                     .write(grant, |_| Ok::<_, ()>(Revocation { revoked: true }))
                     .await
             }
