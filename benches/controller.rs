@@ -362,6 +362,7 @@ fn heap_per_indexed_request(n: usize) {
 }
 
 /// glibc malloc's bytes in use.
+#[allow(unsafe_code, reason = "glibc's mallinfo2 has no safe binding")]
 fn heap_in_use() -> usize {
     // SAFETY: mallinfo2 only reads malloc's counters.
     unsafe { libc::mallinfo2() }.uordblks

@@ -39,6 +39,10 @@ fn proxy() -> (String, Arc<AtomicUsize>) {
 }
 
 #[test]
+#[allow(
+    unsafe_code,
+    reason = "setting the environment is unsafe once threads run"
+)]
 fn the_operators_clients_ignore_the_proxy_of_the_environment() {
     let (proxy_url, connections) = proxy();
     for name in [

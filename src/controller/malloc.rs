@@ -21,6 +21,7 @@ pub fn limit_arenas() {
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code, reason = "glibc's malloc settings have no safe binding")]
 fn set_arena_max(arenas: i32) {
     // SAFETY: mallopt only changes malloc's own settings; called before other threads exist.
     unsafe {
@@ -48,6 +49,7 @@ pub async fn trim_free_memory() {
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code, reason = "glibc's malloc_trim has no safe binding")]
 fn trim() {
     // SAFETY: malloc_trim only walks and releases malloc's own free memory; it is
     // thread-safe and has no preconditions.
