@@ -172,8 +172,8 @@ pub struct DeclarativeAgentSpec {
     #[schemars(length(max = 20))]
     pub tools: Vec<Tool>,
     /// How the agent's pods run.
-    // Boxed: most Agents set little or none of it, and inline it would make up half of every
-    // cached Agent (1.4 KiB of `None`s; docs/controller.md, "Memory on the real control plane").
+    // Boxed: most Agents set little or none of it, and inline its `None`s would make up half
+    // of every cached Agent (docs/performance-history.md#controller-caches-and-memory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment: Option<Box<DeclarativeDeploymentSpec>>,
     /// Who asks for approval, and for how long requests live (hitl-operator extension).

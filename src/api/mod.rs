@@ -47,7 +47,8 @@ mod tests {
     /// Boxing the rarely set parts keeps them small; this fails when a field makes them grow.
     #[test]
     fn cached_kinds_stay_small() {
-        // 1168 and 1040 bytes before the boxing; 792 and 912 with it (x86_64).
+        // The bounds sit just above the sizes with the boxing (x86_64); what it saved:
+        // docs/performance-history.md#controller-caches-and-memory.
         assert!(std::mem::size_of::<Agent>() <= 800);
         assert!(std::mem::size_of::<ApprovalRequest>() <= 920);
     }

@@ -18,8 +18,8 @@ pub const GATE_METRICS_LISTEN: &str = "0.0.0.0:9099";
 /// Port of [`GATE_METRICS_LISTEN`].
 pub const GATE_METRICS_PORT: i32 = 9099;
 /// Open ApprovalRequests an agent may hold when neither its Agent nor the operator says
-/// otherwise (docs/gate.md, "Open-request cap"): at the 39 KB etcd holds for a request with the
-/// largest preview (measured by tests/bench/storage.sh), under 2 MB per agent.
+/// otherwise (docs/gate.md, "Open-request cap"): a few MB of etcd per agent at most, by what
+/// etcd holds for a request with the largest preview (docs/performance.md#current-figures).
 pub const DEFAULT_MAX_OPEN_REQUESTS: u32 = 50;
 
 /// The whole gate configuration.

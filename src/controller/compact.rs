@@ -3,11 +3,11 @@
 //! a reconciler reads the object, and an index of what is read of every cached object without
 //! decoding it (of an Agent, a digest that stands in for its status).
 //!
-//! Decoded, a cached Agent took about 2.7 KB and an ApprovalRequest 1.4–2.0 KB, most of it the
-//! room every `None` field of the generated structs takes and a heap block per string, list and
-//! map (a single label is a `BTreeMap` node of about 600 bytes). At 10 000 of each that was
-//! about 40 MB, two thirds of the controller's heap (docs/controller.md, "Memory on the real
-//! control plane"). As JSON, the part beyond the metadata's scalars is a few hundred bytes.
+//! Decoded, most of a cached Agent or ApprovalRequest was the room every `None` field of the
+//! generated structs takes and a heap block per string, list and map (a single label is a
+//! `BTreeMap` node); at 10 000 of each, two thirds of the controller's heap
+//! (docs/performance-history.md#controller-caches-and-memory). As JSON, the part beyond the
+//! metadata's scalars is a few hundred bytes.
 //!
 //! The uid and resourceVersion stay in the JSON: kube-runtime's store copies those of `meta()`
 //! into the key of every object, where nothing reads them (two strings more per object, twice).
@@ -15,10 +15,9 @@
 //! The JSON is compressed with LZ4 against a dictionary per kind: the JSON of a typical object
 //! (`compact/*.json`), which holds the kind's keys and common values, so that those cost a few
 //! bytes in every object instead of their length; what stays is what differs between objects
-//! (names, uids, digests, times). Over the 10 000 Agents and requests of the memory benchmark a
-//! cached request's JSON took 276 bytes instead of 675, an Agent's 162 instead of 326, name
-//! and namespace included (docs/controller.md). Compressing costs a few microseconds per
-//! watched change, decompressing a fraction of decoding the JSON that follows.
+//! (names, uids, digests, times): about half the bytes over the objects of the memory benchmark,
+//! for little CPU per watched change, and decompressing costs less than decoding the JSON that
+//! follows (docs/performance-history.md#controller-caches-and-memory).
 
 use std::borrow::Cow;
 use std::fmt::Debug;
@@ -50,8 +49,8 @@ pub trait Compactable:
 
 /// Of an Agent, the cache keeps no status but its digest ([`status_digest`]): the Agent
 /// reconciler compares the status it computes with that digest and reads the status only when
-/// they differ. The conditions' messages were about 1 KiB of every cached Agent (heaptrack,
-/// 1000 Agents).
+/// they differ. The conditions' messages were a large part of every cached Agent
+/// (docs/performance-history.md#controller-caches-and-memory).
 impl Compactable for Agent {
     type Index = Option<u64>;
     const DICTIONARY: &'static str = include_str!("compact/agent.json");

@@ -10,8 +10,8 @@ const ARENAS: i32 = 1;
 
 /// Limits glibc's malloc to [`ARENAS`] arena. By default a thread that finds an arena busy
 /// gets one of its own, up to eight per core, and each arena keeps what was freed in it. After
-/// a cold start over 10 000 Agents the controller held 110–118 MiB with the default, 103 with
-/// two arenas and 96–97 with one, and the cold start took no longer: its threads spend their
+/// a cold start one arena held the least, and the cold start took no longer
+/// (docs/performance-history.md#controller-caches-and-memory): its threads spend their
 /// time waiting on the apiserver, not on malloc's lock. Call it before the runtime starts its
 /// threads; an operator's `MALLOC_ARENA_MAX` wins.
 pub fn limit_arenas() {
@@ -37,8 +37,8 @@ const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// Hands back to the system, every [`TRIM_EVERY`], the memory glibc's malloc keeps after it
 /// was freed. glibc returns freed memory only from the top of its heaps, so the process would
-/// otherwise keep what a burst freed below it (after a cold start over 1000 Agents: 44.5 MiB
-/// with the trim, 50.7 without).
+/// otherwise keep what a burst freed below it, as after a cold start
+/// (docs/performance-history.md#controller-caches-and-memory).
 pub async fn trim_free_memory() {
     let mut every = tokio::time::interval(TRIM_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

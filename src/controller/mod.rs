@@ -331,7 +331,8 @@ impl Context {
 /// How often every Agent and every ApprovalRequest is reconciled again: in case a watch event
 /// was missed, and for requests due later than that. One timer per kind
 /// (`Controller::reconcile_all_on`), not a requeue per object: each requeue held in
-/// kube-runtime's scheduler costs about 800 bytes (heaptrack, 1000 Agents and 1000 requests).
+/// kube-runtime's scheduler costs memory
+/// (docs/performance-history.md#controller-caches-and-memory).
 pub const RESYNC: Duration = Duration::from_secs(3600);
 
 /// What to do with an object due again in `wait` (to expire, be notified about or deleted): a

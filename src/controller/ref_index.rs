@@ -4,8 +4,8 @@
 //! Every Agent is in it, and most reference the same few objects, so it is kept small: each
 //! Agent's name and each referenced object is held once, behind an `Arc` both maps share.
 //! Keyed by kube-runtime's `ObjectRef`, which copies the name, namespace, uid and
-//! resourceVersion into every key, it took about 0.9 KB per Agent (heaptrack, 1000 Agents);
-//! now about 0.2 KB.
+//! resourceVersion into every key, it took several times as much per Agent
+//! (docs/performance-history.md#controller-caches-and-memory).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -2,11 +2,11 @@
 //! name, the Agent controlling it (a digest of its uid, and its name only where it is not a
 //! prefix of the object's), a digest of the fields it applied ([`crate::kube::applied`]), and
 //! the little a reconciler reads beyond that (a Deployment's readiness, whether a Secret holds a
-//! usable binding key). A cached Deployment took kilobytes, kube-runtime's reflector store of
-//! these summaries about 550 bytes an object (its key copies name and namespace again), a hash
-//! map of names per namespace about 150; this store, the entries of a namespace sorted by name
-//! in one vector and their names in one string ([`names`]), about 65 (a 32–48-byte entry, 8
-//! bytes for where its name is, the name).
+//! usable binding key). A cached Deployment took kilobytes; kube-runtime's reflector store of
+//! these summaries (its key copies name and namespace again) and a hash map of names per
+//! namespace took several times what this store takes, the entries of a namespace sorted by
+//! name in one vector and their names in one string ([`names`])
+//! (docs/performance-history.md#controller-caches-and-memory).
 //!
 //! [`Summaries`] is fed by a watch ([`Summaries::apply`]) as a reflector store would be: a
 //! relist is buffered until it is complete, then replaces the contents, and what it no longer

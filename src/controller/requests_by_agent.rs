@@ -1,8 +1,8 @@
 //! The ApprovalRequests each Agent made, kept up to date from the request watch, so that an
 //! Agent reconcile (counting `pendingApprovals`) and a changed Agent (requeueing its requests)
 //! look up that Agent's requests instead of passing over every cached one. Those passes made
-//! a cold start quadratic: at 10 000 Agents and as many requests, two passes of 10 000 per
-//! Agent took about 22% of the controller's CPU samples (perf). It also keeps the number of
+//! a cold start quadratic, a large share of its CPU at 10 000 Agents
+//! (docs/performance-history.md#controller-caches-and-memory). It also keeps the number of
 //! requests waiting in all, which `hitl_approvals_pending` reports without a pass at each scrape.
 //!
 //! It follows the watch as the reflector's store does: events are taken in before the store
@@ -33,9 +33,9 @@ struct State {
 
 /// Every request as `namespace/agent/request`, with whether it waits for a decision, in one
 /// ordered map: an Agent's requests are the range its `namespace/agent/` prefix starts
-/// (Kubernetes names hold no `/`). One allocation per request, about 80 bytes with the map's
-/// share (`cargo test --bench controller`); a map per namespace of each Agent's requests, tried
-/// first, held about 1–2 MiB more after a cold start over 10 000.
+/// (Kubernetes names hold no `/`). One allocation per request (`cargo test --bench controller`
+/// prints its size); a map per namespace of each Agent's requests, tried first, held more
+/// (docs/performance-history.md#controller-caches-and-memory).
 #[derive(Default)]
 struct Index {
     requests: BTreeMap<Box<str>, bool>,

@@ -464,8 +464,9 @@ fn bounded() -> kube::runtime::controller::Config {
 
 /// What the caches do not keep of an object: its managedFields and the last-applied annotation
 /// of `kubectl apply`, which no reconciler reads. managedFields are most of a server-side
-/// applied object; measured with heaptrack at 1000 Agents, they were the largest share of the
-/// controller's heap. (ApprovalRequests are slimmed by [`cached_request`].)
+/// applied object, and they were the largest share of the controller's heap
+/// (docs/performance-history.md#controller-caches-and-memory). (ApprovalRequests are slimmed by
+/// [`cached_request`].)
 fn slim<K: Resource>(object: &mut K) {
     let meta = object.meta_mut();
     meta.managed_fields = None;

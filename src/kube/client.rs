@@ -3,8 +3,9 @@
 //!
 //! kube's default connector leaves Nagle's algorithm on. A request whose TLS records leave in
 //! two writes then waits for the apiserver's delayed ACK (40 ms on Linux) before its second
-//! segment goes out: measured on the real control plane, that was most of the time between a
-//! decision and the gated call running, and of every controller write. The stack is kube's
+//! segment goes out: on the real control plane that was most of the time between a decision
+//! and the gated call running, and of every controller write
+//! (docs/performance-history.md#apiserver-client). The stack is kube's
 //! documented `Client::new` one: base URI, authentication and extra headers from the
 //! kubeconfig or the in-cluster config. Instead of kube's read timeout, TCP keepalive finds a
 //! dead apiserver connection within about a minute (watches end on the server's timeout).

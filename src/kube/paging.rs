@@ -8,9 +8,9 @@ use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 
 /// Objects per page (kube's watcher pages 500 by default, a plain list not at all). A page is
-/// decoded whole, managedFields and all, before anything is dropped from it: 100 Deployments are
-/// about 3 MiB decoded, 500 were 15; 100 requests with the largest preview 3.2 MiB of JSON; a
-/// Secret's metadata may carry a last-applied annotation holding the whole Secret.
+/// decoded whole, managedFields and all, before anything is dropped from it, so a page is a
+/// burst of memory (docs/performance-history.md#lists-paged); a Secret's metadata may carry a
+/// last-applied annotation holding the whole Secret.
 pub const LIST_PAGE_SIZE: u32 = 100;
 
 /// A watch's configuration with its lists paged [`LIST_PAGE_SIZE`] objects at a time.

@@ -8,7 +8,8 @@
 #        under heaptrack, its profiles written to DIR, and its RSS figures are then heaptrack's;
 #        HITL_BENCH_NS=NAMESPACE skips populating and measures cold starts only, COLD_STARTS
 #        of them (default 1), over the Agents and requests a former run kept there with
-#        HITL_E2E_KEEP=1: populating 10 000 takes over an hour on 2 cores, a cold start minutes)
+#        HITL_E2E_KEEP=1: populating 10 000 takes far longer than a cold start over them:
+#        docs/performance.md#controller-memory)
 # Prints: RSS idle (no Agents); N Agents applied while it runs: time until every Deployment
 # exists; N ApprovalRequests created (one per Agent): time until every one has a phase; RSS
 # then; a restart over the N rendered Agents and N requests: time until every Agent was

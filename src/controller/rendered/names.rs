@@ -1,8 +1,8 @@
 //! The cached objects of one kind in one namespace, by name: entries sorted by name in one
-//! vector, their names back to back in one string. A hash map of boxed names took about 150
-//! bytes per ServiceAccount at 10 000 (a 64-byte bucket in a table at most seven eighths full,
-//! usually far less, and a heap block per name); this takes the entry, 8 bytes for where its
-//! name is, and the name's bytes.
+//! vector, their names back to back in one string. A hash map of boxed names took more per
+//! object (a 64-byte bucket in a table at most seven eighths full, usually far less, and a heap
+//! block per name; docs/performance-history.md#controller-caches-and-memory); this
+//! takes the entry, 8 bytes for where its name is, and the name's bytes.
 //!
 //! A lookup is a binary search (about 14 comparisons of names at 10 000). An insertion in the
 //! middle moves the entries after it; a list arrives sorted by name (the apiserver lists in key
