@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use hitl_operator::gate::proxy::MAX_MESSAGE_BYTES;
+use hitl_operator::gate::messages::MAX_MESSAGE_BYTES;
 use serde_json::{Value, json};
 
 async fn post(url: &str, body: &str) -> reqwest::Response {

@@ -2,20 +2,22 @@
 
 pub mod approval;
 pub mod arrived;
+pub mod call;
 pub mod decision;
 pub mod freeze;
 pub mod grants;
 pub mod hash;
+pub mod http_sse;
 pub mod jsonrpc;
-pub mod legacy;
+pub mod messages;
 pub mod metrics;
 pub mod open_requests;
 pub mod outcome;
 pub mod policy;
 pub mod pool;
-pub mod proxy;
 pub mod redact;
 pub mod routes;
 pub mod server;
 pub mod sessions;
+pub mod streamable_http;
 pub mod upstream;

@@ -1,6 +1,6 @@
 //! The gate's connections to one tool server: HTTP/1.1 connections kept open and reused for
 //! its requests. Every request of a server goes to the origin of its `params.url` (redirects
-//! and the legacy transport's endpoint are held to it), so the connections need no key, and a
+//! and the HTTP+SSE transport's endpoint are held to it), so the connections need no key, and a
 //! request finds a free one by a scan of the few the server has, under a lock held for no
 //! await. A connection is handed back as soon as the response head has come; until the
 //! response body has been read it is busy and passed over.

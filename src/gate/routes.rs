@@ -1,6 +1,6 @@
 //! The gate's MCP routes: each request goes to its tool server's handler by an exact match of
 //! its path, with no general router in between. The routes are a few fixed paths (one per
-//! server, two for a legacy SSE server), and a router's per-request work (its path lookup, the
+//! server, two for an HTTP+SSE server), and a router's per-request work (its path lookup, the
 //! URL-parameter and matched-path extensions, a boxed clone of the route's service, the boxing
 //! of its futures) cost as much as some of the gate's own checks.
 
@@ -16,18 +16,19 @@ use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use futures::future::BoxFuture;
 use tower::{Layer, Service};
 
-use super::legacy::{self, LegacyRoute};
-use super::proxy;
+use super::http_sse::{self, SseRoute};
+use super::messages::MAX_MESSAGE_BYTES;
+use super::streamable_http;
 use super::upstream::{Upstream, drop_connection_options};
 
 /// What a route leads to.
 enum Target {
     /// A Streamable HTTP server: every method.
     Streamable(Arc<Upstream>),
-    /// A legacy SSE server's event stream: GET (and HEAD).
-    LegacyStream(Arc<LegacyRoute>),
-    /// A legacy SSE server's messages: POST.
-    LegacyMessages(Arc<LegacyRoute>),
+    /// An HTTP+SSE server's event stream: GET (and HEAD).
+    SseStream(Arc<SseRoute>),
+    /// An HTTP+SSE server's messages: POST.
+    SseMessages(Arc<SseRoute>),
 }
 
 /// The routes of every server, by path: the service inside [`McpRoutes`].
@@ -37,7 +38,7 @@ pub struct Dispatch {
 }
 
 /// The gate's MCP service: [`Dispatch`] with the longest message a client may POST,
-/// [`proxy::MAX_MESSAGE_BYTES`], as the body limit. Serve it with `axum::serve`.
+/// [`MAX_MESSAGE_BYTES`], as the body limit. Serve it with `axum::serve`.
 #[derive(Clone)]
 pub struct McpRoutes {
     inner: <DefaultBodyLimit as Layer<Dispatch>>::Service,
@@ -66,14 +67,14 @@ impl McpRoutesBuilder {
         self.routes.insert(path.to_owned(), Target::Streamable(up));
     }
 
-    /// A legacy SSE server: its event stream on `path`, its messages on `<path>/messages`.
-    pub fn legacy(&mut self, path: &str, route: Arc<LegacyRoute>) {
+    /// An HTTP+SSE server: its event stream on `path`, its messages on `<path>/messages`.
+    pub fn sse(&mut self, path: &str, route: Arc<SseRoute>) {
         self.routes.insert(
             format!("{path}/messages"),
-            Target::LegacyMessages(route.clone()),
+            Target::SseMessages(route.clone()),
         );
         self.routes
-            .insert(path.to_owned(), Target::LegacyStream(route));
+            .insert(path.to_owned(), Target::SseStream(route));
     }
 
     /// The routes as a service.
@@ -82,7 +83,7 @@ impl McpRoutesBuilder {
             routes: Arc::new(self.routes),
         };
         McpRoutes {
-            inner: DefaultBodyLimit::max(proxy::MAX_MESSAGE_BYTES).layer(dispatch),
+            inner: DefaultBodyLimit::max(MAX_MESSAGE_BYTES).layer(dispatch),
         }
     }
 }
@@ -118,23 +119,21 @@ impl Service<Request> for Dispatch {
             let method = request.method();
             Ok(match routes.get(request.uri().path()) {
                 None => status(StatusCode::NOT_FOUND),
-                Some(Target::Streamable(up)) => proxy::streamable(State(up.clone()), request).await,
-                Some(Target::LegacyStream(route)) => {
+                Some(Target::Streamable(up)) => {
+                    streamable_http::streamable(State(up.clone()), request).await
+                }
+                Some(Target::SseStream(route)) => {
                     if method == Method::GET || method == Method::HEAD {
-                        Handler::<_, Arc<LegacyRoute>>::call(legacy::open, request, route.clone())
+                        Handler::<_, Arc<SseRoute>>::call(http_sse::open, request, route.clone())
                             .await
                     } else {
                         not_allowed("GET,HEAD")
                     }
                 }
-                Some(Target::LegacyMessages(route)) => {
+                Some(Target::SseMessages(route)) => {
                     if method == Method::POST {
-                        Handler::<_, Arc<LegacyRoute>>::call(
-                            legacy::message,
-                            request,
-                            route.clone(),
-                        )
-                        .await
+                        Handler::<_, Arc<SseRoute>>::call(http_sse::message, request, route.clone())
+                            .await
                     } else {
                         not_allowed("POST")
                     }

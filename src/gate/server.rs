@@ -13,7 +13,7 @@ use jiff::SignedDuration;
 use super::approval::{ApprovalSettings, Approvals};
 use super::decision::{Clock, SystemClock};
 use super::freeze::FreezeWatch;
-use super::legacy::LegacyRoute;
+use super::http_sse::SseRoute;
 use super::metrics::Metrics;
 use super::open_requests::OpenRequests;
 use super::policy::ServerPolicy;
@@ -133,7 +133,7 @@ pub fn build(
         );
         match server.protocol {
             McpProtocol::StreamableHttp => routes.streamable(&server.route, up),
-            McpProtocol::Sse => routes.legacy(&server.route, Arc::new(LegacyRoute::new(up))),
+            McpProtocol::Sse => routes.sse(&server.route, Arc::new(SseRoute::new(up))),
         }
     }
     Ok((routes.build(), metrics))

@@ -5,7 +5,7 @@
 //!
 //! A session begins at the gate when the upstream assigns its id: the `Mcp-Session-Id` header
 //! of a successful answer to an `initialize` the gate relayed (Streamable HTTP), or the gate's
-//! own id for an SSE stream it opened (legacy HTTP+SSE). It ends when the client deletes it
+//! own id for an SSE stream it opened (HTTP+SSE). It ends when the client deletes it
 //! (an HTTP `DELETE` the gate relays) or the SSE stream closes. Only a grant that names a
 //! session looks here, so calls that no such grant covers pay nothing for it.
 //!

@@ -1,8 +1,8 @@
-//! The legacy HTTP+SSE transport (servers with `protocol: SSE`). The client opens the event
-//! stream with GET on the server's route; the gate opens the upstream stream and rewrites its
-//! `endpoint` event to `<route>/messages?session=<id>`. The client's POSTs there are relayed to
-//! the upstream endpoint (same origin as the upstream URL only). Because answers travel on the
-//! event stream, the gate writes its own answers (refusals, progress) into that stream and
+//! The HTTP+SSE transport (MCP 2024-11-05, servers with `protocol: SSE`). The client opens the
+//! event stream with GET on the server's route; the gate opens the upstream stream and rewrites
+//! its `endpoint` event to `<route>/messages?session=<id>`. The client's POSTs there are relayed
+//! to the upstream endpoint (same origin as the upstream URL only). Because answers travel on
+//! the event stream, the gate writes its own answers (refusals, progress) into that stream and
 //! filters `tools/list` results on it.
 
 use std::collections::HashMap;
@@ -19,15 +19,12 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use super::jsonrpc::{self, Incoming};
+use super::call::{self, Reply, STREAM_QUEUE, Transport};
+use super::jsonrpc::{self, Incoming, ToolCall};
+use super::messages::{check_body_headers, filter_event, message_body};
 use super::metrics::Outcome;
-use super::outcome;
-use super::proxy::{
-    GatedResult, Outgoing, STREAM_QUEUE, Screened, check_body_headers, filter_event, gated,
-    message_body, screen,
-};
 use super::sessions;
-use super::upstream::Upstream;
+use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
 use crate::sse;
 
 /// One client's event stream.
@@ -39,14 +36,14 @@ struct Session {
 }
 
 /// The SSE sessions of one upstream.
-pub struct LegacyRoute {
+pub struct SseRoute {
     /// The upstream.
     pub up: Arc<Upstream>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     counter: AtomicU64,
 }
 
-impl LegacyRoute {
+impl SseRoute {
     /// Routes for the SSE upstream `up`.
     pub fn new(up: Arc<Upstream>) -> Self {
         Self {
@@ -77,7 +74,7 @@ impl LegacyRoute {
 
 /// Removes a session when its stream ends.
 struct SessionGuard {
-    route: Arc<LegacyRoute>,
+    route: Arc<SseRoute>,
     id: String,
 }
 
@@ -94,7 +91,7 @@ impl Drop for SessionGuard {
 }
 
 /// GET on the route: open the upstream event stream and relay it.
-pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> Response<Body> {
+pub async fn open(State(route): State<Arc<SseRoute>>, headers: HeaderMap) -> Response<Body> {
     let up = &route.up;
     let resp = match up
         .send(Method::GET, up.uri.clone(), &headers, Bytes::new())
@@ -143,7 +140,7 @@ pub async fn open(State(route): State<Arc<LegacyRoute>>, headers: HeaderMap) -> 
 /// Rewrites the `endpoint` event (registering the session) and filters tool lists (see
 /// [`filter_event`]); `None` drops the event.
 fn rewrite_event(
-    route: &Arc<LegacyRoute>,
+    route: &Arc<SseRoute>,
     id: &str,
     endpoint: &str,
     inject: &mpsc::Sender<Bytes>,
@@ -189,7 +186,7 @@ pub struct MessageQuery {
 
 /// POST of a client message for an SSE session.
 pub async fn message(
-    State(route): State<Arc<LegacyRoute>>,
+    State(route): State<Arc<SseRoute>>,
     Query(q): Query<MessageQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -200,7 +197,6 @@ pub async fn message(
             .body(Body::from("unknown session"))
             .expect("static response parts are valid");
     };
-    let up = route.up.clone();
     if let Err(why) = check_body_headers(&headers) {
         return Response::builder()
             .status(StatusCode::UNSUPPORTED_MEDIA_TYPE)
@@ -227,80 +223,21 @@ pub async fn message(
     };
     // From here on only the message as the gate wrote it is forwarded.
     let body = Bytes::from(message.body);
-    let call = match message.incoming {
+    let post = SsePost {
+        route,
+        session,
+        id: q.session,
+        headers,
+    };
+    match message.incoming {
         Incoming::Other | Incoming::Initialize | Incoming::ToolsList { .. } => {
-            return forward(&up, &session, &headers, body).await;
+            post.send(body).await
         }
-        Incoming::ToolsCall(call) => call,
-    };
-    let metrics = up.shared.metrics.clone();
-    // The call's session is the stream it came for, which began at this gate.
-    let session_id = q.session;
-    let asked = match screen(&up, Some(&session_id), &call, body.len()).await {
-        Screened::Refused(text) => {
-            let _ = session
-                .inject
-                .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)))
-                .await;
-            return accepted();
-        }
-        Screened::Ask(asked) => asked,
-        Screened::Forward => {
-            let resp = forward(&up, &session, &headers, body).await;
-            metrics.call(if resp.status().is_success() {
-                Outcome::forwarded
-            } else {
-                Outcome::error
-            });
-            return resp;
-        }
-    };
-    // Gated: accept now, answer on the stream.
-    tokio::spawn(async move {
-        let token = call.progress_token.clone();
-        let count = AtomicU64::new(0);
-        let inject = session.inject.clone();
-        let progress = move |msg: &str| {
-            if let Some(token) = &token {
-                let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-                let _ = inject.try_send(sse::message(&jsonrpc::progress(token, n, msg)));
-            }
-        };
-        let result = tokio::select! {
-            r = gated(
-                &up,
-                Outgoing { uri: session.post_uri.clone(), headers: &headers, body },
-                Some(&session_id),
-                &call,
-                asked,
-                &progress,
-            ) => r,
-            _ = session.inject.closed() => return,
-        };
-        match result {
-            GatedResult::Forwarded(resp, _) if resp.status().is_success() => {}
-            GatedResult::Forwarded(resp, request) => {
-                let text = outcome::upstream_failed_after_approval(
-                    &call.name,
-                    &request,
-                    &format!("HTTP {}", resp.status()),
-                );
-                let _ = session
-                    .inject
-                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)))
-                    .await;
-            }
-            GatedResult::Refused(text) => {
-                let _ = session
-                    .inject
-                    .send(sse::message(&jsonrpc::tool_error(&call.id, &text, None)))
-                    .await;
-            }
-        }
-    });
-    accepted()
+        Incoming::ToolsCall(call) => call::tools_call(post, call, body).await,
+    }
 }
 
+/// An answer accepting a message whose answer, if any, comes on the event stream.
 fn accepted() -> Response<Body> {
     Response::builder()
         .status(StatusCode::ACCEPTED)
@@ -308,23 +245,102 @@ fn accepted() -> Response<Body> {
         .expect("static response parts are valid")
 }
 
-async fn forward(
-    up: &Upstream,
-    session: &Session,
-    headers: &HeaderMap,
-    body: Bytes,
-) -> Response<Body> {
-    match up
-        .send(Method::POST, session.post_uri.clone(), headers, body)
-        .await
-    {
-        Ok(resp) => up.relay(resp),
-        Err(e) => {
-            tracing::warn!(server = %up.label, error = %e, "upstream message failed");
-            Response::builder()
-                .status(e.status())
-                .body(Body::from(format!("approval gate: {}", e.tell(&up.label))))
-                .expect("static response parts are valid")
+/// A message POSTed to an SSE session's message endpoint. The gate's own answers to a
+/// `tools/call` (refusals, progress, errors) go into the session's event stream.
+struct SsePost {
+    route: Arc<SseRoute>,
+    session: Arc<Session>,
+    /// The gate's id for the session, which began at this gate: a call's MCP session.
+    id: String,
+    headers: HeaderMap,
+}
+
+impl SsePost {
+    /// Relays the message to the session's upstream endpoint, and the upstream's answer back.
+    async fn send(&self, body: Bytes) -> Response<Body> {
+        let up = &self.route.up;
+        match up
+            .send(
+                Method::POST,
+                self.session.post_uri.clone(),
+                &self.headers,
+                body,
+            )
+            .await
+        {
+            Ok(resp) => self.relay(resp).await,
+            Err(e) => {
+                tracing::warn!(server = %up.label, error = %e, "upstream message failed");
+                Response::builder()
+                    .status(e.status())
+                    .body(Body::from(format!("approval gate: {}", e.tell(&up.label))))
+                    .expect("static response parts are valid")
+            }
         }
+    }
+}
+
+impl Transport for SsePost {
+    fn upstream(&self) -> &Arc<Upstream> {
+        &self.route.up
+    }
+
+    fn session(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+
+    fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    fn endpoint(&self) -> &Uri {
+        &self.session.post_uri
+    }
+
+    /// None: the HTTP+SSE transport (2024-11-05) has no protocol header.
+    fn protocol(&self) -> Option<&str> {
+        None
+    }
+
+    async fn refuse(&self, error: Vec<u8>) -> Response<Body> {
+        let _ = self.session.inject.send(sse::message(&error)).await;
+        accepted()
+    }
+
+    async fn forward(&self, _: &ToolCall, body: Bytes) -> Response<Body> {
+        let resp = self.send(body).await;
+        self.route
+            .up
+            .shared
+            .metrics
+            .call(if resp.status().is_success() {
+                Outcome::forwarded
+            } else {
+                Outcome::error
+            });
+        resp
+    }
+
+    /// The upstream's answer to the POST as it is (`202 Accepted`; its answer to a call comes
+    /// on the session's stream).
+    async fn relay(&self, resp: UpstreamResponse) -> Response<Body> {
+        self.route.up.relay(resp)
+    }
+
+    /// Always the session's stream: the POST is accepted at once.
+    fn reply(&self, _: &ToolCall) -> Reply {
+        Reply::Stream {
+            queue: self.session.inject.clone(),
+            response: accepted(),
+        }
+    }
+
+    /// Nothing to write: the upstream answers on the session's stream, which the gate relays.
+    async fn relay_to_stream(
+        &self,
+        _: UpstreamResponse,
+        _: &mpsc::Sender<Bytes>,
+        _: impl Fn(UpstreamError) -> Bytes + Send + Sync,
+    ) {
     }
 }

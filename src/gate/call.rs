@@ -1,0 +1,389 @@
+//! A `tools/call`, whichever transport carried it: screened by the server's policy (refused,
+//! forwarded, or held), then, if held, decided by an approval while the client is told of the
+//! wait, and forwarded only if approved. The transports ([`super::streamable_http`],
+//! [`super::http_sse`]) supply what differs through [`Transport`]: how an answer reaches the
+//! client and where the call goes upstream.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Response, Uri};
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::approval::{Asked, FREEZE_BOUND, GatedCall, Resolution};
+use super::decision::CallKey;
+use super::hash;
+use super::jsonrpc::{self, ToolCall};
+use super::metrics::Outcome;
+use super::outcome;
+use super::policy::{PolicyCall, PolicyVerdict};
+use super::redact;
+use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
+use crate::Error;
+use crate::api::approval_request::CallContext;
+use crate::condition::Activation;
+use crate::sse;
+
+/// Events the gate queues for a client's event stream that it writes itself (a gated call's
+/// progress and answer, the answers it injects into an HTTP+SSE session). A full queue holds
+/// the writer back (the upstream is read no faster than the client reads); a progress
+/// notification that finds it full is dropped, as progress is advisory.
+pub const STREAM_QUEUE: usize = 16;
+
+/// What a transport does its own way for a `tools/call` it received: the rest is
+/// [`tools_call`].
+pub trait Transport: Send + Sync + 'static {
+    /// The server the call is for.
+    fn upstream(&self) -> &Arc<Upstream>;
+
+    /// The call's MCP session: the client's `Mcp-Session-Id`, or the gate's own id for an
+    /// HTTP+SSE stream.
+    fn session(&self) -> Option<&str>;
+
+    /// The client's headers, forwarded with the call ([`Upstream::send`] drops what it must).
+    fn headers(&self) -> &HeaderMap;
+
+    /// Where the call is POSTed: the upstream's URL, or the HTTP+SSE session's endpoint.
+    fn endpoint(&self) -> &Uri;
+
+    /// The MCP revision the client's answers are written for, if it said.
+    fn protocol(&self) -> Option<&str>;
+
+    /// Answers the call with `error`, the JSON-RPC answer refusing it.
+    fn refuse(&self, error: Vec<u8>) -> impl Future<Output = Response<Body>> + Send;
+
+    /// Forwards a call that needs no approval (the message `body`) and relays the answer.
+    fn forward(&self, call: &ToolCall, body: Bytes) -> impl Future<Output = Response<Body>> + Send;
+
+    /// Relays the upstream's answer to a forwarded call as the answer to the client's POST.
+    fn relay(&self, resp: UpstreamResponse) -> impl Future<Output = Response<Body>> + Send;
+
+    /// Where a held call's progress and answer go.
+    fn reply(&self, call: &ToolCall) -> Reply;
+
+    /// Writes the upstream's answer to an approved call (`resp`, a success) into the client's
+    /// event stream `queue`; `lost` makes the event saying the answer was lost.
+    fn relay_to_stream(
+        &self,
+        resp: UpstreamResponse,
+        queue: &mpsc::Sender<Bytes>,
+        lost: impl Fn(UpstreamError) -> Bytes + Send + Sync,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+/// Where a held call's progress and answer go.
+pub enum Reply {
+    /// In the response to the client's POST, once the call is decided; no progress.
+    Response,
+    /// As events on a stream the client reads, written while the call waits.
+    Stream {
+        /// The client's event stream.
+        queue: mpsc::Sender<Bytes>,
+        /// The answer to the client's POST, sent at once.
+        response: Response<Body>,
+    },
+}
+
+/// Answers `call` (the message `body`, as the gate read it) that came on transport `t`:
+/// refused if the policy refuses it, forwarded if it needs no approval, otherwise held until
+/// its ApprovalRequest resolves and forwarded only if approved.
+pub async fn tools_call<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Response<Body> {
+    let up = t.upstream();
+    let asked = match screen(up, t.session(), &call, body.len()).await {
+        Screened::Refused(text) => return t.refuse(tool_error(&t, &call, &text)).await,
+        Screened::Forward => return t.forward(&call, body).await,
+        Screened::Ask(asked) => asked,
+    };
+    let (queue, response) = match t.reply(&call) {
+        Reply::Stream { queue, response } => (queue, response),
+        Reply::Response => {
+            // Boxed: the wait for an approval holds much state, which would otherwise be part
+            // of (and moved with) the future of every call, gated or not.
+            let gated = Box::pin(gated(
+                up,
+                outgoing(&t, body),
+                t.session(),
+                &call,
+                asked,
+                &|_| {},
+            ));
+            return match gated.await {
+                GatedResult::Forwarded(resp, _) => t.relay(resp).await,
+                GatedResult::Refused(text) => t.refuse(tool_error(&t, &call, &text)).await,
+            };
+        }
+    };
+    tokio::spawn(answer_on_stream(t, call, body, asked, queue));
+    response
+}
+
+/// Holds `call` until it is decided, with progress notifications (if the client asked for
+/// them) and then its answer written to `queue`. If the client goes away before a decision,
+/// the wait stops and nothing runs.
+async fn answer_on_stream<T: Transport>(
+    t: T,
+    call: ToolCall,
+    body: Bytes,
+    asked: Asked,
+    queue: mpsc::Sender<Bytes>,
+) {
+    let up = t.upstream();
+    let count = AtomicU64::new(0);
+    let progress = |msg: &str| {
+        if let Some(token) = &call.progress_token {
+            let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+            let _ = queue.try_send(sse::message(&jsonrpc::progress(token, n, msg)));
+        }
+    };
+    let result = tokio::select! {
+        r = gated(up, outgoing(&t, body), t.session(), &call, asked, &progress) => r,
+        () = queue.closed() => {
+            tracing::info!(server = %up.label, tool = %call.name, "client went away while waiting; not forwarded");
+            return;
+        }
+    };
+    let text = match result {
+        GatedResult::Forwarded(resp, request) if resp.status().is_success() => {
+            let lost = |e: UpstreamError| {
+                let why = e.tell(&up.label);
+                let text = outcome::upstream_lost(&call.name, Some(&request), &why);
+                sse::message(&tool_error(&t, &call, &text))
+            };
+            t.relay_to_stream(resp, &queue, lost).await;
+            return;
+        }
+        GatedResult::Forwarded(resp, request) => {
+            let why = format!("HTTP {}", resp.status());
+            outcome::upstream_failed_after_approval(&call.name, &request, &why)
+        }
+        GatedResult::Refused(text) => text,
+    };
+    let _ = queue
+        .send(sse::message(&tool_error(&t, &call, &text)))
+        .await;
+}
+
+/// The tool error answering `call` with `text`, for the client of `t`.
+fn tool_error(t: &impl Transport, call: &ToolCall, text: &str) -> Vec<u8> {
+    jsonrpc::tool_error(&call.id, text, t.protocol())
+}
+
+/// The call as `t` forwards it once approved.
+fn outgoing(t: &impl Transport, body: Bytes) -> Outgoing<'_> {
+    Outgoing {
+        uri: t.endpoint().clone(),
+        headers: t.headers(),
+        body,
+    }
+}
+
+/// What the gate's policy lets a `tools/call` do; refusals are already logged and counted.
+enum Screened {
+    /// Not forwarded: the text for the caller.
+    Refused(String),
+    /// Forwarded without approval.
+    Forward,
+    /// Held for an approval.
+    Ask(Asked),
+}
+
+/// Applies the server's policy ([`super::policy`]) to `call` of MCP session `session`, whose
+/// message as the gate read it is `message_bytes` long, before anything is forwarded or asked;
+/// then the Agent's freeze to a call of a tool the policy governs (in `requireApproval` or
+/// named by a rule), unless a Deny rule refused it already.
+async fn screen(
+    up: &Upstream,
+    session: Option<&str>,
+    call: &ToolCall,
+    message_bytes: usize,
+) -> Screened {
+    let verdict = up.policy.decide(&PolicyCall {
+        tool: &call.name,
+        args: &call.arguments,
+        message_bytes,
+        session,
+    });
+    let metrics = &up.shared.metrics;
+    let governed = !matches!(
+        verdict,
+        PolicyVerdict::NotOffered | PolicyVerdict::Deny { .. }
+    ) && up.policy.governs(&call.name);
+    if governed && let Some(why) = up.shared.approvals.freeze().refusal(FREEZE_BOUND).await {
+        tracing::info!(server = %up.label, tool = %call.name, %why, "refused: agent frozen");
+        metrics.call(Outcome::frozen);
+        return Screened::Refused(outcome::frozen(&call.name, &why));
+    }
+    match verdict {
+        PolicyVerdict::NotOffered => {
+            tracing::info!(server = %up.label, tool = %call.name, "refused: tool not offered");
+            metrics.call(Outcome::refused);
+            Screened::Refused(outcome::unknown_tool(&call.name))
+        }
+        PolicyVerdict::Deny { rule } => {
+            tracing::info!(server = %up.label, tool = %call.name, %rule, "refused by an approval rule");
+            metrics.call(Outcome::denied_by_rule);
+            Screened::Refused(outcome::denied_by_rule(&call.name, &rule))
+        }
+        PolicyVerdict::Forward { .. } => Screened::Forward,
+        PolicyVerdict::RequireApproval {
+            rule,
+            required_approvals,
+            unevaluated,
+        } => {
+            if let (Some(rule), Some(why)) = (&rule, &unevaluated) {
+                tracing::info!(server = %up.label, tool = %call.name, %rule, %why,
+                    "the rule's condition could not be evaluated; asking for approval");
+            }
+            Screened::Ask(Asked {
+                rule,
+                required_approvals,
+            })
+        }
+    }
+}
+
+/// The end of a gated call.
+enum GatedResult {
+    /// Approved and forwarded: the upstream's answer, and the request that approved it.
+    Forwarded(UpstreamResponse, String),
+    /// Not forwarded: the text for the caller.
+    Refused(String),
+}
+
+/// A gated call's message as the gate forwards it, once approved.
+struct Outgoing<'a> {
+    /// Where: [`Transport::endpoint`].
+    uri: Uri,
+    /// The client's headers ([`Upstream::send`] drops what it must).
+    headers: &'a HeaderMap,
+    /// The call as the gate read it ([`jsonrpc::Message::body`]), so it carries the arguments
+    /// that were hashed and shown.
+    body: Bytes,
+}
+
+/// Runs the approval of a gated call and forwards it (`outgoing`) if (and only if) this gate
+/// consumed an approval for exactly these arguments. `session` is the call's MCP session
+/// ([`Transport::session`]); `asked` says which approval rule asked and how many approvals it
+/// needs.
+async fn gated(
+    up: &Upstream,
+    outgoing: Outgoing<'_>,
+    session: Option<&str>,
+    call: &ToolCall,
+    asked: Asked,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> GatedResult {
+    let metrics = &up.shared.metrics;
+    let digest = match hash::digest(&up.shared.key, &call.arguments) {
+        Ok(d) => d,
+        Err(e) => {
+            metrics.call(Outcome::error);
+            return GatedResult::Refused(outcome::error(
+                &call.name,
+                &format!("arguments cannot be canonicalized: {e}"),
+            ));
+        }
+    };
+    let gated_call = GatedCall {
+        key: CallKey {
+            agent: up.agent.clone(),
+            server_kind: up.server.kind,
+            server_namespace: up.server.namespace.clone(),
+            server_name: up.server.name.clone(),
+            tool: call.name.clone(),
+            binding: digest.binding.clone(),
+            required_approvals: asked.required_approvals,
+        },
+        digest,
+        preview: redact::preview(&call.arguments),
+        rule: asked.rule,
+        context: CallContext {
+            session_id: session.map(|s| s.chars().take(256).collect()),
+            task_id: None,
+            call_id: Some(match &call.id {
+                Value::String(s) => s.chars().take(256).collect(),
+                other => other.to_string().chars().take(256).collect(),
+            }),
+        },
+    };
+    let facts = up.shared.approvals.grants_enabled().then(|| {
+        Activation::new(&up.policy.facts(&PolicyCall {
+            tool: &call.name,
+            args: &call.arguments,
+            message_bytes: outgoing.body.len(),
+            session,
+        }))
+    });
+    let (name, kind) = match approve(up, &gated_call, facts.as_ref(), &call.name, progress).await {
+        Ok(approved) => approved,
+        Err(refused) => return GatedResult::Refused(refused),
+    };
+    let Outgoing { uri, headers, body } = outgoing;
+    match up.send(Method::POST, uri, headers, body).await {
+        Ok(resp) => {
+            tracing::info!(server = %up.label, tool = %call.name, request = %name, outcome = ?kind, "approved call forwarded");
+            metrics.call(kind);
+            GatedResult::Forwarded(resp, name)
+        }
+        Err(e) => {
+            tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "upstream failed after approval");
+            metrics.call(Outcome::error);
+            let why = e.tell(&up.label);
+            GatedResult::Refused(if e.may_have_reached() {
+                outcome::upstream_lost(&call.name, Some(&name), &why)
+            } else {
+                outcome::upstream_failed_after_approval(&call.name, &name, &why)
+            })
+        }
+    }
+}
+
+/// Resolves the approval of `gated_call` (a grant, with the call's `facts`, or a person): the
+/// name of the request this gate consumed and how it was approved, or the text refusing the
+/// call.
+async fn approve(
+    up: &Upstream,
+    gated_call: &GatedCall,
+    facts: Option<&Activation>,
+    tool: &str,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<(String, Outcome), String> {
+    let metrics = &up.shared.metrics;
+    let approvals = &up.shared.approvals;
+    let started = Instant::now();
+    let resolution = approvals.resolve(gated_call, facts, progress).await;
+    metrics.approval_wait(started.elapsed());
+    match resolution {
+        Ok(Resolution::Approved { name }) => Ok((name, Outcome::approved)),
+        Ok(Resolution::Granted { name }) => Ok((name, Outcome::granted)),
+        Ok(other) => {
+            let (text, kind) = outcome::refusal_text(tool, approvals.namespace(), &other)
+                .expect("only Approved has no refusal text");
+            tracing::info!(server = %up.label, tool, outcome = ?kind, args_hash = %gated_call.key.binding, "gated call not forwarded");
+            metrics.call(kind);
+            Err(text)
+        }
+        Err(Error::OpenRequestCap { open, cap }) => {
+            tracing::warn!(server = %up.label, tool, open, cap, args_hash = %gated_call.key.binding,
+                "refused: the agent is at its cap of open ApprovalRequests");
+            metrics.open_request_cap_reached();
+            metrics.call(Outcome::refused);
+            Err(outcome::open_request_cap(
+                tool,
+                approvals.namespace(),
+                open,
+                cap,
+            ))
+        }
+        Err(e) => {
+            tracing::warn!(server = %up.label, tool, reason = e.reason(), error = %e, "approval failed; not forwarded");
+            metrics.call(Outcome::error);
+            Err(outcome::error(tool, &format!("{} ({})", e, e.reason())))
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The Streamable HTTP transport (MCP 2025-03-26 on, `protocol: STREAMABLE_HTTP` servers): one
+//! route per tool server, relaying bytes to the upstream and stepping in only for `tools/list`
+//! (filtered) and `tools/call` (checked, maybe held for approval: [`super::call`]). The
+//! HTTP+SSE transport is in [`super::http_sse`].
+
+use std::io;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, Method, Response, StatusCode, Uri, header};
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::arrived::arrived_first;
+use super::call::{self, Reply, STREAM_QUEUE, Transport};
+use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
+use super::messages::{
+    check_body_headers, filter_event, filter_message, message_body, unreadable_text,
+};
+use super::metrics::Outcome;
+use super::outcome;
+use super::sessions;
+use super::upstream::{Upstream, UpstreamError, UpstreamResponse, is_event_stream, read_all};
+use crate::sse;
+
+/// Header carrying the MCP session id.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Header carrying the negotiated MCP protocol revision.
+const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+
+/// Streamable HTTP handler: every method on the server's route.
+pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Response<Body> {
+    // The request's own headers, moved out rather than copied; the body is read (within the
+    // route's limit) only for a POST that passed the header checks.
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    let method = parts.method.clone();
+    if method != Method::POST {
+        // Only POST carries messages; other methods are relayed without a body, and methods
+        // MCP does not use are refused so no message can slip past the checks.
+        if !matches!(
+            method,
+            Method::GET | Method::DELETE | Method::HEAD | Method::OPTIONS
+        ) {
+            return Response::builder()
+                .status(StatusCode::METHOD_NOT_ALLOWED)
+                .header(header::ALLOW, "GET, POST, DELETE")
+                .body(Body::empty())
+                .expect("static response parts are valid");
+        }
+        let is_get = method == Method::GET;
+        if method == Method::DELETE
+            && let Some(id) = session_id(&headers)
+        {
+            // The client ends its session: a grant for it covers nothing from now on, whatever
+            // the upstream answers.
+            sessions::ledger().end(&up.server.namespace, &up.server.name, id);
+        }
+        return match up
+            .send(method, up.uri.clone(), &headers, Bytes::new())
+            .await
+        {
+            // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
+            Ok(resp) if is_get => relay_filtered(resp, None, up.clone()).await,
+            Ok(resp) => up.relay(resp),
+            Err(e) => upstream_failed(&up, &e),
+        };
+    }
+    if let Err(why) = check_body_headers(&headers) {
+        return error_status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &Value::Null,
+            -32600,
+            &format!("approval gate: {why}"),
+        );
+    }
+    let body = Bytes::from_request(Request::from_parts(parts, body), &()).await;
+    let body = match message_body(body) {
+        Ok(body) => body,
+        Err((status, why)) => return error_status(status, &Value::Null, -32600, &why),
+    };
+    let message = match jsonrpc::read(&body) {
+        Ok(message) => message,
+        Err(rejected) => return rejected_response(&rejected),
+    };
+    // From here on only the message as the gate wrote it is forwarded.
+    let body = Bytes::from(message.body);
+    match message.incoming {
+        Incoming::Other => match up.send(method, up.uri.clone(), &headers, body).await {
+            Ok(resp) => relay_filtered(resp, None, up.clone()).await,
+            Err(e) => upstream_failed(&up, &e),
+        },
+        Incoming::Initialize => match up.send(method, up.uri.clone(), &headers, body).await {
+            Ok(resp) => {
+                note_begun(&up, &resp);
+                relay_filtered(resp, None, up.clone()).await
+            }
+            Err(e) => upstream_failed(&up, &e),
+        },
+        Incoming::ToolsList { id } => match up.send(method, up.uri.clone(), &headers, body).await {
+            Ok(resp) => relay_filtered(resp, Some(id), up.clone()).await,
+            Err(e) => upstream_failed(&up, &e),
+        },
+        Incoming::ToolsCall(call) => {
+            call::tools_call(StreamablePost { up, headers }, call, body).await
+        }
+    }
+}
+
+/// Records the session an upstream assigned in a successful answer to an `initialize` (its
+/// `Mcp-Session-Id`, visible ASCII as MCP requires) as begun at this gate.
+fn note_begun(up: &Upstream, resp: &UpstreamResponse) {
+    if !resp.status().is_success() {
+        return;
+    }
+    let Some(id) = resp.headers().get(SESSION_HEADER) else {
+        return;
+    };
+    if id.as_bytes().iter().all(u8::is_ascii_graphic)
+        && let Ok(id) = id.to_str()
+    {
+        sessions::ledger().begin(&up.server.namespace, &up.server.name, id);
+    }
+}
+
+fn protocol(headers: &HeaderMap) -> Option<&str> {
+    headers.get(PROTOCOL_HEADER).and_then(|v| v.to_str().ok())
+}
+
+/// A JSON-RPC response as an HTTP 200 `application/json` answer.
+fn json_response(body: Vec<u8>) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .expect("static response parts are valid")
+}
+
+/// An HTTP error carrying a JSON-RPC error for request `id` (null when the message was not
+/// read).
+fn error_status(status: StatusCode, id: &Value, code: i64, message: &str) -> Response<Body> {
+    let mut resp = json_response(jsonrpc::error_response(id, code, message));
+    *resp.status_mut() = status;
+    resp
+}
+
+fn rejected_response(rejected: &Rejected) -> Response<Body> {
+    error_status(
+        StatusCode::BAD_REQUEST,
+        &Value::Null,
+        rejected.code(),
+        &rejected.to_string(),
+    )
+}
+
+fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
+    tracing::warn!(server = %up.label, error = %e, "upstream request failed");
+    let mut resp = json_response(jsonrpc::error_response(
+        &Value::Null,
+        -32603,
+        &format!("approval gate: {}", e.tell(&up.label)),
+    ));
+    *resp.status_mut() = e.status();
+    resp
+}
+
+/// Relays an upstream answer with the tools the server may not offer removed from every tool
+/// list in it, whether it came as JSON or as an SSE stream, and whatever request it answers: a
+/// server may answer a `tools/list` on another request's stream. `request` is the id of the
+/// `tools/list` this POST carried, if it did; a message the gate cannot read is replaced by an
+/// error answering it (HTTP 502 for a JSON answer), or dropped. Bodies without a message
+/// (`202 Accepted`) pass as they are; JSON answers are read whole, up to
+/// [`super::upstream::MAX_BODY_BYTES`].
+async fn relay_filtered(
+    resp: UpstreamResponse,
+    request: Option<Value>,
+    up: Arc<Upstream>,
+) -> Response<Body> {
+    let sse = is_event_stream(resp.headers());
+    let (builder, body) = up.relay_parts(resp);
+    if sse {
+        let stream = filter_sse(arrived_first(body).await, up, request);
+        return builder
+            .body(Body::from_stream(stream))
+            .expect("upstream response parts are valid");
+    }
+    let bytes = match read_all(body).await {
+        Ok(bytes) => bytes,
+        Err(e) => return upstream_failed(&up, &e),
+    };
+    let out = match filter_message(&up, &bytes) {
+        Filtered::Unchanged => bytes,
+        Filtered::Rewritten(out) => out,
+        Filtered::Unreadable(why) => {
+            tracing::warn!(server = %up.label, error = %why, "upstream answer unreadable; not relayed");
+            return error_status(
+                StatusCode::BAD_GATEWAY,
+                request.as_ref().unwrap_or(&Value::Null),
+                -32603,
+                &unreadable_text(&up, &why),
+            );
+        }
+    };
+    builder
+        .body(Body::from(out))
+        .expect("upstream response parts are valid")
+}
+
+/// An upstream event stream with the tool lists in it filtered (see [`filter_event`]); other
+/// events pass as the exact bytes received. An error (an event past
+/// [`sse::MAX_EVENT_BYTES`], a silent or broken upstream) is logged and ends the stream.
+fn filter_sse(
+    upstream: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
+    up: Arc<Upstream>,
+    request: Option<Value>,
+) -> impl Stream<Item = io::Result<Bytes>> + Send {
+    sse::events(upstream).filter_map(move |event| {
+        std::future::ready(match event {
+            Ok(event) => filter_event(&up, event, request.as_ref()).map(Ok),
+            Err(e) => {
+                tracing::warn!(server = %up.label, error = %e, "upstream event stream cut off");
+                Some(Err(e))
+            }
+        })
+    })
+}
+
+/// The MCP session id the client sent, if any.
+fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+}
+
+/// Relays an upstream body into a client's queue chunk by chunk, waiting while the queue is
+/// full, so the upstream is read no faster than the client reads. A failure becomes the event
+/// `lost` makes of it, which ends the relay, as does a client that went away.
+async fn relay_into(
+    body: impl Stream<Item = io::Result<Bytes>>,
+    tx: &mpsc::Sender<Bytes>,
+    lost: impl Fn(UpstreamError) -> Bytes,
+) {
+    let mut body = std::pin::pin!(body);
+    while let Some(chunk) = body.next().await {
+        let (event, last) = match chunk {
+            Ok(chunk) => (chunk, false),
+            Err(e) => (lost(UpstreamError::Body(e)), true),
+        };
+        if tx.send(event).await.is_err() || last {
+            break;
+        }
+    }
+}
+
+/// A `tools/call` POSTed to a Streamable HTTP route: answered in the response to the POST, as
+/// JSON or, for a held call whose client asked for progress and takes an event stream, as SSE.
+struct StreamablePost {
+    up: Arc<Upstream>,
+    headers: HeaderMap,
+}
+
+impl Transport for StreamablePost {
+    fn upstream(&self) -> &Arc<Upstream> {
+        &self.up
+    }
+
+    fn session(&self) -> Option<&str> {
+        session_id(&self.headers)
+    }
+
+    fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    fn endpoint(&self) -> &Uri {
+        &self.up.uri
+    }
+
+    fn protocol(&self) -> Option<&str> {
+        protocol(&self.headers)
+    }
+
+    async fn refuse(&self, error: Vec<u8>) -> Response<Body> {
+        json_response(error)
+    }
+
+    async fn forward(&self, call: &ToolCall, body: Bytes) -> Response<Body> {
+        let up = &self.up;
+        let metrics = &up.shared.metrics;
+        match up
+            .send(Method::POST, up.uri.clone(), &self.headers, body)
+            .await
+        {
+            Ok(resp) => {
+                metrics.call(Outcome::forwarded);
+                self.relay(resp).await
+            }
+            Err(e) => {
+                tracing::warn!(server = %up.label, tool = %call.name, error = %e, "upstream failed");
+                metrics.call(Outcome::error);
+                let why = e.tell(&up.label);
+                let text = if e.may_have_reached() {
+                    outcome::upstream_lost(&call.name, None, &why)
+                } else {
+                    outcome::error(&call.name, &why)
+                };
+                json_response(jsonrpc::tool_error(&call.id, &text, self.protocol()))
+            }
+        }
+    }
+
+    async fn relay(&self, resp: UpstreamResponse) -> Response<Body> {
+        relay_filtered(resp, None, self.up.clone()).await
+    }
+
+    /// An event stream if the client asked for progress and takes one (`Accept`); otherwise
+    /// the answer waits for the decision.
+    fn reply(&self, call: &ToolCall) -> Reply {
+        let streaming = call.progress_token.is_some()
+            && self
+                .headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("text/event-stream"));
+        if !streaming {
+            return Reply::Response;
+        }
+        let (queue, mut rx) = mpsc::channel::<Bytes>(STREAM_QUEUE);
+        let stream = futures::stream::poll_fn(move |cx| {
+            rx.poll_recv(cx).map(|o| o.map(Ok::<_, std::io::Error>))
+        });
+        let response = Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(Body::from_stream(stream))
+            .expect("static response parts are valid");
+        Reply::Stream { queue, response }
+    }
+
+    /// The upstream's answer, as JSON or an event stream, as events on the client's stream,
+    /// with its tool lists filtered.
+    async fn relay_to_stream(
+        &self,
+        resp: UpstreamResponse,
+        queue: &mpsc::Sender<Bytes>,
+        lost: impl Fn(UpstreamError) -> Bytes + Send + Sync,
+    ) {
+        let up = &self.up;
+        if is_event_stream(resp.headers()) {
+            relay_into(filter_sse(up.body(resp), up.clone(), None), queue, lost).await;
+        } else {
+            let event = match up.read_body(resp).await {
+                Ok(body) => match filter_message(up, &body) {
+                    Filtered::Unchanged => sse::message(&body),
+                    Filtered::Rewritten(body) => sse::message(&body),
+                    Filtered::Unreadable(why) => lost(UpstreamError::Unreadable(why)),
+                },
+                Err(e) => lost(e),
+            };
+            let _ = queue.send(event).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_holds_the_upstream_back() {
+        let read = Arc::new(AtomicUsize::new(0));
+        let counted = read.clone();
+        let body = futures::stream::iter(0..1000).map(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(Bytes::from_static(b"data: x\n\n"))
+        });
+        let (tx, mut rx) = mpsc::channel(STREAM_QUEUE);
+        let relay = tokio::spawn(async move { relay_into(body, &tx, |_| Bytes::new()).await });
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        // A full queue and the chunk waiting for room: nothing more is read upstream.
+        assert_eq!(read.load(Ordering::SeqCst), STREAM_QUEUE + 1);
+        let mut relayed = 0;
+        while rx.recv().await.is_some() {
+            relayed += 1;
+        }
+        assert_eq!(relayed, 1000);
+        relay.await.unwrap();
+    }
+}
