@@ -24,9 +24,9 @@ use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 use crate::gate::hash::BindingKey;
 use crate::kube::applied::{desired_digest, observed_digest};
 use crate::kube::apply::FIELD_MANAGER;
-use crate::kube::conditions::{find, remove_condition};
+use crate::kube::conditions::{ConditionChange, find};
 use crate::kube::ownership::foreign_owner;
-use crate::kube::{apply, apply_status, is_applied, new_condition, set_condition};
+use crate::kube::{apply, apply_status, is_applied, new_condition};
 use crate::render::isolation::Isolation;
 use crate::render::objects::{binding_key_secret, binding_key_secret_name};
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
@@ -176,8 +176,8 @@ struct StatusUpdate {
     pending_approvals: i32,
     /// The rendered configuration's hash; `None` keeps the current one (nothing was applied).
     config_hash: Option<String>,
-    /// Conditions set (`Ok`) or removed (`Err`, by type), in order.
-    conditions: Vec<std::result::Result<Condition, &'static str>>,
+    /// Conditions set or removed, in order.
+    conditions: Vec<ConditionChange>,
 }
 
 impl StatusUpdate {
@@ -191,21 +191,18 @@ impl StatusUpdate {
     }
 
     fn set(&mut self, condition: Condition) {
-        self.conditions.push(Ok(condition));
+        self.conditions.push(ConditionChange::Set(condition));
     }
 
     fn remove(&mut self, type_: &'static str) {
-        self.conditions.push(Err(type_));
+        self.conditions.push(ConditionChange::Remove(type_));
     }
 
     /// `current` updated: each condition keeps its transition time unless its status changed.
     fn applied_to(&self, current: &AgentStatus) -> AgentStatus {
         let mut conditions = current.conditions.clone();
         for change in &self.conditions {
-            match change {
-                Ok(condition) => set_condition(&mut conditions, condition.clone()),
-                Err(type_) => remove_condition(&mut conditions, type_),
-            }
+            change.apply(&mut conditions);
         }
         AgentStatus {
             observed_generation: self.generation,
