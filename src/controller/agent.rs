@@ -3,7 +3,6 @@
 //! A reconcile with nothing to change makes no API writes.
 
 use std::collections::BTreeSet;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
@@ -15,7 +14,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::compact::CachedAgent;
+use super::compact::{CachedAgent, status_digest};
 use super::rendered::{HoldsBindingKey, Readiness, RenderedKind, Summaries, Summary};
 use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
 use crate::api::agent::{AgentStatus, ToolServerKind};
@@ -214,31 +213,6 @@ impl StatusUpdate {
             pending_approvals: Some(self.pending_approvals),
         }
     }
-}
-
-/// Digest of what a status says, transition times left out and conditions in any order: equal
-/// digests mean a write would change nothing but those times.
-pub fn status_digest(status: &AgentStatus) -> u64 {
-    let mut conditions: Vec<&Condition> = status.conditions.iter().collect();
-    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-    let mut hasher = DefaultHasher::new();
-    (
-        status.observed_generation,
-        &status.config_hash,
-        status.pending_approvals,
-    )
-        .hash(&mut hasher);
-    for c in conditions {
-        (
-            &c.type_,
-            &c.status,
-            &c.reason,
-            &c.message,
-            c.observed_generation,
-        )
-            .hash(&mut hasher);
-    }
-    hasher.finish()
 }
 
 /// The status `update` applies to, of which the cache keeps only its `digest`: `None` when
