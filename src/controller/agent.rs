@@ -3,20 +3,22 @@
 //! A reconcile with nothing to change makes no API writes.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::compact::{CachedAgent, status_digest};
+use super::compact::{CachedAgent, CachedRequest, status_digest};
 use super::rendered::{HoldsBindingKey, Readiness, RenderedKind, Summaries, Summary};
-use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
+use super::watches::AgentWatches;
+use super::{CACHE_SYNC_BOUND, Context, RefKey, bounded, drain, measured, retry_after_error};
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::freeze::FROZEN;
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
@@ -44,6 +46,80 @@ pub const READY: &str = "Ready";
 pub const GATE_ISOLATED: &str = "GateIsolated";
 /// Condition: whether every tool in toolNames is offered by its RemoteMCPServer.
 pub const TOOLS_AVAILABLE: &str = "ToolsAvailable";
+
+/// The Agent controller on `watches`, until `shutdown` resolves.
+pub fn controller(
+    watches: AgentWatches,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> {
+    let AgentWatches {
+        agents,
+        rendered_or_namespace,
+        remote_mcp_servers,
+        model_configs,
+        services,
+        secrets,
+        config_maps,
+        tool_agents,
+        requests,
+        resync,
+    } = watches;
+    let controller = Controller::for_shared_stream(agents, ctx.stores.agents.clone())
+        .with_config(bounded())
+        .reconcile_on(rendered_or_namespace)
+        .watches_shared_stream(remote_mcp_servers, by_shared_ref(&ctx, "RemoteMCPServer"))
+        .watches_shared_stream(model_configs, by_shared_ref(&ctx, "ModelConfig"))
+        .watches_stream(services, by_ref(&ctx, "Service"))
+        .watches_stream(secrets, by_ref(&ctx, "Secret"))
+        .watches_stream(config_maps, by_ref(&ctx, "ConfigMap"))
+        .watches_shared_stream(tool_agents, by_shared_ref(&ctx, "Agent"))
+        .watches_shared_stream(requests, |request: Arc<CachedRequest>| {
+            Some(
+                ObjectRef::new(request.agent_name())
+                    .within(&request.namespace().unwrap_or_default()),
+            )
+        })
+        .reconcile_all_on(resync)
+        .graceful_shutdown_on(shutdown);
+    drain(controller.run(
+        reconcile,
+        |object, error, ctx| retry_after_error(CONTROLLER, object.as_ref(), error, &ctx),
+        ctx,
+    ))
+}
+
+/// The Agents that name `object`, of kind `kind`.
+fn naming(
+    ctx: &Context,
+    kind: &'static str,
+    object: &impl Resource,
+) -> Vec<ObjectRef<CachedAgent>> {
+    ctx.refs.agents_for(
+        kind,
+        &object.namespace().unwrap_or_default(),
+        &object.name_any(),
+        &ctx.stores.agents,
+    )
+}
+
+/// [`naming`] as the mapper of a watch of `kind`.
+fn by_ref<R: Resource>(
+    ctx: &Arc<Context>,
+    kind: &'static str,
+) -> impl Fn(R) -> Vec<ObjectRef<CachedAgent>> + Send + Sync + 'static {
+    let ctx = ctx.clone();
+    move |object| naming(&ctx, kind, &object)
+}
+
+/// [`naming`] as the mapper of a shared cache's changes of `kind`.
+fn by_shared_ref<R: Resource>(
+    ctx: &Arc<Context>,
+    kind: &'static str,
+) -> impl Fn(Arc<R>) -> Vec<ObjectRef<CachedAgent>> + Send + Sync + 'static {
+    let ctx = ctx.clone();
+    move |object| naming(&ctx, kind, object.as_ref())
+}
 
 /// Reconciles one Agent.
 pub async fn reconcile(agent: Arc<CachedAgent>, ctx: Arc<Context>) -> Result<Action> {

@@ -314,7 +314,7 @@ mod tests {
     #[test]
     fn a_cached_request_takes_under_half_of_its_json() {
         // Random parts as in a real request: uids and the arguments' digest. The cache never
-        // holds the arguments' preview (`run::cached_request`).
+        // holds the arguments' preview (`watches::cached_request`).
         let mut request = request();
         request.spec.arguments_preview = None;
         request.metadata.uid = Some("9e1374ce-43cd-461e-b35d-76590b8ea984".into());
