@@ -3,30 +3,31 @@
 //! A reconcile with nothing to change makes no API writes.
 
 use std::collections::BTreeSet;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::compact::CachedAgent;
+use super::compact::{CachedAgent, CachedRequest, status_digest};
 use super::rendered::{HoldsBindingKey, Readiness, RenderedKind, Summaries, Summary};
-use super::{CACHE_SYNC_BOUND, Context, RefKey, measured};
+use super::watches::AgentWatches;
+use super::{CACHE_SYNC_BOUND, Context, RefKey, bounded, drain, measured, retry_after_error};
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::freeze::FROZEN;
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 use crate::contract::binding_key::BindingKey;
 use crate::kube::applied::{desired_digest, observed_digest};
-use crate::kube::conditions::{find, remove_condition};
+use crate::kube::conditions::{ConditionChange, find};
 use crate::kube::field_manager;
 use crate::kube::ownership::foreign_owner;
-use crate::kube::{apply, apply_status, is_applied, new_condition, set_condition};
+use crate::kube::{apply, apply_status, is_applied, new_condition};
 use crate::render::isolation::Isolation;
 use crate::render::objects::{binding_key_secret, binding_key_secret_name};
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
@@ -45,6 +46,80 @@ pub const READY: &str = "Ready";
 pub const GATE_ISOLATED: &str = "GateIsolated";
 /// Condition: whether every tool in toolNames is offered by its RemoteMCPServer.
 pub const TOOLS_AVAILABLE: &str = "ToolsAvailable";
+
+/// The Agent controller on `watches`, until `shutdown` resolves.
+pub fn controller(
+    watches: AgentWatches,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> {
+    let AgentWatches {
+        agents,
+        rendered_or_namespace,
+        remote_mcp_servers,
+        model_configs,
+        services,
+        secrets,
+        config_maps,
+        tool_agents,
+        requests,
+        resync,
+    } = watches;
+    let controller = Controller::for_shared_stream(agents, ctx.stores.agents.clone())
+        .with_config(bounded())
+        .reconcile_on(rendered_or_namespace)
+        .watches_shared_stream(remote_mcp_servers, by_shared_ref(&ctx, "RemoteMCPServer"))
+        .watches_shared_stream(model_configs, by_shared_ref(&ctx, "ModelConfig"))
+        .watches_stream(services, by_ref(&ctx, "Service"))
+        .watches_stream(secrets, by_ref(&ctx, "Secret"))
+        .watches_stream(config_maps, by_ref(&ctx, "ConfigMap"))
+        .watches_shared_stream(tool_agents, by_shared_ref(&ctx, "Agent"))
+        .watches_shared_stream(requests, |request: Arc<CachedRequest>| {
+            Some(
+                ObjectRef::new(request.agent_name())
+                    .within(&request.namespace().unwrap_or_default()),
+            )
+        })
+        .reconcile_all_on(resync)
+        .graceful_shutdown_on(shutdown);
+    drain(controller.run(
+        reconcile,
+        |object, error, ctx| retry_after_error(CONTROLLER, object.as_ref(), error, &ctx),
+        ctx,
+    ))
+}
+
+/// The Agents that name `object`, of kind `kind`.
+fn naming(
+    ctx: &Context,
+    kind: &'static str,
+    object: &impl Resource,
+) -> Vec<ObjectRef<CachedAgent>> {
+    ctx.refs.agents_for(
+        kind,
+        &object.namespace().unwrap_or_default(),
+        &object.name_any(),
+        &ctx.stores.agents,
+    )
+}
+
+/// [`naming`] as the mapper of a watch of `kind`.
+fn by_ref<R: Resource>(
+    ctx: &Arc<Context>,
+    kind: &'static str,
+) -> impl Fn(R) -> Vec<ObjectRef<CachedAgent>> + Send + Sync + 'static {
+    let ctx = ctx.clone();
+    move |object| naming(&ctx, kind, &object)
+}
+
+/// [`naming`] as the mapper of a shared cache's changes of `kind`.
+fn by_shared_ref<R: Resource>(
+    ctx: &Arc<Context>,
+    kind: &'static str,
+) -> impl Fn(Arc<R>) -> Vec<ObjectRef<CachedAgent>> + Send + Sync + 'static {
+    let ctx = ctx.clone();
+    move |object| naming(&ctx, kind, object.as_ref())
+}
 
 /// Reconciles one Agent.
 pub async fn reconcile(agent: Arc<CachedAgent>, ctx: Arc<Context>) -> Result<Action> {
@@ -176,8 +251,8 @@ struct StatusUpdate {
     pending_approvals: i32,
     /// The rendered configuration's hash; `None` keeps the current one (nothing was applied).
     config_hash: Option<String>,
-    /// Conditions set (`Ok`) or removed (`Err`, by type), in order.
-    conditions: Vec<std::result::Result<Condition, &'static str>>,
+    /// Conditions set or removed, in order.
+    conditions: Vec<ConditionChange>,
 }
 
 impl StatusUpdate {
@@ -191,21 +266,18 @@ impl StatusUpdate {
     }
 
     fn set(&mut self, condition: Condition) {
-        self.conditions.push(Ok(condition));
+        self.conditions.push(ConditionChange::Set(condition));
     }
 
     fn remove(&mut self, type_: &'static str) {
-        self.conditions.push(Err(type_));
+        self.conditions.push(ConditionChange::Remove(type_));
     }
 
     /// `current` updated: each condition keeps its transition time unless its status changed.
     fn applied_to(&self, current: &AgentStatus) -> AgentStatus {
         let mut conditions = current.conditions.clone();
         for change in &self.conditions {
-            match change {
-                Ok(condition) => set_condition(&mut conditions, condition.clone()),
-                Err(type_) => remove_condition(&mut conditions, type_),
-            }
+            change.apply(&mut conditions);
         }
         AgentStatus {
             observed_generation: self.generation,
@@ -217,31 +289,6 @@ impl StatusUpdate {
             pending_approvals: Some(self.pending_approvals),
         }
     }
-}
-
-/// Digest of what a status says, transition times left out and conditions in any order: equal
-/// digests mean a write would change nothing but those times.
-pub fn status_digest(status: &AgentStatus) -> u64 {
-    let mut conditions: Vec<&Condition> = status.conditions.iter().collect();
-    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-    let mut hasher = DefaultHasher::new();
-    (
-        status.observed_generation,
-        &status.config_hash,
-        status.pending_approvals,
-    )
-        .hash(&mut hasher);
-    for c in conditions {
-        (
-            &c.type_,
-            &c.status,
-            &c.reason,
-            &c.message,
-            c.observed_generation,
-        )
-            .hash(&mut hasher);
-    }
-    hasher.finish()
 }
 
 /// The status `update` applies to, of which the cache keeps only its `digest`: `None` when

@@ -4,26 +4,30 @@
 //!
 //! The decision path itself does not go through here: the gate watches its own request.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Patch};
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::compact::CachedRequest;
-use super::{CACHE_SYNC_BOUND, Context, due_in, measured, notifier};
+use super::compact::{CachedAgent, CachedRequest};
+use super::watches::ApprovalRequestWatches;
+use super::{
+    CACHE_SYNC_BOUND, Context, bounded, drain, due_in, measured, notifier, retry_after_error,
+};
 use crate::Result;
 use crate::api::agent::RuleAction;
 use crate::api::approval_request::ApprovalRequestStatus;
 use crate::api::common::parse_duration_seconds;
 use crate::api::freeze::FROZEN;
-use crate::api::{Agent, ApprovalMode, ApprovalRequest, Phase};
+use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest, Phase};
 use crate::kube::conditions::find;
 use crate::kube::{apply_params, apply_status, new_condition, set_condition};
 
@@ -289,6 +293,47 @@ fn outcome(phase: Phase) -> Option<&'static str> {
         Phase::Cancelled => Some("cancelled"),
         Phase::Pending | Phase::Executed => None,
     }
+}
+
+/// The ApprovalRequest controller on `watches`, until `shutdown` resolves.
+pub fn controller(
+    watches: ApprovalRequestWatches,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> {
+    let ApprovalRequestWatches {
+        requests,
+        notifiers,
+        agents,
+        resync,
+    } = watches;
+    let approvals = ctx.stores.approvals.clone();
+    let requests_by_agent = ctx.stores.requests_by_agent.clone();
+    let open_in_namespace = {
+        let approvals = approvals.clone();
+        move |notifier: Arc<ApprovalNotifier>| {
+            let namespace = notifier.namespace();
+            approvals
+                .state_filter(|r| r.namespace() == namespace && !r.is_finished())
+                .iter()
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let controller = Controller::for_shared_stream(requests, approvals)
+        .watches_shared_stream(notifiers, open_in_namespace)
+        .with_config(bounded())
+        .watches_shared_stream(agents, move |agent: Arc<CachedAgent>| {
+            let namespace = agent.namespace().unwrap_or_default();
+            requests_by_agent.made_by(&namespace, &agent.name_any())
+        })
+        .reconcile_all_on(resync)
+        .graceful_shutdown_on(shutdown);
+    drain(controller.run(
+        reconcile,
+        |object, error, ctx| retry_after_error(CONTROLLER, object.as_ref(), error, &ctx),
+        ctx,
+    ))
 }
 
 /// Reconciles one ApprovalRequest.

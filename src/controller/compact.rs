@@ -21,14 +21,15 @@
 
 use std::borrow::Cow;
 use std::fmt::Debug;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::Resource;
 use lz4_flex::block::{compress_prepend_size_with_dict, decompress_size_prepended_with_dict};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::agent::status_digest;
+use crate::api::agent::AgentStatus;
 use crate::api::approval_request::Phase;
 use crate::api::{Agent, ApprovalRequest};
 
@@ -58,6 +59,31 @@ impl Compactable for Agent {
     fn take_index(&mut self) -> Self::Index {
         self.status.take().map(|status| status_digest(&status))
     }
+}
+
+/// Digest of what a status says, transition times left out and conditions in any order: equal
+/// digests mean a write would change nothing but those times.
+pub fn status_digest(status: &AgentStatus) -> u64 {
+    let mut conditions: Vec<&Condition> = status.conditions.iter().collect();
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let mut hasher = DefaultHasher::new();
+    (
+        status.observed_generation,
+        &status.config_hash,
+        status.pending_approvals,
+    )
+        .hash(&mut hasher);
+    for c in conditions {
+        (
+            &c.type_,
+            &c.status,
+            &c.reason,
+            &c.message,
+            c.observed_generation,
+        )
+            .hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 /// What is read of every cached ApprovalRequest: the Agent that made it and its phase (the
@@ -287,7 +313,7 @@ mod tests {
     #[test]
     fn a_cached_request_takes_under_half_of_its_json() {
         // Random parts as in a real request: uids and the arguments' digest. The cache never
-        // holds the arguments' preview (`run::cached_request`).
+        // holds the arguments' preview (`watches::cached_request`).
         let mut request = request();
         request.spec.arguments_preview = None;
         request.metadata.uid = Some("9e1374ce-43cd-461e-b35d-76590b8ea984".into());

@@ -3,10 +3,13 @@
 
 pub mod agent;
 pub mod approval_request;
+pub mod args;
 pub mod compact;
 pub mod discovery;
 pub mod events;
 pub mod fan_out;
+pub mod health;
+pub mod leader;
 pub mod malloc;
 pub mod metrics;
 pub mod model_config;
@@ -17,8 +20,10 @@ pub mod rendered;
 pub mod requests_by_agent;
 pub mod run;
 pub mod slack;
+pub mod watches;
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,10 +40,10 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PartialObjectMeta};
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 
 use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::freeze::Freeze;
@@ -51,10 +56,11 @@ use compact::{CachedAgent, CachedRequest};
 use events::{EVENTS_PER_RECORDER, Events};
 use rendered::{Confirmed, Summaries};
 
+pub use args::ControllerArgs;
 pub use metrics::Metrics;
 pub use ref_index::{RefIndex, RefKey};
 pub use requests_by_agent::RequestsByAgent;
-pub use run::{ControllerArgs, run};
+pub use run::run;
 
 /// The `Reporter` name on Events the controller publishes.
 pub const REPORTER: &str = "hitl-operator";
@@ -476,6 +482,39 @@ pub fn retry_after_error(
         "reconcile failed"
     );
     Action::requeue(delay)
+}
+
+/// How many objects one controller reconciles at once. Unbounded, a cold start over 1000
+/// Agents ran 1000 reconciles side by side, each holding what it fetched and rendered; the
+/// apiserver answers no faster for it.
+const RECONCILE_CONCURRENCY: u16 = 16;
+
+/// A controller configuration reconciling at most [`RECONCILE_CONCURRENCY`] objects at once.
+fn bounded() -> controller::Config {
+    controller::Config::default().concurrency(RECONCILE_CONCURRENCY)
+}
+
+/// Drains a controller's result stream. Failed reconciles were logged and counted by the error
+/// policy, and an object deleted while queued needs nothing; a watch failing (RBAC, a missing
+/// CRD, the API unreachable) keeps the caches from syncing, so it is logged as a warning.
+async fn drain<K: Resource, E: std::error::Error + 'static>(
+    results: impl Stream<Item = Result<(ObjectRef<K>, Action), controller::Error<E, watcher::Error>>>,
+) where
+    K::DynamicType: Debug + Eq + std::hash::Hash,
+{
+    results
+        .for_each(|result| async move {
+            match result {
+                Err(error @ controller::Error::QueueError(_)) => {
+                    tracing::warn!(%error, "watch failed; retrying with backoff");
+                }
+                Err(error @ controller::Error::RunnerError(_)) => {
+                    tracing::warn!(%error, "controller stopped");
+                }
+                Ok(_) | Err(_) => {}
+            }
+        })
+        .await;
 }
 
 #[cfg(test)]

@@ -3,17 +3,19 @@
 //! in `status.secretHash`, which the renderer folds into the agents' config hash so a
 //! rotation rolls their pods.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
-use kube::runtime::controller::Action;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use super::{Context, measured};
+use super::watches::ModelConfigWatches;
+use super::{Context, drain, measured, retry_after_error};
 use crate::api::ModelConfig;
 use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::model_config::{ModelConfigStatus, TlsConfig};
@@ -24,6 +26,33 @@ use crate::{Error, Result};
 
 /// Name of this controller in metrics.
 pub const CONTROLLER: &str = "modelconfig";
+
+/// The ModelConfig controller on `watches`, until `shutdown` resolves.
+pub fn controller(
+    watches: ModelConfigWatches,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> {
+    let ModelConfigWatches {
+        model_configs,
+        secrets,
+    } = watches;
+    let store = ctx.stores.model_configs.clone();
+    let controller = Controller::for_shared_stream(model_configs, store.clone())
+        .watches_stream(secrets, move |secret: PartialObjectMeta<Secret>| {
+            using_secret(
+                &store,
+                &secret.namespace().unwrap_or_default(),
+                &secret.name_any(),
+            )
+        })
+        .graceful_shutdown_on(shutdown);
+    drain(controller.run(
+        reconcile,
+        |object, error, ctx| retry_after_error(CONTROLLER, object.as_ref(), error, &ctx),
+        ctx,
+    ))
+}
 
 /// Reconciles one ModelConfig.
 pub async fn reconcile(model_config: Arc<ModelConfig>, ctx: Arc<Context>) -> Result<Action> {

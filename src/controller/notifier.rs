@@ -8,6 +8,7 @@
 //! outcome counts as failed and is retried after the backoff. Decisions never wait for any of
 //! it: the gate watches its own request.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,11 +17,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
 use kube::core::Selector;
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
-use super::{Context, measured};
+use super::watches::NotifierWatches;
+use super::{Context, drain, measured, retry_after_error};
 use crate::Result;
 use crate::api::approval_notifier::{
     ApprovalNotifierSpec, ApprovalNotifierStatus, ChannelType, Delivery,
@@ -109,6 +111,21 @@ fn selector_problem(spec: &ApprovalNotifierSpec) -> Option<Problem> {
     Selector::try_from(selector)
         .err()
         .map(|e| problem("InvalidSpec", format!("spec.agentSelector: {e}")))
+}
+
+/// The ApprovalNotifier controller on `watches`, until `shutdown` resolves.
+pub fn controller(
+    watches: NotifierWatches,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> {
+    let controller = Controller::for_shared_stream(watches.notifiers, ctx.stores.notifiers.clone())
+        .graceful_shutdown_on(shutdown);
+    drain(controller.run(
+        reconcile,
+        |object, error, ctx| retry_after_error(CONTROLLER, object.as_ref(), error, &ctx),
+        ctx,
+    ))
 }
 
 /// Reconciles one ApprovalNotifier: records whether its channel can be used.

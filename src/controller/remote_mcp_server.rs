@@ -3,16 +3,19 @@
 //! sooner with backoff after a failure.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::Api;
-use kube::runtime::controller::Action;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use super::{Context, discovery, fetch_value_source, measured};
+use super::watches::RemoteMcpServerWatches;
+use super::{Context, discovery, drain, fetch_value_source, measured, retry_after_error};
 use crate::api::RemoteMCPServer;
 use crate::api::common::{ValueSourceType, parse_duration_seconds};
 use crate::api::remote_mcp_server::RemoteMCPServerStatus;
@@ -29,6 +32,47 @@ pub const RELIST_INTERVAL: Duration = Duration::from_secs(300);
 const DISCOVERY_RETRY_BASE: Duration = Duration::from_secs(10);
 /// Timeout of one listing when the server sets none.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The RemoteMCPServer controller on `watches`, until `shutdown` resolves.
+pub fn controller(
+    watches: RemoteMcpServerWatches,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> {
+    let RemoteMcpServerWatches {
+        servers,
+        secrets,
+        config_maps,
+    } = watches;
+    let servers_store = ctx.stores.remote_mcp_servers.clone();
+    let (for_secrets, for_config_maps) = (servers_store.clone(), servers_store.clone());
+    let controller = Controller::for_shared_stream(servers, servers_store)
+        .watches_stream(secrets, move |secret: PartialObjectMeta<Secret>| {
+            using_source(
+                &for_secrets,
+                ValueSourceType::Secret,
+                &secret.namespace().unwrap_or_default(),
+                &secret.name_any(),
+            )
+        })
+        .watches_stream(
+            config_maps,
+            move |config_map: PartialObjectMeta<ConfigMap>| {
+                using_source(
+                    &for_config_maps,
+                    ValueSourceType::ConfigMap,
+                    &config_map.namespace().unwrap_or_default(),
+                    &config_map.name_any(),
+                )
+            },
+        )
+        .graceful_shutdown_on(shutdown);
+    drain(controller.run(
+        reconcile,
+        |object, error, ctx| retry_after_error(CONTROLLER, object.as_ref(), error, &ctx),
+        ctx,
+    ))
+}
 
 /// Reconciles one RemoteMCPServer.
 pub async fn reconcile(server: Arc<RemoteMCPServer>, ctx: Arc<Context>) -> Result<Action> {

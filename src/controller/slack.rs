@@ -18,10 +18,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use serde_json::json;
 
+use super::ControllerArgs;
 use crate::api::ApprovalRequest;
 use crate::api::approval_request::DecisionType;
 use crate::cli::hitl::decide::{self, Outcome};
 use crate::notify::slack::{self, Interaction, Mapping, Verifier};
+use crate::{Error, Result};
 
 /// Path Slack posts interactions to (the app's Interactivity Request URL).
 pub const PATH: &str = "/slack/interactions";
@@ -38,6 +40,52 @@ pub struct Endpoint {
     pub http: reqwest::Client,
     /// Replies go only to `response_url`s starting with this (Slack's own by default).
     pub response_url_prefix: String,
+}
+
+/// Starts the Slack interactions endpoint when `--slack-interactions-addr` is set: reads the
+/// signing secret and the user mapping (a startup error when either is missing or invalid).
+pub(super) async fn serve(args: &ControllerArgs) -> Result<()> {
+    let (Some(addr), Some(secret_file), Some(users_file)) = (
+        args.slack_interactions_addr,
+        &args.slack_signing_secret_file,
+        &args.slack_users_file,
+    ) else {
+        return Ok(());
+    };
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let secret = read(secret_file)?;
+    let mapping = slack::mapping(&read(users_file)?).map_err(|message| Error::Yaml {
+        file: users_file.display().to_string(),
+        message,
+    })?;
+    let endpoint = Endpoint {
+        verifier: Verifier::new(secret.trim().as_bytes()),
+        mapping,
+        config: kube::Config::infer()
+            .await
+            .map_err(kube::Error::InferConfig)?,
+        http: crate::egress::client(),
+        response_url_prefix: args.slack_response_url_prefix.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
+    tracing::info!(%addr, users = endpoint.mapping.len(), "serving Slack interactions at {}", PATH);
+    let server = axum::serve(listener, router(Arc::new(endpoint)));
+    tokio::spawn(async move {
+        if let Err(error) = server.await {
+            tracing::error!(%error, "Slack interactions server stopped");
+        }
+    });
+    Ok(())
 }
 
 /// The router serving [`PATH`].

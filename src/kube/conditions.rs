@@ -42,6 +42,25 @@ pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
     conditions.retain(|c| c.type_ != type_);
 }
 
+/// One change to a list of conditions: a condition set, or one that no longer applies removed.
+#[derive(Clone, Debug)]
+pub enum ConditionChange {
+    /// Sets this condition ([`set_condition`]).
+    Set(Condition),
+    /// Removes the condition of this type ([`remove_condition`]).
+    Remove(&'static str),
+}
+
+impl ConditionChange {
+    /// Makes the change in `conditions`.
+    pub fn apply(&self, conditions: &mut Vec<Condition>) {
+        match self {
+            ConditionChange::Set(condition) => set_condition(conditions, condition.clone()),
+            ConditionChange::Remove(type_) => remove_condition(conditions, type_),
+        }
+    }
+}
+
 /// The condition of `type_`, if present.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

@@ -1,0 +1,165 @@
+//! Leadership and stopping: the controllers run only while this replica holds the Lease
+//! (`--leader-election`), and stop on SIGTERM or when the Lease is lost, with a bounded grace.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube_lease_manager::LeaseManagerBuilder;
+use tokio::sync::watch;
+
+use super::ControllerArgs;
+use super::health::Health;
+use crate::kube::backoff::BackoffWhileFailing;
+use crate::{Error, Result};
+
+/// How long in-flight reconciles may finish after a stop before they are dropped.
+pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long releasing the Lease may take at shutdown before the process exits anyway.
+const RELEASE_BOUND: Duration = Duration::from_secs(2);
+
+/// Resolves when SIGTERM or Ctrl-C arrives.
+async fn termination() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// A stop signal that turns true on SIGTERM or Ctrl-C (and, with leader election, when the
+/// Lease is lost: [`lead`] sends it then).
+pub(super) fn stop_on_termination() -> (Arc<watch::Sender<bool>>, watch::Receiver<bool>) {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            termination().await;
+            tracing::info!("termination requested, shutting down");
+            stop_tx.send_replace(true);
+        });
+    }
+    (stop_tx, stop_rx)
+}
+
+/// Resolves once `stop` turns true.
+pub(super) fn stopped(
+    stop: &watch::Receiver<bool>,
+) -> impl Future<Output = ()> + Send + Sync + 'static {
+    let mut stop = stop.clone();
+    async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    }
+}
+
+/// Resolves [`SHUTDOWN_GRACE`] after `stop` turns true.
+pub(super) async fn grace_over(stop: &watch::Receiver<bool>) {
+    stopped(stop).await;
+    tokio::time::sleep(SHUTDOWN_GRACE).await;
+}
+
+/// Waits for the Lease, runs the controllers while holding it, and releases it once `stop`
+/// turns true. Losing the Lease stops the controllers and returns an error. `controllers`
+/// runs them until the receiver it is given turns true.
+pub(super) async fn lead<F: Future<Output = ()>>(
+    client: &Client,
+    args: &ControllerArgs,
+    health: &Health,
+    stop_tx: Arc<watch::Sender<bool>>,
+    stop_rx: watch::Receiver<bool>,
+    controllers: impl FnOnce(watch::Receiver<bool>) -> F,
+) -> Result<()> {
+    let lease_namespace = args
+        .lease_namespace
+        .clone()
+        .or_else(|| args.namespace.clone())
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let identity = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME"));
+    let contend = || async {
+        let mut builder = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+            .with_namespace(&lease_namespace);
+        if let Ok(identity) = &identity {
+            builder = builder.with_identity(identity);
+        }
+        Ok::<_, Error>(builder.build().await?.watch().await)
+    };
+    let (mut leader, mut lease_task) = contend().await?;
+    // A standby replica is healthy and ready; it just does not reconcile.
+    health.set_ready(true);
+    tracing::info!(lease = %args.lease_name, namespace = %lease_namespace, "waiting for leadership");
+    let mut waiting_stop = stop_rx.clone();
+    let mut released = std::pin::pin!(lease_released(client, &lease_namespace, &args.lease_name));
+    let became_leader = loop {
+        let leading = tokio::select! {
+            result = leader.wait_for(|leading| *leading) => Some(result.is_ok()),
+            _ = waiting_stop.wait_for(|stop| *stop) => Some(false),
+            Some(()) = released.next() => None,
+        };
+        if let Some(leading) = leading {
+            break leading;
+        }
+        // Released: the lease manager would sleep until the expiry it last read, but the Lease
+        // is free now, so contend again at once.
+        drop(leader);
+        let _ = tokio::time::timeout(RELEASE_BOUND, lease_task).await;
+        (leader, lease_task) = contend().await?;
+    };
+    let mut lost = false;
+    if became_leader {
+        tracing::info!("acquired the Lease, starting controllers");
+        let lost_flag = Arc::new(AtomicBool::new(false));
+        let watcher_task = {
+            let (stop_tx, lost_flag, mut leader) =
+                (stop_tx.clone(), lost_flag.clone(), leader.clone());
+            tokio::spawn(async move {
+                if leader.wait_for(|leading| !*leading).await.is_ok() {
+                    tracing::error!("lost the Lease, stopping controllers");
+                    lost_flag.store(true, Ordering::Relaxed);
+                    stop_tx.send_replace(true);
+                }
+            })
+        };
+        controllers(stop_rx).await;
+        watcher_task.abort();
+        lost = lost_flag.load(Ordering::Relaxed);
+    }
+    // Closing the channel makes the lease task release the Lease and return.
+    drop(leader);
+    match tokio::time::timeout(RELEASE_BOUND, lease_task).await {
+        Ok(Ok(result)) => drop(result?),
+        Ok(Err(error)) => tracing::warn!(%error, "lease task failed"),
+        Err(_) => tracing::warn!("releasing the Lease timed out; it expires on its own"),
+    }
+    if lost {
+        // Exit non-zero so the pod restarts as a standby with fresh caches.
+        return Err(Error::LeaderElection(
+            kube_lease_manager::LeaseManagerError::InconsistentState("lost the Lease".into()),
+        ));
+    }
+    Ok(())
+}
+
+/// Yields whenever the Lease `namespace/name` has no holder: its leader released it on
+/// shutdown (or it was never taken). Watch failures are retried with backoff.
+fn lease_released(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> impl Stream<Item = ()> + Send + 'static {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    watcher(Api::<Lease>::namespaced(client.clone(), namespace), config)
+        .backoff_while_failing()
+        .applied_objects()
+        .filter_map(|lease| async move {
+            let holder = lease.ok()?.spec?.holder_identity;
+            holder.is_none_or(|holder| holder.is_empty()).then_some(())
+        })
+}
