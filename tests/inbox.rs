@@ -134,7 +134,7 @@ fn decisions(api: &FakeApi, name: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approver_sees_and_decides_in_a_headless_browser() {
-    common::init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
     require_browser();
     let api = FakeApi::start().await;
     seed(&api).await;
