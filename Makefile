@@ -29,7 +29,7 @@ $(UI_STAMP): tests/ui/package-lock.json
 ## test runs (the browser test also needs Debian's `chromium`; .ci/run installs it).
 test: $(PEERS_STAMP) $(UI_STAMP) $(CHART_STAMP)
 	$(CARGO) test --all-targets --no-fail-fast
-	$(MAKE) chart-test
+	$(MAKE) chart-pytest
 
 lint:
 	$(CARGO) fmt --check
