@@ -4,13 +4,11 @@
 //! a confirmation, an RBAC refusal is shown with its fix, and hostile requests change nothing.
 //! Then the writes the fake apiserver received are checked one by one.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::FakeApi;
 use hitl_operator::cli::hitl::identity;
 use hitl_operator::cli::hitl::inbox::{Inbox, Scope};
+use hitl_test_kit::FakeApi;
 use serde_json::{Value, json};
 
 const NS: &str = "team-a";

@@ -1,4 +1,4 @@
-//! Test harness for the gate: the fake apiserver, a counting proxy in front of the real MCP
+//! Test harness for the gate: the kit's fake apiserver, a counting proxy in front of the real MCP
 //! server, the real MCP peers from npm, and an in-process gate.
 
 use std::collections::BTreeMap;
@@ -25,7 +25,7 @@ use hitl_operator::gate::server;
 use hitl_operator::render::config::McpParams;
 use serde_json::Value;
 
-pub use crate::common::{FakeApi, eventually};
+pub use hitl_test_kit::{FakeApi, eventually};
 
 /// Directory of the npm MCP peers.
 pub fn peers_dir() -> PathBuf {

@@ -3,8 +3,6 @@
 //! tests/mcp-peers/node_modules is missing (`make peers`): a test that did not run never reports
 //! a pass.
 
-#[path = "../common/mod.rs"]
-mod common;
 mod harness;
 mod stub;
 
