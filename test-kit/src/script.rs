@@ -178,3 +178,40 @@ async fn serve(script: Vec<Exchange>, mut api: ApiMock) -> Vec<Recorded> {
     }
     recorded
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(client: Client, path: &str) -> Result<Value, kube::Error> {
+        let request = http::Request::get(path).body(Vec::new()).unwrap();
+        client.request::<Value>(request).await
+    }
+
+    #[tokio::test]
+    async fn a_scripted_request_gets_its_answer_and_is_recorded() {
+        let (answer, made) = run_script(
+            vec![expect(Method::GET, "/api/v1/namespaces", json!({"a": 1})).body(Value::Null)],
+            |client| get(client, "/api/v1/namespaces"),
+        )
+        .await;
+        assert_eq!(answer.unwrap(), json!({"a": 1}));
+        assert_eq!(made.len(), 1);
+        assert!(!made[0].is_write());
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "requests expected but not made")]
+    async fn a_request_never_made_fails_the_test() {
+        run_script(vec![not_found("/api/v1/namespaces/a")], |_| async {}).await;
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "out of script")]
+    async fn a_request_out_of_script_fails_the_test() {
+        let _ = run_script(vec![not_found("/api/v1/namespaces/a")], |client| {
+            get(client, "/api/v1/namespaces/b")
+        })
+        .await;
+    }
+}
