@@ -5,6 +5,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
+# A workspace member (the tests' kit): cargo reads every member's manifest.
+COPY test-kit ./test-kit
 RUN cargo build --release --locked --bins
 
 # Distroless, non-root (uid 65532), no shell.

@@ -28,15 +28,15 @@ $(UI_STAMP): tests/ui/package-lock.json
 ## the pinned npm MCP peers, playwright-core and the chart tests' Python venv first, so every
 ## test runs (the browser test also needs Debian's `chromium`; .ci/run installs it).
 test: $(PEERS_STAMP) $(UI_STAMP) $(CHART_STAMP)
-	$(CARGO) test --all-targets --no-fail-fast
-	$(MAKE) chart-test
+	$(CARGO) test --workspace --all-targets --no-fail-fast
+	$(MAKE) chart-pytest
 
 lint:
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 fmt:
-	$(CARGO) fmt
+	$(CARGO) fmt --all
 
 ## Regenerate crds/ and the chart's copy from the Rust types (tests fail when they drift).
 crds:

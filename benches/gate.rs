@@ -10,7 +10,7 @@
 //!
 //! Run: `cargo bench --bench gate` (set `GATE_BENCH_REQUESTS` to change requests per client).
 
-#[path = "../tests/common/stub.rs"]
+#[path = "../tests/gate/stub.rs"]
 mod stub;
 
 use std::sync::Arc;

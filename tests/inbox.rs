@@ -4,13 +4,11 @@
 //! a confirmation, an RBAC refusal is shown with its fix, and hostile requests change nothing.
 //! Then the writes the fake apiserver received are checked one by one.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::FakeApi;
 use hitl_operator::cli::hitl::identity;
 use hitl_operator::cli::hitl::inbox::{Inbox, Scope};
+use hitl_test_kit::FakeApi;
 use serde_json::{Value, json};
 
 const NS: &str = "team-a";
@@ -134,7 +132,7 @@ fn decisions(api: &FakeApi, name: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approver_sees_and_decides_in_a_headless_browser() {
-    common::init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
     require_browser();
     let api = FakeApi::start().await;
     seed(&api).await;

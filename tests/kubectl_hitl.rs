@@ -1,48 +1,40 @@
-//! `kubectl hitl` against a scripted mock apiserver (tower-test): every test asserts the exact
-//! requests (method, path and query, content type, body) and that no others are sent.
+//! `kubectl hitl` against a scripted mock apiserver (`hitl_test_kit::script`): every test asserts
+//! the exact requests (method, path and query, content type, body) and that no others are sent.
 
 use clap::Parser;
 use futures::StreamExt;
 use hitl_operator::cli::hitl::error::CommandError;
 use hitl_operator::cli::hitl::{Cli, execute, watch};
-use http::{Request, Response};
+use hitl_test_kit::script::{Exchange, expect, spawn_script};
+use hitl_test_kit::{mock, status};
 use jiff::Timestamp;
-use kube::Client;
-use kube::client::Body;
 use serde_json::{Value, json};
-use tower_test::mock;
 
 const NS: &str = "team-a";
 const ARS: &str = "/apis/kagent.dev/v1alpha2/namespaces/team-a/approvalrequests";
 const SSR: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews?";
 const NOW: &str = "2026-11-22T00:10:00Z";
 
-/// One expected request and the response to it.
-struct Step {
-    method: &'static str,
-    uri: String,
-    body: Option<Value>,
-    status: u16,
-    response: Value,
-}
-
+/// One expected request, with its body (`None`: no body; a PATCH is a merge patch), and the
+/// response to it.
 fn step(
     method: &'static str,
     uri: impl Into<String>,
     body: Option<Value>,
     status: u16,
     response: Value,
-) -> Step {
-    Step {
-        method,
-        uri: uri.into(),
-        body,
-        status,
-        response,
+) -> Exchange {
+    let step = expect(method.parse().unwrap(), &uri.into(), response)
+        .status(status)
+        .body(body.unwrap_or(Value::Null));
+    if method == "PATCH" {
+        step.content_type("application/merge-patch+json")
+    } else {
+        step
     }
 }
 
-fn ssr_step(user: &str) -> Step {
+fn ssr_step(user: &str) -> Exchange {
     step(
         "POST",
         SSR,
@@ -53,11 +45,6 @@ fn ssr_step(user: &str) -> Step {
         json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview", "metadata": {},
                "status": {"userInfo": {"username": user, "groups": ["system:authenticated"]}}}),
     )
-}
-
-fn status(code: u16, reason: &str, message: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-           "message": message, "reason": reason, "code": code})
 }
 
 fn request(name: &str, agent: &str, rv: &str) -> Value {
@@ -95,7 +82,7 @@ fn list(items: Vec<Value>) -> Value {
            "metadata": {"resourceVersion": "100"}, "items": items})
 }
 
-fn patch_step(name: &str, body: Value, status: u16, response: Value) -> Step {
+fn patch_step(name: &str, body: Value, status: u16, response: Value) -> Exchange {
     step(
         "PATCH",
         format!("{ARS}/{name}?&fieldManager=kubectl-hitl"),
@@ -113,58 +100,20 @@ fn decision_body(rv: &str, kind: &str, reason: Option<&str>) -> Value {
     json!({"metadata": {"resourceVersion": rv}, "spec": {"decision": d}})
 }
 
-/// A client whose apiserver answers `script` in order, and the task checking it.
-fn mock_client(script: Vec<Step>) -> (Client, tokio::task::JoinHandle<()>) {
-    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let server = tokio::spawn(async move {
-        for (i, s) in script.into_iter().enumerate() {
-            let (req, send) = handle
-                .next_request()
-                .await
-                .unwrap_or_else(|| panic!("request {i} never came"));
-            assert_eq!(req.method().as_str(), s.method, "request {i}");
-            assert_eq!(req.uri().to_string(), s.uri, "request {i}");
-            if s.method == "PATCH" {
-                assert_eq!(
-                    req.headers()["content-type"],
-                    "application/merge-patch+json"
-                );
-            }
-            let body = req.into_body().collect_bytes().await.unwrap();
-            match s.body {
-                Some(expected) => {
-                    let got: Value = serde_json::from_slice(&body).unwrap();
-                    assert_eq!(got, expected, "body of request {i}");
-                }
-                None => assert!(body.is_empty(), "request {i} has a body"),
-            }
-            let bytes = serde_json::to_vec(&s.response).unwrap();
-            send.send_response(
-                Response::builder()
-                    .status(s.status)
-                    .body(Body::from(bytes))
-                    .unwrap(),
-            );
-        }
-        assert!(
-            handle.next_request().await.is_none(),
-            "an unexpected extra request was sent"
-        );
-    });
-    (Client::new(service, "default"), server)
-}
-
 /// Run `args` (after `kubectl-hitl`) against `script`; returns (success, stdout, stderr).
-async fn run(args: &[&str], script: Vec<Step>) -> (bool, String, String) {
+async fn run(args: &[&str], script: Vec<Exchange>) -> (bool, String, String) {
     let (result, out, err) = try_run(args, script).await;
     (result.unwrap(), out, err)
 }
 
 /// [`run`], the command's error returned rather than unwrapped.
-async fn try_run(args: &[&str], script: Vec<Step>) -> (Result<bool, CommandError>, String, String) {
+async fn try_run(
+    args: &[&str],
+    script: Vec<Exchange>,
+) -> (Result<bool, CommandError>, String, String) {
     let cli =
         Cli::try_parse_from(std::iter::once("kubectl-hitl").chain(args.iter().copied())).unwrap();
-    let (client, server) = mock_client(script);
+    let (client, server) = spawn_script(script);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let clock = || NOW.parse::<Timestamp>().unwrap();
     let result = execute(&cli.command, client, NS, &clock, &mut out, &mut err).await;
@@ -205,7 +154,7 @@ async fn list_prints_a_table_of_the_namespace() {
 }
 
 /// A list of two pages: r1 with a continue token, then the answer to that token.
-fn two_pages(status: u16, second: Value) -> Vec<Step> {
+fn two_pages(status: u16, second: Value) -> Vec<Exchange> {
     let mut first = list(vec![request("r1", "helper", "1")]);
     first["metadata"]["continue"] = json!("page-2");
     vec![
@@ -778,7 +727,7 @@ async fn invalid_writes_show_the_apiserver_message() {
 #[tokio::test]
 async fn unknown_identity_stops_before_any_write() {
     let cli = Cli::try_parse_from(["kubectl-hitl", "approve", "r1"]).unwrap();
-    let (client, server) = mock_client(vec![step(
+    let (client, server) = spawn_script(vec![step(
         "POST",
         SSR,
         Some(
@@ -1037,32 +986,28 @@ async fn list_and_get_show_the_approvals() {
 
 #[tokio::test]
 async fn watch_lists_then_streams_changes() {
-    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let (client, mut apiserver) = mock::pair("default");
     let server = tokio::spawn(async move {
-        let (req, send) = handle.next_request().await.unwrap();
-        assert_eq!(req.method(), "GET");
-        assert_eq!(req.uri().to_string(), format!("{ARS}?&limit=100"));
-        let body = serde_json::to_vec(&list(vec![request("r1", "helper", "1")])).unwrap();
-        send.send_response(Response::builder().body(Body::from(body)).unwrap());
-        let (req, send) = handle.next_request().await.unwrap();
+        let (method, uri, _, reply) = apiserver.next().await.parts();
+        assert_eq!(method, "GET");
+        assert_eq!(uri, format!("{ARS}?&limit=100"));
+        reply.respond(200, &list(vec![request("r1", "helper", "1")]));
+        let (_, uri, _, reply) = apiserver.next().await.parts();
         assert_eq!(
-            req.uri().to_string(),
+            uri,
             format!(
                 "{ARS}?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=100"
             )
         );
-        let mut lines = Vec::new();
-        for event in [
-            json!({"type": "ADDED", "object": request("r2", "helper", "101")}),
-            json!({"type": "MODIFIED", "object": decided(request("r1", "helper", "102"), "Approve", "bob")}),
-            json!({"type": "DELETED", "object": request("r2", "helper", "103")}),
-        ] {
-            lines.extend(serde_json::to_vec(&event).unwrap());
-            lines.push(b'\n');
-        }
-        send.send_response(Response::builder().body(Body::from(lines)).unwrap());
+        reply.watch(&[
+            ("ADDED", request("r2", "helper", "101")),
+            (
+                "MODIFIED",
+                decided(request("r1", "helper", "102"), "Approve", "bob"),
+            ),
+            ("DELETED", request("r2", "helper", "103")),
+        ]);
     });
-    let client = Client::new(service, "default");
     let api = kube::Api::namespaced(client, NS);
     // Init, InitApply r1, InitDone, then the three changes.
     let events = watch::events(api).take(6);

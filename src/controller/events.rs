@@ -68,15 +68,15 @@ impl Events {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::{Method, Request, Response};
-    use kube::client::Body;
+    use hitl_test_kit::mock;
+    use http::Method;
     use kube::runtime::events::EventType;
 
     #[tokio::test]
     async fn a_repeat_is_a_series_until_the_recorder_is_renewed() {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (client, mut apiserver) = mock::pair("default");
         let events = Events::new(
-            Client::new(service, "default"),
+            client,
             Reporter {
                 controller: "test".into(),
                 instance: None,
@@ -98,10 +98,10 @@ mod tests {
         };
         let server = tokio::spawn(async move {
             let mut methods = Vec::new();
-            while let Some((request, send)) = handle.next_request().await {
-                methods.push(request.method().clone());
-                let body = request.into_body().collect_bytes().await.unwrap();
-                send.send_response(Response::new(Body::from(body.to_vec())));
+            // Each write is answered with what was written.
+            while let Some(call) = apiserver.try_next().await {
+                methods.push(call.method);
+                call.reply.respond(200, &call.body);
             }
             methods
         });

@@ -633,10 +633,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_reconcile_that_never_finishes_fails_after_its_bound() {
-        let (service, _handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
+        // An apiserver that never answers: the reconcile below makes no request anyway.
+        let (client, _apiserver) = hitl_test_kit::mock::pair("default");
         let (store, _writer) = reflector::store();
         let stores = Stores {
             agents: store,
@@ -656,7 +654,7 @@ mod tests {
             scope: None,
         };
         let ctx = Context::new(
-            Client::new(service, "default"),
+            client,
             Arc::new(SystemClock),
             Arc::default(),
             RenderOptions::default(),

@@ -310,10 +310,8 @@ impl OpenRequests {
 
 #[cfg(test)]
 mod tests {
-    use http::{Request, Response};
-    use kube::client::Body;
+    use hitl_test_kit::mock;
     use serde_json::{Value, json};
-    use tower_test::mock;
 
     use super::*;
 
@@ -466,22 +464,6 @@ mod tests {
         assert!(refused.to_string().contains("not listed yet"), "{refused}");
     }
 
-    type Handle = mock::Handle<Request<Body>, Response<Body>>;
-
-    async fn next(handle: &mut Handle) -> (String, tower_test::mock::SendResponse<Response<Body>>) {
-        let (req, send) = handle.next_request().await.expect("a request");
-        (req.uri().to_string(), send)
-    }
-
-    fn respond(send: tower_test::mock::SendResponse<Response<Body>>, code: u16, body: &Value) {
-        send.send_response(
-            Response::builder()
-                .status(code)
-                .body(Body::from(serde_json::to_vec(body).unwrap()))
-                .unwrap(),
-        );
-    }
-
     fn list_of(items: Vec<Value>) -> Value {
         json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "ApprovalRequestList",
             "metadata": {"resourceVersion": "5"}, "items": items})
@@ -491,14 +473,14 @@ mod tests {
     /// known. A failed watch makes it unknown (no request is created) until a new list.
     #[tokio::test(start_paused = true)]
     async fn the_watch_counts_from_its_list_and_after_an_error_only_once_listed_again() {
-        let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
-        let open = OpenRequests::watching(kube::Client::new(svc, "team"), &agent(), 2);
+        let (client, mut handle) = mock::pair("team");
+        let open = OpenRequests::watching(client, &agent(), 2);
         let now = at("2026-11-22T00:00:00Z");
         let first = tokio::spawn({
             let open = open.clone();
             async move { open.reserve(now).await.map(drop) }
         });
-        let (uri, send) = next(&mut handle).await;
+        let (_, uri, _, send) = handle.next().await.parts();
         assert_eq!(
             uri,
             "/apis/kagent.dev/v1alpha2/namespaces/team/approvalrequests?&labelSelector=kagent.dev%2Fagent%3Dagent-a&limit=50"
@@ -512,19 +494,18 @@ mod tests {
                 json!({"status": {"phase": "Denied"}}),
             ),
         ];
-        respond(send, 200, &list_of(listed));
+        send.respond(200, &list_of(listed));
         first
             .await
             .unwrap()
             .expect("one open of 2: room for one more");
-        let (uri, send) = next(&mut handle).await;
+        let (_, uri, _, send) = handle.next().await.parts();
         assert!(
             uri.contains("watch=true") && uri.contains("resourceVersion=5"),
             "{uri}"
         );
         // The watch is refused: the count is unknown until the next list.
-        respond(
-            send,
+        send.respond(
             500,
             &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                 "message": "etcd is down", "reason": "InternalError", "code": 500}),
@@ -533,7 +514,7 @@ mod tests {
             let open = open.clone();
             async move { open.reserve(now).await.map(drop) }
         });
-        let (uri, send) = next(&mut handle).await;
+        let (_, uri, _, send) = handle.next().await.parts();
         assert!(uri.contains("limit=50") && !uri.contains("watch"), "{uri}");
         let refused = refused.await.unwrap().unwrap_err();
         assert_eq!(refused.reason(), "OpenRequestsUnknown");
@@ -543,12 +524,12 @@ mod tests {
             request_as("r1", "agent-a", GATE, json!({})),
             request_as("r3", "agent-a", GATE, json!({})),
         ];
-        respond(send, 200, &list_of(listed));
+        send.respond(200, &list_of(listed));
         let full = tokio::spawn({
             let open = open.clone();
             async move { open.reserve(now).await.map(drop) }
         });
-        let (uri, _watching) = next(&mut handle).await;
+        let (_, uri, _, _watching) = handle.next().await.parts();
         assert!(uri.contains("watch=true"), "{uri}");
         let full = full.await.unwrap().unwrap_err();
         assert!(

@@ -164,10 +164,8 @@ fn guarded_patch(
 mod tests {
     use super::*;
     use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantStatus};
-    use http::{Request, Response};
-    use kube::client::Body;
+    use hitl_test_kit::mock::{self, ApiMock};
     use serde_json::{Value, json};
-    use tower_test::mock;
 
     const GRANT: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/approvalgrants/g";
 
@@ -177,26 +175,6 @@ mod tests {
                "spec": {"agentRef": {"name": "a"}, "toolServer": {"kind": "RemoteMCPServer", "name": "s", "namespace": "ns"},
                         "expiresAt": "2026-11-22T01:00:00Z", "reason": "r", "grantedBy": "alice"},
                "status": {"uses": uses}})
-    }
-
-    fn answer(send: mock::SendResponse<Response<Body>>, code: u16, body: &Value) {
-        send.send_response(
-            Response::builder()
-                .status(code)
-                .body(Body::from(serde_json::to_vec(body).unwrap()))
-                .unwrap(),
-        );
-    }
-
-    async fn next(
-        handle: &mut mock::Handle<Request<Body>, Response<Body>>,
-    ) -> (String, String, Value, mock::SendResponse<Response<Body>>) {
-        use http_body_util::BodyExt;
-        let (req, send) = handle.next_request().await.expect("a request");
-        let (method, uri) = (req.method().to_string(), req.uri().to_string());
-        let bytes = req.into_body().collect().await.unwrap().to_bytes();
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (method, uri, body, send)
     }
 
     /// Uses up to `max`: one more use, declined at `max`.
@@ -213,15 +191,9 @@ mod tests {
         }
     }
 
-    fn api() -> (
-        Api<ApprovalGrant>,
-        mock::Handle<Request<Body>, Response<Body>>,
-    ) {
-        let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
-        (
-            Api::namespaced(kube::Client::new(service, "ns"), "ns"),
-            handle,
-        )
+    fn api() -> (Api<ApprovalGrant>, ApiMock) {
+        let (client, handle) = mock::pair("ns");
+        (Api::namespaced(client, "ns"), handle)
     }
 
     #[tokio::test]
@@ -234,7 +206,7 @@ mod tests {
                 .await
                 .unwrap()
         });
-        let (m, uri, body, send) = next(&mut handle).await;
+        let (m, uri, body, send) = handle.next().await.parts();
         assert_eq!(
             (m.as_str(), uri.as_str()),
             ("PATCH", &format!("{GRANT}/status?&fieldManager=m")[..])
@@ -243,27 +215,23 @@ mod tests {
             body,
             json!({"metadata": {"resourceVersion": "1"}, "status": {"uses": 1}})
         );
-        answer(
-            send,
-            409,
+        send.respond(409,
             &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
         );
         // Someone else used it meanwhile: judged on what it is now.
-        let (m, uri, _, send) = next(&mut handle).await;
+        let (m, uri, _, send) = handle.next().await.parts();
         assert_eq!((m.as_str(), uri.as_str()), ("GET", GRANT));
-        answer(send, 200, &grant("2", 1));
-        let (_, _, body, send) = next(&mut handle).await;
+        send.respond(200, &grant("2", 1));
+        let (_, _, body, send) = handle.next().await.parts();
         assert_eq!(
             body,
             json!({"metadata": {"resourceVersion": "2"}, "status": {"uses": 2}})
         );
-        answer(
-            send,
-            409,
+        send.respond(409,
             &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
         );
-        let (_, _, _, send) = next(&mut handle).await;
-        answer(send, 200, &grant("3", 2));
+        let (_, _, _, send) = handle.next().await.parts();
+        send.respond(200, &grant("3", 2));
         let outcome = task.await.unwrap();
         assert!(
             matches!(outcome.guarded, Guarded::Declined(2)),
@@ -284,11 +252,9 @@ mod tests {
                 .unwrap()
         });
         // Without a resourceVersion it reads the object first; it is gone.
-        let (m, uri, _, send) = next(&mut handle).await;
+        let (m, uri, _, send) = handle.next().await.parts();
         assert_eq!((m.as_str(), uri.as_str()), ("GET", GRANT));
-        answer(
-            send,
-            404,
+        send.respond(404,
             &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
         );
         assert!(matches!(task.await.unwrap().guarded, Guarded::Gone));

@@ -1,6 +1,6 @@
-//! A scripted mock API server (tower-test) and fixtures shared by the reconciler tests.
+//! Fixtures shared by the reconciler tests, which run against the test kit's scripted mock
+//! apiserver (`hitl_test_kit::script`).
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use hitl_operator::api::{Agent, ApprovalRequest};
@@ -10,122 +10,14 @@ use hitl_operator::controller::{CacheSync, Clock, Context, Metrics, RequestsByAg
 use hitl_operator::egress::destination::Destinations;
 pub use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::RenderOptions;
-use http::{Method, Request, Response, StatusCode};
+pub use hitl_test_kit::script::{
+    Exchange, Recorded, already_exists, expect, failure, not_found, run_script,
+};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::client::Body;
 use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-
-/// One request the reconciler is expected to make, and the answer it gets.
-pub struct Exchange {
-    method: Method,
-    path: String,
-    status: StatusCode,
-    response: Value,
-}
-
-/// Expects `method path` (path with query) and answers 200 with `response`.
-pub fn expect(method: Method, path: &str, response: Value) -> Exchange {
-    Exchange {
-        method,
-        path: path.to_string(),
-        status: StatusCode::OK,
-        response,
-    }
-}
-
-/// Expects `GET path` and answers 404.
-pub fn not_found(path: &str) -> Exchange {
-    failure(Method::GET, path, StatusCode::NOT_FOUND)
-}
-
-/// Expects `method path` and answers with the error `status`.
-pub fn failure(method: Method, path: &str, status: StatusCode) -> Exchange {
-    Exchange {
-        method,
-        path: path.to_string(),
-        status,
-        response: json!({
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "reason": status.canonical_reason().unwrap_or_default().replace(' ', ""), "code": status.as_u16(), "message": "refused",
-        }),
-    }
-}
-
-/// Expects a create (`POST path`) and answers 409 AlreadyExists.
-pub fn already_exists(path: &str) -> Exchange {
-    let mut exchange = failure(Method::POST, path, StatusCode::CONFLICT);
-    exchange.response["reason"] = json!("AlreadyExists");
-    exchange
-}
-
-/// A request the reconciler made.
-#[derive(Debug)]
-pub struct Recorded {
-    /// HTTP method.
-    pub method: Method,
-    /// JSON body, if any.
-    pub body: Value,
-}
-
-impl Recorded {
-    /// Whether this request changes something in the cluster.
-    pub fn is_write(&self) -> bool {
-        self.method != Method::GET
-    }
-}
-
-/// Runs `work` against a mock API server that must receive exactly `script`, in order;
-/// an unexpected or missing request fails the test. Returns `work`'s output and the requests.
-pub async fn run_script<F, T>(
-    script: Vec<Exchange>,
-    work: impl FnOnce(Client) -> F,
-) -> (T, Vec<Recorded>)
-where
-    F: Future<Output = T>,
-{
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(service, "default");
-    let work = work(client);
-    tokio::pin!(work);
-    let mut script = script.into_iter();
-    let mut recorded = Vec::new();
-    loop {
-        tokio::select! {
-            output = &mut work => {
-                let left: Vec<String> = script.map(|e| format!("{} {}", e.method, e.path)).collect();
-                assert!(left.is_empty(), "requests expected but not made: {left:#?}\nmade: {recorded:#?}");
-                return (output, recorded);
-            }
-            next = handle.next_request() => {
-                let (request, send) = next.expect("client dropped");
-                let method = request.method().clone();
-                let path = request.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
-                let bytes = request.into_body().collect_bytes().await.expect("request body");
-                let body = if bytes.is_empty() { Value::Null } else {
-                    serde_json::from_slice(&bytes).expect("JSON request body")
-                };
-                let Some(exchange) = script.next() else {
-                    panic!("unexpected request {method} {path}\nbody: {body:#}\nafter: {recorded:#?}");
-                };
-                assert_eq!(
-                    (&method, path.as_str()),
-                    (&exchange.method, exchange.path.as_str()),
-                    "request {} out of script; body: {body:#}",
-                    recorded.len()
-                );
-                let response = Response::builder()
-                    .status(exchange.status)
-                    .body(Body::from(serde_json::to_vec(&exchange.response).unwrap()))
-                    .unwrap();
-                send.send_response(response);
-                recorded.push(Recorded { method, body });
-            }
-        }
-    }
-}
 
 /// A clock that stays where it is set.
 pub struct FixedClock(pub Mutex<Timestamp>);

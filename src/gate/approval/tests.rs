@@ -3,10 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use http::{Request, Response};
-use kube::client::Body;
+use hitl_test_kit::mock::{self, ApiMock, Reply};
 use serde_json::{Value, json};
-use tower_test::mock;
 
 use super::*;
 use crate::api::agent::ToolServerKind;
@@ -15,8 +13,6 @@ use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::gate::decision::Refusal;
 use crate::gate::freeze::FreezeState;
 use crate::gate::hash::digest;
-
-type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
 const NS: &str = "team";
 const BASE_PATH: &str = "/apis/kagent.dev/v1alpha2/namespaces/team/approvalrequests";
@@ -33,19 +29,19 @@ fn now() -> Timestamp {
     "2026-11-22T00:00:00Z".parse().unwrap()
 }
 
-fn approvals(at: Timestamp) -> (Approvals, Handle) {
+fn approvals(at: Timestamp) -> (Approvals, ApiMock) {
     let (a, handle, _) = approvals_with_clock(at);
     (a, handle)
 }
 
-fn approvals_with_clock(at: Timestamp) -> (Approvals, Handle, Arc<Manual>) {
+fn approvals_with_clock(at: Timestamp) -> (Approvals, ApiMock, Arc<Manual>) {
     approvals_with(at, None)
 }
 
 fn approvals_with(
     at: Timestamp,
     grant_max_ttl: Option<SignedDuration>,
-) -> (Approvals, Handle, Arc<Manual>) {
+) -> (Approvals, ApiMock, Arc<Manual>) {
     let open = OpenRequests::fixed(&agent(), DEFAULT_MAX_OPEN_REQUESTS, &[]);
     approvals_counting(at, grant_max_ttl, open)
 }
@@ -65,10 +61,9 @@ fn approvals_counting(
     at: Timestamp,
     grant_max_ttl: Option<SignedDuration>,
     open: OpenRequests,
-) -> (Approvals, Handle, Arc<Manual>) {
+) -> (Approvals, ApiMock, Arc<Manual>) {
     let clock = Arc::new(Manual(Mutex::new(at)));
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(svc, NS);
+    let (client, handle) = mock::pair(NS);
     let agent = agent();
     let settings = ApprovalSettings {
         timeout: Duration::from_secs(3600),
@@ -157,50 +152,13 @@ fn list_of(items: Vec<Value>) -> Value {
 }
 
 fn status(code: u16, reason: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": format!("mock {reason}"), "reason": reason, "code": code})
+    hitl_test_kit::status(code, reason, &format!("mock {reason}"))
 }
 
-fn respond(send: mock::SendResponse<Response<Body>>, code: u16, body: &Value) {
-    send.send_response(
-        Response::builder()
-            .status(code)
-            .body(Body::from(serde_json::to_vec(body).unwrap()))
-            .unwrap(),
-    );
-}
-
-fn watch_body(events: &[(&str, Value)]) -> Body {
-    let mut out = Vec::new();
-    for (kind, obj) in events {
-        out.extend(serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap());
-        out.push(b'\n');
-    }
-    Body::from(out)
-}
-
-/// Takes the next request: (method, path?query, JSON body or Null).
 /// Runs `resolve` for a call with `arguments` in the background.
 fn spawn_resolve(a: Approvals, arguments: &Value) -> tokio::task::JoinHandle<Result<Resolution>> {
     let arguments = arguments.clone();
     tokio::spawn(async move { resolve(&a, &call(&arguments)).await })
-}
-
-/// Answers a watch request with these events.
-fn send_watch_events(send: mock::SendResponse<Response<Body>>, events: &[(&str, Value)]) {
-    send.send_response(Response::builder().body(watch_body(events)).unwrap());
-}
-
-async fn next(handle: &mut Handle) -> (String, String, Value, mock::SendResponse<Response<Body>>) {
-    let (req, send) = handle.next_request().await.expect("a request");
-    let method = req.method().to_string();
-    let uri = req.uri().to_string();
-    let bytes = req.into_body().collect_bytes().await.unwrap();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap()
-    };
-    (method, uri, body, send)
 }
 
 fn expected_name(c: &GatedCall, generation: u64) -> String {
@@ -229,17 +187,17 @@ async fn resolve(a: &Approvals, c: &GatedCall) -> Result<Resolution> {
 }
 
 /// Expects list (empty) + create; answers them; returns the stored object.
-async fn expect_list_and_create(handle: &mut Handle, c: &GatedCall) -> Value {
-    let (m, uri, _, send) = next(handle).await;
+async fn expect_list_and_create(handle: &mut ApiMock, c: &GatedCall) -> Value {
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", list_uri(c)));
-    respond(send, 200, &list_of(vec![]));
-    let (m, uri, body, send) = next(handle).await;
+    send.respond(200, &list_of(vec![]));
+    let (m, uri, body, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         ("POST", &format!("{BASE_PATH}?&fieldManager=hitl-gate")[..])
     );
     let obj = stored(&body, "10");
-    respond(send, 201, &obj);
+    send.respond(201, &obj);
     obj
 }
 
@@ -255,11 +213,11 @@ async fn create_watch_consume_exact_requests() {
         tokio::spawn(async move { resolve(&a, &call(&arguments)).await })
     };
 
-    let (m, uri, _, send) = next(&mut handle).await;
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", list_uri(&c)));
-    respond(send, 200, &list_of(vec![]));
+    send.respond(200, &list_of(vec![]));
 
-    let (m, uri, body, send) = next(&mut handle).await;
+    let (m, uri, body, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         ("POST", &format!("{BASE_PATH}?&fieldManager=hitl-gate")[..])
@@ -294,18 +252,18 @@ async fn create_watch_consume_exact_requests() {
     let text = body.to_string();
     assert!(!text.contains("canary-pw-123") && !text.contains("sk-canary"));
     let obj = stored(&body, "10");
-    respond(send, 201, &obj);
+    send.respond(201, &obj);
 
-    let (m, uri, _, send) = next(&mut handle).await;
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
     let approved = with_decision(
         &obj,
         "11",
         json!({"type": "Approve", "decidedBy": "alice", "reason": "ok"}),
     );
-    send_watch_events(send, &[("MODIFIED", approved)]);
+    send.watch(&[("MODIFIED", approved)]);
 
-    let (m, uri, body, send) = next(&mut handle).await;
+    let (m, uri, body, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri),
         (
@@ -326,7 +284,7 @@ async fn create_watch_consume_exact_requests() {
             },
         })
     );
-    respond(send, 200, &obj);
+    send.respond(200, &obj);
     assert!(matches!(task.await.unwrap(), Ok(Resolution::Approved { name: n }) if n == name));
 }
 
@@ -336,20 +294,20 @@ async fn deny_is_refused_without_consuming() {
     let (a, mut handle) = approvals(now());
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
-    let (_, _, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
     let denied = with_decision(
         &obj,
         "11",
         json!({"type": "Deny", "decidedBy": "bob", "reason": "no"}),
     );
-    send_watch_events(send, &[("MODIFIED", denied)]);
+    send.watch(&[("MODIFIED", denied)]);
     let res = task.await.unwrap().unwrap();
     assert!(
         matches!(res, Resolution::Refused { refusal: Refusal::Denied { ref decided_by, ref reason }, .. }
         if decided_by == "bob" && reason.as_deref() == Some("no"))
     );
     // No further request (no consumption) before the client was dropped.
-    assert!(handle.next_request().await.is_none());
+    assert!(handle.try_next().await.is_none());
 }
 
 #[tokio::test]
@@ -358,8 +316,8 @@ async fn apiserver_errors_fail_closed() {
         let arguments = args();
         let (a, mut handle) = approvals(now());
         let task = spawn_resolve(a, &arguments);
-        let (_, _, _, send) = next(&mut handle).await;
-        respond(send, code, &status(code, reason));
+        let (_, _, _, send) = handle.next().await.parts();
+        send.respond(code, &status(code, reason));
         let err = task.await.unwrap().unwrap_err();
         assert!(
             matches!(&err, Error::Kube(kube::Error::Api(s)) if s.code == code),
@@ -370,11 +328,11 @@ async fn apiserver_errors_fail_closed() {
     let arguments = args();
     let (a, mut handle) = approvals(now());
     let task = spawn_resolve(a, &arguments);
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![]));
-    let (m, _, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![]));
+    let (m, _, _, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
-    respond(send, 403, &status(403, "Forbidden"));
+    send.respond(403, &status(403, "Forbidden"));
     assert!(task.await.unwrap().is_err());
 }
 
@@ -384,12 +342,12 @@ async fn consume_500_fails_closed() {
     let (a, mut handle) = approvals(now());
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
-    let (_, _, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send_watch_events(send, &[("MODIFIED", approved)]);
-    let (m, _, _, send) = next(&mut handle).await;
+    send.watch(&[("MODIFIED", approved)]);
+    let (m, _, _, send) = handle.next().await.parts();
     assert_eq!(m, "PATCH");
-    respond(send, 500, &status(500, "InternalError"));
+    send.respond(500, &status(500, "InternalError"));
     assert!(task.await.unwrap().is_err());
 }
 
@@ -402,19 +360,19 @@ async fn conflict_on_consume_rereads_and_does_not_forward() {
     let metrics = a.metrics.clone();
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &c).await;
-    let (_, _, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send_watch_events(send, &[("MODIFIED", approved.clone())]);
-    let (m, _, _, send) = next(&mut handle).await;
+    send.watch(&[("MODIFIED", approved.clone())]);
+    let (m, _, _, send) = handle.next().await.parts();
     assert_eq!(m, "PATCH");
-    respond(send, 409, &status(409, "Conflict"));
+    send.respond(409, &status(409, "Conflict"));
     // Re-read: another gate consumed it.
-    let (m, uri, _, send) = next(&mut handle).await;
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
     let mut consumed = approved;
     consumed["metadata"]["resourceVersion"] = json!("12");
     consumed["status"] = json!({"phase": "Executed", "consumedAt": "2026-11-22T00:00:00Z", "consumedBy": "gate-pod-1"});
-    respond(send, 200, &consumed);
+    send.respond(200, &consumed);
     let res = task.await.unwrap().unwrap();
     assert!(
         matches!(res, Resolution::Refused { refusal: Refusal::Consumed { by: Some(ref b) }, .. } if b == "gate-pod-1")
@@ -433,9 +391,9 @@ async fn malformed_decision_fails_closed() {
     let (a, mut handle) = approvals(now());
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
-    let (_, _, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
     let bad = with_decision(&obj, "11", json!({"type": "Maybe", "decidedBy": "alice"}));
-    send_watch_events(send, &[("MODIFIED", bad)]);
+    send.watch(&[("MODIFIED", bad)]);
     assert!(task.await.unwrap().is_err());
 }
 
@@ -445,8 +403,8 @@ async fn deleted_request_fails_closed() {
     let (a, mut handle) = approvals(now());
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
-    let (_, _, _, send) = next(&mut handle).await;
-    send_watch_events(send, &[("DELETED", obj)]);
+    let (_, _, _, send) = handle.next().await.parts();
+    send.watch(&[("DELETED", obj)]);
     assert!(matches!(
         task.await.unwrap(),
         Err(Error::RequestDeleted { .. })
@@ -460,11 +418,11 @@ async fn approval_seen_after_expiry_is_not_consumed() {
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &call(&arguments)).await;
     assert_eq!(obj["spec"]["expiresAt"], json!("2026-11-22T01:00:00Z"));
-    let (_, _, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
     // The approval arrives, but the gate sees it at expiresAt: it revives nothing.
     *clock.0.lock().unwrap() = "2026-11-22T01:00:00Z".parse().unwrap();
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send_watch_events(send, &[("MODIFIED", approved)]);
+    send.watch(&[("MODIFIED", approved)]);
     let res = task.await.unwrap().unwrap();
     assert!(
         matches!(
@@ -476,7 +434,7 @@ async fn approval_seen_after_expiry_is_not_consumed() {
         ),
         "{res:?}"
     );
-    assert!(handle.next_request().await.is_none(), "nothing consumed");
+    assert!(handle.try_next().await.is_none(), "nothing consumed");
 }
 
 #[tokio::test]
@@ -492,13 +450,13 @@ async fn an_expired_approved_request_is_replaced_not_used() {
         let arguments = arguments.clone();
         async move { a.find_or_create(&call(&arguments)).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![old]));
-    let (m, _, body, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![old]));
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
     assert_eq!(body["metadata"]["name"], json!(expected_name(&c, 1)));
     assert_eq!(body["spec"]["expiresAt"], json!("2026-11-22T02:00:00Z"));
-    respond(send, 201, &stored(&body, "10"));
+    send.respond(201, &stored(&body, "10"));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.name, Some(expected_name(&c, 1)));
 }
@@ -521,13 +479,13 @@ async fn a_request_created_with_its_approval_is_not_adopted() {
         let arguments = arguments.clone();
         async move { a.find_or_create(&call(&arguments)).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![planted]));
-    let (m, _, body, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![planted]));
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
     assert_eq!(body["metadata"]["name"], json!(expected_name(&c, 1)));
     assert!(body["spec"].get("decision").is_none());
-    respond(send, 201, &stored(&body, "10"));
+    send.respond(201, &stored(&body, "10"));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.name, Some(expected_name(&c, 1)));
 }
@@ -541,11 +499,11 @@ async fn created_after_listing(items: Vec<Value>) -> (String, String) {
         let arguments = arguments.clone();
         async move { a.find_or_create(&call(&arguments)).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(items));
-    let (m, _, body, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(items));
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
-    respond(send, 201, &stored(&body, "10"));
+    send.respond(201, &stored(&body, "10"));
     let (req, _) = task.await.unwrap().unwrap();
     let tried = body["metadata"]["name"].as_str().unwrap().to_string();
     (tried, req.metadata.name.unwrap())
@@ -599,14 +557,14 @@ async fn a_squatted_name_is_skipped_for_a_random_generation() {
         let arguments = arguments.clone();
         async move { a.find_or_create(&call(&arguments)).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![]));
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 409, &status(409, "AlreadyExists"));
-    let (m, uri, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![]));
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(409, &status(409, "AlreadyExists"));
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
-    respond(send, 200, &squatter);
-    let (m, _, body, send) = next(&mut handle).await;
+    send.respond(200, &squatter);
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
     let next_name = body["metadata"]["name"].as_str().unwrap().to_string();
     let generation = next_name
@@ -614,7 +572,7 @@ async fn a_squatted_name_is_skipped_for_a_random_generation() {
         .and_then(|g| g.parse::<u64>().ok())
         .expect("a generation of the call's name");
     assert_ne!(generation, 1, "the next name is not the predictable one");
-    respond(send, 201, &stored(&body, "10"));
+    send.respond(201, &stored(&body, "10"));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.name, Some(next_name));
 }
@@ -641,12 +599,12 @@ async fn a_gate_over_its_creation_budget_refuses_without_creating() {
         updated: Instant::now(),
     };
     let task = spawn_resolve(a, &arguments);
-    let (m, _, _, send) = next(&mut handle).await;
+    let (m, _, _, send) = handle.next().await.parts();
     assert_eq!(m, "GET");
-    respond(send, 200, &list_of(vec![]));
+    send.respond(200, &list_of(vec![]));
     let err = task.await.unwrap().unwrap_err();
     assert_eq!(err.reason(), "ApprovalRateLimited");
-    assert!(handle.next_request().await.is_none(), "nothing created");
+    assert!(handle.try_next().await.is_none(), "nothing created");
 }
 
 #[tokio::test(start_paused = true)]
@@ -655,7 +613,7 @@ async fn a_hung_apiserver_refuses_the_call_after_the_wait_and_grace() {
     let (a, mut handle) = approvals(now());
     let task = spawn_resolve(a, &arguments);
     // The list is sent but never answered.
-    let (m, _, _, _send) = next(&mut handle).await;
+    let (m, _, _, _send) = handle.next().await.parts();
     assert_eq!(m, "GET");
     let err = task.await.unwrap().unwrap_err();
     assert_eq!(err.reason(), "ApiTimeout");
@@ -676,14 +634,14 @@ async fn already_exists_reads_and_shares_the_live_request() {
         let arguments = arguments.clone();
         async move { a.find_or_create(&call(&arguments)).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![]));
-    let (m, _, body, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![]));
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
-    respond(send, 409, &status(409, "AlreadyExists"));
-    let (m, uri, _, send) = next(&mut handle).await;
+    send.respond(409, &status(409, "AlreadyExists"));
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
-    respond(send, 200, &stored(&body, "9"));
+    send.respond(200, &stored(&body, "9"));
     let (req, previous) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.name.as_deref(), Some(name.as_str()));
     assert_eq!(req.metadata.resource_version.as_deref(), Some("9"));
@@ -717,12 +675,12 @@ async fn finished_requests_do_not_block_a_new_generation() {
         let arguments = arguments.clone();
         async move { a.find_or_create(&call(&arguments)).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![executed, denied, foreign]));
-    let (m, _, body, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![executed, denied, foreign]));
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
     assert_eq!(body["metadata"]["name"], json!(expected_name(&c, 2)));
-    respond(send, 201, &stored(&body, "10"));
+    send.respond(201, &stored(&body, "10"));
     let (req, previous) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.name, Some(expected_name(&c, 2)));
     assert_eq!(previous.unwrap().metadata.name, Some(expected_name(&c, 1)));
@@ -742,11 +700,11 @@ async fn a_live_request_is_reused_without_creating() {
         let arguments = arguments.clone();
         async move { a.find_or_create(&call(&arguments)).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![pending]));
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![pending]));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.resource_version.as_deref(), Some("7"));
-    assert!(futures::poll!(Box::pin(handle.next_request())).is_pending());
+    assert!(handle.is_idle());
 }
 
 /// Requests of the agent, as its gate created them, for calls with `n` other arguments each.
@@ -781,15 +739,15 @@ async fn at_the_cap_a_new_call_creates_nothing_and_a_pending_one_keeps_its_reque
         let a = a.clone();
         async move { a.find_or_create(&call(&arguments)).await }
     });
-    let (m, uri, _, send) = next(&mut handle).await;
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", list_uri(&c)));
-    respond(send, 200, &list_of(vec![]));
+    send.respond(200, &list_of(vec![]));
     let refused = task.await.unwrap().unwrap_err();
     assert!(
         matches!(refused, Error::OpenRequestCap { open: 2, cap: 2 }),
         "{refused:?}"
     );
-    assert!(futures::poll!(Box::pin(handle.next_request())).is_pending());
+    assert!(handle.is_idle());
 
     // The same call as one of the open requests: it is reused, whatever the cap.
     let same = call(&json!({"path": "/data/1.csv"}));
@@ -800,12 +758,12 @@ async fn at_the_cap_a_new_call_creates_nothing_and_a_pending_one_keeps_its_reque
                 .await
         }
     });
-    let (_, uri, _, send) = next(&mut handle).await;
+    let (_, uri, _, send) = handle.next().await.parts();
     assert_eq!(uri, list_uri(&same));
-    respond(send, 200, &list_of(vec![open[1].clone()]));
+    send.respond(200, &list_of(vec![open[1].clone()]));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.metadata.name, Some(expected_name(&same, 0)));
-    assert!(futures::poll!(Box::pin(handle.next_request())).is_pending());
+    assert!(handle.is_idle());
 }
 
 #[tokio::test]
@@ -816,19 +774,19 @@ async fn a_request_this_gate_created_counts_before_any_watch_shows_it() {
         let a = a.clone();
         async move { a.find_or_create(&call(&args())).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![]));
-    let (m, _, body, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![]));
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
-    respond(send, 201, &stored(&body, "10"));
+    send.respond(201, &stored(&body, "10"));
     task.await.unwrap().unwrap();
 
     let task = tokio::spawn({
         let a = a.clone();
         async move { a.find_or_create(&call(&json!({"path": "/other"}))).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![]));
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![]));
     let refused = task.await.unwrap().unwrap_err();
     assert!(
         matches!(refused, Error::OpenRequestCap { open: 1, cap: 1 }),
@@ -844,11 +802,11 @@ async fn a_gate_that_cannot_count_creates_nothing() {
         let a = a.clone();
         async move { a.find_or_create(&call(&args())).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![]));
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![]));
     let refused = task.await.unwrap().unwrap_err();
     assert_eq!(refused.reason(), "OpenRequestsUnknown");
-    assert!(futures::poll!(Box::pin(handle.next_request())).is_pending());
+    assert!(handle.is_idle());
 }
 
 #[test]
@@ -874,19 +832,19 @@ async fn endless_conflicts_fail_closed() {
     let (a, mut handle) = approvals(now());
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &c).await;
-    let (_, _, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send_watch_events(send, &[("MODIFIED", approved.clone())]);
+    send.watch(&[("MODIFIED", approved.clone())]);
     // MAX_CONFLICTS guarded writes, each refused, with a fresh read between them.
     for attempt in 1..=MAX_CONFLICTS {
-        let (m, _, body, send) = next(&mut handle).await;
+        let (m, _, body, send) = handle.next().await.parts();
         assert_eq!(m, "PATCH");
         assert_eq!(body["metadata"]["resourceVersion"], json!("11"));
-        respond(send, 409, &status(409, "Conflict"));
+        send.respond(409, &status(409, "Conflict"));
         if attempt < MAX_CONFLICTS {
-            let (m, uri, _, send) = next(&mut handle).await;
+            let (m, uri, _, send) = handle.next().await.parts();
             assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
-            respond(send, 200, &approved);
+            send.respond(200, &approved);
         }
     }
     let err = task.await.unwrap().unwrap_err();
@@ -894,10 +852,7 @@ async fn endless_conflicts_fail_closed() {
         matches!(&err, Error::Contended { attempts, .. } if *attempts == MAX_CONFLICTS),
         "{err}"
     );
-    assert!(
-        handle.next_request().await.is_none(),
-        "nothing more is sent"
-    );
+    assert!(handle.try_next().await.is_none(), "nothing more is sent");
 }
 
 #[tokio::test]
@@ -909,20 +864,20 @@ async fn a_closed_watch_is_reread_and_reopened() {
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &c).await;
     // The apiserver ends the watch without events.
-    let (m, uri, _, send) = next(&mut handle).await;
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
-    send.send_response(Response::builder().body(watch_body(&[])).unwrap());
-    let (m, uri, _, send) = next(&mut handle).await;
+    send.watch(&[]);
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
-    respond(send, 200, &obj);
-    let (m, uri, _, send) = next(&mut handle).await;
+    send.respond(200, &obj);
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
     let approved = with_decision(&obj, "11", json!({"type": "Approve", "decidedBy": "alice"}));
-    send_watch_events(send, &[("MODIFIED", approved)]);
-    let (m, _, body, send) = next(&mut handle).await;
+    send.watch(&[("MODIFIED", approved)]);
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "PATCH");
     assert_eq!(body["metadata"]["resourceVersion"], json!("11"));
-    respond(send, 200, &obj);
+    send.respond(200, &obj);
     assert!(matches!(
         task.await.unwrap(),
         Ok(Resolution::Approved { .. })
@@ -937,12 +892,12 @@ async fn a_watch_error_event_rereads_the_request() {
     let (a, mut handle) = approvals(now());
     let task = spawn_resolve(a, &arguments);
     let obj = expect_list_and_create(&mut handle, &c).await;
-    let (_, _, _, send) = next(&mut handle).await;
-    send_watch_events(send, &[("ERROR", status(410, "Expired"))]);
-    let (m, uri, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.watch(&[("ERROR", status(410, "Expired"))]);
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", format!("{BASE_PATH}/{name}")));
     let denied = with_decision(&obj, "12", json!({"type": "Deny", "decidedBy": "bob"}));
-    respond(send, 200, &denied);
+    send.respond(200, &denied);
     let res = task.await.unwrap().unwrap();
     assert!(matches!(
         res,
@@ -993,28 +948,28 @@ async fn a_quorum_call_waits_for_every_approval_then_runs_once() {
         let arguments = arguments.clone();
         tokio::spawn(async move { resolve(&a, &call_needing(&arguments, 2)).await })
     };
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![]));
-    let (m, _, body, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![]));
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
     // The request carries the rule's count; nobody's approvals yet.
     assert_eq!(body["spec"]["requiredApprovals"], json!(2));
     assert_eq!(body["spec"]["rule"], json!("big-transfers"));
     assert!(body["spec"].get("approvals").is_none());
     let obj = stored(&body, "10");
-    respond(send, 201, &obj);
+    send.respond(201, &obj);
 
     // alice approves (1/2): the gate keeps waiting, watching from the new version.
-    let (_, uri, _, send) = next(&mut handle).await;
+    let (_, uri, _, send) = handle.next().await.parts();
     assert_eq!(uri, watch_uri(&name, "10"));
     let one = with_approvals(&obj, "11", &["alice"], None);
-    send_watch_events(send, &[("MODIFIED", one.clone())]);
-    let (_, uri, _, send) = next(&mut handle).await;
+    send.watch(&[("MODIFIED", one.clone())]);
+    let (_, uri, _, send) = handle.next().await.parts();
     assert_eq!(uri, watch_uri(&name, "11"));
     // bob completes it, with the decision: consumed once.
     let both = with_approvals(&one, "12", &["alice", "bob"], Some("bob"));
-    send_watch_events(send, &[("MODIFIED", both)]);
-    let (m, uri, body, send) = next(&mut handle).await;
+    send.watch(&[("MODIFIED", both)]);
+    let (m, uri, body, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri),
         (
@@ -1024,7 +979,7 @@ async fn a_quorum_call_waits_for_every_approval_then_runs_once() {
     );
     assert_eq!(body["metadata"]["resourceVersion"], json!("12"));
     assert_eq!(body["status"]["phase"], json!("Executed"));
-    respond(send, 200, &obj);
+    send.respond(200, &obj);
     assert!(matches!(task.await.unwrap(), Ok(Resolution::Approved { name: n }) if n == name));
 }
 
@@ -1038,10 +993,10 @@ async fn an_approve_without_the_quorum_is_refused_not_consumed() {
         tokio::spawn(async move { resolve(&a, &call_needing(&arguments, 2)).await })
     };
     let obj = expect_list_and_create(&mut handle, &call_needing(&arguments, 2)).await;
-    let (_, _, _, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
     // Only possible with the CRD rule gone: an Approve with one approval.
     let forged = with_approvals(&obj, "11", &["alice"], Some("alice"));
-    send_watch_events(send, &[("MODIFIED", forged)]);
+    send.watch(&[("MODIFIED", forged)]);
     let res = task.await.unwrap().unwrap();
     assert!(
         matches!(res, Resolution::Refused { refusal: Refusal::Untrusted(ref why), .. }
@@ -1050,7 +1005,7 @@ async fn an_approve_without_the_quorum_is_refused_not_consumed() {
     );
     // No consumption: the client is gone without another request.
     drop(a);
-    assert!(handle.next_request().await.is_none());
+    assert!(handle.try_next().await.is_none());
 }
 
 #[tokio::test]
@@ -1069,13 +1024,13 @@ async fn a_request_asking_fewer_approvals_than_the_rule_is_replaced() {
         let arguments = arguments.clone();
         async move { a.find_or_create(&call_needing(&arguments, 2)).await }
     });
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 200, &list_of(vec![old]));
-    let (m, _, body, send) = next(&mut handle).await;
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(200, &list_of(vec![old]));
+    let (m, _, body, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
     assert_eq!(body["metadata"]["name"], json!(expected_name(&two, 1)));
     assert_eq!(body["spec"]["requiredApprovals"], json!(2));
-    respond(send, 201, &stored(&body, "8"));
+    send.respond(201, &stored(&body, "8"));
     let (req, _) = task.await.unwrap().unwrap();
     assert_eq!(req.spec.required_approvals, Some(2));
 }
@@ -1103,7 +1058,7 @@ fn grant_list(items: Vec<Value>) -> Value {
 }
 
 /// Runs `by_grant` for the standard call in the background, with grants on.
-fn spawn_by_grant() -> (tokio::task::JoinHandle<Result<Option<String>>>, Handle) {
+fn spawn_by_grant() -> (tokio::task::JoinHandle<Result<Option<String>>>, ApiMock) {
     let (a, handle, _) = approvals_with(now(), Some(SignedDuration::from_hours(24)));
     let arguments = args();
     let task = tokio::spawn(async move {
@@ -1122,23 +1077,19 @@ fn spawn_by_grant() -> (tokio::task::JoinHandle<Result<Option<String>>>, Handle)
 }
 
 /// Expects the list of grants and answers it with `items`.
-async fn expect_grant_list(handle: &mut Handle, items: Vec<Value>) {
-    let (m, uri, _, send) = next(handle).await;
+async fn expect_grant_list(handle: &mut ApiMock, items: Vec<Value>) {
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         ("GET", &format!("{GRANTS_PATH}?&limit=100")[..])
     );
-    respond(send, 200, &grant_list(items));
+    send.respond(200, &grant_list(items));
 }
 
 /// Expects a resourceVersion-guarded use of grant `g` at `rv` (its `uses`-th); returns the
 /// request name it records and the response handle.
-async fn expect_use(
-    handle: &mut Handle,
-    rv: &str,
-    uses: i64,
-) -> (String, mock::SendResponse<Response<Body>>) {
-    let (m, uri, body, send) = next(handle).await;
+async fn expect_use(handle: &mut ApiMock, rv: &str, uses: i64) -> (String, Reply) {
+    let (m, uri, body, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         (
@@ -1156,7 +1107,7 @@ async fn expect_use(
 #[tokio::test]
 async fn grants_are_listed_a_page_at_a_time_keeping_those_that_cover_the_call() {
     let (_task, mut handle) = spawn_by_grant();
-    let (m, uri, _, send) = next(&mut handle).await;
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         ("GET", &format!("{GRANTS_PATH}?&limit=100")[..])
@@ -1166,8 +1117,8 @@ async fn grants_are_listed_a_page_at_a_time_keeping_those_that_cover_the_call() 
     another_agents["spec"]["agentRef"]["name"] = json!("agent-b");
     let mut first = grant_list(vec![another_agents]);
     first["metadata"]["continue"] = json!("page-2");
-    respond(send, 200, &first);
-    let (m, uri, _, send) = next(&mut handle).await;
+    send.respond(200, &first);
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         (
@@ -1175,7 +1126,7 @@ async fn grants_are_listed_a_page_at_a_time_keeping_those_that_cover_the_call() 
             &format!("{GRANTS_PATH}?&limit=100&continue=page-2")[..]
         )
     );
-    respond(send, 200, &grant_list(vec![grant_object("g", "5")]));
+    send.respond(200, &grant_list(vec![grant_object("g", "5")]));
     // The grant of the second page is used; the other agent's was never a candidate.
     expect_use(&mut handle, "5", 1).await;
 }
@@ -1196,9 +1147,9 @@ async fn a_covering_grant_is_used_once_and_leaves_a_consumed_request() {
     );
     let mut used = grant_object("g", "6");
     used["status"] = json!({"uses": 1});
-    respond(send, 200, &used);
+    send.respond(200, &used);
 
-    let (m, uri, body, send) = next(&mut handle).await;
+    let (m, uri, body, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         ("POST", &format!("{BASE_PATH}?&fieldManager=hitl-gate")[..])
@@ -1212,10 +1163,10 @@ async fn a_covering_grant_is_used_once_and_leaves_a_consumed_request() {
     assert!(body["spec"].get("decision").is_none());
     assert_eq!(body["spec"]["argumentsSha256"], json!(c.digest.binding));
     let created = stored(&body, "20");
-    respond(send, 201, &created);
+    send.respond(201, &created);
 
     // Consumed at once, guarded by the resourceVersion of the request as created.
-    let (m, uri, body, send) = next(&mut handle).await;
+    let (m, uri, body, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         (
@@ -1235,7 +1186,7 @@ async fn a_covering_grant_is_used_once_and_leaves_a_consumed_request() {
     );
     let mut consumed = created.clone();
     consumed["status"] = body["status"].clone();
-    respond(send, 200, &consumed);
+    send.respond(200, &consumed);
     assert_eq!(task.await.unwrap().unwrap(), Some(request));
 }
 
@@ -1253,8 +1204,8 @@ async fn no_covering_grant_writes_nothing() {
 #[tokio::test]
 async fn unreadable_grants_leave_the_call_to_a_person() {
     let (task, mut handle) = spawn_by_grant();
-    let (_, _, _, send) = next(&mut handle).await;
-    respond(send, 403, &status(403, "Forbidden"));
+    let (_, _, _, send) = handle.next().await.parts();
+    send.respond(403, &status(403, "Forbidden"));
     assert_eq!(task.await.unwrap().unwrap(), None);
 }
 
@@ -1263,15 +1214,15 @@ async fn a_grant_revoked_while_being_used_is_not_used() {
     let (task, mut handle) = spawn_by_grant();
     expect_grant_list(&mut handle, vec![grant_object("g", "5")]).await;
     let (_, send) = expect_use(&mut handle, "5", 1).await;
-    respond(send, 409, &status(409, "Conflict"));
-    let (m, uri, _, send) = next(&mut handle).await;
+    send.respond(409, &status(409, "Conflict"));
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         ("GET", &format!("{GRANTS_PATH}/g")[..])
     );
     let mut revoked = grant_object("g", "6");
     revoked["spec"]["revoked"] = json!(true);
-    respond(send, 200, &revoked);
+    send.respond(200, &revoked);
     assert_eq!(task.await.unwrap().unwrap(), None);
 }
 
@@ -1282,11 +1233,11 @@ async fn a_grant_used_up_by_another_gate_meanwhile_is_not_used_again() {
     one_left["status"] = json!({"uses": 1});
     expect_grant_list(&mut handle, vec![one_left]).await;
     let (_, send) = expect_use(&mut handle, "5", 2).await;
-    respond(send, 409, &status(409, "Conflict"));
-    let (_, _, _, send) = next(&mut handle).await;
+    send.respond(409, &status(409, "Conflict"));
+    let (_, _, _, send) = handle.next().await.parts();
     let mut used_up = grant_object("g", "6");
     used_up["status"] = json!({"uses": 2});
-    respond(send, 200, &used_up);
+    send.respond(200, &used_up);
     assert_eq!(task.await.unwrap().unwrap(), None);
 }
 
@@ -1295,13 +1246,13 @@ async fn a_grant_changed_but_still_covering_is_used_at_its_new_version() {
     let (task, mut handle) = spawn_by_grant();
     expect_grant_list(&mut handle, vec![grant_object("g", "5")]).await;
     let (_, send) = expect_use(&mut handle, "5", 1).await;
-    respond(send, 409, &status(409, "Conflict"));
-    let (_, _, _, send) = next(&mut handle).await;
+    send.respond(409, &status(409, "Conflict"));
+    let (_, _, _, send) = handle.next().await.parts();
     let mut used_once = grant_object("g", "7");
     used_once["status"] = json!({"uses": 1});
-    respond(send, 200, &used_once);
+    send.respond(200, &used_once);
     let (_, send) = expect_use(&mut handle, "7", 2).await;
-    respond(send, 500, &status(500, "InternalError"));
+    send.respond(500, &status(500, "InternalError"));
     assert_eq!(
         task.await.unwrap().unwrap(),
         None,
@@ -1314,10 +1265,10 @@ async fn a_request_that_cannot_be_recorded_after_a_use_refuses_the_call() {
     let (task, mut handle) = spawn_by_grant();
     expect_grant_list(&mut handle, vec![grant_object("g", "5")]).await;
     let (_, send) = expect_use(&mut handle, "5", 1).await;
-    respond(send, 200, &grant_object("g", "6"));
-    let (m, _, _, send) = next(&mut handle).await;
+    send.respond(200, &grant_object("g", "6"));
+    let (m, _, _, send) = handle.next().await.parts();
     assert_eq!(m, "POST");
-    respond(send, 500, &status(500, "InternalError"));
+    send.respond(500, &status(500, "InternalError"));
     let err = task.await.unwrap().unwrap_err();
     assert_eq!(err.reason(), "GrantRecordFailed");
     assert!(err.to_string().contains("the call was not run"), "{err}");
@@ -1341,7 +1292,7 @@ async fn a_hung_apiserver_while_looking_for_grants_refuses_the_call_within_the_s
             .await
     });
     // The list of grants is sent but never answered.
-    let (m, uri, _, _send) = next(&mut handle).await;
+    let (m, uri, _, _send) = handle.next().await.parts();
     assert_eq!(
         (m.as_str(), uri.as_str()),
         ("GET", &format!("{GRANTS_PATH}?&limit=100")[..])
@@ -1374,15 +1325,12 @@ async fn a_call_no_grant_covers_goes_on_to_a_person() {
     expect_grant_list(&mut handle, vec![]).await;
     let obj = expect_list_and_create(&mut handle, &c).await;
     let name = obj["metadata"]["name"].as_str().unwrap().to_owned();
-    let (m, uri, _, send) = next(&mut handle).await;
+    let (m, uri, _, send) = handle.next().await.parts();
     assert_eq!((m.as_str(), uri), ("GET", watch_uri(&name, "10")));
-    send_watch_events(
-        send,
-        &[(
-            "MODIFIED",
-            with_decision(&obj, "11", json!({"type": "Deny", "decidedBy": "alice"})),
-        )],
-    );
+    send.watch(&[(
+        "MODIFIED",
+        with_decision(&obj, "11", json!({"type": "Deny", "decidedBy": "alice"})),
+    )]);
     assert!(matches!(
         task.await.unwrap().unwrap(),
         Resolution::Refused {

@@ -3,9 +3,7 @@
 //! fake apiserver. They fail when tests/mcp-peers/node_modules is missing: `make test` installs
 //! it, and a test that did not run never reports a pass.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::contract::gate_config::GateConfig;
 use serde_json::{Value, json};
@@ -76,10 +74,6 @@ impl Env {
         })
         .await
     }
-}
-
-fn call(name: &str, args: Value) -> Value {
-    json!({"op": "call", "name": name, "args": args})
 }
 
 #[tokio::test]

@@ -43,8 +43,7 @@ pub struct FakeApi {
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Response {
-    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code});
+    let body = crate::status(code, reason, message);
     (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
 }
 
@@ -169,7 +168,7 @@ impl FakeApi {
 
     /// The name of the first ApprovalRequest, once one has been created.
     pub async fn first_request_name(&self) -> String {
-        super::eventually("an ApprovalRequest", || {
+        crate::eventually("an ApprovalRequest", || {
             self.objects()
                 .first()
                 .and_then(|o| o["metadata"]["name"].as_str().map(String::from))
@@ -370,9 +369,7 @@ fn watch(api: FakeApi, q: BTreeMap<String, String>) -> Response {
         s.objects.get(&name).cloned()
     };
     let line = |kind: &str, obj: &Value| {
-        let mut l = serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap();
-        l.push(b'\n');
-        Ok::<_, std::io::Error>(Bytes::from(l))
+        Ok::<_, std::io::Error>(Bytes::from(crate::watch_lines(&[(kind, obj.clone())])))
     };
     let rv_of = |o: &Value| {
         o["metadata"]["resourceVersion"]

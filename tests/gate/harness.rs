@@ -1,9 +1,5 @@
-//! Test harness for the gate: the fake apiserver, a counting proxy in front of the real MCP
+//! Test harness for the gate: the kit's fake apiserver, a counting proxy in front of the real MCP
 //! server, the real MCP peers from npm, and an in-process gate.
-#![allow(dead_code)]
-
-pub mod fake_apiserver;
-pub mod stub;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -29,7 +25,7 @@ pub use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
 use hitl_operator::gate::server;
 use serde_json::Value;
 
-pub use fake_apiserver::FakeApi;
+pub use hitl_test_kit::{FakeApi, eventually};
 
 /// Directory of the npm MCP peers.
 pub fn peers_dir() -> PathBuf {
@@ -97,17 +93,6 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// Polls `f` until it returns `Some`, for at most ~30 s.
-pub async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    for _ in 0..600 {
-        if let Some(v) = f() {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 /// The real `@modelcontextprotocol/server-everything`, killed on drop.
@@ -387,6 +372,22 @@ pub fn test_key() -> BindingKey {
     BindingKey::from_bytes(&[7; 32]).expect("32 bytes make a key")
 }
 
+/// Builds a gate with `config`, talking to `api`, without starting it: why it refused to
+/// start, or `None` when it would have started.
+pub fn build_error(config: &GateConfig, api: &FakeApi) -> Option<String> {
+    server::build(
+        config,
+        test_key(),
+        api.client(),
+        Arc::new(SystemClock),
+        "gate-pod-0".into(),
+        server::PROGRESS_EVERY,
+        FreezeWatch::fixed(FreezeState::Clear),
+    )
+    .err()
+    .map(|e| e.to_string())
+}
+
 /// A running in-process gate.
 pub struct Gate {
     /// `http://127.0.0.1:port`.
@@ -480,6 +481,11 @@ pub async fn client_with(url: &str, transport: &str, ops: Value, options: Value)
         .filter(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// A `client.mjs` operation calling `name` with `args`.
+pub fn call(name: &str, args: Value) -> Value {
+    serde_json::json!({"op": "call", "name": name, "args": args})
 }
 
 /// The text of a tool result, and whether it is an error.

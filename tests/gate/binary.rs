@@ -2,11 +2,10 @@
 //! apiserver from its kubeconfig, serves MCP, /healthz and /metrics, consumes approvals as
 //! `$POD_NAME`, logs JSON without arguments, and stops cleanly on SIGTERM.
 
-mod common;
-
 use std::process::Stdio;
 
-use common::*;
+use crate::harness::*;
+use crate::stub;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;

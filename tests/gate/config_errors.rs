@@ -1,17 +1,10 @@
 //! gate.json entries the gate refuses to start with: each error names the entry and field.
 
-mod common;
-
-use std::sync::Arc;
-
-use common::*;
+use crate::harness::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::contract::gate_config::{DEFAULT_MAX_OPEN_REQUESTS, GateConfig, GateServer};
-use hitl_operator::gate::decision::SystemClock;
-use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
-use hitl_operator::gate::server;
 
-async fn build_error(edit: fn(&mut GateServer)) -> String {
+async fn entry_error(edit: fn(&mut GateServer)) -> String {
     let api = FakeApi::start().await;
     let mut entry = server(
         "fs",
@@ -21,24 +14,12 @@ async fn build_error(edit: fn(&mut GateServer)) -> String {
         &[],
     );
     edit(&mut entry);
-    let built = server::build(
-        &config(vec![entry], 3600.0, 30.0),
-        test_key(),
-        api.client(),
-        Arc::new(SystemClock),
-        "p".into(),
-        server::PROGRESS_EVERY,
-        FreezeWatch::fixed(FreezeState::Clear),
-    );
-    match built {
-        Ok(_) => "built".into(),
-        Err(e) => e.to_string(),
-    }
+    build_error(&config(vec![entry], 3600.0, 30.0), &api).unwrap_or_else(|| "built".into())
 }
 
 #[tokio::test]
 async fn bad_server_entries_are_refused_naming_the_field() {
-    assert_eq!(build_error(|_| {}).await, "built");
+    assert_eq!(entry_error(|_| {}).await, "built");
     type Edit = fn(&mut GateServer);
     let cases: [(Edit, &str); 4] = [
         (
@@ -59,7 +40,7 @@ async fn bad_server_entries_are_refused_naming_the_field() {
         ),
     ];
     for (edit, expected) in cases {
-        assert_eq!(build_error(edit).await, expected);
+        assert_eq!(entry_error(edit).await, expected);
     }
 }
 
@@ -68,16 +49,7 @@ async fn a_cap_of_no_open_requests_is_refused_and_an_older_gate_json_gets_the_de
     let api = FakeApi::start().await;
     let mut capped = config(vec![], 3600.0, 30.0);
     capped.approval.max_open_requests = 0;
-    let built = server::build(
-        &capped,
-        test_key(),
-        api.client(),
-        Arc::new(SystemClock),
-        "p".into(),
-        server::PROGRESS_EVERY,
-        FreezeWatch::fixed(FreezeState::Clear),
-    );
-    let error = built.expect_err("the gate does not start").to_string();
+    let error = build_error(&capped, &api).expect("the gate does not start");
     assert_eq!(
         error,
         "gate.json: approval.max_open_requests: 0: must be at least 1 (no call could ever ask for approval)"

@@ -2,11 +2,9 @@
 //! npm and an in-process fake apiserver; the gate's view of the freeze is fed by the test (the
 //! watch of the Agent itself is tested on the real apiserver by tests/e2e/freeze.sh).
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::watch;
 
 const FROZEN: &str = "Agent agent-a is frozen (hitl.kagent.dev/freeze: incident 42)";
@@ -47,10 +45,6 @@ impl Env {
             freeze,
         }
     }
-}
-
-fn call(name: &str, args: Value) -> Value {
-    json!({"op": "call", "name": name, "args": args})
 }
 
 #[tokio::test]

@@ -2,9 +2,8 @@
 //! everything server answers with SSE): JSON `tools/list` filtering, refusal of unlisted
 //! tools, rejection of ambiguous messages, and session/header passthrough.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
+use crate::stub;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::gate::messages::MAX_MESSAGE_BYTES;
 use serde_json::{Value, json};

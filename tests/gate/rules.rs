@@ -2,18 +2,10 @@
 //! (read_file, write_file, delete_file; it records every call it runs) behind the gate, and the
 //! in-process fake apiserver. docs/policies.md describes the semantics.
 
-mod common;
-
-use std::sync::Arc;
-use std::time::Duration;
-
-use common::*;
+use crate::harness::*;
 use hitl_operator::api::agent::RuleAction;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::contract::gate_config::GateRule;
-use hitl_operator::gate::decision::SystemClock;
-use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
-use hitl_operator::gate::server;
 use serde_json::{Value, json};
 
 const FILE_TOOLS: [&str; 3] = ["read_file", "write_file", "delete_file"];
@@ -243,17 +235,8 @@ async fn a_gate_whose_rule_does_not_compile_refuses_to_start_naming_it() {
         "args.path.startsWith(",
         RuleAction::Deny,
     )];
-    let error = server::build(
-        &config(vec![files], 3600.0, 1.0),
-        test_key(),
-        api.client(),
-        Arc::new(SystemClock),
-        "gate-pod-0".into(),
-        Duration::from_secs(5),
-        FreezeWatch::fixed(FreezeState::Clear),
-    )
-    .expect_err("the gate does not start");
-    let message = error.to_string();
+    let message =
+        build_error(&config(vec![files], 3600.0, 1.0), &api).expect("the gate does not start");
     assert!(
         message.starts_with("gate.json: servers[0].rules: rule \"broken\": when: CEL: "),
         "{message}"
