@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 
 use criterion::{Criterion, criterion_group};
 use hitl_operator::api::{Agent, ApprovalRequest};
+use hitl_operator::apiserver::applied::applied_by_us;
 use hitl_operator::controller::agent::reconcile;
 use hitl_operator::controller::compact::{CachedAgent, CachedRequest};
 use hitl_operator::controller::rendered::{RenderedKind, Summaries};
 use hitl_operator::controller::{
     CacheSync, Context, Metrics, RequestsByAgent, Stores, SystemClock,
 };
-use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::objects::binding_key_secret;
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{AgentObjects, RenderOptions, render_agent};

@@ -44,7 +44,7 @@ pub enum Error {
         /// Name of the request.
         name: String,
     },
-    /// A guarded write ([`crate::kube::guarded`]) met a 409 Conflict on every attempt.
+    /// A guarded write ([`crate::apiserver::guarded`]) met a 409 Conflict on every attempt.
     #[error("{kind} {name} changed under each of {attempts} guarded writes; nothing was written")]
     Contended {
         /// Kind of the object.

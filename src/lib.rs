@@ -1,6 +1,7 @@
 //! hitl-operator: human approval for AI agents' MCP tool calls, as a Kubernetes operator.
 
 pub mod api;
+pub mod apiserver;
 pub mod cli;
 pub mod condition;
 pub mod contract;
@@ -8,7 +9,6 @@ pub mod controller;
 pub mod egress;
 pub mod error;
 pub mod gate;
-pub mod kube;
 pub mod manifest;
 pub mod notify;
 pub mod render;

@@ -105,7 +105,7 @@ pub struct ApprovalGrantStatus {
 }
 
 /// The one change a person makes to a grant: `spec.revoked`, written through
-/// [`crate::kube::guarded`].
+/// [`crate::apiserver::guarded`].
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Revocation {

@@ -328,7 +328,7 @@ pub struct Decision {
     pub decided_by: String,
 }
 
-/// What a person writes to a request's spec through [`crate::kube::guarded`]: the decision,
+/// What a person writes to a request's spec through [`crate::apiserver::guarded`]: the decision,
 /// the approvals (the whole list, as a merge patch replaces lists), or both.
 #[derive(Serialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

@@ -14,8 +14,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::Agent;
-use crate::kube::conditions::find;
-use crate::kube::new_condition;
+use crate::apiserver::conditions::find;
+use crate::apiserver::new_condition;
 
 /// Annotation that freezes an Agent, or every Agent of a Namespace; its value is the reason.
 pub const FREEZE_ANNOTATION: &str = "hitl.kagent.dev/freeze";

@@ -22,12 +22,12 @@ use super::{CACHE_SYNC_BOUND, Context, RefKey, bounded, drain, measured, retry_a
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::freeze::FROZEN;
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
+use crate::apiserver::applied::{desired_digest, observed_digest};
+use crate::apiserver::conditions::{ConditionChange, find};
+use crate::apiserver::field_manager;
+use crate::apiserver::ownership::foreign_owner;
+use crate::apiserver::{apply, apply_status, is_applied, new_condition};
 use crate::contract::binding_key::BindingKey;
-use crate::kube::applied::{desired_digest, observed_digest};
-use crate::kube::conditions::{ConditionChange, find};
-use crate::kube::field_manager;
-use crate::kube::ownership::foreign_owner;
-use crate::kube::{apply, apply_status, is_applied, new_condition};
 use crate::render::isolation::Isolation;
 use crate::render::objects::{binding_key_secret, binding_key_secret_name};
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};

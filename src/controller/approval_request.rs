@@ -28,8 +28,8 @@ use crate::api::approval_request::ApprovalRequestStatus;
 use crate::api::common::parse_duration_seconds;
 use crate::api::freeze::FROZEN;
 use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest, Phase};
-use crate::kube::conditions::find;
-use crate::kube::{apply_params, apply_status, new_condition, set_condition};
+use crate::apiserver::conditions::find;
+use crate::apiserver::{apply_params, apply_status, new_condition, set_condition};
 
 /// Name of this controller in metrics.
 pub const CONTROLLER: &str = "approvalrequest";

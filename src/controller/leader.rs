@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::ControllerArgs;
 use super::health::Health;
-use crate::kube::backoff::BackoffWhileFailing;
+use crate::apiserver::backoff::BackoffWhileFailing;
 use crate::{Error, Result};
 
 /// How long in-flight reconciles may finish after a stop before they are dropped.

@@ -19,7 +19,7 @@ use super::{Context, drain, measured, retry_after_error};
 use crate::api::ModelConfig;
 use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::model_config::{ModelConfigStatus, TlsConfig};
-use crate::kube::{apply_status, new_condition, set_condition};
+use crate::apiserver::{apply_status, new_condition, set_condition};
 use crate::render::model::{bedrock_secret, describe};
 use crate::render::refs::RefStore;
 use crate::{Error, Result};

@@ -29,9 +29,9 @@ use crate::api::approval_notifier::{
 };
 use crate::api::approval_request::{ApprovalRequestStatus, NotificationRecord};
 use crate::api::{Agent, ApprovalNotifier, ApprovalRequest, Phase};
-use crate::kube::field_manager;
-use crate::kube::guarded::{Guarded, GuardedWrite};
-use crate::kube::{apply_status, new_condition, set_condition};
+use crate::apiserver::field_manager;
+use crate::apiserver::guarded::{Guarded, GuardedWrite};
+use crate::apiserver::{apply_status, new_condition, set_condition};
 use crate::notify::plan::{self, Attempt, Event};
 use crate::notify::{message, send};
 

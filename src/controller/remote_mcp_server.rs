@@ -19,8 +19,8 @@ use super::{Context, discovery, drain, fetch_value_source, measured, retry_after
 use crate::api::RemoteMCPServer;
 use crate::api::common::{ValueSourceType, parse_duration_seconds};
 use crate::api::remote_mcp_server::RemoteMCPServerStatus;
-use crate::kube::conditions::find;
-use crate::kube::{apply_status, new_condition, set_condition};
+use crate::apiserver::conditions::find;
+use crate::apiserver::{apply_status, new_condition, set_condition};
 use crate::render::refs::RefStore;
 use crate::{Error, Result};
 

@@ -1,6 +1,6 @@
 //! What the controller caches of the objects it renders: not the objects, but for each its
 //! name, the Agent controlling it (a digest of its uid, and its name only where it is not a
-//! prefix of the object's), a digest of the fields it applied ([`crate::kube::applied`]), and
+//! prefix of the object's), a digest of the fields it applied ([`crate::apiserver::applied`]), and
 //! the little a reconciler reads beyond that (a Deployment's readiness, whether a Secret holds a
 //! usable binding key). A cached Deployment took kilobytes; kube-runtime's reflector store of
 //! these summaries (its key copies name and namespace again) and a hash map of names per
@@ -29,10 +29,10 @@ use kube::{Resource, ResourceExt};
 
 use super::compact::CachedAgent;
 use crate::api::Agent;
+use crate::apiserver::Applicable;
+use crate::apiserver::applied::observed_digest;
 use crate::contract::binding_key::BindingKey;
 use crate::contract::mounts::BINDING_KEY_ITEM;
-use crate::kube::Applicable;
-use crate::kube::applied::observed_digest;
 use names::Names;
 
 /// A kind the controller renders, and what its cache keeps of an object beyond the digest.
@@ -548,9 +548,9 @@ mod tests {
             }
         );
         deployment.status.as_mut().unwrap().observed_generation = Some(3);
-        cache.apply(watcher::Event::Apply(crate::kube::applied::applied_by_us(
-            deployment,
-        )));
+        cache.apply(watcher::Event::Apply(
+            crate::apiserver::applied::applied_by_us(deployment),
+        ));
         let cached = cache.get("a", "x").unwrap();
         assert!(cached.facts().observed);
         assert!(cached.applied().is_some());

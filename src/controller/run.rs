@@ -22,7 +22,7 @@ use crate::egress::destination::Destinations;
 pub async fn run(args: ControllerArgs) -> Result<()> {
     logging::install_tls_provider();
     logging::init(args.log_format);
-    let client = crate::kube::client::nodelay_client().await?;
+    let client = crate::apiserver::client::nodelay_client().await?;
     args.check_agent_selector(&client).await?;
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());

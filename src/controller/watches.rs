@@ -30,8 +30,8 @@ use super::rendered::{RenderedKind, Summaries};
 use super::{CacheSync, MANAGED_SELECTOR, RESYNC, RequestsByAgent, Stores};
 use crate::api::freeze::FREEZE_ANNOTATION;
 use crate::api::{Agent, ApprovalNotifier, ApprovalRequest, ModelConfig, RemoteMCPServer};
-use crate::kube::backoff::BackoffWhileFailing;
-use crate::kube::paging::paged;
+use crate::apiserver::backoff::BackoffWhileFailing;
+use crate::apiserver::paging::paged;
 
 /// Changes of the metadata of `K` (its name and namespace only), from a metadata-only watch.
 pub type MetadataChanges<K> = BoxStream<'static, Result<PartialObjectMeta<K>, watcher::Error>>;

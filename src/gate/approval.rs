@@ -41,10 +41,10 @@ use crate::api::approval_request::{
     AgentRef, ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, CallContext, GrantRef,
     LABEL_AGENT, LABEL_ARGS_HASH, LABEL_GRANT, LABEL_TOOL, Phase, ToolServerRef,
 };
+use crate::apiserver::field_manager;
+use crate::apiserver::guarded::{Guarded, GuardedWrite};
 use crate::condition::Activation;
 use crate::contract::gate_config::AgentIdentity;
-use crate::kube::field_manager;
-use crate::kube::guarded::{Guarded, GuardedWrite};
 use crate::{Error, Result};
 
 /// Longest `spec.message`.

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::api::Agent;
 use crate::api::freeze::Freeze;
-use crate::kube::backoff::BackoffWhileFailing;
+use crate::apiserver::backoff::BackoffWhileFailing;
 
 /// What the gate knows of its Agent's freeze.
 #[derive(Clone, Debug, PartialEq, Eq)]

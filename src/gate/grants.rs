@@ -3,7 +3,7 @@
 //! one use of it exactly once, and leaves an ApprovalRequest decided by the grant, consumed by
 //! this gate, so the audit trail holds every call.
 //!
-//! Exactly once: a use is the one guarded status write ([`crate::kube::guarded`]) over the
+//! Exactly once: a use is the one guarded status write ([`crate::apiserver::guarded`]) over the
 //! resourceVersion the gate judged, so a grant revoked, deleted or used up by another gate in the meantime is
 //! never used (409 Conflict: read it again and judge again), and the CRD refuses `uses` above
 //! `maxUses` whatever the writer. Anything that goes wrong before the use is recorded leaves
@@ -20,10 +20,10 @@ use super::decision::CallKey;
 use super::metrics::Metrics;
 use super::sessions;
 use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantStatus};
+use crate::apiserver::field_manager;
+use crate::apiserver::guarded::{Guarded, GuardedWrite};
+use crate::apiserver::paging::list_keeping;
 use crate::condition::{Activation, Condition};
-use crate::kube::field_manager;
-use crate::kube::guarded::{Guarded, GuardedWrite};
-use crate::kube::paging::list_keeping;
 
 /// Prefix of the usernames of ServiceAccounts, which never grant.
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";

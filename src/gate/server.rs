@@ -202,7 +202,7 @@ async fn bind(addr: &str) -> Result<tokio::net::TcpListener> {
 /// Runs the gate until SIGTERM or Ctrl-C: MCP on `listen`, health and metrics on
 /// `metrics_listen`, the in-cluster (or kubeconfig) Kubernetes client.
 pub async fn run(config: GateConfig, key: BindingKey) -> Result<()> {
-    let client = crate::kube::client::nodelay_client().await?;
+    let client = crate::apiserver::client::nodelay_client().await?;
     let freeze = FreezeWatch::spawn(client.clone(), &config.agent.namespace, &config.agent.name);
     let (router, metrics) = build(
         &config,

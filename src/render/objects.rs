@@ -23,12 +23,12 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::agent::DeclarativeDeploymentSpec;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
+use crate::apiserver::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::contract::gate_config::{GATE_METRICS_PORT, GATE_PORT};
 use crate::contract::mounts::{
     AGENT_CARD_ITEM, AGENT_CONFIG_ITEM, BINDING_KEY_DIR, BINDING_KEY_ITEM, BINDING_KEY_PATH,
     CONFIG_DIR, GATE_CONFIG_DIR, GATE_CONFIG_ITEM, GATE_CONFIG_PATH, SERVICE_ACCOUNT_DIR,
 };
-use crate::kube::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::render::RenderOptions;
 use crate::render::model::RenderedModel;
 use crate::render::network::{self, PolicyInputs};

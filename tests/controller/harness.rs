@@ -4,11 +4,11 @@
 use std::sync::{Arc, Mutex};
 
 use hitl_operator::api::{Agent, ApprovalRequest};
+pub use hitl_operator::apiserver::applied::applied_by_us;
 use hitl_operator::controller::compact::{Compact, Compactable};
 use hitl_operator::controller::rendered::{RenderedKind, Summaries};
 use hitl_operator::controller::{CacheSync, Clock, Context, Metrics, RequestsByAgent, Stores};
 use hitl_operator::egress::destination::Destinations;
-pub use hitl_operator::kube::applied::applied_by_us;
 use hitl_operator::render::RenderOptions;
 pub use hitl_test_kit::script::{
     Exchange, Recorded, already_exists, expect, failure, not_found, run_script,

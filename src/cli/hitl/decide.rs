@@ -12,9 +12,9 @@ use super::error::CommandError;
 use crate::api::approval_request::{
     Approval, ApprovalRequest, Decision, DecisionChange, DecisionType, Phase,
 };
-use crate::kube::field_manager;
-use crate::kube::guarded::{Guarded, GuardedWrite};
-use crate::kube::paging::list_all;
+use crate::apiserver::field_manager;
+use crate::apiserver::guarded::{Guarded, GuardedWrite};
+use crate::apiserver::paging::list_all;
 
 /// How often a decision is retried when the request changed between read and write.
 const ATTEMPTS: u32 = 3;

@@ -14,8 +14,8 @@ use super::table::{expires, layout, truncate};
 use super::visible::visible;
 use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantSpec, Revocation};
 use crate::api::approval_request::{AgentRef, ApprovalRequest};
-use crate::kube::field_manager;
-use crate::kube::guarded::{Guarded, GuardedWrite, Outcome};
+use crate::apiserver::field_manager;
+use crate::apiserver::guarded::{Guarded, GuardedWrite, Outcome};
 
 /// How many writes a revocation sends before it gives up on a grant that keeps changing (each
 /// of the gate's uses changes it).

@@ -24,8 +24,8 @@ use self::error::CommandError;
 use self::output::Format;
 use crate::api::approval_grant::ApprovalGrant;
 use crate::api::approval_request::{ApprovalRequest, DecisionType, Phase};
-use crate::kube::backoff::BackoffWhileFailing;
-use crate::kube::paging::list_all;
+use crate::apiserver::backoff::BackoffWhileFailing;
+use crate::apiserver::paging::list_all;
 
 /// See and decide the tool calls your AI agents wait on (ApprovalRequests).
 #[derive(Parser, Debug)]

@@ -10,7 +10,7 @@ use kube::runtime::watcher::{self, Event, watcher};
 use super::error::CommandError;
 use super::table::{format_line, header, row};
 use crate::api::ApprovalRequest;
-use crate::kube::paging::paged;
+use crate::apiserver::paging::paged;
 
 /// Column widths of the streamed table (it cannot measure rows it has not seen yet).
 const WIDTHS: [usize; 9] = [16, 40, 20, 24, 40, 9, 9, 6, 10];

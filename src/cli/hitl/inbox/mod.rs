@@ -31,8 +31,8 @@ use tokio::sync::watch;
 use self::guard::{Access, Guard};
 use super::decide::{self, Outcome};
 use crate::api::approval_request::{ApprovalRequest, DecisionType};
-use crate::kube::backoff::BackoffWhileFailing;
-use crate::kube::paging::paged;
+use crate::apiserver::backoff::BackoffWhileFailing;
+use crate::apiserver::paging::paged;
 
 /// Most requests one decision may name (a batch is one agent's pending requests).
 pub const MAX_BATCH: usize = 100;
