@@ -4,7 +4,8 @@
 // usage: node ungated.mjs DIRECT_URL GATE_URL GATE_PID CALLS ROUNDS CLIENT_LEVELS [NAME URL PID]...
 //   CLIENT_LEVELS: comma-separated numbers of concurrent clients, e.g. 1,8
 //   NAME URL PID: a reference relay in front of the same server (nginx as a plain reverse proxy,
-//   nginx as a TCP relay): what a relay costs on this machine, measured in the same rounds.
+//   nginx as a TCP relay, the bare hyper relay, or another build of the gate): what a relay
+//   costs on this machine, or what the gate cost before a change, measured in the same rounds.
 //   SERVER_PID (environment): the MCP server's process, whose CPU time is then printed per path
 //   next to the client's (this process) and the whole machine's.
 //

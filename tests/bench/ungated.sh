@@ -12,6 +12,9 @@
 #
 # Builds nothing: HITL_BENCH_BIN is the gate binary (default target/release/hitl-operator),
 # HITL_BARE_RELAY_BIN the bare relay (default target/release/examples/bare_relay).
+# HITL_BENCH_BEFORE_BIN, if set, is another build of the gate (say, of the commit before a
+# change) that runs as one more path, "gate-before", in the same rounds: a regression shows as
+# the two gates' ratios apart, measured on the same machine at the same time.
 # CALLS (default 2000) calls per path and round, ROUNDS (default 3) rounds per client level,
 # CLIENTS (default "1,8") the client levels, TURN (default 25) calls per client session before
 # the next path takes its turn. Needs `npm ci --prefix tests/mcp-peers` and Node 20.
@@ -89,6 +92,19 @@ gate_pid=$!
 pids+=("$gate_pid")
 
 references=()
+if [[ -n ${HITL_BENCH_BEFORE_BIN:-} ]]; then
+    [[ -x $HITL_BENCH_BEFORE_BIN ]] || { echo "ungated bench: no gate binary at $HITL_BENCH_BEFORE_BIN" >&2; exit 1; }
+    before_port=$(free_port)
+    before_metrics_port=$(free_port)
+    sed -e "s/127.0.0.1:$gate_port/127.0.0.1:$before_port/" \
+        -e "s/127.0.0.1:$metrics_port/127.0.0.1:$before_metrics_port/" \
+        "$work/gate.json" >"$work/gate-before.json"
+    KUBECONFIG=$work/kubeconfig "$HITL_BENCH_BEFORE_BIN" gate --config "$work/gate-before.json" \
+        --binding-key "$work/key" >"$work/gate-before.log" 2>&1 &
+    pids+=($!)
+    references+=(gate-before "http://127.0.0.1:$before_port/servers/default/everything/mcp" "$!")
+    echo "reference: $HITL_BENCH_BEFORE_BIN, the gate as built before (gate-before)"
+fi
 if [[ -n $nginx ]]; then
     # One process (no master, one worker), so its CPU time is the whole proxy's; responses are
     # relayed as they arrive (an MCP event stream must not be buffered), upstream connections
@@ -181,7 +197,7 @@ if ! SERVER_PID=$server_pid node --no-warnings "$root/tests/bench/ungated.mjs" \
     tail -n 20 "$work/everything.log" >&2
     echo "--- gate log" >&2
     tail -n 20 "$work/gate.log" >&2
-    for log in "$work"/nginx*.log "$work"/bare-relay.log; do
+    for log in "$work"/nginx*.log "$work"/bare-relay.log "$work"/gate-before.log; do
         [[ -f $log ]] || continue
         echo "--- ${log##*/}" >&2
         tail -n 20 "$log" >&2
