@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod apiserver;
+pub mod cidr;
 pub mod cli;
 pub mod condition;
 pub mod contract;
@@ -13,6 +14,8 @@ pub mod manifest;
 pub mod notify;
 pub mod render;
 pub mod sse;
+pub mod tls;
 pub mod validate;
+pub mod visible;
 
 pub use error::{Error, Result};

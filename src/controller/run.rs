@@ -20,7 +20,7 @@ use crate::egress::destination::Destinations;
 
 /// Runs the controller until SIGTERM; with leader election, only while holding the Lease.
 pub async fn run(args: ControllerArgs) -> Result<()> {
-    logging::install_tls_provider();
+    crate::tls::install_provider();
     logging::init(args.log_format);
     let client = crate::apiserver::client::nodelay_client().await?;
     args.check_agent_selector(&client).await?;
@@ -116,7 +116,7 @@ mod wiring_tests {
     /// The fake apiserver (no objects: empty lists, watches that stay open without events) and
     /// a client of it.
     async fn apiserver() -> (FakeApi, Client) {
-        logging::install_tls_provider();
+        crate::tls::install_provider();
         let api = FakeApi::start().await;
         let client = api.client();
         (api, client)

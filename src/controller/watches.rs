@@ -578,7 +578,6 @@ async fn drain_watch<K>(events: impl Stream<Item = Result<watcher::Event<K>, wat
 #[cfg(test)]
 mod owned_watch_tests {
     use super::*;
-    use crate::cli::logging;
     use hitl_test_kit::{FakeApi, mock};
     use serde_json::json;
 
@@ -606,7 +605,7 @@ mod owned_watch_tests {
 
     #[tokio::test]
     async fn a_listed_modified_or_deleted_rendered_object_requeues_its_agent() {
-        logging::install_tls_provider();
+        crate::tls::install_provider();
         let api = FakeApi::start().await;
         api.put(DEPLOYMENTS, deployment("agent:1"));
         let client = api.client();

@@ -8,7 +8,6 @@ pub mod identity;
 pub mod inbox;
 pub mod output;
 pub mod table;
-pub mod visible;
 pub mod watch;
 
 use std::io::Write;
