@@ -7,6 +7,7 @@ pub mod cli;
 pub mod condition;
 pub mod contract;
 pub mod controller;
+pub mod decide;
 pub mod egress;
 pub mod error;
 pub mod gate;
