@@ -51,8 +51,6 @@ struct Store {
 /// A request as the fake received it, whatever its path.
 #[derive(Clone, Debug)]
 pub struct Seen {
-    /// Its method.
-    pub method: Method,
     /// Its path and query.
     pub uri: String,
     /// Whether it asked for metadata only (`Accept: ...;as=PartialObjectMetadataList`).
@@ -643,7 +641,6 @@ async fn observe(State(api): State<FakeApi>, request: Request, next: Next) -> Re
     let stalled = {
         let mut s = api.store.lock().unwrap();
         s.seen.push(Seen {
-            method: request.method().clone(),
             uri: request.uri().to_string(),
             metadata_only,
         });
@@ -842,4 +839,91 @@ fn rv_of(obj: &Value) -> u64 {
         .as_str()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+    use std::time::Duration;
+
+    const CONFIG_MAPS: &str = "/api/v1/namespaces/demo/configmaps";
+
+    fn config_map(name: &str, value: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "demo", "labels": {"app": "a"}},
+            "data": {"k": value}})
+    }
+
+    #[tokio::test]
+    async fn the_generic_store_lists_creates_patches_and_replays_changes_to_watches() {
+        let api = FakeApi::start().await;
+        api.put(CONFIG_MAPS, config_map("one", "1"));
+        let maps: Api<ConfigMap> = Api::namespaced(api.client(), "demo");
+        let listed = maps
+            .list(&ListParams::default().labels("app=a"))
+            .await
+            .unwrap();
+        assert_eq!(listed.items.len(), 1);
+        assert!(
+            maps.list(&ListParams::default().labels("app=b"))
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        );
+        let from = listed.metadata.resource_version.unwrap();
+
+        let two: ConfigMap = serde_json::from_value(config_map("two", "2")).unwrap();
+        maps.create(&PostParams::default(), &two).await.unwrap();
+        let again = maps.create(&PostParams::default(), &two).await.unwrap_err();
+        assert!(matches!(again, kube::Error::Api(s) if s.code == 409));
+        let patch = Patch::Merge(json!({"data": {"k": "changed"}}));
+        maps.patch("one", &PatchParams::default(), &patch)
+            .await
+            .unwrap();
+        api.delete(CONFIG_MAPS, "two");
+        assert_eq!(maps.get("one").await.unwrap().data.unwrap()["k"], "changed");
+        assert!(maps.get_opt("two").await.unwrap().is_none());
+
+        let events: Vec<(&str, String)> = maps
+            .watch(&WatchParams::default(), &from)
+            .await
+            .unwrap()
+            .take(3)
+            .map_ok(|event| match event {
+                WatchEvent::Added(o) => ("ADDED", o.metadata.name.unwrap()),
+                WatchEvent::Modified(o) => ("MODIFIED", o.metadata.name.unwrap()),
+                WatchEvent::Deleted(o) => ("DELETED", o.metadata.name.unwrap()),
+                other => panic!("{other:?}"),
+            })
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            events,
+            [
+                ("ADDED", "two".into()),
+                ("MODIFIED", "one".into()),
+                ("DELETED", "two".into())
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn every_request_is_seen_and_stalled_ones_stay_in_flight() {
+        let api = FakeApi::start().await;
+        let maps: Api<ConfigMap> = Api::namespaced(api.client(), "demo");
+        maps.list_metadata(&ListParams::default()).await.unwrap();
+        api.stall(&format!("{CONFIG_MAPS}/held"));
+        let held = tokio::time::timeout(Duration::from_millis(200), maps.get("held")).await;
+        assert!(held.is_err(), "a stalled request is never answered");
+
+        let seen = api.seen();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[0].metadata_only && seen[0].uri.starts_with(&format!("{CONFIG_MAPS}?")));
+        assert!(!seen[1].metadata_only && seen[1].uri == format!("{CONFIG_MAPS}/held"));
+    }
 }
