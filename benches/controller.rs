@@ -68,6 +68,11 @@ struct Seen {
 }
 
 /// Answers every request: reads with 404 (the references are cached), applies echoed back.
+///
+/// Not `hitl_test_kit::mock`: its `ApiMock` parses every request body into JSON and builds a
+/// `Call` (the URI as a string, the headers) before the test sees it, work this answerer does
+/// not do on the timed path (an Event's body is never parsed here); the figures in
+/// docs/controller.md (Benchmarks) were measured with this answerer.
 async fn serve(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
     seen: Arc<Seen>,

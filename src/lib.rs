@@ -2,10 +2,12 @@
 
 pub mod api;
 pub mod apiserver;
+pub mod cidr;
 pub mod cli;
 pub mod condition;
 pub mod contract;
 pub mod controller;
+pub mod decide;
 pub mod egress;
 pub mod error;
 pub mod gate;
@@ -13,6 +15,8 @@ pub mod manifest;
 pub mod notify;
 pub mod render;
 pub mod sse;
+pub mod tls;
 pub mod validate;
+pub mod visible;
 
 pub use error::{Error, Result};

@@ -69,7 +69,7 @@ fn the_operators_clients_ignore_the_proxy_of_the_environment() {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
         // The proxy works: a client with reqwest's defaults goes through it.
-        hitl_operator::cli::logging::install_tls_provider();
+        hitl_operator::tls::install_provider();
         let answer = reqwest::get(format!("{target}/x")).await.unwrap();
         assert_eq!(answer.text().await.unwrap(), "proxied");
         assert_eq!(connections.load(Ordering::SeqCst), 1);

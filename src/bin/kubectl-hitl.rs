@@ -7,7 +7,7 @@ use hitl_operator::cli::hitl::{Cli, run};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    hitl_operator::cli::logging::install_tls_provider();
+    hitl_operator::tls::install_provider();
     let cli = Cli::parse();
     let ok = run(cli, &mut std::io::stdout(), &mut std::io::stderr()).await;
     if ok {

@@ -30,7 +30,7 @@ pub struct GateArgs {
 
 /// Runs the gate until it is told to stop.
 pub async fn run(args: GateArgs) -> crate::Result<()> {
-    logging::install_tls_provider();
+    crate::tls::install_provider();
     logging::init(args.log_format);
     let config = server::load_config(&args.config.to_string_lossy())?;
     let key =

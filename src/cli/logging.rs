@@ -36,12 +36,6 @@ pub fn init(format: LogFormat) {
     };
 }
 
-/// Picks the one TLS provider every client of the process uses. kube is built on rustls with
-/// ring, and reqwest/rmcp are built without a provider: without this they panic at run time.
-pub fn install_tls_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 #[cfg(test)]
 mod tests {
     use super::filter;

@@ -10,10 +10,11 @@ use serde_json::Value;
 use crate::api::{
     self, Agent, ApprovalGrant, ApprovalMode, MCPServer, ModelConfig, RemoteMCPServer,
 };
+use crate::cidr::Cidr;
 use crate::condition::Condition;
 use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::manifest::{self, Document};
-use crate::render::network::{Cidr, default_cluster_cidrs};
+use crate::render::network::default_cluster_cidrs;
 use crate::render::proxy::ProxyUrl;
 use crate::render::refs::RefStore;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;

@@ -7,9 +7,10 @@ use kube::api::ListParams;
 
 use super::watches::api;
 use crate::api::{Agent, ApprovalMode};
+use crate::cidr::Cidr;
 use crate::cli::logging::LogFormat;
 use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
-use crate::render::network::{Cidr, default_cluster_cidrs};
+use crate::render::network::default_cluster_cidrs;
 use crate::render::proxy::ProxyUrl;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
 use crate::render::{

@@ -261,7 +261,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_server_is_reported_by_its_root_cause() {
-        crate::cli::logging::install_tls_provider();
+        crate::tls::install_provider();
         let port = {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             listener.local_addr().unwrap().port()

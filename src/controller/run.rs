@@ -20,7 +20,7 @@ use crate::egress::destination::Destinations;
 
 /// Runs the controller until SIGTERM; with leader election, only while holding the Lease.
 pub async fn run(args: ControllerArgs) -> Result<()> {
-    logging::install_tls_provider();
+    crate::tls::install_provider();
     logging::init(args.log_format);
     let client = crate::apiserver::client::nodelay_client().await?;
     args.check_agent_selector(&client).await?;
@@ -101,14 +101,8 @@ async fn run_controllers(
 #[cfg(test)]
 mod wiring_tests {
     use super::*;
-    use axum::Router;
-    use axum::body::Body;
-    use axum::extract::Request;
-    use axum::http::StatusCode;
-    use axum::response::IntoResponse;
     use clap::Parser;
-    use std::net::SocketAddr;
-    use std::sync::Mutex;
+    use hitl_test_kit::{FakeApi, eventually};
     use std::time::Duration;
 
     #[derive(Parser)]
@@ -117,131 +111,33 @@ mod wiring_tests {
         args: ControllerArgs,
     }
 
-    /// What the stand-in API server saw, the one Lease it holds, and the Agents it lists.
-    #[derive(Default)]
-    struct Fake {
-        seen: Mutex<Vec<String>>,
-        lease: Mutex<Option<serde_json::Value>>,
-        agents: Vec<serde_json::Value>,
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/demo/leases";
+
+    /// The fake apiserver (no objects: empty lists, watches that stay open without events) and
+    /// a client of it.
+    async fn apiserver() -> (FakeApi, Client) {
+        crate::tls::install_provider();
+        let api = FakeApi::start().await;
+        let client = api.client();
+        (api, client)
     }
 
-    /// The Lease endpoint: get (404 until created), create, and patches merged into its spec.
-    fn lease(fake: &Fake, method: &http::Method, body: &[u8]) -> axum::response::Response {
-        let mut lease = fake.lease.lock().unwrap();
-        if *method == http::Method::POST {
-            *lease = Some(serde_json::from_slice(body).unwrap());
-        } else if *method == http::Method::PATCH {
-            let patch: serde_json::Value = serde_json::from_slice(body).unwrap();
-            let stored = lease.as_mut().expect("lease created before it is patched");
-            let spec = stored
-                .as_object_mut()
-                .unwrap()
-                .entry("spec")
-                .or_insert_with(|| serde_json::json!({}));
-            for (key, value) in patch["spec"].as_object().cloned().unwrap_or_default() {
-                if value.is_null() {
-                    spec.as_object_mut().unwrap().remove(&key);
-                } else {
-                    spec[key] = value;
-                }
-            }
-        }
-        match lease.clone() {
-            Some(mut stored) => {
-                stored["metadata"]["resourceVersion"] = "1".into();
-                axum::Json(stored).into_response()
-            }
-            None => (
-                StatusCode::NOT_FOUND,
-                axum::Json(serde_json::json!({
-                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                    "reason": "NotFound", "code": 404, "message": "not found",
-                })),
-            )
-                .into_response(),
-        }
+    /// Whether a request (of full objects, not metadata only) starting with `prefix` was seen.
+    fn requested(api: &FakeApi, prefix: &str) -> bool {
+        api.seen()
+            .iter()
+            .any(|s| !s.metadata_only && s.uri.starts_with(prefix))
     }
 
-    /// A stand-in API server: a Lease, empty lists, and watches that stay open without events.
-    async fn fake_apiserver(fake: Arc<Fake>) -> SocketAddr {
-        let app = Router::new().fallback(move |request: Request| {
-            let fake = fake.clone();
-            async move {
-                let metadata_only = request
-                    .headers()
-                    .get("accept")
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| v.contains("as=PartialObjectMetadata"));
-                let method = request.method().clone();
-                let uri = request.uri().to_string();
-                fake.seen.lock().unwrap().push(format!(
-                    "{}{}",
-                    if metadata_only { "metadata " } else { "" },
-                    uri.split("&resourceVersion").next().unwrap_or_default()
-                ));
-                if uri.contains("watch=true") {
-                    return Body::from_stream(futures::stream::pending::<
-                        Result<bytes::Bytes, std::io::Error>,
-                    >())
-                    .into_response();
-                }
-                let lists = method == http::Method::GET && uri.contains('?');
-                if uri.starts_with("/apis/coordination.k8s.io/") && !lists {
-                    let body = axum::body::to_bytes(request.into_body(), usize::MAX)
-                        .await
-                        .unwrap();
-                    return lease(&fake, &method, &body);
-                }
-                if !uri.contains('?') {
-                    // Reads and writes of single objects never answer: a reconcile that gets
-                    // this far stays in flight.
-                    return futures::future::pending().await;
-                }
-                let kind = if metadata_only {
-                    "PartialObjectMetadataList"
-                } else {
-                    "List"
-                };
-                let items = if uri.contains("/agents?") {
-                    fake.agents.clone()
-                } else if uri.contains("/leases?") {
-                    fake.lease.lock().unwrap().iter().cloned().collect()
-                } else {
-                    Vec::new()
-                };
-                axum::Json(serde_json::json!({
-                    "apiVersion": "v1", "kind": kind,
-                    "metadata": {"resourceVersion": "1"}, "items": items,
-                }))
-                .into_response()
-            }
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        addr
-    }
-
-    fn client_for(addr: SocketAddr) -> Client {
-        logging::install_tls_provider();
-        Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
-    }
-
-    /// Polls `condition` (bounded, so a regression fails instead of hanging).
-    async fn eventually(what: &str, condition: impl Fn() -> bool) {
-        for _ in 0..3000 {
-            if condition() {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        panic!("{what} never happened");
+    /// Who holds the Lease, once it was created.
+    fn holder(api: &FakeApi) -> Option<String> {
+        let lease = api.get(LEASES, "hitl-operator")?;
+        lease["spec"]["holderIdentity"].as_str().map(str::to_string)
     }
 
     #[tokio::test]
     async fn leader_reconciles_while_holding_the_lease_and_releases_it_on_stop() {
-        let fake = Arc::new(Fake::default());
-        let client = client_for(fake_apiserver(fake.clone()).await);
+        let (api, client) = apiserver().await;
         let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
             .unwrap()
             .args;
@@ -257,51 +153,37 @@ mod wiring_tests {
                 .await
             }
         });
-        let holder = || {
-            fake.lease
-                .lock()
-                .unwrap()
-                .as_ref()
-                .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
-        };
-        let listed_agents = || {
-            fake.seen
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|s| s.starts_with("/apis/kagent.dev/v1alpha2/namespaces/demo/agents?"))
-        };
-        eventually("taking the Lease in the lease namespace", || {
-            holder().is_some()
+        eventually("taking the Lease in the lease namespace", || holder(&api)).await;
+        eventually("starting the controllers", || {
+            requested(&api, "/apis/kagent.dev/v1alpha2/namespaces/demo/agents?").then_some(())
         })
         .await;
-        eventually("starting the controllers", listed_agents).await;
-        eventually("readiness", || health.is_ready()).await;
-        assert!(fake.seen.lock().unwrap().iter().any(|s| {
-            s.starts_with("/apis/coordination.k8s.io/v1/namespaces/demo/leases/hitl-operator")
-        }),);
+        eventually("readiness", || health.is_ready().then_some(())).await;
+        assert!(requested(&api, &format!("{LEASES}/hitl-operator")));
 
         stop_tx.send_replace(true);
         running
             .await
             .unwrap()
             .expect("a requested stop is not an error");
-        assert_eq!(holder(), None, "the Lease is released on shutdown");
+        assert_eq!(holder(&api), None, "the Lease is released on shutdown");
     }
 
     #[tokio::test]
     async fn a_stop_during_a_hung_reconcile_exits_promptly_and_releases_the_lease() {
-        let fake = Arc::new(Fake {
-            agents: vec![serde_json::json!({
+        let (api, client) = apiserver().await;
+        let agents = "/apis/kagent.dev/v1alpha2/namespaces/demo/agents";
+        api.put(
+            agents,
+            serde_json::json!({
                 "apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
-                "metadata": {"name": "stuck", "namespace": "demo", "uid": "u1",
-                             "resourceVersion": "1", "generation": 1},
+                "metadata": {"name": "stuck", "namespace": "demo", "uid": "u1", "generation": 1},
                 "spec": {"type": "Declarative",
                          "declarative": {"systemMessage": "hi", "modelConfig": "model"}},
-            })],
-            ..Fake::default()
-        });
-        let client = client_for(fake_apiserver(fake.clone()).await);
+            }),
+        );
+        // The write of its status never answers: the reconcile stays in flight.
+        api.stall(&format!("{agents}/stuck/status"));
         let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
             .unwrap()
             .args;
@@ -319,11 +201,7 @@ mod wiring_tests {
         });
         eventually(
             "the Agent's reconcile to hang on writing its status (its ModelConfig is missing)",
-            || {
-                fake.seen.lock().unwrap().iter().any(|s| {
-                    s.starts_with("/apis/kagent.dev/v1alpha2/namespaces/demo/agents/stuck/status")
-                })
-            },
+            || requested(&api, &format!("{agents}/stuck/status")).then_some(()),
         )
         .await;
 
@@ -334,11 +212,8 @@ mod wiring_tests {
             .expect("stopping does not wait for the hung reconcile")
             .unwrap()
             .expect("a requested stop is not an error");
-        let lease = fake
-            .lease
-            .lock()
-            .unwrap()
-            .clone()
+        let lease = api
+            .get(LEASES, "hitl-operator")
             .expect("the Lease was taken");
         assert!(
             lease["spec"]["holderIdentity"].is_null(),
@@ -348,8 +223,7 @@ mod wiring_tests {
 
     #[tokio::test]
     async fn starts_every_watch_becomes_ready_and_stops_gracefully() {
-        let fake = Arc::new(Fake::default());
-        let client = client_for(fake_apiserver(fake.clone()).await);
+        let (api, client) = apiserver().await;
         let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
             .unwrap()
             .args;
@@ -359,12 +233,15 @@ mod wiring_tests {
             let health = health.clone();
             async move { run_controllers(client, &args, Arc::default(), health, stop_rx).await }
         });
-        eventually("readiness", || health.is_ready()).await;
+        eventually("readiness", || health.is_ready().then_some(())).await;
         stop_tx.send_replace(true);
         running.await.expect("controllers stop on the stop signal");
 
-        let seen = fake.seen.lock().unwrap().clone();
-        let listed = |path: &str| seen.iter().any(|s| s.starts_with(path));
+        let seen = api.seen();
+        let listed = |path: &str, metadata: bool| {
+            seen.iter()
+                .any(|s| s.metadata_only == metadata && s.uri.starts_with(path))
+        };
         for path in [
             "/apis/kagent.dev/v1alpha2/namespaces/demo/agents?",
             "/apis/kagent.dev/v1alpha2/namespaces/demo/approvalrequests?",
@@ -374,17 +251,28 @@ mod wiring_tests {
             "/api/v1/namespaces/demo/secrets?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
             "/apis/rbac.authorization.k8s.io/v1/namespaces/demo/rolebindings?&labelSelector=",
             "/apis/networking.k8s.io/v1/namespaces/demo/networkpolicies?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
-            "metadata /api/v1/namespaces/demo/secrets?",
-            "metadata /api/v1/namespaces/demo/configmaps?",
-            "metadata /api/v1/namespaces/demo/services?",
         ] {
-            assert!(listed(path), "{path} not requested; saw {seen:#?}");
+            assert!(listed(path, false), "{path} not requested; saw {seen:#?}");
+        }
+        for path in [
+            "/api/v1/namespaces/demo/secrets?",
+            "/api/v1/namespaces/demo/configmaps?",
+            "/api/v1/namespaces/demo/services?",
+        ] {
+            assert!(
+                listed(path, true),
+                "metadata of {path} not requested; saw {seen:#?}"
+            );
         }
         // Full Secrets are only ever listed with the managed-by selector.
         assert!(
             seen.iter()
-                .filter(|s| s.starts_with("/api/v1/namespaces/demo/secrets?"))
-                .all(|s| s.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator")),
+                .filter(
+                    |s| !s.metadata_only && s.uri.starts_with("/api/v1/namespaces/demo/secrets?")
+                )
+                .all(|s| s
+                    .uri
+                    .contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator")),
             "{seen:#?}"
         );
     }

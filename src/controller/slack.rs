@@ -21,7 +21,7 @@ use serde_json::json;
 use super::ControllerArgs;
 use crate::api::ApprovalRequest;
 use crate::api::approval_request::DecisionType;
-use crate::cli::hitl::decide::{self, Outcome};
+use crate::decide::{self, Outcome};
 use crate::notify::slack::{self, Interaction, Mapping, Verifier};
 use crate::{Error, Result};
 

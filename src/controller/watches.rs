@@ -578,21 +578,18 @@ async fn drain_watch<K>(events: impl Stream<Item = Result<watcher::Event<K>, wat
 #[cfg(test)]
 mod owned_watch_tests {
     use super::*;
-    use crate::cli::logging;
-    use axum::Router;
-    use axum::body::Body;
-    use axum::extract::Request;
-    use axum::response::IntoResponse;
+    use hitl_test_kit::{FakeApi, mock};
     use serde_json::json;
-    use std::net::SocketAddr;
+
+    const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/demo/deployments";
 
     /// A Deployment `agent-1` controlled by Agent `agent-1`, as the apiserver holds it after our
     /// apply (our managedFields entry owns its image), with image `image`.
-    fn deployment(image: &str, resource_version: &str) -> serde_json::Value {
+    fn deployment(image: &str) -> serde_json::Value {
         json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {
-                "name": "agent-1", "namespace": "demo", "resourceVersion": resource_version,
+                "name": "agent-1", "namespace": "demo",
                 "labels": {"app.kubernetes.io/managed-by": "hitl-operator"},
                 "ownerReferences": [{"apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
                                      "name": "agent-1", "uid": "u1", "controller": true}],
@@ -606,36 +603,12 @@ mod owned_watch_tests {
         })
     }
 
-    /// Lists the Deployment, then watches: it is modified (another image), then deleted.
-    async fn apiserver() -> SocketAddr {
-        let app = Router::new().fallback(|request: Request| async move {
-            let uri = request.uri().to_string();
-            if !uri.contains("watch=true") {
-                return axum::Json(json!({
-                    "apiVersion": "v1", "kind": "List",
-                    "metadata": {"resourceVersion": "1"}, "items": [deployment("agent:1", "1")],
-                }))
-                .into_response();
-            }
-            let events = [
-                json!({"type": "MODIFIED", "object": deployment("agent:2", "2")}),
-                json!({"type": "DELETED", "object": deployment("agent:2", "3")}),
-            ]
-            .map(|event| Ok::<_, std::io::Error>(bytes::Bytes::from(format!("{event}\n"))));
-            Body::from_stream(futures::stream::iter(events).chain(futures::stream::pending()))
-                .into_response()
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        addr
-    }
-
     #[tokio::test]
     async fn a_listed_modified_or_deleted_rendered_object_requeues_its_agent() {
-        logging::install_tls_provider();
-        let config = kube::Config::new(format!("http://{}", apiserver().await).parse().unwrap());
-        let client = Client::try_from(config).unwrap();
+        crate::tls::install_provider();
+        let api = FakeApi::start().await;
+        api.put(DEPLOYMENTS, deployment("agent:1"));
+        let client = api.client();
         let caches = CacheSync::default();
         let (store, controllers) = owned::<Deployment>(&client, Some("demo"), &caches);
         let mut controllers = std::pin::pin!(controllers);
@@ -649,6 +622,7 @@ mod owned_watch_tests {
             Some(agent.clone()),
             "listed"
         );
+        api.put(DEPLOYMENTS, deployment("agent:2"));
         assert_eq!(
             tokio::time::timeout(bound, controllers.next())
                 .await
@@ -660,7 +634,7 @@ mod owned_watch_tests {
         assert_eq!(store.len(), 1);
         let cached = store.get("demo", "agent-1").expect("cached");
         assert_eq!(cached.facts().available, 1, "readiness is kept");
-        let listed: Deployment = serde_json::from_value(deployment("agent:1", "1")).unwrap();
+        let listed: Deployment = serde_json::from_value(deployment("agent:1")).unwrap();
         let listed = Summaries::listed([listed]).get("demo", "agent-1").unwrap();
         assert!(
             listed.applied().is_some(),
@@ -672,6 +646,7 @@ mod owned_watch_tests {
             "a changed image changes the digest"
         );
 
+        api.delete(DEPLOYMENTS, "agent-1");
         assert_eq!(
             tokio::time::timeout(bound, controllers.next())
                 .await
@@ -686,15 +661,12 @@ mod owned_watch_tests {
     async fn first_list_request(
         start: impl FnOnce(Client) -> futures::stream::BoxStream<'static, ()>,
     ) -> String {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let mut stream = start(Client::new(service, "default"));
+        let (client, mut apiserver) = mock::pair("default");
+        let mut stream = start(client);
         let polling = tokio::spawn(async move { while stream.next().await.is_some() {} });
-        let (request, _answer) = handle.next_request().await.expect("a list request");
+        let request = apiserver.next().await;
         polling.abort();
-        request.uri().to_string()
+        request.uri
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use crate::render::network::Cidr;
+use crate::cidr::Cidr;
 
 /// Why a destination is refused by default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -48,7 +48,7 @@ pub fn client() -> reqwest::Client {
 /// [`client`]'s settings, for clients that add their own.
 fn builder() -> reqwest::ClientBuilder {
     // reqwest is built without a default TLS provider and panics unless one is installed.
-    crate::cli::logging::install_tls_provider();
+    crate::tls::install_provider();
     reqwest::Client::builder()
         .no_proxy()
         .redirect(Policy::custom(within_origin))

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::plan::Event;
 use crate::api::approval_request::DecisionType;
 use crate::api::{ApprovalRequest, Phase};
-use crate::cli::hitl::visible::visible;
+use crate::visible::visible;
 
 /// Content type of a [`cloud_event`].
 pub const CLOUD_EVENT_CONTENT_TYPE: &str = "application/cloudevents+json";

@@ -14,9 +14,10 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 
 use crate::api::GatePlacement;
 use crate::api::agent::ToolServerKind;
+use crate::cidr::Cidr;
 use crate::contract::gate_config::GateServer;
 use crate::render::agent_volumes::{Reach, Sharing, reach};
-use crate::render::network::{Cidr, host_in_cluster};
+use crate::render::network::host_in_cluster;
 use crate::render::objects::{AGENT_CONTAINER, AgentObjects, GATE_CONTAINER};
 use crate::render::proxy::PROXY_HOST_HEADER;
 

@@ -30,6 +30,7 @@ use crate::api::agent::{AgentType, ApprovalRule, ApprovalSettings};
 use crate::api::common::parse_duration_seconds;
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
+use crate::cidr::Cidr;
 use crate::contract::agent_config::{AgentConfig, McpParams, McpToolServer, RemoteAgent};
 use crate::contract::gate_config::{
     AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GATE_LISTEN, GATE_METRICS_LISTEN, GATE_PORT,
@@ -38,7 +39,6 @@ use crate::contract::gate_config::{
 use crate::contract::mounts::{AGENT_CARD_ITEM, AGENT_CONFIG_ITEM, GATE_CONFIG_ITEM};
 use crate::{Error, Result};
 use isolation::Isolation;
-use network::Cidr;
 pub use objects::AgentObjects;
 use proxy::ProxyUrl;
 use refs::{DEFAULT_MODEL_CONFIG, RefStore};

@@ -1,26 +1,35 @@
-//! An in-process fake kube-apiserver for `approvalrequests`: list (label selector), create
-//! (AlreadyExists), get, watch (field selector metadata.name or label selector, from a
-//! resourceVersion), and merge-patch of `/status` with resourceVersion preconditions and
-//! write-once consumedAt.
-//! It records every request body and can be told to fail every request. It also serves the
-//! gate's watch of its own Agent: any Agent asked for exists, is never frozen and never changes
-//! (the freeze is tested with the gate's view fed directly, and on the real apiserver).
-//! For `kubectl hitl ui`, it also watches the whole collection, answers SelfSubjectReviews (as
-//! user `alice`) and can refuse decisions on chosen requests as RBAC would. For the gate's
-//! grants, it lists `approvalgrants` and merge-patches their `/status` with resourceVersion
-//! preconditions.
+//! An in-process fake kube-apiserver.
+//!
+//! For `approvalrequests`: list (label selector), create (AlreadyExists), get, watch (field
+//! selector metadata.name or label selector, from a resourceVersion), and merge-patch of
+//! `/status` with resourceVersion preconditions and write-once consumedAt. It records every
+//! request body and can be told to fail every request. For `kubectl hitl ui`, it also watches
+//! the whole collection, answers SelfSubjectReviews (as user `alice`) and can refuse decisions
+//! on chosen requests as RBAC would. For the gate's grants, it lists `approvalgrants` and
+//! merge-patches their `/status` with resourceVersion preconditions.
+//!
+//! Every other path is a generic in-memory store of any kind, its collections named by path
+//! (`/apis/apps/v1/namespaces/demo/deployments`): list and watch (label selector, field
+//! selector metadata.name, watches replaying every change after their resourceVersion), get,
+//! create and merge-patch over HTTP (a subresource such as `/status` patches its object), and
+//! [`FakeApi::put`] and [`FakeApi::delete`] for the test's own changes. One exception serves
+//! the gate's watch of its own Agent: a list naming one Agent that is not stored answers it,
+//! never frozen (the freeze is tested with the gate's view fed directly, and on the real
+//! apiserver). [`FakeApi::seen`] has every request to any path, and [`FakeApi::stall`] keeps
+//! chosen ones in flight for ever.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 #[derive(Default)]
 struct Store {
@@ -31,6 +40,21 @@ struct Store {
     watches: BTreeMap<String, usize>,
     forbidden: std::collections::BTreeSet<String>,
     grants: BTreeMap<String, Value>,
+    /// The generic store: collection path → name → object.
+    collections: BTreeMap<String, BTreeMap<String, Value>>,
+    /// Every change of the generic store, in order: (collection, event type, object).
+    history: Vec<(String, &'static str, Value)>,
+    seen: Vec<Seen>,
+    stalled: Vec<String>,
+}
+
+/// A request as the fake received it, whatever its path.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// Its path and query.
+    pub uri: String,
+    /// Whether it asked for metadata only (`Accept: ...;as=PartialObjectMetadataList`).
+    pub metadata_only: bool,
 }
 
 /// The fake apiserver's shared state.
@@ -38,6 +62,8 @@ struct Store {
 pub struct FakeApi {
     store: Arc<Mutex<Store>>,
     events: broadcast::Sender<(String, Value)>,
+    /// Bumped on every change of the generic store, waking its watches.
+    changed: Arc<watch::Sender<()>>,
     /// Base URL, `http://127.0.0.1:port`.
     pub url: String,
 }
@@ -113,6 +139,7 @@ impl FakeApi {
         let api = Self {
             store: Arc::default(),
             events,
+            changed: Arc::new(watch::Sender::new(())),
             url,
         };
         let base = "/apis/kagent.dev/v1alpha2/namespaces/{ns}/approvalrequests";
@@ -122,10 +149,6 @@ impl FakeApi {
             .route(
                 &format!("{base}/{{name}}/status"),
                 axum::routing::patch(patch_status),
-            )
-            .route(
-                "/apis/kagent.dev/v1alpha2/namespaces/{ns}/agents",
-                get(agents),
             )
             .route(
                 "/apis/kagent.dev/v1alpha2/namespaces/{ns}/approvalgrants",
@@ -139,6 +162,8 @@ impl FakeApi {
                 "/apis/authentication.k8s.io/v1/selfsubjectreviews",
                 axum::routing::post(self_subject_review),
             )
+            .fallback(generic)
+            .layer(middleware::from_fn_with_state(api.clone(), observe))
             .with_state(api.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         api
@@ -150,7 +175,7 @@ impl FakeApi {
         kube::Client::try_from(config).unwrap()
     }
 
-    /// Every request as (method, uri, body).
+    /// Every request to ApprovalRequests and ApprovalGrants as (method, uri, body).
     pub fn requests(&self) -> Vec<(String, String, String)> {
         self.store.lock().unwrap().requests.clone()
     }
@@ -176,7 +201,8 @@ impl FakeApi {
         .await
     }
 
-    /// Makes every request fail with `code` (None: work again).
+    /// Makes every request to ApprovalRequests and ApprovalGrants fail with `code` (None: work
+    /// again).
     pub fn fail_with(&self, code: Option<u16>) {
         self.store.lock().unwrap().fail = code;
     }
@@ -247,6 +273,80 @@ impl FakeApi {
         let _ = self.events.send(("ADDED".into(), obj));
     }
 
+    /// Every request to any path, in order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.store.lock().unwrap().seen.clone()
+    }
+
+    /// Makes every request whose path starts with `prefix` stay in flight for ever (it is still
+    /// [`seen`](Self::seen)).
+    pub fn stall(&self, prefix: &str) {
+        self.store.lock().unwrap().stalled.push(prefix.into());
+    }
+
+    /// Stores `object` in the generic collection at path `collection`, created or replaced as
+    /// another writer would: a new resourceVersion, and an ADDED or MODIFIED event.
+    pub fn put(&self, collection: &str, object: Value) {
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        let mut s = self.store.lock().unwrap();
+        let kind = if s
+            .collections
+            .get(collection)
+            .is_some_and(|c| c.contains_key(&name))
+        {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.change(&mut s, collection, kind, object);
+    }
+
+    /// Deletes object `name` from the generic collection at path `collection`, with a DELETED
+    /// event.
+    pub fn delete(&self, collection: &str, name: &str) {
+        let mut s = self.store.lock().unwrap();
+        let object = s
+            .collections
+            .get(collection)
+            .and_then(|c| c.get(name))
+            .cloned();
+        self.change(
+            &mut s,
+            collection,
+            "DELETED",
+            object.expect("the object exists"),
+        );
+    }
+
+    /// The object `name` of the generic collection at path `collection`, if stored.
+    pub fn get(&self, collection: &str, name: &str) -> Option<Value> {
+        let s = self.store.lock().unwrap();
+        s.collections.get(collection)?.get(name).cloned()
+    }
+
+    /// Applies one change to the generic store: a new resourceVersion for `object`, stored
+    /// (or removed when `kind` is DELETED), kept in the history and shown to the watches.
+    fn change(
+        &self,
+        s: &mut Store,
+        collection: &str,
+        kind: &'static str,
+        mut object: Value,
+    ) -> Value {
+        s.rv += 1;
+        object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        let objects = s.collections.entry(collection.into()).or_default();
+        if kind == "DELETED" {
+            objects.remove(&name);
+        } else {
+            objects.insert(name, object.clone());
+        }
+        s.history.push((collection.into(), kind, object.clone()));
+        self.changed.send_replace(());
+        object
+    }
+
     fn record(&self, method: &Method, uri: &Uri, body: &[u8]) -> Option<Response> {
         let mut s = self.store.lock().unwrap();
         s.requests.push((
@@ -314,33 +414,6 @@ fn selected(obj: &Value, selector: &[(String, String)]) -> bool {
         .all(|(k, v)| obj["metadata"]["labels"][k] == json!(v))
 }
 
-/// The Agent list or watch of a gate: the one Agent its field selector names, unfrozen; a
-/// watch that stays open without events.
-async fn agents(Path(ns): Path<String>, Query(q): Query<BTreeMap<String, String>>) -> Response {
-    if q.get("watch").map(String::as_str) == Some("true") {
-        let stream = futures::stream::pending::<Result<Bytes, std::io::Error>>();
-        return Response::builder()
-            .header("content-type", "application/json")
-            .body(Body::from_stream(stream))
-            .unwrap();
-    }
-    let items: Vec<Value> = q
-        .get("fieldSelector")
-        .and_then(|f| f.strip_prefix("metadata.name="))
-        .map(|name| {
-            json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
-                "metadata": {"name": name, "namespace": ns, "resourceVersion": "1"},
-                "spec": {"type": "Declarative"}})
-        })
-        .into_iter()
-        .collect();
-    axum::Json(
-        json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "AgentList",
-        "metadata": {"resourceVersion": "1"}, "items": items}),
-    )
-    .into_response()
-}
-
 /// The caller is `alice`.
 async fn self_subject_review() -> Response {
     let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
@@ -370,12 +443,6 @@ fn watch(api: FakeApi, q: BTreeMap<String, String>) -> Response {
     };
     let line = |kind: &str, obj: &Value| {
         Ok::<_, std::io::Error>(Bytes::from(crate::watch_lines(&[(kind, obj.clone())])))
-    };
-    let rv_of = |o: &Value| {
-        o["metadata"]["resourceVersion"]
-            .as_str()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
     };
     let (tx, mut out) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -561,4 +628,302 @@ async fn patch_grant_status(
     let grant = grant.clone();
     s.rv = next_rv;
     axum::Json(grant).into_response()
+}
+
+/// Records every request in [`FakeApi::seen`], and holds the stalled ones.
+async fn observe(State(api): State<FakeApi>, request: Request, next: Next) -> Response {
+    let metadata_only = request
+        .headers()
+        .get("accept")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("as=PartialObjectMetadata"));
+    let path = request.uri().path().to_string();
+    let stalled = {
+        let mut s = api.store.lock().unwrap();
+        s.seen.push(Seen {
+            uri: request.uri().to_string(),
+            metadata_only,
+        });
+        s.stalled
+            .iter()
+            .any(|prefix| path.starts_with(prefix.as_str()))
+    };
+    if stalled {
+        return futures::future::pending().await;
+    }
+    next.run(request).await
+}
+
+/// The collection path of a resource path and the object's name in it, if it names one
+/// (`/api/v1/namespaces/ns/secrets/s/status` is object `s` of `/api/v1/namespaces/ns/secrets`).
+fn address(path: &str) -> Option<(String, Option<String>)> {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let group = match segments.first() {
+        Some(&"api") => 2,
+        Some(&"apis") => 3,
+        _ => return None,
+    };
+    let namespaced = segments.get(group) == Some(&"namespaces") && segments.len() > group + 2;
+    let collection = group + if namespaced { 3 } else { 1 };
+    if segments.len() < collection {
+        return None;
+    }
+    let name = segments.get(collection).map(|n| n.to_string());
+    Some((format!("/{}", segments[..collection].join("/")), name))
+}
+
+/// What a list or watch selects: its label selector's `key=value` pairs and field selector's
+/// `metadata.name`.
+struct Selector {
+    labels: Vec<(String, String)>,
+    name: Option<String>,
+}
+
+impl Selector {
+    fn of(q: &BTreeMap<String, String>) -> Self {
+        let name = q
+            .get("fieldSelector")
+            .and_then(|f| f.strip_prefix("metadata.name="))
+            .map(String::from);
+        Self {
+            labels: label_selector(q),
+            name,
+        }
+    }
+
+    fn selects(&self, obj: &Value) -> bool {
+        selected(obj, &self.labels)
+            && self
+                .name
+                .as_ref()
+                .is_none_or(|name| obj["metadata"]["name"] == json!(name))
+    }
+}
+
+/// The generic store's requests: list, watch, get, create and merge-patch.
+async fn generic(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    Query(q): Query<BTreeMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let Some((collection, name)) = address(uri.path()) else {
+        return status(404, "NotFound", "no such path");
+    };
+    match (method, name) {
+        (Method::GET, None) if q.get("watch").map(String::as_str) == Some("true") => {
+            watch_collection(api, collection, &q)
+        }
+        (Method::GET, None) => list(&api, &collection, &q),
+        (Method::GET, Some(name)) => match api.get(&collection, &name) {
+            Some(obj) => axum::Json(obj).into_response(),
+            None => status(404, "NotFound", &format!("{name} not found")),
+        },
+        (Method::POST, None) => {
+            let obj: Value = serde_json::from_slice(&body).unwrap();
+            let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+            let mut s = api.store.lock().unwrap();
+            if s.collections
+                .get(&collection)
+                .is_some_and(|c| c.contains_key(&name))
+            {
+                return status(409, "AlreadyExists", &format!("{name} already exists"));
+            }
+            let obj = api.change(&mut s, &collection, "ADDED", obj);
+            (StatusCode::CREATED, axum::Json(obj)).into_response()
+        }
+        (Method::PATCH, Some(name)) => {
+            let patch: Value = serde_json::from_slice(&body).unwrap();
+            let mut s = api.store.lock().unwrap();
+            let Some(mut obj) = s
+                .collections
+                .get(&collection)
+                .and_then(|c| c.get(&name))
+                .cloned()
+            else {
+                return status(404, "NotFound", &format!("{name} not found"));
+            };
+            merge(&mut obj, &patch);
+            axum::Json(api.change(&mut s, &collection, "MODIFIED", obj)).into_response()
+        }
+        _ => status(405, "MethodNotAllowed", "not served by the fake"),
+    }
+}
+
+/// A list of the generic collection `collection`. The gate's view of its own Agent: a list
+/// naming one Agent that is not stored answers it, unfrozen.
+fn list(api: &FakeApi, collection: &str, q: &BTreeMap<String, String>) -> Response {
+    let selector = Selector::of(q);
+    let s = api.store.lock().unwrap();
+    let mut items: Vec<Value> = s
+        .collections
+        .get(collection)
+        .into_iter()
+        .flat_map(BTreeMap::values)
+        .filter(|o| selector.selects(o))
+        .cloned()
+        .collect();
+    let agents = collection
+        .strip_prefix("/apis/kagent.dev/v1alpha2/namespaces/")
+        .and_then(|rest| rest.strip_suffix("/agents"));
+    if let (Some(ns), Some(name), true) = (agents, &selector.name, items.is_empty()) {
+        items.push(json!({"apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": "1"},
+            "spec": {"type": "Declarative"}}));
+    }
+    axum::Json(json!({"apiVersion": "v1", "kind": "List",
+        "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+    .into_response()
+}
+
+/// A watch of the generic collection `collection`: every change after its resourceVersion
+/// that its selectors select, then each new one, for ever.
+fn watch_collection(api: FakeApi, collection: String, q: &BTreeMap<String, String>) -> Response {
+    let watch = Watch {
+        changed: api.changed.subscribe(),
+        api,
+        collection,
+        selector: Selector::of(q),
+        from: q
+            .get("resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        next: 0,
+    };
+    let stream = futures::stream::unfold(watch, |mut watch| async move {
+        loop {
+            watch.changed.borrow_and_update();
+            let events = watch.new_events();
+            if !events.is_empty() {
+                let lines = Bytes::from(crate::watch_lines(&events));
+                return Some((Ok::<_, std::io::Error>(lines), watch));
+            }
+            watch.changed.changed().await.ok()?;
+        }
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+/// One watch of the generic store: what it selects, and how far in the history it has read.
+struct Watch {
+    api: FakeApi,
+    collection: String,
+    selector: Selector,
+    from: u64,
+    next: usize,
+    changed: watch::Receiver<()>,
+}
+
+impl Watch {
+    /// The events of the history not read yet that this watch shows, as (type, object).
+    fn new_events(&mut self) -> Vec<(&'static str, Value)> {
+        let s = self.api.store.lock().unwrap();
+        let new = &s.history[self.next..];
+        self.next = s.history.len();
+        new.iter()
+            .filter(|(c, _, o)| {
+                *c == self.collection && rv_of(o) > self.from && self.selector.selects(o)
+            })
+            .map(|(_, kind, o)| (*kind, o.clone()))
+            .collect()
+    }
+}
+
+/// An object's resourceVersion, as a number.
+fn rv_of(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+    use std::time::Duration;
+
+    const CONFIG_MAPS: &str = "/api/v1/namespaces/demo/configmaps";
+
+    fn config_map(name: &str, value: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "demo", "labels": {"app": "a"}},
+            "data": {"k": value}})
+    }
+
+    #[tokio::test]
+    async fn the_generic_store_lists_creates_patches_and_replays_changes_to_watches() {
+        let api = FakeApi::start().await;
+        api.put(CONFIG_MAPS, config_map("one", "1"));
+        let maps: Api<ConfigMap> = Api::namespaced(api.client(), "demo");
+        let listed = maps
+            .list(&ListParams::default().labels("app=a"))
+            .await
+            .unwrap();
+        assert_eq!(listed.items.len(), 1);
+        assert!(
+            maps.list(&ListParams::default().labels("app=b"))
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        );
+        let from = listed.metadata.resource_version.unwrap();
+
+        let two: ConfigMap = serde_json::from_value(config_map("two", "2")).unwrap();
+        maps.create(&PostParams::default(), &two).await.unwrap();
+        let again = maps.create(&PostParams::default(), &two).await.unwrap_err();
+        assert!(matches!(again, kube::Error::Api(s) if s.code == 409));
+        let patch = Patch::Merge(json!({"data": {"k": "changed"}}));
+        maps.patch("one", &PatchParams::default(), &patch)
+            .await
+            .unwrap();
+        api.delete(CONFIG_MAPS, "two");
+        assert_eq!(maps.get("one").await.unwrap().data.unwrap()["k"], "changed");
+        assert!(maps.get_opt("two").await.unwrap().is_none());
+
+        let events: Vec<(&str, String)> = maps
+            .watch(&WatchParams::default(), &from)
+            .await
+            .unwrap()
+            .take(3)
+            .map_ok(|event| match event {
+                WatchEvent::Added(o) => ("ADDED", o.metadata.name.unwrap()),
+                WatchEvent::Modified(o) => ("MODIFIED", o.metadata.name.unwrap()),
+                WatchEvent::Deleted(o) => ("DELETED", o.metadata.name.unwrap()),
+                other => panic!("{other:?}"),
+            })
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            events,
+            [
+                ("ADDED", "two".into()),
+                ("MODIFIED", "one".into()),
+                ("DELETED", "two".into())
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn every_request_is_seen_and_stalled_ones_stay_in_flight() {
+        let api = FakeApi::start().await;
+        let maps: Api<ConfigMap> = Api::namespaced(api.client(), "demo");
+        maps.list_metadata(&ListParams::default()).await.unwrap();
+        api.stall(&format!("{CONFIG_MAPS}/held"));
+        let held = tokio::time::timeout(Duration::from_millis(200), maps.get("held")).await;
+        assert!(held.is_err(), "a stalled request is never answered");
+
+        let seen = api.seen();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[0].metadata_only && seen[0].uri.starts_with(&format!("{CONFIG_MAPS}?")));
+        assert!(!seen[1].metadata_only && seen[1].uri == format!("{CONFIG_MAPS}/held"));
+    }
 }

@@ -6,8 +6,10 @@
 //!   is taken in turn, checked and answered by hand.
 //! - [`script`]: the same client against a script of the exact requests expected, in order, and
 //!   their answers; an unexpected, out-of-order or missing request fails the test.
-//! - [`fake`]: an in-process HTTP apiserver holding ApprovalRequests and ApprovalGrants in
-//!   memory: list, get, create, merge-patch (resourceVersion preconditions) and watch.
+//! - [`fake`]: an in-process HTTP apiserver holding objects in memory: ApprovalRequests and
+//!   ApprovalGrants with the rules the gate and `kubectl hitl` rely on (list, get, create,
+//!   merge-patch with resourceVersion preconditions, watch), and any other kind in a generic
+//!   store (list, watch from a resourceVersion, get, create, merge-patch).
 
 pub mod fake;
 pub mod mock;

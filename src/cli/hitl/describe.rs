@@ -7,10 +7,10 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::table::{expires, short_duration};
-use super::visible::visible;
 use crate::api::ApprovalRequest;
 use crate::api::approval_request::DecisionType;
 use crate::gate::redact;
+use crate::visible::visible;
 
 /// Human-readable description of `r` at `now`, starting with a warning line when the preview
 /// hides redacted values, and one when the request holds characters that are invisible or

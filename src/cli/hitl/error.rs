@@ -1,4 +1,4 @@
-//! Why a `kubectl hitl` command could not run at all (per-request results are [`super::decide::Outcome`]s).
+//! Why a `kubectl hitl` command could not run at all (per-request results are [`crate::decide::Outcome`]s).
 
 /// A failure that stops a command.
 #[derive(Debug, thiserror::Error)]

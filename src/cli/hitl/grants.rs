@@ -11,11 +11,11 @@ use kube::api::{Api, PostParams};
 use kube::core::ObjectMeta;
 
 use super::table::{expires, layout, truncate};
-use super::visible::visible;
 use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantSpec, Revocation};
 use crate::api::approval_request::{AgentRef, ApprovalRequest};
 use crate::apiserver::field_manager;
 use crate::apiserver::guarded::{Guarded, GuardedWrite, Outcome};
+use crate::visible::visible;
 
 /// How many writes a revocation sends before it gives up on a grant that keeps changing (each
 /// of the gate's uses changes it).

@@ -1,6 +1,5 @@
 //! `kubectl hitl`: list, inspect, watch and decide ApprovalRequests (the `kubectl-hitl` plugin).
 
-pub mod decide;
 pub mod describe;
 pub mod error;
 pub mod grants;
@@ -8,7 +7,6 @@ pub mod identity;
 pub mod inbox;
 pub mod output;
 pub mod table;
-pub mod visible;
 pub mod watch;
 
 use std::io::Write;
@@ -19,13 +17,13 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::config::{Config, KubeConfigOptions};
 
-use self::decide::Outcome;
 use self::error::CommandError;
 use self::output::Format;
 use crate::api::approval_grant::ApprovalGrant;
 use crate::api::approval_request::{ApprovalRequest, DecisionType, Phase};
 use crate::apiserver::backoff::BackoffWhileFailing;
 use crate::apiserver::paging::list_all;
+use crate::decide::{self, Outcome};
 
 /// See and decide the tool calls your AI agents wait on (ApprovalRequests).
 #[derive(Parser, Debug)]

@@ -2,9 +2,9 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::visible::visible;
 use crate::api::ApprovalRequest;
 use crate::gate::redact;
+use crate::visible::visible;
 
 /// Widest ARGS cell, in characters; longer previews end in `...`.
 pub const ARGS_WIDTH: usize = 40;

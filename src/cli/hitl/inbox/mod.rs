@@ -29,10 +29,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use self::guard::{Access, Guard};
-use super::decide::{self, Outcome};
 use crate::api::approval_request::{ApprovalRequest, DecisionType};
 use crate::apiserver::backoff::BackoffWhileFailing;
 use crate::apiserver::paging::paged;
+use crate::decide::{self, Outcome};
 
 /// Most requests one decision may name (a batch is one agent's pending requests).
 pub const MAX_BATCH: usize = 100;

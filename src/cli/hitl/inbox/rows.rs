@@ -5,10 +5,10 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use super::super::visible::visible;
 use crate::api::ApprovalRequest;
 use crate::api::approval_request::{DecisionType, Phase};
 use crate::gate::redact;
+use crate::visible::visible;
 
 /// How many finished requests the page lists below the pending ones (the most recent).
 pub const RECENT: usize = 50;

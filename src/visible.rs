@@ -1,6 +1,7 @@
 //! Characters that change how text looks without being seen — bidirectional overrides,
-//! zero-width characters, control characters — written out as `\u{…}` in what the plugin shows,
-//! so an approver reads the call as the tool server will, not as a terminal renders it.
+//! zero-width characters, control characters — written out as `\u{…}` in what approvers are
+//! shown (`kubectl hitl`, the notifiers' messages), so an approver reads the call as the tool
+//! server will, not as a terminal renders it.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

@@ -1,14 +1,14 @@
-//! `kubectl hitl approve|deny`: write `spec.decision` with a JSON merge patch guarded by the
-//! resourceVersion that was checked, and explain every way that can fail. On a request that
-//! needs several approvals (`spec.requiredApprovals`), approve appends the caller's entry to
-//! `spec.approvals`, and sets the decision in the same write when that completes the quorum.
+//! A person's decision on ApprovalRequests, as `kubectl hitl approve|deny`, its inbox and Slack
+//! write it: `spec.decision` with a JSON merge patch guarded by the resourceVersion that was
+//! checked, and every way that can fail explained. On a request that needs several approvals
+//! (`spec.requiredApprovals`), approve appends the caller's entry to `spec.approvals`, and sets
+//! the decision in the same write when that completes the quorum.
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
-use super::error::CommandError;
 use crate::api::approval_request::{
     Approval, ApprovalRequest, Decision, DecisionChange, DecisionType, Phase,
 };
@@ -231,7 +231,7 @@ pub async fn decide_names(
     names: &[String],
     request: &Request,
     now: Timestamp,
-) -> Result<Vec<Outcome>, CommandError> {
+) -> Result<Vec<Outcome>, kube::Error> {
     let mut outcomes = Vec::with_capacity(names.len());
     for name in names {
         let outcome = match read(api, name).await? {
@@ -249,7 +249,7 @@ pub async fn decide_agent(
     agent: &str,
     request: &Request,
     now: Timestamp,
-) -> Result<Vec<Outcome>, CommandError> {
+) -> Result<Vec<Outcome>, kube::Error> {
     let pending: Vec<ApprovalRequest> = list_all(api, &ListParams::default())
         .await?
         .into_iter()
@@ -266,7 +266,7 @@ pub async fn decide_agent(
 async fn read(
     api: &Api<ApprovalRequest>,
     name: &str,
-) -> Result<Result<ApprovalRequest, Outcome>, CommandError> {
+) -> Result<Result<ApprovalRequest, Outcome>, kube::Error> {
     match api.get(name).await {
         Ok(r) => Ok(Ok(r)),
         Err(kube::Error::Api(s)) if s.code == 404 => {
@@ -277,7 +277,7 @@ async fn read(
             agent: None,
             message: s.message,
         })),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     }
 }
 
@@ -371,7 +371,7 @@ async fn decide(
     current: ApprovalRequest,
     request: &Request,
     now: Timestamp,
-) -> Result<Outcome, CommandError> {
+) -> Result<Outcome, kube::Error> {
     let name = current.name_any();
     let agent = current.spec.agent_ref.name.clone();
     let mut written = None;
@@ -404,7 +404,7 @@ async fn decide(
             name,
             message: s.message,
         }),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     }
 }
 
