@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::call::{self, Reply, STREAM_QUEUE, Transport};
 use super::jsonrpc::{self, Incoming, ToolCall};
-use super::messages::{check_body_headers, filter_event, message_body};
+use super::messages::{check_body_headers, check_message_headers, filter_event, message_body};
 use super::metrics::Outcome;
 use super::sessions;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
@@ -221,6 +221,12 @@ pub async fn message(
                 .expect("static response parts are valid");
         }
     };
+    if let Err((_, why)) = check_message_headers(&route.up, &headers, &message) {
+        return Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .body(Body::from(why))
+            .expect("static response parts are valid");
+    }
     // From here on only the message as the gate wrote it is forwarded.
     let body = Bytes::from(message.body);
     let post = SsePost {

@@ -18,7 +18,8 @@ use super::arrived::arrived_first;
 use super::call::{self, Reply, STREAM_QUEUE, Transport};
 use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
 use super::messages::{
-    check_body_headers, filter_event, filter_message, message_body, unreadable_text,
+    HEADER_MISMATCH, check_body_headers, check_message_headers, filter_event, filter_message,
+    message_body, unreadable_text,
 };
 use super::metrics::Outcome;
 use super::outcome;
@@ -86,6 +87,10 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
         Ok(message) => message,
         Err(rejected) => return rejected_response(&rejected),
     };
+    // MCP 2026-07-28 headers mirroring the body must say what the gate read in it.
+    if let Err((id, why)) = check_message_headers(&up, &headers, &message) {
+        return error_status(StatusCode::BAD_REQUEST, &id, HEADER_MISMATCH, &why);
+    }
     // From here on only the message as the gate wrote it is forwarded.
     let body = Bytes::from(message.body);
     match message.incoming {
