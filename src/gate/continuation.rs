@@ -23,10 +23,12 @@
 //! must be made again from its first round, which asks for a new approval.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use super::upstream::Upstream;
 
 /// How long a continuation can be taken after the answer that allowed it.
 pub const CONTINUATION_TTL: Duration = Duration::from_secs(600);
@@ -88,6 +90,41 @@ impl Continuations {
     /// Whether none are kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Watches the answer to an approved call (or to one of its continuations) for an
+/// `input_required` result, and notes the continuation it allows on its server before the
+/// answer is relayed, so the client's retry finds it.
+pub struct Watch {
+    up: Arc<Upstream>,
+    /// The JSON-RPC id of the call whose answer is watched.
+    id: Value,
+    /// The continuation to note, but for its `requestState`.
+    next: Continuation,
+}
+
+impl Watch {
+    /// Watches the answer to the call `id` of `next.tool` on `up`; `next` is the continuation
+    /// to note (its `request_state` is replaced by the answer's).
+    pub fn new(up: Arc<Upstream>, id: Value, next: Continuation) -> Self {
+        Self { up, id, next }
+    }
+
+    /// Looks at one message of the answer.
+    pub fn see(&self, message: &[u8]) {
+        let Some(request_state) = input_required(message, &self.id) else {
+            return;
+        };
+        tracing::info!(server = %self.up.label, tool = %self.next.tool, approved_by = %self.next.approved_by,
+            "approved call needs input; its next round may continue it once");
+        self.up.continuations.offer(
+            Continuation {
+                request_state,
+                ..self.next.clone()
+            },
+            Instant::now(),
+        );
     }
 }
 
