@@ -201,7 +201,7 @@ async fn continued<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Response<
                 .await;
         }
     };
-    let taken = match &call.request_state {
+    let taken = match call.request_state.as_deref() {
         None => up.continuations.take(None, t.session(), Instant::now()),
         Some(Value::String(state)) => {
             up.continuations

@@ -25,7 +25,8 @@ pub struct ToolCall {
     pub progress_token: Option<Value>,
     /// `params.requestState`: the server's state, echoed by a client retrying a call whose
     /// answer was `input_required` (MCP 2026-07-28).
-    pub request_state: Option<Value>,
+    /// (Boxed: few calls carry one.)
+    pub request_state: Option<Box<Value>>,
     /// Whether `params` has `inputResponses`: the client's answers in such a retry.
     pub input_responses: bool,
 }

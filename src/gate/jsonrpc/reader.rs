@@ -228,7 +228,7 @@ impl Fields {
             progress_token: params
                 .progress_token
                 .filter(|token| token.is_string() || token.is_number()),
-            request_state: params.request_state,
+            request_state: params.request_state.map(Box::new),
             input_responses: params.input_responses,
         })
     }
@@ -558,7 +558,7 @@ mod tests {
                         name: name.to_owned(),
                         arguments,
                         progress_token,
-                        request_state: params.get("requestState").cloned(),
+                        request_state: params.get("requestState").cloned().map(Box::new),
                         input_responses: params.contains_key("inputResponses"),
                     })
                 }
