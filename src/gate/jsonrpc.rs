@@ -48,9 +48,15 @@ pub struct Route {
     /// The param `Mcp-Name` mirrors for that method, when present: `name` of `tools/call` and
     /// `prompts/get`, `uri` of `resources/read`.
     pub name: Option<Value>,
+    /// The protocol version of the request envelope (`params._meta`'s
+    /// `io.modelcontextprotocol/protocolVersion`, MCP 2026-07-28), when present.
+    pub protocol_version: Option<Value>,
     /// Whether the body is a batch.
     pub batch: bool,
 }
+
+/// The key of `params._meta` that carries the protocol version of a 2026-07-28 request.
+pub const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// What a client message is, as far as the gate cares.
 #[derive(Clone, Debug, PartialEq)]

@@ -167,6 +167,8 @@ pub fn check_message_headers(
     })
 }
 
+/// `MCP-Protocol-Version`: the revision; from 2026-07-28 on, also in every request's envelope.
+pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 /// `Mcp-Method` (MCP 2026-07-28): the JSON-RPC method, mirrored from the body.
 pub const METHOD_HEADER: &str = "mcp-method";
 /// `Mcp-Name`: the tool or prompt name (`params.name`) or resource URI (`params.uri`).
@@ -272,10 +274,12 @@ const NAME_BEARING: &[&str] = &["tools/call", "prompts/get", "resources/read"];
 
 /// Refuses a message whose MCP 2026-07-28 routing headers do not say exactly what its body
 /// says, so no server or intermediary routing on a header can see anything but what the gate
-/// decided on. `route` is what the gate read of the body ([`jsonrpc::Message::route`]);
+/// decided on (nor the gate write its own answers for another revision than the body's).
+/// `route` is what the gate read of the body ([`jsonrpc::Message::route`]);
 /// `arguments` are the `tools/call` arguments, with the `Mcp-Param-*` headers the tool
 /// declared (`declared`, looked up only if the message has such a header). Refused, with the
-/// header and the reason: a routing header sent twice; `Mcp-Method` other than the body's
+/// header and the reason: a routing header sent twice; `MCP-Protocol-Version` other than the
+/// version in the body's request envelope (when it has one); `Mcp-Method` other than the body's
 /// method (or on a batch or a response, which have none); `Mcp-Name` other than the body's
 /// name or URI (or on a method that names none); an `Mcp-Param-*` header on anything but a
 /// `tools/call`, one its tool did not declare (as listed through the gate), one whose argument
@@ -288,6 +292,7 @@ pub fn check_routing_headers(
     arguments: Option<&Value>,
     declared: impl FnOnce() -> Option<Arc<[ParamHeader]>>,
 ) -> Result<(), String> {
+    let mut protocol = None;
     let mut method = None;
     let mut name = None;
     let mut params: Vec<(&str, &HeaderValue)> = Vec::new();
@@ -297,6 +302,7 @@ pub fn check_routing_headers(
             continue;
         }
         let slot = match key {
+            PROTOCOL_HEADER => &mut protocol,
             METHOD_HEADER => &mut method,
             NAME_HEADER => &mut name,
             _ if key.starts_with(PARAM_HEADER_PREFIX) => {
@@ -311,6 +317,13 @@ pub fn check_routing_headers(
         if slot.replace(value).is_some() {
             return Err(format!("header {key} appears more than once"));
         }
+    }
+    if let (Some(value), Some(body)) = (protocol, &route.protocol_version)
+        && value.to_str().ok() != body.as_str()
+    {
+        return Err(format!(
+            "header {PROTOCOL_HEADER} {value:?} does not match the body's protocol version {body}"
+        ));
     }
     if let Some(value) = method {
         let Ok(value) = value.to_str() else {
@@ -569,6 +582,36 @@ mod tests {
             )
             .unwrap_err()
             .contains("more than once")
+        );
+    }
+
+    #[test]
+    fn a_protocol_version_other_than_the_envelope_is_refused() {
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert_eq!(
+            check(call, &[("mcp-protocol-version", "2026-07-28")]),
+            Ok(())
+        );
+        assert_eq!(
+            check(call, &[("mcp-protocol-version", "2025-11-25")]).unwrap_err(),
+            r#"header mcp-protocol-version "2025-11-25" does not match the body's protocol version "2026-07-28""#
+        );
+        assert!(
+            check(
+                call,
+                &[
+                    ("mcp-protocol-version", "2026-07-28"),
+                    ("mcp-protocol-version", "2025-11-25")
+                ]
+            )
+            .unwrap_err()
+            .contains("more than once")
+        );
+        // Earlier revisions have no envelope: the header alone says the revision.
+        let old = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        assert_eq!(
+            check(old, &[("mcp-protocol-version", "2025-06-18")]),
+            Ok(())
         );
     }
 

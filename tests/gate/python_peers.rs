@@ -209,8 +209,10 @@ async fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value)
         .post(url)
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2026-07-28")
         .body(body.to_string());
+    if !headers.iter().any(|(k, _)| *k == "mcp-protocol-version") {
+        req = req.header("mcp-protocol-version", "2026-07-28");
+    }
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -420,6 +422,16 @@ async fn python_headers_that_disagree_with_the_body_never_reach_the_server() {
                 ("mcp-param-message", "hi"),
             ],
             "mcp-param-message",
+        ),
+        // Another revision than the envelope's: the gate would answer for the wrong one.
+        (
+            &echo,
+            vec![
+                ("mcp-protocol-version", "2025-11-25"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "echo"),
+            ],
+            "mcp-protocol-version",
         ),
         // Twice, with different values: readers taking the first or the last disagree.
         (

@@ -13,7 +13,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::{Value, json};
 
 use super::{
-    Incoming, MESSAGE_FIELDS, PARAMS_FIELDS, Rejected, Route, ToolCall, UniqueKeys, case_folded,
+    Incoming, MESSAGE_FIELDS, PARAMS_FIELDS, PROTOCOL_VERSION_META, Rejected, Route, ToolCall,
+    UniqueKeys, case_folded,
 };
 
 /// A client message as the gate read it.
@@ -106,7 +107,12 @@ enum Noted {
     /// A `params` object.
     Params(Params),
     /// A `_meta` object's `progressToken`.
-    Meta(Option<Value>),
+    Meta {
+        /// `progressToken`.
+        progress_token: Option<Value>,
+        /// The MCP 2026-07-28 envelope's protocol version.
+        protocol_version: Option<Value>,
+    },
 }
 
 impl Noted {
@@ -153,6 +159,8 @@ struct Params {
     arguments: Option<Value>,
     /// `_meta.progressToken`, when `_meta` is an object holding one.
     progress_token: Option<Value>,
+    /// `_meta`'s protocol version (the 2026-07-28 request envelope).
+    protocol_version: Option<Value>,
     /// `requestState`, echoed by a client retrying a call that needed input (2026-07-28).
     request_state: Option<Value>,
     /// Whether it has `inputResponses` (the client's answers in such a retry).
@@ -202,6 +210,7 @@ impl Fields {
         Route {
             method: Some(method.clone()),
             name,
+            protocol_version: params.and_then(|p| p.protocol_version.clone()),
             batch: false,
         }
     }
@@ -349,6 +358,7 @@ impl<'de> Visitor<'de> for Writer<'_> {
         };
         let mut params = Params::default();
         let mut progress_token = None;
+        let mut protocol_version = None;
         let protocol_fields = match self.place {
             Place::Body | Place::Message => MESSAGE_FIELDS,
             Place::Params => PARAMS_FIELDS,
@@ -382,11 +392,19 @@ impl<'de> Visitor<'de> for Writer<'_> {
                     map.next_value_seed(self.at(Place::Other))?;
                 }
                 (Place::Params, "_meta") => {
-                    if let Noted::Meta(token) = map.next_value_seed(self.at(Place::Meta))? {
-                        params.progress_token = token;
+                    if let Noted::Meta {
+                        progress_token,
+                        protocol_version,
+                    } = map.next_value_seed(self.at(Place::Meta))?
+                    {
+                        params.progress_token = progress_token;
+                        params.protocol_version = protocol_version;
                     }
                 }
                 (Place::Meta, "progressToken") => progress_token = Some(self.keep(&mut map)?),
+                (Place::Meta, PROTOCOL_VERSION_META) => {
+                    protocol_version = Some(self.keep(&mut map)?)
+                }
                 _ => {
                     map.next_value_seed(self.at(Place::Other))?;
                 }
@@ -410,7 +428,10 @@ impl<'de> Visitor<'de> for Writer<'_> {
         Ok(match self.place {
             Place::Body | Place::Message => Noted::Message(fields),
             Place::Params => Noted::Params(params),
-            Place::Meta => Noted::Meta(progress_token),
+            Place::Meta => Noted::Meta {
+                progress_token,
+                protocol_version,
+            },
             Place::Other => Noted::Nothing,
         })
     }
@@ -580,6 +601,10 @@ mod tests {
                         "resources/read" => one["params"].get("uri").cloned(),
                         _ => None,
                     },
+                    protocol_version: one["params"]
+                        .get("_meta")
+                        .and_then(|m| m.get(PROTOCOL_VERSION_META))
+                        .cloned(),
                     batch: false,
                 },
             },
@@ -606,6 +631,7 @@ mod tests {
             r#""progressToken""#,
             r#""uri""#,
             r#""requestState""#,
+            r#""io.modelcontextprotocol/protocolVersion""#,
             r#""inputResponses""#,
             r#""result""#,
             r#""Method""#,
