@@ -202,6 +202,12 @@ fn call_body(id: u64, tool: &str, args: Value) -> Value {
 /// POSTs `body` to `url` as a 2026-07-28 client would, with `headers` added: the status and
 /// the JSON answer.
 async fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
+    let (status, _, answer) = post_typed(url, body, headers).await;
+    (status, answer)
+}
+
+/// [`post`], with the answer's `Content-Type`.
+async fn post_typed(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, String, Value) {
     let mut req = reqwest::Client::builder()
         .no_proxy()
         .build()
@@ -218,6 +224,11 @@ async fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value)
     }
     let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
     let text = resp.text().await.unwrap();
     // A JSON answer, or an event stream whose last data line is the answer.
     let json = text
@@ -225,7 +236,11 @@ async fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value)
         .rev()
         .find_map(|l| l.strip_prefix("data: "))
         .unwrap_or(&text);
-    (status, serde_json::from_str(json).unwrap_or(Value::Null))
+    (
+        status,
+        content_type,
+        serde_json::from_str(json).unwrap_or(Value::Null),
+    )
 }
 
 /// The text of the first content item of a raw result, and whether it is an error.
@@ -524,14 +539,19 @@ async fn python_input_required_rounds_of_an_approved_call_are_relayed_and_run_on
     );
 }
 
-/// Approves round one of `wipe_dir {"path": "/d"}` sent raw with id `id`: its
-/// `input_required` answer.
-async fn approved_first_round(env: &Env, id: u64) -> Value {
+/// Approves round one of `wipe_dir {"path": "/d"}` sent raw with id `id` (asking for progress,
+/// so answered on an event stream the gate writes, when `progress`): its `input_required`
+/// answer.
+async fn approved_first_round(env: &Env, id: u64, progress: bool) -> Value {
     let url = env.url();
+    let mut body = call_body(id, "wipe_dir", json!({"path": "/d"}));
+    if progress {
+        body["params"]["_meta"]["progressToken"] = json!("p1");
+    }
     let first = tokio::spawn(async move {
-        post(
+        post_typed(
             &url,
-            &call_body(id, "wipe_dir", json!({"path": "/d"})),
+            &body,
             &[("mcp-method", "tools/call"), ("mcp-name", "wipe_dir")],
         )
         .await
@@ -545,8 +565,13 @@ async fn approved_first_round(env: &Env, id: u64) -> Value {
     })
     .await;
     env.api.decide(&name, "Approve", "alice", "ok");
-    let (status, answer) = first.await.unwrap();
+    let (status, content_type, answer) = first.await.unwrap();
     assert_eq!(status, 200);
+    assert_eq!(
+        content_type.starts_with("text/event-stream"),
+        progress,
+        "{content_type}"
+    );
     assert_eq!(answer["result"]["resultType"], "input_required", "{answer}");
     answer
 }
@@ -567,7 +592,7 @@ async fn python_a_continuation_is_bound_to_its_arguments_and_passes_once() {
     let headers = [("mcp-method", "tools/call"), ("mcp-name", "wipe_dir")];
     // Attack: the approved call's retry with another argument is not covered, and uses the
     // continuation up, so the genuine retry is refused too.
-    let answer = approved_first_round(&env, 1).await;
+    let answer = approved_first_round(&env, 1, false).await;
     let state = answer["result"]["requestState"]
         .as_str()
         .unwrap()
@@ -595,8 +620,9 @@ async fn python_a_continuation_is_bound_to_its_arguments_and_passes_once() {
         "only the approved first round"
     );
     assert!(env.server.ran().is_empty());
-    // The genuine flow: the retry runs once; replaying it runs nothing.
-    let answer = approved_first_round(&env, 4).await;
+    // The genuine flow (the first round answered on the gate's progress stream this time): the
+    // retry runs once; replaying it runs nothing.
+    let answer = approved_first_round(&env, 4, true).await;
     let state = answer["result"]["requestState"]
         .as_str()
         .unwrap()
