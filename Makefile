@@ -16,7 +16,16 @@ PEERS_STAMP := tests/mcp-peers/node_modules/.installed
 $(PEERS_STAMP): tests/mcp-peers/package-lock.json
 	npm ci --prefix tests/mcp-peers --no-audit --no-fund
 	touch $@
-peers: $(PEERS_STAMP)
+# The official MCP Python SDK (revision 2026-07-28) the gate tests also run against, pinned by
+# tests/mcp-peers-py/requirements.txt, in a venv of its own (tests/gate/python_peers.rs).
+PY_PEERS_PYTHON ?= python3
+PY_PEERS_VENV := tests/mcp-peers-py/.venv
+PY_PEERS_STAMP := $(PY_PEERS_VENV)/.installed
+$(PY_PEERS_STAMP): tests/mcp-peers-py/requirements.txt
+	test -x $(PY_PEERS_VENV)/bin/python || $(PY_PEERS_PYTHON) -m venv $(PY_PEERS_VENV)
+	$(PY_PEERS_VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/mcp-peers-py/requirements.txt
+	touch $@
+peers: $(PEERS_STAMP) $(PY_PEERS_STAMP)
 
 # playwright-core, which drives Chromium in the inbox's browser test (tests/inbox.rs).
 UI_STAMP := tests/ui/node_modules/.installed
@@ -25,9 +34,9 @@ $(UI_STAMP): tests/ui/package-lock.json
 	touch $@
 
 ## Unit, golden, schema/CEL, compatibility, integration, browser and Helm chart tests. Installs
-## the pinned npm MCP peers, playwright-core and the chart tests' Python venv first, so every
-## test runs (the browser test also needs Debian's `chromium`; .ci/run installs it).
-test: $(PEERS_STAMP) $(UI_STAMP) $(CHART_STAMP)
+## the pinned npm and Python MCP peers, playwright-core and the chart tests' Python venv first, so
+## every test runs (the browser test also needs Debian's `chromium`; .ci/run installs it).
+test: $(PEERS_STAMP) $(PY_PEERS_STAMP) $(UI_STAMP) $(CHART_STAMP)
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 	$(MAKE) chart-pytest
 

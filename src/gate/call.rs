@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::approval::{Asked, FREEZE_BOUND, GatedCall, Resolution};
+use super::continuation::{self, Continuation, Watch};
 use super::decision::CallKey;
 use super::hash;
 use super::jsonrpc::{self, ToolCall};
@@ -60,19 +61,27 @@ pub trait Transport: Send + Sync + 'static {
     /// Forwards a call that needs no approval (the message `body`) and relays the answer.
     fn forward(&self, call: &ToolCall, body: Bytes) -> impl Future<Output = Response<Body>> + Send;
 
-    /// Relays the upstream's answer to a forwarded call as the answer to the client's POST.
-    fn relay(&self, resp: UpstreamResponse) -> impl Future<Output = Response<Body>> + Send;
+    /// Relays the upstream's answer to a forwarded call as the answer to the client's POST;
+    /// `watch` sees each message of an approved call's answer (on transports that carry
+    /// answers in the response to the POST).
+    fn relay(
+        &self,
+        resp: UpstreamResponse,
+        watch: Option<Watch>,
+    ) -> impl Future<Output = Response<Body>> + Send;
 
     /// Where a held call's progress and answer go.
     fn reply(&self, call: &ToolCall) -> Reply;
 
     /// Writes the upstream's answer to an approved call (`resp`, a success) into the client's
-    /// event stream `queue`; `lost` makes the event saying the answer was lost.
+    /// event stream `queue`; `lost` makes the event saying the answer was lost; `watch` sees
+    /// each message of the answer.
     fn relay_to_stream(
         &self,
         resp: UpstreamResponse,
         queue: &mpsc::Sender<Bytes>,
         lost: impl Fn(UpstreamError) -> Bytes + Send + Sync,
+        watch: Watch,
     ) -> impl Future<Output = ()> + Send;
 }
 
@@ -91,12 +100,15 @@ pub enum Reply {
 
 /// Answers `call` (the message `body`, as the gate read it) that came on transport `t`:
 /// refused if the policy refuses it, forwarded if it needs no approval, otherwise held until
-/// its ApprovalRequest resolves and forwarded only if approved.
+/// its ApprovalRequest resolves and forwarded only if approved. A call that needs approval
+/// and carries `requestState` or `inputResponses` is the next round of an approved call, or
+/// refused ([`continued`]).
 pub async fn tools_call<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Response<Body> {
     let up = t.upstream();
     let asked = match screen(up, t.session(), &call, body.len()).await {
         Screened::Refused(text) => return t.refuse(tool_error(&t, &call, &text)).await,
         Screened::Forward => return t.forward(&call, body).await,
+        Screened::Ask(_) if call.continues() => return continued(t, call, body).await,
         Screened::Ask(asked) => asked,
     };
     let (queue, response) = match t.reply(&call) {
@@ -113,7 +125,10 @@ pub async fn tools_call<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Resp
                 &|_| {},
             ));
             return match gated.await {
-                GatedResult::Forwarded(resp, _) => t.relay(resp).await,
+                GatedResult::Forwarded(resp, request, binding) => {
+                    let watch = watch(&t, &call, binding, request);
+                    t.relay(resp, Some(watch)).await
+                }
                 GatedResult::Refused(text) => t.refuse(tool_error(&t, &call, &text)).await,
             };
         }
@@ -148,16 +163,17 @@ async fn answer_on_stream<T: Transport>(
         }
     };
     let text = match result {
-        GatedResult::Forwarded(resp, request) if resp.status().is_success() => {
+        GatedResult::Forwarded(resp, request, binding) if resp.status().is_success() => {
+            let watch = watch(&t, &call, binding, request.clone());
             let lost = |e: UpstreamError| {
                 let why = e.tell(&up.label);
                 let text = outcome::upstream_lost(&call.name, Some(&request), &why);
                 sse::message(&tool_error(&t, &call, &text))
             };
-            t.relay_to_stream(resp, &queue, lost).await;
+            t.relay_to_stream(resp, &queue, lost, watch).await;
             return;
         }
-        GatedResult::Forwarded(resp, request) => {
+        GatedResult::Forwarded(resp, request, _) => {
             let why = format!("HTTP {}", resp.status());
             outcome::upstream_failed_after_approval(&call.name, &request, &why)
         }
@@ -166,6 +182,81 @@ async fn answer_on_stream<T: Transport>(
     let _ = queue
         .send(sse::message(&tool_error(&t, &call, &text)))
         .await;
+}
+
+/// The next round of an approved call: `call` carries the `requestState` or `inputResponses`
+/// of a retry after an `input_required` answer. It is forwarded, without asking, only if it
+/// takes the continuation that answer allowed (same `requestState` and session, same tool and
+/// arguments: [`continuation`]); otherwise it is refused and nothing is forwarded.
+async fn continued<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Response<Body> {
+    let up = t.upstream();
+    let metrics = &up.shared.metrics;
+    let binding = match hash::digest(&up.shared.key, &call.arguments) {
+        Ok(d) => d.binding,
+        Err(e) => {
+            metrics.call(Outcome::error);
+            let why = format!("arguments cannot be canonicalized: {e}");
+            return t
+                .refuse(tool_error(&t, &call, &outcome::error(&call.name, &why)))
+                .await;
+        }
+    };
+    let taken = match call.request_state.as_deref() {
+        None => up.continuations.take(None, t.session(), Instant::now()),
+        Some(Value::String(state)) => {
+            up.continuations
+                .take(Some(state), t.session(), Instant::now())
+        }
+        Some(_) => None,
+    };
+    let approved_by = match continuation::check(taken, &call.name, &binding) {
+        Ok(approved_by) => approved_by,
+        Err(why) => {
+            tracing::info!(server = %up.label, tool = %call.name, args_hash = %binding, %why,
+                "refused: a retry that continues no approved call");
+            metrics.call(Outcome::refused);
+            let text = outcome::continuation_refused(&call.name, &why);
+            return t.refuse(tool_error(&t, &call, &text)).await;
+        }
+    };
+    let Outgoing { uri, headers, body } = outgoing(&t, body);
+    match up.send(Method::POST, uri, headers, body).await {
+        Ok(resp) => {
+            tracing::info!(server = %up.label, tool = %call.name, approved_by = %approved_by,
+                "approved call continued");
+            metrics.call(Outcome::continued);
+            let watch = watch(&t, &call, binding, approved_by);
+            t.relay(resp, Some(watch)).await
+        }
+        Err(e) => {
+            tracing::warn!(server = %up.label, tool = %call.name, approved_by = %approved_by, error = %e,
+                "upstream failed on a continued call");
+            metrics.call(Outcome::error);
+            let why = e.tell(&up.label);
+            let text = if e.may_have_reached() {
+                outcome::upstream_lost(&call.name, Some(&approved_by), &why)
+            } else {
+                outcome::upstream_failed_after_approval(&call.name, &approved_by, &why)
+            };
+            t.refuse(tool_error(&t, &call, &text)).await
+        }
+    }
+}
+
+/// The watch of the answer to `call`, approved by `approved_by` with arguments bound to
+/// `binding`, that came on `t`.
+fn watch(t: &impl Transport, call: &ToolCall, binding: String, approved_by: String) -> Watch {
+    Watch::new(
+        t.upstream().clone(),
+        call.id.clone(),
+        Continuation {
+            tool: call.name.clone(),
+            binding,
+            session: t.session().map(String::from),
+            request_state: None,
+            approved_by,
+        },
+    )
 }
 
 /// The tool error answering `call` with `text`, for the client of `t`.
@@ -249,8 +340,9 @@ async fn screen(
 
 /// The end of a gated call.
 enum GatedResult {
-    /// Approved and forwarded: the upstream's answer, and the request that approved it.
-    Forwarded(UpstreamResponse, String),
+    /// Approved and forwarded: the upstream's answer, the request that approved it, and the
+    /// binding hash of the arguments.
+    Forwarded(UpstreamResponse, String, String),
     /// Not forwarded: the text for the caller.
     Refused(String),
 }
@@ -319,6 +411,7 @@ async fn gated(
             session,
         }))
     });
+    let binding = gated_call.key.binding.clone();
     let (name, kind) = match approve(up, &gated_call, facts.as_ref(), &call.name, progress).await {
         Ok(approved) => approved,
         Err(refused) => return GatedResult::Refused(refused),
@@ -328,7 +421,7 @@ async fn gated(
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, request = %name, outcome = ?kind, "approved call forwarded");
             metrics.call(kind);
-            GatedResult::Forwarded(resp, name)
+            GatedResult::Forwarded(resp, name, binding)
         }
         Err(e) => {
             tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "upstream failed after approval");

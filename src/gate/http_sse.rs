@@ -20,8 +20,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::call::{self, Reply, STREAM_QUEUE, Transport};
+use super::continuation::Watch;
 use super::jsonrpc::{self, Incoming, ToolCall};
-use super::messages::{check_body_headers, filter_event, message_body};
+use super::messages::{check_body_headers, check_message_headers, filter_event, message_body};
 use super::metrics::Outcome;
 use super::sessions;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
@@ -221,6 +222,12 @@ pub async fn message(
                 .expect("static response parts are valid");
         }
     };
+    if let Err((_, why)) = check_message_headers(&route.up, &headers, &message) {
+        return Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .body(Body::from(why))
+            .expect("static response parts are valid");
+    }
     // From here on only the message as the gate wrote it is forwarded.
     let body = Bytes::from(message.body);
     let post = SsePost {
@@ -268,7 +275,7 @@ impl SsePost {
             )
             .await
         {
-            Ok(resp) => self.relay(resp).await,
+            Ok(resp) => self.relay(resp, None).await,
             Err(e) => {
                 tracing::warn!(server = %up.label, error = %e, "upstream message failed");
                 Response::builder()
@@ -322,8 +329,9 @@ impl Transport for SsePost {
     }
 
     /// The upstream's answer to the POST as it is (`202 Accepted`; its answer to a call comes
-    /// on the session's stream).
-    async fn relay(&self, resp: UpstreamResponse) -> Response<Body> {
+    /// on the session's stream). Nothing to watch: the HTTP+SSE transport (2024-11-05) has no
+    /// `input_required` answers.
+    async fn relay(&self, resp: UpstreamResponse, _: Option<Watch>) -> Response<Body> {
         self.route.up.relay(resp)
     }
 
@@ -341,6 +349,7 @@ impl Transport for SsePost {
         _: UpstreamResponse,
         _: &mpsc::Sender<Bytes>,
         _: impl Fn(UpstreamError) -> Bytes + Send + Sync,
+        _: Watch,
     ) {
     }
 }

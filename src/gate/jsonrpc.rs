@@ -23,7 +23,40 @@ pub struct ToolCall {
     pub arguments: Value,
     /// `params._meta.progressToken`, when the client asked for progress.
     pub progress_token: Option<Value>,
+    /// `params.requestState`: the server's state, echoed by a client retrying a call whose
+    /// answer was `input_required` (MCP 2026-07-28).
+    /// (Boxed: few calls carry one.)
+    pub request_state: Option<Box<Value>>,
+    /// Whether `params` has `inputResponses`: the client's answers in such a retry.
+    pub input_responses: bool,
 }
+
+impl ToolCall {
+    /// Whether this call continues an earlier round of the same call that needed input: it
+    /// carries `requestState` or `inputResponses`.
+    pub fn continues(&self) -> bool {
+        self.request_state.is_some() || self.input_responses
+    }
+}
+
+/// What the MCP 2026-07-28 routing headers of a client message may mirror of its body
+/// ([`super::messages::check_routing_headers`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Route {
+    /// The method, when the body is one message whose `method` is a string.
+    pub method: Option<String>,
+    /// The param `Mcp-Name` mirrors for that method, when present: `name` of `tools/call` and
+    /// `prompts/get`, `uri` of `resources/read`.
+    pub name: Option<Value>,
+    /// The protocol version of the request envelope (`params._meta`'s
+    /// `io.modelcontextprotocol/protocolVersion`, MCP 2026-07-28), when present.
+    pub protocol_version: Option<Value>,
+    /// Whether the body is a batch.
+    pub batch: bool,
+}
+
+/// The key of `params._meta` that carries the protocol version of a 2026-07-28 request.
+pub const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// What a client message is, as far as the gate cares.
 #[derive(Clone, Debug, PartialEq)]
@@ -240,8 +273,13 @@ const TOOL_FIELDS: &[&str] = &["name"];
 /// request (`"id":1.0` answers `"id":1` for many clients), so a tool list it cannot match is
 /// filtered all the same. A message that is not JSON, repeats a key, or writes `result`,
 /// `tools` or a tool's `name` in another case is [`Filtered::Unreadable`]: the gate might
-/// see no tool list where the client sees one.
-pub fn filter_tools(message: &[u8], allowed: impl Fn(&str) -> bool) -> Filtered {
+/// see no tool list where the client sees one. `learn` is given the name and `inputSchema` of
+/// every tool kept (so the gate knows which `Mcp-Param-*` headers it declares).
+pub fn filter_tools(
+    message: &[u8],
+    allowed: impl Fn(&str) -> bool,
+    mut learn: impl FnMut(&str, &Value),
+) -> Filtered {
     let mut msg = match parse_unique(message, false) {
         Ok(msg) => msg,
         Err(e) => return Filtered::Unreadable(e.to_string()),
@@ -252,7 +290,7 @@ pub fn filter_tools(message: &[u8], allowed: impl Fn(&str) -> bool) -> Filtered 
         one => vec![one],
     };
     for one in messages {
-        match filter_one(one, &allowed) {
+        match filter_one(one, &allowed, &mut learn) {
             Ok(filtered) => rewritten |= filtered,
             Err(why) => return Filtered::Unreadable(why),
         }
@@ -265,7 +303,11 @@ pub fn filter_tools(message: &[u8], allowed: impl Fn(&str) -> bool) -> Filtered 
 }
 
 /// Filters the tool list of one message, if it is tools/list-shaped (then `true`).
-fn filter_one(msg: &mut Value, allowed: &impl Fn(&str) -> bool) -> Result<bool, String> {
+fn filter_one(
+    msg: &mut Value,
+    allowed: &impl Fn(&str) -> bool,
+    learn: &mut impl FnMut(&str, &Value),
+) -> Result<bool, String> {
     let Some(object) = msg.as_object_mut() else {
         return Ok(false);
     };
@@ -281,6 +323,11 @@ fn filter_one(msg: &mut Value, allowed: &impl Fn(&str) -> bool) -> Result<bool, 
         exact_fields(tool, TOOL_FIELDS)?;
     }
     tools.retain(|t| t.get("name").and_then(Value::as_str).is_some_and(allowed));
+    for tool in tools.iter() {
+        if let Some(name) = tool.get("name").and_then(Value::as_str) {
+            learn(name, tool.get("inputSchema").unwrap_or(&Value::Null));
+        }
+    }
     Ok(true)
 }
 
@@ -354,6 +401,8 @@ mod tests {
                 name: "echo".into(),
                 arguments: json!({"message": "hi"}),
                 progress_token: Some(json!(5)),
+                request_state: None,
+                input_responses: false,
             }))
         );
         let call =
@@ -390,6 +439,7 @@ mod tests {
         let Ok(Message {
             incoming: Incoming::ToolsCall(call),
             body: forwarded,
+            ..
         }) = read(body)
         else {
             panic!("a call")
@@ -463,6 +513,8 @@ mod tests {
                 name: "echo".into(),
                 arguments: json!({"name": "n", "x": {"name": [1.5, -2, 18446744073709551615u64, null, true]}}),
                 progress_token: None,
+                request_state: None,
+                input_responses: false,
             }))
         );
         assert!(matches!(
@@ -587,7 +639,7 @@ mod tests {
     }
 
     fn filtered(message: &str) -> Filtered {
-        filter_tools(message.as_bytes(), |t| t == "echo")
+        filter_tools(message.as_bytes(), |t| t == "echo", |_, _| {})
     }
 
     fn rewritten(message: &str) -> Value {

@@ -1,12 +1,17 @@
 //! What both transports check and change in the messages they carry: the client's POSTed
-//! message (its size and body headers) and the tool lists in the upstream's messages.
+//! message (its size, body headers, and the MCP 2026-07-28 routing headers that must say what
+//! its body says) and the tool lists in the upstream's messages.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::jsonrpc::{self, Filtered};
+use super::jsonrpc::{self, Filtered, Incoming, Message, Route};
 use super::upstream::Upstream;
 use crate::sse;
 
@@ -118,5 +123,598 @@ pub fn filter_message(up: &Upstream, message: &[u8]) -> Filtered {
     if !may_list_tools {
         return Filtered::Unchanged;
     }
-    jsonrpc::filter_tools(message, |t| up.policy.offers(t))
+    jsonrpc::filter_tools(
+        message,
+        |t| up.policy.offers(t),
+        |tool, schema| up.param_headers.learn(tool, schema),
+    )
+}
+
+/// [`check_routing_headers`] of a client `message` for server `up` (whose tool lists said which
+/// `Mcp-Param-*` headers each tool declares): the id to answer and the text of the refusal.
+pub fn check_message_headers(
+    up: &Upstream,
+    headers: &HeaderMap,
+    message: &Message,
+) -> Result<(), (Value, String)> {
+    let call = match &message.incoming {
+        Incoming::ToolsCall(call) => Some(call),
+        _ => None,
+    };
+    check_routing_headers(
+        headers,
+        &message.route,
+        call.map(|c| &c.arguments),
+        || call.and_then(|c| up.param_headers.of(&c.name)),
+    )
+    .map_err(|why| {
+        let id = match &message.incoming {
+            Incoming::ToolsCall(call) => call.id.clone(),
+            Incoming::ToolsList { id } => id.clone(),
+            _ => Value::Null,
+        };
+        tracing::info!(server = %up.label, %why, "refused: a routing header disagrees with the body");
+        if call.is_some() {
+            up.shared.metrics.call(super::metrics::Outcome::refused);
+        }
+        (
+            id,
+            format!(
+                "approval gate: {why}; the message was not forwarded (MCP headers must say \
+                 what the body says)"
+            ),
+        )
+    })
+}
+
+/// `MCP-Protocol-Version`: the revision; from 2026-07-28 on, also in every request's envelope.
+pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+/// `Mcp-Method` (MCP 2026-07-28): the JSON-RPC method, mirrored from the body.
+pub const METHOD_HEADER: &str = "mcp-method";
+/// `Mcp-Name`: the tool or prompt name (`params.name`) or resource URI (`params.uri`).
+pub const NAME_HEADER: &str = "mcp-name";
+/// The prefix of `Mcp-Param-<token>`: a `tools/call` argument whose input schema property
+/// carries `"x-mcp-header": "<token>"`.
+pub const PARAM_HEADER_PREFIX: &str = "mcp-param-";
+/// The JSON-RPC error code MCP 2026-07-28 gives a request whose headers disagree with its body.
+pub const HEADER_MISMATCH: i64 = -32020;
+
+/// An argument a tool's input schema asks clients to mirror in a header: the property at
+/// `path` (a chain of `properties` keys) annotated with `"x-mcp-header": token`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamHeader {
+    /// `mcp-param-<token>`, in lower case.
+    pub header: String,
+    /// The property's path from the arguments' root.
+    pub path: Vec<String>,
+    /// Whether the property is `"type": "integer"` (its header compares numerically).
+    pub integer: bool,
+}
+
+/// The `x-mcp-header` annotations of a tool's `inputSchema`, as the 2026-07-28 clients read
+/// them: on properties reached from the root through `properties` only, of type string,
+/// integer or boolean. Others are ignored (a header the gate cannot tie to an argument is then
+/// refused, never guessed).
+pub fn param_headers(input_schema: &Value) -> Vec<ParamHeader> {
+    fn walk(schema: &Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+            return;
+        };
+        for (name, property) in properties {
+            path.push(name.clone());
+            let kind = property.get("type").and_then(Value::as_str);
+            if let Some(token) = property.get("x-mcp-header").and_then(Value::as_str)
+                && matches!(kind, Some("string" | "integer" | "boolean"))
+                && !token.is_empty()
+            {
+                out.push(ParamHeader {
+                    header: format!("{PARAM_HEADER_PREFIX}{}", token.to_ascii_lowercase()),
+                    path: path.clone(),
+                    integer: kind == Some("integer"),
+                });
+            }
+            walk(property, path, out);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(input_schema, &mut Vec::new(), &mut out);
+    out
+}
+
+/// The `Mcp-Param-*` headers each tool of one server declares, as its tool lists showed them
+/// through the gate (the latest list wins).
+#[derive(Debug, Default)]
+pub struct ParamHeaders(Mutex<HashMap<String, Arc<[ParamHeader]>>>);
+
+impl ParamHeaders {
+    /// Notes the annotations of `tool`'s `input_schema`, from a tool list the gate relayed.
+    pub fn learn(&self, tool: &str, input_schema: &Value) {
+        let headers: Arc<[ParamHeader]> = param_headers(input_schema).into();
+        let mut map = self.0.lock().expect("param headers lock");
+        if headers.is_empty() {
+            map.remove(tool);
+        } else {
+            map.insert(tool.to_owned(), headers);
+        }
+    }
+
+    /// The headers `tool` declared, if its list showed any.
+    pub fn of(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
+        self.0
+            .lock()
+            .expect("param headers lock")
+            .get(tool)
+            .cloned()
+    }
+}
+
+/// A header value as MCP 2026-07-28 encodes it: as it is, or `=?base64?<payload>?=` for a
+/// value that is not plain visible ASCII. `None`: not visible ASCII, or a payload that is not
+/// canonical base64 of UTF-8.
+pub fn decode_header_value(value: &HeaderValue) -> Option<String> {
+    let text = value.to_str().ok()?;
+    let Some(payload) = text
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    else {
+        return Some(text.to_owned());
+    };
+    let engine = base64::engine::general_purpose::STANDARD;
+    let bytes = engine.decode(payload).ok()?;
+    // Only the canonical form: another one could decode differently elsewhere.
+    if engine.encode(&bytes) != payload {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The methods whose params `Mcp-Name` mirrors.
+const NAME_BEARING: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+
+/// Refuses a message whose MCP 2026-07-28 routing headers do not say exactly what its body
+/// says, so no server or intermediary routing on a header can see anything but what the gate
+/// decided on (nor the gate write its own answers for another revision than the body's).
+/// `route` is what the gate read of the body ([`jsonrpc::Message::route`]);
+/// `arguments` are the `tools/call` arguments, with the `Mcp-Param-*` headers the tool
+/// declared (`declared`, looked up only if the message has such a header). Refused, with the
+/// header and the reason: a routing header sent twice; `MCP-Protocol-Version` other than the
+/// version in the body's request envelope (when it has one); `Mcp-Method` other than the body's
+/// method (or on a batch or a response, which have none); `Mcp-Name` other than the body's
+/// name or URI (or on a method that names none); an `Mcp-Param-*` header on anything but a
+/// `tools/call`, one its tool did not declare (as listed through the gate), one whose argument
+/// is absent, or one that differs from its argument. A header that is absent is not checked:
+/// the server decides whether it needs it. Only the request's headers are looked at, and only
+/// those starting with `mcp-` are compared: the body is not read again.
+pub fn check_routing_headers(
+    headers: &HeaderMap,
+    route: &Route,
+    arguments: Option<&Value>,
+    declared: impl FnOnce() -> Option<Arc<[ParamHeader]>>,
+) -> Result<(), String> {
+    let mut protocol = None;
+    let mut method = None;
+    let mut name = None;
+    let mut params: Vec<(&str, &HeaderValue)> = Vec::new();
+    for (key, value) in headers {
+        let key = key.as_str();
+        if !key.starts_with("mcp-") {
+            continue;
+        }
+        let slot = match key {
+            PROTOCOL_HEADER => &mut protocol,
+            METHOD_HEADER => &mut method,
+            NAME_HEADER => &mut name,
+            _ if key.starts_with(PARAM_HEADER_PREFIX) => {
+                if params.iter().any(|(k, _)| *k == key) {
+                    return Err(format!("header {key} appears more than once"));
+                }
+                params.push((key, value));
+                continue;
+            }
+            _ => continue,
+        };
+        if slot.replace(value).is_some() {
+            return Err(format!("header {key} appears more than once"));
+        }
+    }
+    if let (Some(value), Some(body)) = (protocol, &route.protocol_version)
+        && value.to_str().ok() != body.as_str()
+    {
+        return Err(format!(
+            "header {PROTOCOL_HEADER} {value:?} does not match the body's protocol version {body}"
+        ));
+    }
+    if let Some(value) = method {
+        let Ok(value) = value.to_str() else {
+            return Err(format!("header {METHOD_HEADER} is not visible ASCII"));
+        };
+        match &route.method {
+            Some(body) if body == value => {}
+            Some(body) => {
+                return Err(format!(
+                    "header {METHOD_HEADER} {value:?} does not match the body's method {body:?}"
+                ));
+            }
+            None if route.batch => {
+                return Err(format!(
+                    "header {METHOD_HEADER} {value:?} on a batch, which has no one method"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "header {METHOD_HEADER} {value:?} on a message without a method"
+                ));
+            }
+        }
+    }
+    if let Some(value) = name {
+        let Some(value) = decode_header_value(value) else {
+            return Err(format!(
+                "header {NAME_HEADER} is neither visible ASCII nor canonical =?base64?…?="
+            ));
+        };
+        let body_method = route.method.as_deref().unwrap_or_default();
+        if !NAME_BEARING.contains(&body_method) {
+            return Err(format!(
+                "header {NAME_HEADER} {value:?} on a message whose method ({body_method:?}) names nothing"
+            ));
+        }
+        match &route.name {
+            Some(Value::String(body)) if *body == value => {}
+            Some(Value::String(body)) => {
+                return Err(format!(
+                    "header {NAME_HEADER} {value:?} does not match the body's {body:?}"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "header {NAME_HEADER} {value:?} but the body's {body_method} has no string name"
+                ));
+            }
+        }
+    }
+    if params.is_empty() {
+        return Ok(());
+    }
+    let (Some("tools/call"), Some(arguments)) = (route.method.as_deref(), arguments) else {
+        return Err(format!(
+            "header {} on a message that is not a tools/call: only a tool's arguments are mirrored",
+            params[0].0
+        ));
+    };
+    let declared = declared();
+    for (key, value) in params {
+        let Some(param) = declared
+            .as_deref()
+            .and_then(|d| d.iter().find(|p| p.header == key))
+        else {
+            return Err(format!(
+                "header {key}: the tool's input schema, as listed through the gate, declares no \
+                 such header (list the tools through the gate, then call again)"
+            ));
+        };
+        let argument = param.path.join(".");
+        let mut at = Some(arguments);
+        for step in &param.path {
+            at = at.and_then(|v| v.get(step));
+        }
+        let Some(at) = at.filter(|v| !v.is_null()) else {
+            return Err(format!(
+                "header {key} is present but the body's argument {argument:?} is absent"
+            ));
+        };
+        let Some(value) = decode_header_value(value) else {
+            return Err(format!(
+                "header {key} is neither visible ASCII nor canonical =?base64?…?="
+            ));
+        };
+        if !param_matches(at, &value, param.integer) {
+            return Err(format!(
+                "header {key} {value:?} does not match the body's argument {argument:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a decoded `Mcp-Param-*` value is the argument `at` as a client renders it: a string
+/// as it is, a boolean as `true`/`false`, a number as JSON writes it, and for an integer
+/// property also any plain decimal of the same integer (`42.0` for `42`). Objects, arrays and
+/// anything else never match.
+fn param_matches(at: &Value, header: &str, integer: bool) -> bool {
+    match at {
+        Value::String(s) => s == header,
+        Value::Bool(b) => header == if *b { "true" } else { "false" },
+        Value::Number(n) => {
+            if n.to_string() == header {
+                return true;
+            }
+            if !integer {
+                return false;
+            }
+            // `-?digits(.0+)?` against an integral argument, compared exactly.
+            let (whole, fraction) = header.split_once('.').unwrap_or((header, ""));
+            let digits = whole.strip_prefix('-').unwrap_or(whole);
+            let plain = !digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && fraction.bytes().all(|b| b == b'0')
+                && (header.contains('.') <= !fraction.is_empty());
+            if !plain {
+                return false;
+            }
+            match whole.parse::<i128>() {
+                Ok(h) => {
+                    n.as_i64()
+                        .map(i128::from)
+                        .or_else(|| n.as_u64().map(i128::from))
+                        .or_else(|| {
+                            n.as_f64()
+                                .filter(|f| f.fract() == 0.0 && f.abs() < 1.7e38)
+                                .map(|f| f as i128)
+                        })
+                        == Some(h)
+                }
+                Err(_) => false,
+            }
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    fn read(body: &str) -> Message {
+        jsonrpc::read(body.as_bytes()).unwrap()
+    }
+
+    const CALL: &str = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delete_file","arguments":{"path":"/tmp/x","n":42,"f":true,"o":{"deep":"d"}}}}"#;
+
+    fn declared() -> Option<Arc<[ParamHeader]>> {
+        Some(
+            param_headers(&json!({"type": "object", "properties": {
+                "path": {"type": "string", "x-mcp-header": "Path"},
+                "n": {"type": "integer", "x-mcp-header": "N"},
+                "f": {"type": "boolean", "x-mcp-header": "F"},
+                "gone": {"type": "string", "x-mcp-header": "Gone"},
+                "o": {"type": "object", "properties": {"deep": {"type": "string", "x-mcp-header": "Deep"}}},
+            }}))
+            .into(),
+        )
+    }
+
+    /// The check as the transports run it on `body` with these headers.
+    fn check(body: &str, pairs: &[(&str, &str)]) -> Result<(), String> {
+        let message = read(body);
+        let arguments = match &message.incoming {
+            Incoming::ToolsCall(call) => Some(call.arguments.clone()),
+            _ => None,
+        };
+        check_routing_headers(
+            &headers(pairs),
+            &message.route,
+            arguments.as_ref(),
+            declared,
+        )
+    }
+
+    #[test]
+    fn headers_that_say_what_the_body_says_pass() {
+        assert_eq!(check(CALL, &[]), Ok(()));
+        assert_eq!(
+            check(
+                CALL,
+                &[
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", "delete_file"),
+                    ("mcp-param-path", "/tmp/x"),
+                    ("Mcp-Param-N", "42"),
+                ]
+            ),
+            Ok(())
+        );
+        // Integers compare numerically, booleans as true/false, nested paths and base64.
+        assert_eq!(
+            check(
+                CALL,
+                &[
+                    ("mcp-param-n", "42.0"),
+                    ("mcp-param-f", "true"),
+                    ("mcp-param-deep", "=?base64?ZA==?="),
+                    ("mcp-name", "=?base64?ZGVsZXRlX2ZpbGU=?="),
+                ]
+            ),
+            Ok(())
+        );
+        let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        assert_eq!(check(list, &[("mcp-method", "tools/list")]), Ok(()));
+        let read_resource =
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}"#;
+        assert_eq!(
+            check(
+                read_resource,
+                &[("mcp-method", "resources/read"), ("mcp-name", "file:///a")]
+            ),
+            Ok(())
+        );
+        // Other mcp- headers (the protocol version, the session) are not routing headers.
+        assert_eq!(check(list, &[("mcp-session-id", "s")]), Ok(()));
+    }
+
+    #[test]
+    fn a_method_header_other_than_the_body_is_refused() {
+        let why = check(CALL, &[("mcp-method", "tools/list")]).unwrap_err();
+        assert_eq!(
+            why,
+            r#"header mcp-method "tools/list" does not match the body's method "tools/call""#
+        );
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#;
+        assert!(
+            check(batch, &[("mcp-method", "ping")])
+                .unwrap_err()
+                .contains("batch")
+        );
+        let response = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
+        assert!(
+            check(response, &[("mcp-method", "tools/call")])
+                .unwrap_err()
+                .contains("without a method")
+        );
+        assert!(
+            check(
+                CALL,
+                &[("mcp-method", "tools/call"), ("mcp-method", "tools/call")]
+            )
+            .unwrap_err()
+            .contains("more than once")
+        );
+    }
+
+    #[test]
+    fn a_protocol_version_other_than_the_envelope_is_refused() {
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert_eq!(
+            check(call, &[("mcp-protocol-version", "2026-07-28")]),
+            Ok(())
+        );
+        assert_eq!(
+            check(call, &[("mcp-protocol-version", "2025-11-25")]).unwrap_err(),
+            r#"header mcp-protocol-version "2025-11-25" does not match the body's protocol version "2026-07-28""#
+        );
+        assert!(
+            check(
+                call,
+                &[
+                    ("mcp-protocol-version", "2026-07-28"),
+                    ("mcp-protocol-version", "2025-11-25")
+                ]
+            )
+            .unwrap_err()
+            .contains("more than once")
+        );
+        // Earlier revisions have no envelope: the header alone says the revision.
+        let old = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        assert_eq!(
+            check(old, &[("mcp-protocol-version", "2025-06-18")]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_name_header_other_than_the_body_is_refused() {
+        assert_eq!(
+            check(CALL, &[("mcp-name", "echo")]).unwrap_err(),
+            r#"header mcp-name "echo" does not match the body's "delete_file""#
+        );
+        let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        assert!(
+            check(ping, &[("mcp-name", "echo")])
+                .unwrap_err()
+                .contains("names nothing")
+        );
+        // Not canonical base64: refused, never guessed.
+        assert!(
+            check(CALL, &[("mcp-name", "=?base64?ZGVsZXRlX2ZpbGV=?=")])
+                .unwrap_err()
+                .contains("canonical")
+        );
+        assert!(
+            check(CALL, &[("mcp-name", "delete_file"), ("mcp-name", "echo")])
+                .unwrap_err()
+                .contains("more than once")
+        );
+    }
+
+    #[test]
+    fn a_param_header_must_mirror_a_declared_argument() {
+        assert_eq!(
+            check(CALL, &[("mcp-param-path", "/etc/passwd")]).unwrap_err(),
+            r#"header mcp-param-path "/etc/passwd" does not match the body's argument "path""#
+        );
+        assert!(check(CALL, &[("mcp-param-n", "43")]).is_err());
+        assert!(check(CALL, &[("mcp-param-n", "42.5")]).is_err());
+        assert!(check(CALL, &[("mcp-param-f", "1")]).is_err());
+        assert!(
+            check(CALL, &[("mcp-param-gone", "x")])
+                .unwrap_err()
+                .contains("is absent")
+        );
+        assert!(
+            check(CALL, &[("mcp-param-other", "x")])
+                .unwrap_err()
+                .contains("declares no such header")
+        );
+        assert!(
+            check(
+                CALL,
+                &[("mcp-param-path", "/tmp/x"), ("mcp-param-path", "/tmp/x")]
+            )
+            .unwrap_err()
+            .contains("more than once")
+        );
+        let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        assert!(
+            check(list, &[("mcp-param-path", "/tmp/x")])
+                .unwrap_err()
+                .contains("not a tools/call")
+        );
+        // A tool whose list the gate never saw declares nothing.
+        let message = read(CALL);
+        let Incoming::ToolsCall(call) = &message.incoming else {
+            panic!("a call")
+        };
+        assert!(
+            check_routing_headers(
+                &headers(&[("mcp-param-path", "/tmp/x")]),
+                &message.route,
+                Some(&call.arguments),
+                || None,
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn declared_param_headers_follow_properties_only() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "string", "x-mcp-header": "A"},
+            "num": {"type": "number", "x-mcp-header": "Num"},
+            "o": {"type": "object", "properties": {"b": {"type": "integer", "x-mcp-header": "B"}}},
+        }, "items": {"x-mcp-header": "NotAProperty", "type": "string"}});
+        assert_eq!(
+            param_headers(&schema),
+            vec![
+                ParamHeader {
+                    header: "mcp-param-a".into(),
+                    path: vec!["a".into()],
+                    integer: false
+                },
+                ParamHeader {
+                    header: "mcp-param-b".into(),
+                    path: vec!["o".into(), "b".into()],
+                    integer: true
+                },
+            ]
+        );
+        let learned = ParamHeaders::default();
+        learned.learn("t", &schema);
+        assert_eq!(learned.of("t").unwrap().len(), 2);
+        learned.learn("t", &json!({}));
+        assert_eq!(learned.of("t"), None);
+    }
 }

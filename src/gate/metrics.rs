@@ -19,6 +19,9 @@ pub enum Outcome {
     approved,
     /// Covered by an ApprovalGrant, recorded and forwarded.
     granted,
+    /// The next round of an approved call whose answer needed input (MCP 2026-07-28), forwarded
+    /// on that call's approval.
+    continued,
     /// Denied by a person.
     denied,
     /// Not approved before expiresAt.

@@ -43,6 +43,15 @@ pub fn open_request_cap(tool: &str, namespace: &str, open: usize, cap: u32) -> S
     )
 }
 
+/// Text for a retry of a gated call (with `requestState` or `inputResponses`) that continues no
+/// approved call (`why`, from [`super::continuation::check`]).
+pub fn continuation_refused(tool: &str, why: &str) -> String {
+    format!(
+        "{NOT_EXECUTED}: tool '{tool}' was called again with the server's requestState or input responses, but {why}. \
+         Only the next round of an approved call may go on without a new approval, once. Make the call again from its first round (without requestState and inputResponses) to ask for approval."
+    )
+}
+
 /// Text for an error of the gate, the apiserver or the upstream.
 pub fn error(tool: &str, why: &str) -> String {
     format!(

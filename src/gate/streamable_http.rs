@@ -16,9 +16,11 @@ use tokio::sync::mpsc;
 
 use super::arrived::arrived_first;
 use super::call::{self, Reply, STREAM_QUEUE, Transport};
+use super::continuation::Watch;
 use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
 use super::messages::{
-    check_body_headers, filter_event, filter_message, message_body, unreadable_text,
+    HEADER_MISMATCH, check_body_headers, check_message_headers, filter_event, filter_message,
+    message_body, unreadable_text,
 };
 use super::metrics::Outcome;
 use super::outcome;
@@ -64,7 +66,7 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             .await
         {
             // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
-            Ok(resp) if is_get => relay_filtered(resp, None, up.clone()).await,
+            Ok(resp) if is_get => relay_filtered(resp, None, up.clone(), None).await,
             Ok(resp) => up.relay(resp),
             Err(e) => upstream_failed(&up, &e),
         };
@@ -86,22 +88,26 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
         Ok(message) => message,
         Err(rejected) => return rejected_response(&rejected),
     };
+    // MCP 2026-07-28 headers mirroring the body must say what the gate read in it.
+    if let Err((id, why)) = check_message_headers(&up, &headers, &message) {
+        return error_status(StatusCode::BAD_REQUEST, &id, HEADER_MISMATCH, &why);
+    }
     // From here on only the message as the gate wrote it is forwarded.
     let body = Bytes::from(message.body);
     match message.incoming {
         Incoming::Other => match up.send(method, up.uri.clone(), &headers, body).await {
-            Ok(resp) => relay_filtered(resp, None, up.clone()).await,
+            Ok(resp) => relay_filtered(resp, None, up.clone(), None).await,
             Err(e) => upstream_failed(&up, &e),
         },
         Incoming::Initialize => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => {
                 note_begun(&up, &resp);
-                relay_filtered(resp, None, up.clone()).await
+                relay_filtered(resp, None, up.clone(), None).await
             }
             Err(e) => upstream_failed(&up, &e),
         },
         Incoming::ToolsList { id } => match up.send(method, up.uri.clone(), &headers, body).await {
-            Ok(resp) => relay_filtered(resp, Some(id), up.clone()).await,
+            Ok(resp) => relay_filtered(resp, Some(id), up.clone(), None).await,
             Err(e) => upstream_failed(&up, &e),
         },
         Incoming::ToolsCall(call) => {
@@ -173,16 +179,17 @@ fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
 /// `tools/list` this POST carried, if it did; a message the gate cannot read is replaced by an
 /// error answering it (HTTP 502 for a JSON answer), or dropped. Bodies without a message
 /// (`202 Accepted`) pass as they are; JSON answers are read whole, up to
-/// [`super::upstream::MAX_BODY_BYTES`].
+/// [`super::upstream::MAX_BODY_BYTES`]. `watch` sees every message before it is relayed.
 async fn relay_filtered(
     resp: UpstreamResponse,
     request: Option<Value>,
     up: Arc<Upstream>,
+    watch: Option<Watch>,
 ) -> Response<Body> {
     let sse = is_event_stream(resp.headers());
     let (builder, body) = up.relay_parts(resp);
     if sse {
-        let stream = filter_sse(arrived_first(body).await, up, request);
+        let stream = filter_sse(arrived_first(body).await, up, request, watch);
         return builder
             .body(Body::from_stream(stream))
             .expect("upstream response parts are valid");
@@ -191,6 +198,9 @@ async fn relay_filtered(
         Ok(bytes) => bytes,
         Err(e) => return upstream_failed(&up, &e),
     };
+    if let Some(watch) = &watch {
+        watch.see(&bytes);
+    }
     let out = match filter_message(&up, &bytes) {
         Filtered::Unchanged => bytes,
         Filtered::Rewritten(out) => out,
@@ -212,14 +222,23 @@ async fn relay_filtered(
 /// An upstream event stream with the tool lists in it filtered (see [`filter_event`]); other
 /// events pass as the exact bytes received. An error (an event past
 /// [`sse::MAX_EVENT_BYTES`], a silent or broken upstream) is logged and ends the stream.
+/// `watch` sees the data of every event before it is relayed.
 fn filter_sse(
     upstream: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
     up: Arc<Upstream>,
     request: Option<Value>,
+    watch: Option<Watch>,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
     sse::events(upstream).filter_map(move |event| {
         std::future::ready(match event {
-            Ok(event) => filter_event(&up, event, request.as_ref()).map(Ok),
+            Ok(event) => {
+                if let Some(watch) = &watch
+                    && let Some(data) = sse::data(&event)
+                {
+                    watch.see(&data);
+                }
+                filter_event(&up, event, request.as_ref()).map(Ok)
+            }
             Err(e) => {
                 tracing::warn!(server = %up.label, error = %e, "upstream event stream cut off");
                 Some(Err(e))
@@ -294,7 +313,7 @@ impl Transport for StreamablePost {
         {
             Ok(resp) => {
                 metrics.call(Outcome::forwarded);
-                self.relay(resp).await
+                self.relay(resp, None).await
             }
             Err(e) => {
                 tracing::warn!(server = %up.label, tool = %call.name, error = %e, "upstream failed");
@@ -310,8 +329,8 @@ impl Transport for StreamablePost {
         }
     }
 
-    async fn relay(&self, resp: UpstreamResponse) -> Response<Body> {
-        relay_filtered(resp, None, self.up.clone()).await
+    async fn relay(&self, resp: UpstreamResponse, watch: Option<Watch>) -> Response<Body> {
+        relay_filtered(resp, None, self.up.clone(), watch).await
     }
 
     /// An event stream if the client asked for progress and takes one (`Accept`); otherwise
@@ -346,12 +365,18 @@ impl Transport for StreamablePost {
         resp: UpstreamResponse,
         queue: &mpsc::Sender<Bytes>,
         lost: impl Fn(UpstreamError) -> Bytes + Send + Sync,
+        watch: Watch,
     ) {
         let up = &self.up;
         if is_event_stream(resp.headers()) {
-            relay_into(filter_sse(up.body(resp), up.clone(), None), queue, lost).await;
+            let events = filter_sse(up.body(resp), up.clone(), None, Some(watch));
+            relay_into(events, queue, lost).await;
         } else {
-            let event = match up.read_body(resp).await {
+            let body = up.read_body(resp).await;
+            if let Ok(body) = &body {
+                watch.see(body);
+            }
+            let event = match body {
                 Ok(body) => match filter_message(up, &body) {
                     Filtered::Unchanged => sse::message(&body),
                     Filtered::Rewritten(body) => sse::message(&body),

@@ -14,6 +14,8 @@ use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
 
 use super::approval::Approvals;
+use super::continuation::Continuations;
+use super::messages::ParamHeaders;
 use super::metrics::Metrics;
 use super::policy::ServerPolicy;
 use super::pool::{Connector, Pool, SendError};
@@ -61,6 +63,10 @@ pub struct Upstream {
     pub agent: String,
     /// Shared state.
     pub shared: Shared,
+    /// The `Mcp-Param-*` headers its tools declare, from the tool lists the gate relayed.
+    pub param_headers: ParamHeaders,
+    /// Approved calls that may go on after an `input_required` answer.
+    pub continuations: Continuations,
 }
 
 /// Headers never relayed in either direction (hop-by-hop, or recomputed); `Content-Length`
@@ -247,6 +253,8 @@ impl Upstream {
             uri,
             headers,
             shared,
+            param_headers: ParamHeaders::default(),
+            continuations: Continuations::default(),
         })
     }
 

@@ -1,7 +1,7 @@
 //! The approval gate: in process between real and stub MCP peers and a fake apiserver, and as
 //! the real `hitl-operator gate` binary. The tests with the npm peers fail when
-//! tests/mcp-peers/node_modules is missing (`make peers`): a test that did not run never reports
-//! a pass.
+//! tests/mcp-peers/node_modules is missing, those with the Python peers when
+//! tests/mcp-peers-py/.venv is (`make peers`): a test that did not run never reports a pass.
 
 mod harness;
 mod stub;
@@ -10,5 +10,6 @@ mod binary;
 mod config_errors;
 mod freeze;
 mod npm_peers;
+mod python_peers;
 mod rules;
 mod stub_upstream;

@@ -12,7 +12,10 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Value, json};
 
-use super::{Incoming, MESSAGE_FIELDS, PARAMS_FIELDS, Rejected, ToolCall, UniqueKeys, case_folded};
+use super::{
+    Incoming, MESSAGE_FIELDS, PARAMS_FIELDS, PROTOCOL_VERSION_META, Rejected, Route, ToolCall,
+    UniqueKeys, case_folded,
+};
 
 /// A client message as the gate read it.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,6 +29,8 @@ pub struct Message {
     /// `100000000000000000000001`, arrives as the double the approver saw, not as digits they
     /// never saw).
     pub body: Vec<u8>,
+    /// What the MCP 2026-07-28 routing headers (`Mcp-Method`, `Mcp-Name`) may mirror of it.
+    pub route: Route,
 }
 
 /// Reads a client message. Every message is fully parsed and refused if another parser could
@@ -44,6 +49,7 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     // As `serde_json::from_slice`: nothing but whitespace may follow the value.
     .and_then(|noted| json.end().map(|()| noted))
     .map_err(|e| Rejected::Parse(e.to_string()))?;
+    let mut route = Route::default();
     let incoming = match noted {
         Noted::Batch(messages) => {
             for fields in &messages {
@@ -51,11 +57,14 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
                     return Err(Rejected::Batch);
                 }
             }
+            route.batch = true;
             Incoming::Other
         }
         one => {
             let fields = one.into_message();
-            match fields.kind()? {
+            let kind = fields.kind()?;
+            route = fields.route();
+            match kind {
                 Kind::ToolsList => Incoming::ToolsList {
                     id: fields.id.unwrap_or(Value::Null),
                 },
@@ -68,6 +77,7 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     Ok(Message {
         incoming,
         body: out,
+        route,
     })
 }
 
@@ -97,7 +107,12 @@ enum Noted {
     /// A `params` object.
     Params(Params),
     /// A `_meta` object's `progressToken`.
-    Meta(Option<Value>),
+    Meta {
+        /// `progressToken`.
+        progress_token: Option<Value>,
+        /// The MCP 2026-07-28 envelope's protocol version.
+        protocol_version: Option<Value>,
+    },
 }
 
 impl Noted {
@@ -139,9 +154,17 @@ struct Params {
     /// The first key that is a params field in another case, as the error to give.
     misspelt: Option<String>,
     name: Option<Value>,
+    /// `uri`, which `Mcp-Name` mirrors for `resources/read`.
+    uri: Option<Value>,
     arguments: Option<Value>,
     /// `_meta.progressToken`, when `_meta` is an object holding one.
     progress_token: Option<Value>,
+    /// `_meta`'s protocol version (the 2026-07-28 request envelope).
+    protocol_version: Option<Value>,
+    /// `requestState`, echoed by a client retrying a call that needed input (2026-07-28).
+    request_state: Option<Value>,
+    /// Whether it has `inputResponses` (the client's answers in such a retry).
+    input_responses: bool,
 }
 
 impl Fields {
@@ -171,6 +194,27 @@ impl Fields {
         }
     }
 
+    /// What the routing headers may mirror of this message: its method, if a string, and the
+    /// param that `Mcp-Name` names for it (`name` of `tools/call` and `prompts/get`, `uri` of
+    /// `resources/read`).
+    fn route(&self) -> Route {
+        let Some(Value::String(method)) = &self.method else {
+            return Route::default();
+        };
+        let params = self.params.as_ref();
+        let name = match method.as_str() {
+            "tools/call" | "prompts/get" => params.and_then(|p| p.name.clone()),
+            "resources/read" => params.and_then(|p| p.uri.clone()),
+            _ => None,
+        };
+        Route {
+            method: Some(method.clone()),
+            name,
+            protocol_version: params.and_then(|p| p.protocol_version.clone()),
+            batch: false,
+        }
+    }
+
     /// The `tools/call` this message is: its params must be an object with a string `name`;
     /// absent or null `arguments` are `{}`; a progress token counts if it is a string or a
     /// number.
@@ -193,6 +237,8 @@ impl Fields {
             progress_token: params
                 .progress_token
                 .filter(|token| token.is_string() || token.is_number()),
+            request_state: params.request_state.map(Box::new),
+            input_responses: params.input_responses,
         })
     }
 }
@@ -312,6 +358,7 @@ impl<'de> Visitor<'de> for Writer<'_> {
         };
         let mut params = Params::default();
         let mut progress_token = None;
+        let mut protocol_version = None;
         let protocol_fields = match self.place {
             Place::Body | Place::Message => MESSAGE_FIELDS,
             Place::Params => PARAMS_FIELDS,
@@ -336,12 +383,28 @@ impl<'de> Visitor<'de> for Writer<'_> {
                 }
                 (Place::Params, "name") => params.name = Some(self.keep(&mut map)?),
                 (Place::Params, "arguments") => params.arguments = Some(self.keep(&mut map)?),
+                (Place::Params, "uri") => params.uri = Some(self.keep(&mut map)?),
+                (Place::Params, "requestState") => {
+                    params.request_state = Some(self.keep(&mut map)?)
+                }
+                (Place::Params, "inputResponses") => {
+                    params.input_responses = true;
+                    map.next_value_seed(self.at(Place::Other))?;
+                }
                 (Place::Params, "_meta") => {
-                    if let Noted::Meta(token) = map.next_value_seed(self.at(Place::Meta))? {
-                        params.progress_token = token;
+                    if let Noted::Meta {
+                        progress_token,
+                        protocol_version,
+                    } = map.next_value_seed(self.at(Place::Meta))?
+                    {
+                        params.progress_token = progress_token;
+                        params.protocol_version = protocol_version;
                     }
                 }
                 (Place::Meta, "progressToken") => progress_token = Some(self.keep(&mut map)?),
+                (Place::Meta, PROTOCOL_VERSION_META) => {
+                    protocol_version = Some(self.keep(&mut map)?)
+                }
                 _ => {
                     map.next_value_seed(self.at(Place::Other))?;
                 }
@@ -365,7 +428,10 @@ impl<'de> Visitor<'de> for Writer<'_> {
         Ok(match self.place {
             Place::Body | Place::Message => Noted::Message(fields),
             Place::Params => Noted::Params(params),
-            Place::Meta => Noted::Meta(progress_token),
+            Place::Meta => Noted::Meta {
+                progress_token,
+                protocol_version,
+            },
             Place::Other => Noted::Nothing,
         })
     }
@@ -513,13 +579,41 @@ mod tests {
                         name: name.to_owned(),
                         arguments,
                         progress_token,
+                        request_state: params.get("requestState").cloned().map(Box::new),
+                        input_responses: params.contains_key("inputResponses"),
                     })
                 }
                 Some("initialize") => Incoming::Initialize,
                 _ => Incoming::Other,
             }
         };
-        Ok(Message { incoming, body })
+        let route = match &msg {
+            Value::Array(_) => Route {
+                batch: true,
+                ..Route::default()
+            },
+            one => match one.get("method").and_then(Value::as_str) {
+                None => Route::default(),
+                Some(method) => Route {
+                    method: Some(method.to_owned()),
+                    name: match method {
+                        "tools/call" | "prompts/get" => one["params"].get("name").cloned(),
+                        "resources/read" => one["params"].get("uri").cloned(),
+                        _ => None,
+                    },
+                    protocol_version: one["params"]
+                        .get("_meta")
+                        .and_then(|m| m.get(PROTOCOL_VERSION_META))
+                        .cloned(),
+                    batch: false,
+                },
+            },
+        };
+        Ok(Message {
+            incoming,
+            body,
+            route,
+        })
     }
 
     /// JSON text as clients might send it, written by hand so that it can repeat keys: the
@@ -535,6 +629,10 @@ mod tests {
             r#""arguments""#,
             r#""_meta""#,
             r#""progressToken""#,
+            r#""uri""#,
+            r#""requestState""#,
+            r#""io.modelcontextprotocol/protocolVersion""#,
+            r#""inputResponses""#,
             r#""result""#,
             r#""Method""#,
             r#""NAME""#,
@@ -562,6 +660,8 @@ mod tests {
             r#""tools/call""#,
             r#""tools/list""#,
             r#""initialize""#,
+            r#""resources/read""#,
+            r#""prompts/get""#,
             r#""tools\/call""#,
             r#""echo""#,
             r#""\ud83d\ude00 é""#,
