@@ -72,8 +72,9 @@ bench-memory:
 ## plain PATCH and the controller at N Agents on the cluster in KUBECONFIG (SKIP without one),
 ## ungated calls through the gate against the real npm server direct (and through the
 ## references: a bare hyper relay, and nginx as an HTTP and a TCP relay if installed). Release
-## build.
+## build. Then a cold start over COLD unrendered Agents: apiserver requests per Agent by verb.
 APPROVALS ?= 100
+COLD ?= 500
 bench-e2e: $(PEERS_STAMP)
 	$(CARGO) build --release --bins --example bare_relay
 	@echo "== decision -> execution ($(APPROVALS) approvals)"
@@ -82,6 +83,8 @@ bench-e2e: $(PEERS_STAMP)
 	bash tests/bench/ungated.sh
 	@echo "== controller memory and cold start at $(N) Agents"
 	bash tests/e2e/controller-memory.sh $(N)
+	@echo "== cold start over $(COLD) unrendered Agents: apiserver requests per Agent"
+	bash tests/e2e/cold-start.sh $(COLD)
 
 ## End-to-end suites against the cluster in KUBECONFIG (prints SKIP without one); docs/e2e.md.
 e2e:

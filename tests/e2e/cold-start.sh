@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# A cold start over N Agents that were never rendered, on the cluster in KUBECONFIG: what a new
+# install (or a controller that was down while Agents were applied) costs the apiserver. A
+# benchmark, not a test: it prints figures and fails only when something does not work.
+# Issue 44, part 1.
+#
+# Usage: tests/e2e/cold-start.sh [N]    (default 500; HITL_E2E_BIN, default the release build)
+# Applies N Agents (Gate mode, sharing one RemoteMCPServer and one ModelConfig with its API-key
+# Secret, as a team's agents do) while no controller runs, then starts the controller and waits
+# until every Agent has its Deployment and a status. Prints the time that took and Agents per
+# second, and the apiserver's own request counters (apiserver_request_total) over that time,
+# divided by N, by verb and resource: the controller's requests, apart from those of
+# kube-controller-manager, whose Deployment, ReplicaSet and EndpointSlice controllers act on
+# what the controller creates (their resources, Deployments' status and core/v1 Events are left
+# out; the controller's Events are events.k8s.io/v1), and the apiserver's own IPAddress per
+# Service. One GET of each Deployment is the ReplicaSet controller's (it reads the owner afresh
+# before adopting), which the counters cannot tell apart. Lists are per controller, not per Agent;
+# they are printed apart (watches are not: the apiserver's own are counted with them).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source tests/e2e/lib.sh
+fail_on_error
+
+skip_without_cluster
+N=${1:-500}
+BIN=${HITL_E2E_BIN:-${CARGO_TARGET_DIR:-target}/release/hitl-operator}
+[ -x "$BIN" ] || cargo build --release --quiet --bin hitl-operator
+throwaway hitl-cold
+
+# counters: apiserver_request_total as "verb group resource subresource count" lines, summed
+# over codes, scopes and versions.
+counters() {
+  kubectl get --raw /metrics | awk '
+    /^apiserver_request_total\{/ {
+      split("", l)
+      s = $0; sub(/^[^{]*\{/, "", s); sub(/\}.*/, "", s)
+      n = split(s, kv, ",")
+      for (i = 1; i <= n; i++) { split(kv[i], p, "="); gsub(/"/, "", p[2]); l[p[1]] = p[2] }
+      key = l["verb"] " " (l["group"] == "" ? "core" : l["group"]) " " l["resource"] " " (l["subresource"] == "" ? "-" : l["subresource"])
+      sum[key] += $NF
+    }
+    END { for (k in sum) print k, sum[k] }' | sort
+}
+
+kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
+kubectl create namespace "$NS" >/dev/null
+kubectl -n "$NS" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Secret
+metadata: {name: openai}
+stringData: {api-key: sk-bench}
+---
+apiVersion: kagent.dev/v1alpha2
+kind: ModelConfig
+metadata: {name: default-model-config}
+spec: {provider: OpenAI, model: gpt-4o, apiKeySecret: openai, apiKeySecretKey: api-key}
+---
+apiVersion: kagent.dev/v1alpha2
+kind: RemoteMCPServer
+metadata: {name: tools}
+spec: {url: "http://127.0.0.1:9/mcp"}
+EOF
+
+step "cold start over $N unrendered Agents ($BIN, namespace $NS)"
+for i in $(seq 1 "$N"); do
+  cat >>"$WORK/agents.yaml" <<EOF
+---
+apiVersion: kagent.dev/v1alpha2
+kind: Agent
+metadata: {name: agent-$i}
+spec:
+  type: Declarative
+  declarative:
+    systemMessage: "Agent $i."
+    tools:
+      - type: McpServer
+        mcpServer: {name: tools, toolNames: [read_file, delete_file], requireApproval: [delete_file]}
+EOF
+done
+kubectl -n "$NS" apply --server-side -f "$WORK/agents.yaml" >/dev/null
+ok "$N Agents applied; no controller running"
+
+counters >"$WORK/before"
+PORT=$(free_port)
+T=$(now)
+start controller "$WORK/controller.log" "$BIN" controller --namespace "$NS" \
+  --leader-election=false --metrics-addr="127.0.0.1:$PORT" --log-format json
+rendered() {
+  [ "$(kubectl -n "$NS" get deployments -o name | wc -l)" -ge "$N" ] &&
+    [ "$(kubectl -n "$NS" get agents -o jsonpath='{range .items[*]}{.status.observedGeneration}{"\n"}{end}' |
+      grep -c .)" -ge "$N" ]
+}
+wait_for "every Agent rendered, with a status" 900 rendered
+SECONDS_TAKEN=$(elapsed "$T")
+# The last Agents' writes may still be in flight when the last status appears: settle.
+sleep 3
+counters >"$WORK/after"
+ok "rendered $N Agents in ${SECONDS_TAKEN} s: $(awk -v n="$N" -v s="$SECONDS_TAKEN" 'BEGIN { printf "%.0f", n / s }') Agents/s"
+
+# Not the controller's: kube-controller-manager's controllers act on what it creates.
+not_ours='^(LIST|WATCH|GET|POST|PUT|PATCH|DELETE|APPLY|UPDATE) (apps replicasets|core pods|discovery.k8s.io endpointslices|core endpoints|apps controllerrevisions|coordination.k8s.io leases|core events|networking.k8s.io ipaddresses)'
+keyed() { awk '{ print $1 "|" $2 "|" $3 "|" $4, $5 }' "$1" | sort -k1,1; }
+join -a 2 -e 0 -o '0,1.2,2.2' <(keyed "$WORK/before") <(keyed "$WORK/after") |
+  awk -v n="$N" -v not_ours="$not_ours" '
+    { split($1, k, "|"); d = $3 - $2; if (d <= 0) next
+      line = k[1] " " k[2] " " k[3]
+      if (line ~ not_ours || (k[3] == "deployments" && k[4] == "status") || (k[2] == "authorization.k8s.io") || (k[2] == "authentication.k8s.io")) next
+      name = k[1] " " k[3] (k[4] == "-" ? "" : "/" k[4])
+      if (k[1] == "WATCH") next
+      if (k[1] == "LIST") { once = once sprintf("       %-34s %6d\n", name, d); next }
+      per[name] += d; verb[k[1]] += d; total += d }
+    END {
+      printf "     apiserver requests per Agent (the controller'\''s; %d Agents): %.2f\n", n, total / n
+      for (v in verb) printf "       %-8s %6.2f\n", v, verb[v] / n
+      print "     by verb and resource (per Agent, total):"
+      for (r in per) printf "       %-34s %6.2f %6d\n", r, per[r] / n, per[r]
+      if (once != "") { print "     lists (per controller, not per Agent; agents and deployments include this script'\''s polling):"; printf "%s", once }
+    }'
