@@ -563,24 +563,13 @@ async fn patch_status(
     let Some(obj) = s.objects.get_mut(&name) else {
         return status(404, "NotFound", "not found");
     };
-    if let Some(want) = patch["metadata"]["resourceVersion"].as_str()
-        && obj["metadata"]["resourceVersion"] != json!(want)
-    {
-        return status(
-            409,
-            "Conflict",
-            "the object has been modified; please apply your changes to the latest version and try again",
-        );
+    if stale(obj, &patch) {
+        return conflict();
     }
     if obj["status"].get("consumedAt").is_some() && patch["status"].get("consumedAt").is_some() {
         return status(422, "Invalid", "status.consumedAt is write-once");
     }
-    if obj.get("status").is_none() {
-        obj["status"] = json!({});
-    }
-    merge(&mut obj["status"], &patch["status"]);
-    obj["metadata"]["resourceVersion"] = json!(next_rv.to_string());
-    let obj = obj.clone();
+    let obj = merge_status(obj, &patch, next_rv);
     s.rv = next_rv;
     let _ = api.events.send(("MODIFIED".into(), obj.clone()));
     axum::Json(obj).into_response()
@@ -615,19 +604,39 @@ async fn patch_grant_status(
     let Some(grant) = s.grants.get_mut(&name) else {
         return status(404, "NotFound", "not found");
     };
-    if let Some(want) = patch["metadata"]["resourceVersion"].as_str()
-        && grant["metadata"]["resourceVersion"] != json!(want)
-    {
-        return status(409, "Conflict", "the object has been modified");
+    if stale(grant, &patch) {
+        return conflict();
     }
-    if grant.get("status").is_none() {
-        grant["status"] = json!({});
-    }
-    merge(&mut grant["status"], &patch["status"]);
-    grant["metadata"]["resourceVersion"] = json!(next_rv.to_string());
-    let grant = grant.clone();
+    let grant = merge_status(grant, &patch, next_rv);
     s.rv = next_rv;
     axum::Json(grant).into_response()
+}
+
+/// Whether `patch` is guarded by a resourceVersion other than `obj`'s (a [`conflict`]).
+fn stale(obj: &Value, patch: &Value) -> bool {
+    patch["metadata"]["resourceVersion"]
+        .as_str()
+        .is_some_and(|want| obj["metadata"]["resourceVersion"] != json!(want))
+}
+
+/// A merge patch of `obj`'s status as the apiserver applies one to the status subresource: the
+/// status merged, the object at resourceVersion `next_rv`; returns a copy of it.
+fn merge_status(obj: &mut Value, patch: &Value, next_rv: u64) -> Value {
+    if obj.get("status").is_none() {
+        obj["status"] = json!({});
+    }
+    merge(&mut obj["status"], &patch["status"]);
+    obj["metadata"]["resourceVersion"] = json!(next_rv.to_string());
+    obj.clone()
+}
+
+/// The apiserver's 409 for a write guarded by a resourceVersion that is no longer current.
+fn conflict() -> Response {
+    status(
+        409,
+        "Conflict",
+        "the object has been modified; please apply your changes to the latest version and try again",
+    )
 }
 
 /// Records every request in [`FakeApi::seen`], and holds the stalled ones.

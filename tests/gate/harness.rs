@@ -152,21 +152,36 @@ impl Recorder {
 }
 
 /// Runs `node ARGS` in tests/mcp-peers with `PORT` set and waits until it accepts
-/// connections. Retries on another port if the chosen one was taken in the meantime.
+/// connections.
 async fn start_peer(args: &[&str]) -> (tokio::process::Child, u16) {
-    for _ in 0..5 {
-        let port = free_port();
-        let mut child = tokio::process::Command::new("node")
+    spawn_listening(&format!("the MCP peer {args:?}"), |port| {
+        let mut command = tokio::process::Command::new("node");
+        command
             .args(args)
             .env("PORT", port.to_string())
-            .current_dir(peers_dir())
+            .current_dir(peers_dir());
+        command
+    })
+    .await
+}
+
+/// Spawns the `command` made for a free port and waits until it accepts connections on it;
+/// retries on another port if the chosen one was taken in the meantime. `what` names it in
+/// the panic when it never starts.
+pub async fn spawn_listening(
+    what: &str,
+    command: impl Fn(u16) -> tokio::process::Command,
+) -> (tokio::process::Child, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = command(port)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .expect("node runs");
+            .unwrap_or_else(|e| panic!("{what} cannot run: {e}"));
         let mut up = false;
-        for _ in 0..300 {
+        for _ in 0..400 {
             if child.try_wait().unwrap().is_some() {
                 break;
             }
@@ -182,7 +197,7 @@ async fn start_peer(args: &[&str]) -> (tokio::process::Child, u16) {
             return (child, port);
         }
     }
-    panic!("the MCP peer {args:?} did not start");
+    panic!("{what} did not start");
 }
 
 /// A request seen by [`Counter`]: (method, `x-upstream-token`, `mcp-session-id`).

@@ -6,8 +6,6 @@
 //! reports a pass.
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
 
 use crate::harness::*;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
@@ -41,40 +39,22 @@ struct PyServer {
 
 impl PyServer {
     async fn start() -> Self {
-        for _ in 0..5 {
-            let record = tempfile::NamedTempFile::new().unwrap();
-            let port = free_port();
-            let mut child = tokio::process::Command::new(python())
+        let record = tempfile::NamedTempFile::new().unwrap();
+        let (child, port) = spawn_listening("the Python MCP server", |port| {
+            let mut command = tokio::process::Command::new(python());
+            command
                 .arg("server.py")
                 .arg(port.to_string())
                 .arg(record.path())
-                .current_dir(py_dir())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("the venv's python runs");
-            let mut up = false;
-            for _ in 0..400 {
-                if child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    up = child.try_wait().unwrap().is_none();
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            if up {
-                return Self {
-                    _child: child,
-                    port,
-                    record,
-                };
-            }
+                .current_dir(py_dir());
+            command
+        })
+        .await;
+        Self {
+            _child: child,
+            port,
+            record,
         }
-        panic!("the Python MCP server did not start");
     }
 
     /// The tools that ran, in order: `{tool, args}`.
