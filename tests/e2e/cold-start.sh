@@ -64,19 +64,7 @@ EOF
 
 step "cold start over $N unrendered Agents ($BIN, namespace $NS)"
 for i in $(seq 1 "$N"); do
-  cat >>"$WORK/agents.yaml" <<EOF
----
-apiVersion: kagent.dev/v1alpha2
-kind: Agent
-metadata: {name: agent-$i}
-spec:
-  type: Declarative
-  declarative:
-    systemMessage: "Agent $i."
-    tools:
-      - type: McpServer
-        mcpServer: {name: tools, toolNames: [read_file, delete_file], requireApproval: [delete_file]}
-EOF
+  bench_agent "$i" >>"$WORK/agents.yaml"
 done
 kubectl -n "$NS" apply --server-side -f "$WORK/agents.yaml" >/dev/null
 ok "$N Agents applied; no controller running"

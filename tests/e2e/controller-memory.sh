@@ -116,19 +116,7 @@ EOF
   ok "idle RSS: $IDLE"
 
   for i in $(seq 1 "$N"); do
-    cat >>"$WORK/agents-$(((i - 1) / BATCH)).yaml" <<EOF
----
-apiVersion: kagent.dev/v1alpha2
-kind: Agent
-metadata: {name: agent-$i}
-spec:
-  type: Declarative
-  declarative:
-    systemMessage: "Agent $i."
-    tools:
-      - type: McpServer
-        mcpServer: {name: tools, toolNames: [read_file, delete_file], requireApproval: [delete_file]}
-EOF
+    bench_agent "$i" >>"$WORK/agents-$(((i - 1) / BATCH)).yaml"
     # A request the gate of agent-$i would make (created here as the admin, so requestedBy is
     # that user), pending until 2099.
     cat >>"$WORK/requests-$(((i - 1) / BATCH)).yaml" <<EOF

@@ -231,3 +231,21 @@ throwaway_cleanup() {
   kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
+
+# bench_agent I: the Agent agent-I that the benches apply by the thousand (Gate mode, the
+# RemoteMCPServer `tools` with delete_file gated), as one YAML document.
+bench_agent() {
+  cat <<EOF
+---
+apiVersion: kagent.dev/v1alpha2
+kind: Agent
+metadata: {name: agent-$1}
+spec:
+  type: Declarative
+  declarative:
+    systemMessage: "Agent $1."
+    tools:
+      - type: McpServer
+        mcpServer: {name: tools, toolNames: [read_file, delete_file], requireApproval: [delete_file]}
+EOF
+}
