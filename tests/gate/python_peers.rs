@@ -223,16 +223,6 @@ async fn post_typed(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, 
     )
 }
 
-/// The text of the first content item of a raw result, and whether it is an error.
-fn raw_text(answer: &Value) -> (String, bool) {
-    let r = &answer["result"];
-    assert!(r.is_object(), "no result: {answer}");
-    (
-        r["content"][0]["text"].as_str().unwrap_or_default().into(),
-        r["isError"] == true,
-    )
-}
-
 #[tokio::test]
 async fn python_lists_are_filtered_and_ungated_calls_answered_as_the_server_answers() {
     require_py_peers();
@@ -465,7 +455,7 @@ async fn python_headers_that_disagree_with_the_body_never_reach_the_server() {
     )
     .await;
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(raw_text(&answer), ("Echo: hi".into(), false));
+    assert_eq!(result_text(&answer), ("Echo: hi".into(), false));
     let (status, answer) = post(
         &url,
         &delete,
@@ -478,7 +468,7 @@ async fn python_headers_that_disagree_with_the_body_never_reach_the_server() {
     .await;
     assert_eq!(status, 200, "{answer}");
     assert!(
-        raw_text(&answer).0.starts_with("NOT executed yet"),
+        result_text(&answer).0.starts_with("NOT executed yet"),
         "{answer}"
     );
     assert_eq!(env.counter.count("echo"), 1);
@@ -583,7 +573,7 @@ async fn python_a_continuation_is_bound_to_its_arguments_and_passes_once() {
         &headers,
     )
     .await;
-    let (text, is_error) = raw_text(&answer);
+    let (text, is_error) = result_text(&answer);
     assert!(is_error && text.contains("arguments differ"), "{text}");
     assert_eq!(answer["result"]["resultType"], "complete");
     let (_, answer) = post(
@@ -592,7 +582,7 @@ async fn python_a_continuation_is_bound_to_its_arguments_and_passes_once() {
         &headers,
     )
     .await;
-    let (text, is_error) = raw_text(&answer);
+    let (text, is_error) = result_text(&answer);
     assert!(is_error && text.contains("continues no call"), "{text}");
     assert_eq!(
         env.counter.count("wipe_dir"),
@@ -609,9 +599,9 @@ async fn python_a_continuation_is_bound_to_its_arguments_and_passes_once() {
         .to_string();
     let retry = retry_body(5, json!({"path": "/d"}), &state);
     let (_, answer) = post(&url, &retry, &headers).await;
-    assert_eq!(raw_text(&answer), ("wiped /d (raw)".into(), false));
+    assert_eq!(result_text(&answer), ("wiped /d (raw)".into(), false));
     let (_, answer) = post(&url, &retry, &headers).await;
-    let (text, is_error) = raw_text(&answer);
+    let (text, is_error) = result_text(&answer);
     assert!(is_error && text.contains("continues no call"), "{text}");
     // A requestState the gate never saw approved asks nobody and runs nothing.
     let (_, answer) = post(
@@ -620,7 +610,7 @@ async fn python_a_continuation_is_bound_to_its_arguments_and_passes_once() {
         &headers,
     )
     .await;
-    assert!(raw_text(&answer).1);
+    assert!(result_text(&answer).1);
     assert_eq!(
         env.server.ran(),
         [json!({"tool": "wipe_dir", "args": {"path": "/d", "note": "raw"}})]
