@@ -27,6 +27,7 @@ use super::approval_request::{AgentRef, ToolServerRef};
     printcolumn = r#"{"name": "Server", "type": "string", "jsonPath": ".spec.toolServer.name"}"#,
     printcolumn = r#"{"name": "Tool", "type": "string", "description": "The tool covered (absent: every gated tool of the server)", "jsonPath": ".spec.toolName"}"#,
     printcolumn = r#"{"name": "Session", "type": "string", "priority": 1, "jsonPath": ".spec.sessionId"}"#,
+    printcolumn = r#"{"name": "Caller", "type": "string", "priority": 1, "description": "The only caller covered, on a shared gate (absent: every caller)", "jsonPath": ".spec.caller"}"#,
     printcolumn = r#"{"name": "Uses", "type": "integer", "jsonPath": ".status.uses"}"#,
     printcolumn = r#"{"name": "Max-Uses", "type": "integer", "jsonPath": ".spec.maxUses"}"#,
     printcolumn = r#"{"name": "Granted-By", "type": "string", "jsonPath": ".spec.grantedBy"}"#,
@@ -44,6 +45,7 @@ use super::approval_request::{AgentRef, ToolServerRef};
     validation = kube::core::Rule::new("self.agentRef == oldSelf.agentRef && self.toolServer == oldSelf.toolServer && self.expiresAt == oldSelf.expiresAt && self.grantedBy == oldSelf.grantedBy && self.reason == oldSelf.reason").message("a grant is immutable: only spec.revoked can be set"),
     validation = kube::core::Rule::new("has(self.toolName) == has(oldSelf.toolName) && (!has(self.toolName) || self.toolName == oldSelf.toolName) && has(self.when) == has(oldSelf.when) && (!has(self.when) || self.when == oldSelf.when)").message("a grant is immutable: only spec.revoked can be set"),
     validation = kube::core::Rule::new("has(self.sessionId) == has(oldSelf.sessionId) && (!has(self.sessionId) || self.sessionId == oldSelf.sessionId) && has(self.maxUses) == has(oldSelf.maxUses) && (!has(self.maxUses) || self.maxUses == oldSelf.maxUses)").message("a grant is immutable: only spec.revoked can be set"),
+    validation = kube::core::Rule::new("has(self.caller) == has(oldSelf.caller) && (!has(self.caller) || self.caller == oldSelf.caller)").message("a grant is immutable: only spec.revoked can be set"),
     validation = kube::core::Rule::new("!has(oldSelf.revoked) || !oldSelf.revoked || (has(self.revoked) && self.revoked)").message("a revoked grant stays revoked")
 )]
 pub struct ApprovalGrantSpec {
@@ -67,6 +69,12 @@ pub struct ApprovalGrantSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub session_id: Option<String>,
+    /// Only calls of this caller (a username, such as
+    /// `system:serviceaccount:<namespace>:<name>`), on a shared gate (ToolGate); unset: every
+    /// caller. On an Agent's gate, where there is no caller, a grant naming one covers nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub caller: Option<String>,
     /// The grant covers nothing from this instant. Required; admission and the gate hold it to
     /// the operator's maximum lifetime after creation.
     pub expires_at: Time,

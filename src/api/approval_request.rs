@@ -36,6 +36,7 @@ pub const MAX_APPROVALS: u32 = 16;
     doc = "A gated MCP tool call waiting for, or carrying, a human decision.",
     printcolumn = r#"{"name": "Agent", "type": "string", "jsonPath": ".spec.agentRef.name"}"#,
     printcolumn = r#"{"name": "Tool", "type": "string", "jsonPath": ".spec.toolName"}"#,
+    printcolumn = r#"{"name": "Caller", "type": "string", "priority": 1, "description": "Who made the call, through a shared gate (ToolGate)", "jsonPath": ".spec.caller.username"}"#,
     printcolumn = r#"{"name": "Rule", "type": "string", "priority": 1, "description": "The Agent's approval rule that asked", "jsonPath": ".spec.rule"}"#,
     printcolumn = r#"{"name": "Phase", "type": "string", "jsonPath": ".status.phase"}"#,
     printcolumn = r#"{"name": "Decided-By", "type": "string", "jsonPath": ".spec.decision.decidedBy"}"#,
@@ -62,6 +63,7 @@ pub const MAX_APPROVALS: u32 = 16;
     validation = kube::core::Rule::new("has(self.context) == has(oldSelf.context) && (!has(self.context) || self.context == oldSelf.context)").message("spec is immutable except spec.decision and spec.approvals"),
     validation = kube::core::Rule::new("has(self.argumentsPreview) == has(oldSelf.argumentsPreview)").message("spec is immutable except spec.decision and spec.approvals"),
     validation = kube::core::Rule::new("has(self.rule) == has(oldSelf.rule) && (!has(self.rule) || self.rule == oldSelf.rule)").message("spec is immutable except spec.decision and spec.approvals"),
+    validation = kube::core::Rule::new("has(self.caller) == has(oldSelf.caller) && (!has(self.caller) || self.caller == oldSelf.caller)").message("spec is immutable except spec.decision and spec.approvals"),
     validation = kube::core::Rule::new("has(self.grant) == has(oldSelf.grant) && (!has(self.grant) || self.grant == oldSelf.grant)").message("spec is immutable except spec.decision and spec.approvals"),
     validation = kube::core::Rule::new("!has(self.grant) || (!has(self.decision) && !has(self.approvals) && !has(self.requiredApprovals))").field_path(".grant").message("a request decided by a grant (spec.grant) takes no decision, approvals or requiredApprovals"),
     validation = kube::core::Rule::new("has(self.requiredApprovals) == has(oldSelf.requiredApprovals) && (!has(self.requiredApprovals) || self.requiredApprovals == oldSelf.requiredApprovals)").message("spec is immutable except spec.decision and spec.approvals"),
@@ -99,9 +101,14 @@ pub struct ApprovalRequestSpec {
     /// Size in bytes of the canonical JSON of the full arguments.
     #[schemars(range(min = 0))]
     pub arguments_bytes: i64,
-    /// Username of the identity that created the request (the agent's ServiceAccount).
+    /// Username of the identity that created the request (the agent's ServiceAccount, or a
+    /// shared gate's).
     #[schemars(length(min = 1, max = 512))]
     pub requested_by: String,
+    /// Who made the call, on requests of a shared gate (ToolGate): the caller's verified
+    /// identity. Set at creation, immutable; the caller can never decide the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Caller>,
     /// Human-readable question shown to approvers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
@@ -257,12 +264,79 @@ impl ApprovalRequest {
     }
 }
 
-/// Reference to an Agent in the same namespace.
+/// Reference to the object, in the same namespace, whose approval policy made a request or
+/// a grant applies to: an Agent (its sidecar or Gateway gate), or a ToolGate (a shared gate
+/// in front of one tool server).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 pub struct AgentRef {
-    /// Agent name.
+    /// Name of the Agent or ToolGate.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
+    /// `Agent` (when unset) or `ToolGate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<PolicyKind>,
+}
+
+impl AgentRef {
+    /// A reference to the Agent `name`.
+    pub fn agent(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            kind: None,
+        }
+    }
+
+    /// The kind referred to: `Agent` when unset.
+    pub fn kind(&self) -> PolicyKind {
+        self.kind.unwrap_or_default()
+    }
+}
+
+/// The kinds whose approval policy a gate enforces.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, schemars::JsonSchema,
+)]
+pub enum PolicyKind {
+    /// An Agent: the gate runs as its sidecar or its Gateway.
+    #[default]
+    Agent,
+    /// A ToolGate: one shared gate in front of a tool server, for every caller.
+    ToolGate,
+}
+
+impl PolicyKind {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Agent => "Agent",
+            Self::ToolGate => "ToolGate",
+        }
+    }
+
+    /// The resource (plural) RBAC's `approve` verb is checked on.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Self::Agent => "agents",
+            Self::ToolGate => "toolgates",
+        }
+    }
+}
+
+/// The Kubernetes identity that made a call through a shared gate (ToolGate), as the
+/// apiserver's TokenReview reported it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+pub struct Caller {
+    /// Username, such as `system:serviceaccount:<namespace>:<name>`.
+    #[schemars(length(min = 1, max = 512))]
+    pub username: String,
+    /// UID of the identity, when the apiserver gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub uid: Option<String>,
+    /// Groups of the identity.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub groups: Vec<String>,
 }
 
 /// Identity of the tool server a call goes to.
@@ -502,7 +576,8 @@ mod tests {
         let mut r = ApprovalRequest::new(
             "r",
             ApprovalRequestSpec {
-                agent_ref: AgentRef { name: "a".into() },
+                caller: None,
+                agent_ref: AgentRef::agent("a"),
                 tool_server: ToolServerRef::default(),
                 tool_name: "t".into(),
                 arguments_preview: None,

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::api::agent::{ApprovalMode, RuleAction, ToolServerKind};
+use crate::api::approval_request::PolicyKind;
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::contract::agent_config::McpParams;
 
@@ -35,14 +36,38 @@ pub struct GateConfig {
     pub metrics_listen: String,
     /// One entry per tool server of the agent.
     pub servers: Vec<GateServer>,
+    /// Set on a shared gate (ToolGate): every call must carry a caller identity the apiserver
+    /// verifies; absent on an Agent's gate, whose only caller is the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callers: Option<CallerPolicy>,
 }
 
-/// Identity of the agent whose calls the gate guards.
+/// How a shared gate knows, and limits, who calls.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct CallerPolicy {
+    /// A caller's bearer token must be valid for one of these audiences (TokenReview's
+    /// `spec.audiences`); a token of any other audience is refused.
+    pub audiences: Vec<String>,
+    /// Only these usernames may call; empty: any (with `groups` empty too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    /// Only members of these groups may call; empty: any (with `users` empty too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    /// Calls (`tools/call`) one caller may make per minute; absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calls_per_minute: Option<u32>,
+}
+
+/// Identity of the object whose policy the gate enforces: an Agent, or a ToolGate.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct AgentIdentity {
-    /// Namespace of the Agent (and of its ApprovalRequests).
+    /// `Agent` (when absent) or `ToolGate`.
+    #[serde(default, skip_serializing_if = "is_agent")]
+    pub kind: PolicyKind,
+    /// Namespace of the Agent or ToolGate (and of its ApprovalRequests).
     pub namespace: String,
-    /// Name of the Agent.
+    /// Name of the Agent or ToolGate.
     pub name: String,
     /// UID of the Agent, for owner references on ApprovalRequests.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -78,11 +103,15 @@ pub struct GateApproval {
     /// absent: grants are off and every gated call asks a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant_max_ttl_seconds: Option<f64>,
-    /// Open ApprovalRequests (Pending, or Approved and not yet used) the agent may hold; at
-    /// the cap, a call that would create another is refused. Absent in the gate.json of older
+    /// Open ApprovalRequests (Pending, or Approved and not yet used) the agent (on a shared
+    /// gate: each caller) may hold; at the cap, a call that would create another is refused. Absent in the gate.json of older
     /// controllers: [`DEFAULT_MAX_OPEN_REQUESTS`].
     #[serde(default = "default_max_open_requests")]
     pub max_open_requests: u32,
+}
+
+fn is_agent(kind: &PolicyKind) -> bool {
+    *kind == PolicyKind::Agent
 }
 
 fn default_max_open_requests() -> u32 {

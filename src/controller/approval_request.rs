@@ -556,7 +556,8 @@ mod tests {
         let mut request = ApprovalRequest::new(
             "r",
             ApprovalRequestSpec {
-                agent_ref: AgentRef { name: "a".into() },
+                caller: None,
+                agent_ref: AgentRef::agent("a"),
                 tool_server: ToolServerRef {
                     kind: ToolServerKind::RemoteMCPServer,
                     name: "fs".into(),

@@ -579,7 +579,7 @@ impl Approvals {
         let owner_references = (!self.agent.uid.is_empty()).then(|| {
             vec![OwnerReference {
                 api_version: format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
-                kind: "Agent".into(),
+                kind: self.agent.kind.as_str().into(),
                 name: self.agent.name.clone(),
                 uid: self.agent.uid.clone(),
                 ..Default::default()
@@ -590,7 +590,10 @@ impl Approvals {
             ApprovalRequestSpec {
                 agent_ref: AgentRef {
                     name: key.agent.clone(),
+                    kind: (self.agent.kind != crate::api::approval_request::PolicyKind::Agent)
+                        .then_some(self.agent.kind),
                 },
+                caller: None,
                 tool_server: ToolServerRef {
                     kind: key.server_kind,
                     name: key.server_name.clone(),

@@ -355,7 +355,8 @@ mod tests {
         let mut r = ApprovalRequest::new(
             "r",
             ApprovalRequestSpec {
-                agent_ref: AgentRef { name: k.agent },
+                caller: None,
+                agent_ref: AgentRef::agent(k.agent),
                 tool_server: ToolServerRef {
                     kind: k.server_kind,
                     name: k.server_name,

@@ -319,6 +319,7 @@ mod tests {
 
     fn agent() -> AgentIdentity {
         AgentIdentity {
+            kind: Default::default(),
             namespace: "team".into(),
             name: "agent-a".into(),
             uid: String::new(),

@@ -254,6 +254,7 @@ mod tests {
             rules,
         };
         let agent = AgentIdentity {
+            kind: Default::default(),
             namespace: "team-a".into(),
             name: "files".into(),
             uid: String::new(),
@@ -420,6 +421,7 @@ mod tests {
     #[test]
     fn a_rule_that_does_not_compile_or_asks_for_no_approvals_stops_the_gate() {
         let agent = AgentIdentity {
+            kind: Default::default(),
             namespace: "n".into(),
             name: "a".into(),
             uid: String::new(),

@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api::agent::DeclarativeAgentSpec;
 use crate::api::agent::{AgentType, ApprovalRule, ApprovalSettings};
+use crate::api::approval_request::PolicyKind;
 use crate::api::common::parse_duration_seconds;
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
@@ -421,11 +422,13 @@ pub fn render_agent(
     let service_account = objects::gate_service_account_name(agent, placement);
     let gate = mode.uses_gate().then(|| GateConfig {
         agent: AgentIdentity {
+            kind: PolicyKind::Agent,
             namespace: namespace.clone(),
             name: agent.name_any(),
             uid: agent.uid().unwrap_or_default(),
             service_account: service_account.clone(),
         },
+        callers: None,
         approval: GateApproval {
             mode,
             timeout_seconds: timings.timeout,

@@ -348,7 +348,9 @@ pub fn server(
 /// A gate configuration for agent `team/agent-a`.
 pub fn config(servers: Vec<GateServer>, timeout: f64, wait: f64) -> GateConfig {
     GateConfig {
+        callers: None,
         agent: AgentIdentity {
+            kind: Default::default(),
             namespace: "team".into(),
             name: "agent-a".into(),
             uid: "agent-uid".into(),

@@ -12,7 +12,7 @@ use kube::core::ObjectMeta;
 
 use super::table::{expires, layout, truncate};
 use crate::api::approval_grant::{ApprovalGrant, ApprovalGrantSpec, Revocation};
-use crate::api::approval_request::{AgentRef, ApprovalRequest};
+use crate::api::approval_request::ApprovalRequest;
 use crate::apiserver::field_manager;
 use crate::apiserver::guarded::{Guarded, GuardedWrite, Outcome};
 use crate::visible::visible;
@@ -121,13 +121,13 @@ pub fn grant_for(
             ..Default::default()
         },
         spec: ApprovalGrantSpec {
-            agent_ref: AgentRef {
-                name: request.spec.agent_ref.name.clone(),
-            },
+            agent_ref: request.spec.agent_ref.clone(),
             tool_server: request.spec.tool_server.clone(),
             tool_name: Some(request.spec.tool_name.clone()),
             when: None,
             session_id,
+            // Remembering a shared gate's call covers its caller only.
+            caller: request.spec.caller.as_ref().map(|c| c.username.clone()),
             expires_at: Time(expires_at),
             max_uses: remember.max_uses,
             reason: reason.chars().take(1024).collect(),

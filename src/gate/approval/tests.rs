@@ -49,6 +49,7 @@ fn approvals_with(
 /// The identity of the agent whose gate the tests run.
 fn agent() -> AgentIdentity {
     AgentIdentity {
+        kind: Default::default(),
         namespace: NS.into(),
         name: "agent-a".into(),
         uid: "uid-1".into(),

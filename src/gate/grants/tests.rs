@@ -34,7 +34,9 @@ fn grant() -> ApprovalGrant {
             ..Default::default()
         },
         spec: ApprovalGrantSpec {
+            caller: None,
             agent_ref: AgentRef {
+                kind: None,
                 name: "agent-a".into(),
             },
             tool_server: ToolServerRef {

@@ -1,7 +1,7 @@
 //! `--remember` parsing, the grant it gives, and the grants table.
 
 use super::*;
-use crate::api::approval_request::{ApprovalRequestSpec, CallContext, ToolServerRef};
+use crate::api::approval_request::{AgentRef, ApprovalRequestSpec, CallContext, ToolServerRef};
 
 fn t(s: &str) -> Timestamp {
     s.parse().unwrap()
@@ -13,7 +13,9 @@ fn request(session: Option<&str>, required: Option<i32>) -> ApprovalRequest {
     let mut r = ApprovalRequest::new(
         "helper-delete-file-0123456789abcdef-0",
         ApprovalRequestSpec {
+            caller: None,
             agent_ref: AgentRef {
+                kind: None,
                 name: "helper".into(),
             },
             tool_server: ToolServerRef {
