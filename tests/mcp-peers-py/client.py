@@ -4,7 +4,8 @@
 Usage: python client.py URL 'JSON_STEPS' ['JSON_OPTIONS']
 
 Options: {"confirm": true, "note": "..."} is what the client answers when the server asks for
-input (elicitation); without "confirm" the client declines.
+input (elicitation); without "confirm" the client declines. {"token": "..."} sends
+`Authorization: Bearer <token>` with every request (a caller's identity at a shared gate).
 Steps:
   {"op": "list"}                                 -> {"op", "tools": [names]}
   {"op": "call", "name": ..., "args": {...}}     -> {"op", "result": <the result as the SDK parsed
@@ -21,6 +22,8 @@ import anyio
 
 import mcp
 from mcp import types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 URL = sys.argv[1]
 STEPS = json.loads(sys.argv[2])
@@ -39,7 +42,11 @@ async def main() -> None:
             content={"confirm": OPTIONS["confirm"], "note": OPTIONS.get("note", "")},
         )
 
-    async with mcp.Client(URL, elicitation_callback=on_elicit, read_timeout_seconds=120) as client:
+    server = URL
+    if "token" in OPTIONS:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {OPTIONS['token']}"})
+        server = streamable_http_client(URL, http_client=http)
+    async with mcp.Client(server, elicitation_callback=on_elicit, read_timeout_seconds=120) as client:
         for step in STEPS:
             op = step["op"]
             try:

@@ -2,6 +2,8 @@
 // Usage: node client.mjs <url> <streamable|sse> '<json array of operations>' ['<json options>']
 // Options: {"sampling": true} declares the sampling capability and answers
 // sampling/createMessage requests from the server with "sampled: <prompt>".
+// {"token": "..."} sends `Authorization: Bearer <token>` with every request (a caller's
+// identity at a shared gate).
 // Operations: {"op":"list"} | {"op":"call","name":"echo","args":{...},"progress":true}
 //             | {"op":"terminate"} (DELETE of the Streamable HTTP session)
 //             | {"op":"raw","body":"...","contentType":"..."} (POSTs the body as given on the
@@ -17,8 +19,14 @@ import { CreateMessageRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 const [url, kind, opsJson, optsJson] = process.argv.slice(2);
 const ops = JSON.parse(opsJson);
 const opts = JSON.parse(optsJson ?? "{}");
+const auth = opts.token ? { Authorization: `Bearer ${opts.token}` } : {};
 const transport =
-  kind === "sse" ? new SSEClientTransport(new URL(url)) : new StreamableHTTPClientTransport(new URL(url));
+  kind === "sse"
+    ? new SSEClientTransport(new URL(url), {
+        requestInit: { headers: auth },
+        eventSourceInit: { fetch: (u, init) => fetch(u, { ...init, headers: { ...init?.headers, ...auth } }) },
+      })
+    : new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: auth } });
 const client = new Client(
   { name: "hitl-gate-test", version: "1.0.0" },
   opts.sampling ? { capabilities: { sampling: {} } } : undefined,
@@ -47,7 +55,7 @@ for (const op of ops) {
     } else if (op.op === "raw") {
       const errors = [];
       client.onerror = (e) => errors.push(String(e && e.message ? e.message : e));
-      const headers = { "content-type": op.contentType, accept: "application/json, text/event-stream" };
+      const headers = { ...auth, "content-type": op.contentType, accept: "application/json, text/event-stream" };
       if (kind !== "sse" && transport.sessionId) {
         headers["mcp-session-id"] = transport.sessionId;
       }
