@@ -8,6 +8,8 @@
 //   costs on this machine, or what the gate cost before a change, measured in the same rounds.
 //   SERVER_PID (environment): the MCP server's process, whose CPU time is then printed per path
 //   next to the client's (this process) and the whole machine's.
+//   HITL_BENCH_TOKENS (environment): JSON {NAME: [token, ...]}, bearer tokens a path's client
+//   sessions send in turn (the callers of a shared gate, a ToolGate).
 //
 // Before measuring it checks that the gate works (the tool list is filtered, an ungated call
 // answers as the server does, a gated call is not executed) and that each reference relays, and
@@ -88,16 +90,24 @@ function machineMs() {
   return [user + nice + system + irq + softirq, steal].map((t) => (t * 1000) / ticksPerSecond);
 }
 
-async function connect(url) {
+/** Bearer tokens by path name: session `i` of a path sends the `i`-th (in turn), if any. */
+const tokens = JSON.parse(process.env.HITL_BENCH_TOKENS ?? "{}");
+function tokenFor(name, session) {
+  const list = tokens[name] ?? [];
+  return list.length ? list[session % list.length] : undefined;
+}
+
+async function connect(url, token) {
   const client = new Client({ name: "hitl-bench", version: "1" });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  const requestInit = token ? { headers: { Authorization: `Bearer ${token}` } } : undefined;
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit }));
   return client;
 }
 
-async function connectWithRetry(url) {
+async function connectWithRetry(url, token) {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await connect(url);
+      return await connect(url, token);
     } catch (e) {
       if (attempt >= 100) throw new Error(`cannot connect to ${url}: ${e.message}`);
       await new Promise((r) => setTimeout(r, 100));
@@ -126,7 +136,7 @@ async function checkGate() {
     fail(`a gated call was not refused: ${JSON.stringify(gated)}`);
   }
   for (const { name, url } of references) {
-    const reference = await connectWithRetry(url);
+    const reference = await connectWithRetry(url, tokenFor(name, 0));
     const viaReference = JSON.stringify(await reference.callTool(args));
     if (viaReference !== straight) {
       fail(`echo through ${name} answered ${viaReference}, directly ${straight}`);
@@ -145,7 +155,9 @@ const paths = [
 
 /** A path's client sessions for one round, and what its calls took so far. */
 async function open(path, clients) {
-  const sessions = await Promise.all(Array.from({ length: clients }, () => connect(path.url)));
+  const sessions = await Promise.all(
+    Array.from({ length: clients }, (_, i) => connect(path.url, tokenFor(path.name, i))),
+  );
   return {
     path,
     sessions,

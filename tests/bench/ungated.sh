@@ -15,6 +15,10 @@
 # HITL_BENCH_BEFORE_BIN, if set, is another build of the gate (say, of the commit before a
 # change) that runs as one more path, "gate-before", in the same rounds: a regression shows as
 # the two gates' ratios apart, measured on the same machine at the same time.
+# SHARED=1 adds the gate as a ToolGate runs it, "gate-shared": shared by callers that each send
+# a ServiceAccount token for its audience (8 ServiceAccounts, taken in turn by the client
+# sessions), verified by the TokenReview of the cluster in KUBECONFIG (needed then; the gate
+# caches each token's review), the caller's Authorization never forwarded.
 # CALLS (default 2000) calls per path and round, ROUNDS (default 3) rounds per client level,
 # CLIENTS (default "1,8") the client levels, TURN (default 25) calls per client session before
 # the next path takes its turn. Needs `npm ci --prefix tests/mcp-peers` and Node 20.
@@ -42,7 +46,12 @@ cleanup() {
     done
     rm -rf "$work"
 }
-trap cleanup EXIT
+shared_ns=
+cleanup_shared() {
+    cleanup
+    [[ -z $shared_ns ]] || kubectl delete namespace "$shared_ns" --wait=false >/dev/null 2>&1 || true
+}
+trap cleanup_shared EXIT
 trap 'exit 130' INT TERM
 
 free_port() {
@@ -104,6 +113,36 @@ if [[ -n ${HITL_BENCH_BEFORE_BIN:-} ]]; then
     pids+=($!)
     references+=(gate-before "http://127.0.0.1:$before_port/servers/default/everything/mcp" "$!")
     echo "reference: $HITL_BENCH_BEFORE_BIN, the gate as built before (gate-before)"
+fi
+if [[ ${SHARED:-0} == 1 ]]; then
+    kubectl version --request-timeout=5s >/dev/null 2>&1 ||
+        { echo "ungated bench: SHARED=1 needs a cluster in KUBECONFIG (for TokenReview)" >&2; exit 1; }
+    shared_ns=hitl-bench-shared-$(date +%s)
+    audience=toolgate.kagent.dev/$shared_ns/bench
+    kubectl create namespace "$shared_ns" >/dev/null
+    tokens=()
+    for i in 1 2 3 4 5 6 7 8; do
+        kubectl -n "$shared_ns" create serviceaccount "caller-$i" >/dev/null
+        tokens+=("$(kubectl -n "$shared_ns" create token "caller-$i" --audience "$audience" --duration 2h)")
+    done
+    shared_port=$(free_port)
+    shared_metrics_port=$(free_port)
+    python3 - "$work/gate.json" "$work/gate-shared.json" "$shared_port" "$shared_metrics_port" "$audience" <<'PY'
+import json, sys
+source, target, port, metrics, audience = sys.argv[1:]
+config = json.load(open(source))
+config["agent"]["kind"] = "ToolGate"
+config["listen"] = f"127.0.0.1:{port}"
+config["metrics_listen"] = f"127.0.0.1:{metrics}"
+config["callers"] = {"audiences": [audience]}
+json.dump(config, open(target, "w"))
+PY
+    "$bin" gate --config "$work/gate-shared.json" --binding-key "$work/key" >"$work/gate-shared.log" 2>&1 &
+    pids+=($!)
+    references+=(gate-shared "http://127.0.0.1:$shared_port/servers/default/everything/mcp" "$!")
+    HITL_BENCH_TOKENS=$(python3 -c 'import json, sys; print(json.dumps({"gate-shared": sys.argv[1:]}))' "${tokens[@]}")
+    export HITL_BENCH_TOKENS
+    echo "reference: the gate shared by 8 callers (gate-shared), TokenReview by $(kubectl config current-context)"
 fi
 if [[ -n $nginx ]]; then
     # One process (no master, one worker), so its CPU time is the whole proxy's; responses are
@@ -197,7 +236,7 @@ if ! SERVER_PID=$server_pid node --no-warnings "$root/tests/bench/ungated.mjs" \
     tail -n 20 "$work/everything.log" >&2
     echo "--- gate log" >&2
     tail -n 20 "$work/gate.log" >&2
-    for log in "$work"/nginx*.log "$work"/bare-relay.log "$work"/gate-before.log; do
+    for log in "$work"/nginx*.log "$work"/bare-relay.log "$work"/gate-before.log "$work"/gate-shared.log; do
         [[ -f $log ]] || continue
         echo "--- ${log##*/}" >&2
         tail -n 20 "$log" >&2
