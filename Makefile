@@ -73,14 +73,20 @@ bench-memory:
 ## ungated calls through the gate against the real npm server direct (and through the
 ## references: a bare hyper relay, and nginx as an HTTP and a TCP relay if installed). Release
 ## build. Then a cold start over COLD unrendered Agents: apiserver requests per Agent by verb.
+## With a cluster, the ungated bench also runs the gate shared by 8 callers (SHARED=1) at 1, 8
+## and 64 clients, and the apiserver's cost of GATES idle gates is measured.
 APPROVALS ?= 100
+GATES ?= 100 1000
 COLD ?= 500
 bench-e2e: $(PEERS_STAMP)
 	$(CARGO) build --release --bins --example bare_relay
 	@echo "== decision -> execution ($(APPROVALS) approvals)"
 	bash tests/e2e/bench-approval.sh $(APPROVALS)
 	@echo "== ungated calls: gate vs direct (and the reference relays)"
-	bash tests/bench/ungated.sh
+	if kubectl version --request-timeout=5s >/dev/null 2>&1; then \
+	  SHARED=1 CLIENTS=1,8,64 bash tests/bench/ungated.sh; else bash tests/bench/ungated.sh; fi
+	@echo "== the apiserver's cost of idle gates: $(GATES)"
+	bash tests/e2e/gate-watches.sh $(GATES)
 	@echo "== controller memory and cold start at $(N) Agents"
 	bash tests/e2e/controller-memory.sh $(N)
 	@echo "== cold start over $(COLD) unrendered Agents: apiserver requests per Agent"

@@ -2,7 +2,8 @@
 
 Usage: python chart.py OUTDIR RELEASE NAMESPACE   (run with the .venv of `make chart-test`)
 
-Writes, from one `helm install`-style render with the default values:
+Writes, from one `helm install`-style render with the default values (or those of the JSON
+object in $HITL_CHART_VALUES, as `--set` would give them):
   OUTDIR/crds.yaml            the chart's CRDs (templates/crds.yaml), applied first
   OUTDIR/manifests.yaml       every template (apply with -n NAMESPACE, as Helm does), the
                               controller Deployment with replicas 0: its replicas run as local
@@ -13,6 +14,7 @@ Writes, from one `helm install`-style render with the default values:
 """
 
 import json
+import os
 import pathlib
 import sys
 
@@ -27,7 +29,7 @@ def main(outdir, release, namespace):
     out.mkdir(parents=True, exist_ok=True)
     chart = helm_python.Chart.load(CHART)
     docs = []
-    for path, text in sorted(chart.render({}, name=release, namespace=namespace, is_install=True).items()):
+    for path, text in sorted(chart.render(json.loads(os.environ.get("HITL_CHART_VALUES", "{}")), name=release, namespace=namespace, is_install=True).items()):
         if not path.endswith("NOTES.txt"):
             docs.extend(d for d in yaml.safe_load_all(text) if d)
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]

@@ -11,7 +11,7 @@
 # (as ../shared/k8s/cluster-up.sh runs it): its RSS and CPU time are read from /proc.
 # Prints, per level, against the same apiserver with no gate measured just before: the WATCH
 # requests open (apiserver_longrunning_requests), the apiserver's RSS and its CPU while idle,
-# as ratios and per gate, and the gates' own RSS.
+# as ratios and per gate, and the gates' own memory.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh
@@ -66,11 +66,12 @@ idle_figures() {
     split(b, x, " "); split(a, y, " ")
     printf "%s %d %.1f %.4f\n", l, w, y[1] / 1024, (y[2] - x[2]) / t / s }'
 }
-# gates_rss_mib: the resident memory of every gate started, summed.
-gates_rss_mib() {
+# gates_pss_mib: the memory of every gate started, summed as PSS (the code pages they all
+# share counted once, not once per gate as RSS would).
+gates_pss_mib() {
   local name total=0
   for name in "${!E2E_PIDS[@]}"; do
-    total=$((total + $(awk '/^VmRSS/ { print $2 }' "/proc/${E2E_PIDS[$name]}/status" 2>/dev/null || echo 0)))
+    total=$((total + $(awk '/^Pss:/ { print $2 }' "/proc/${E2E_PIDS[$name]}/smaps_rollup" 2>/dev/null || echo 0)))
   done
   awk -v k="$total" 'BEGIN { printf "%.0f", k / 1024 }'
 }
@@ -105,7 +106,7 @@ read -r _ W0 RSS0 CPU0 <<<"$(idle_figures baseline)"
 note "open WATCH requests on kagent.dev: $W0; apiserver RSS $RSS0 MiB, CPU $CPU0 cores"
 
 started=0
-printf '\n%-8s %-14s %-26s %-30s %s\n' gates "open watches" "apiserver RSS (x idle)" "apiserver CPU idle (x idle)" "gates' RSS" >"$WORK/table"
+printf '\n%-8s %-14s %-26s %-30s %s\n' gates "open watches" "apiserver RSS (x idle)" "apiserver CPU idle (x idle)" "gates' memory (PSS)" >"$WORK/table"
 for level in "${LEVELS[@]}"; do
   step "$level gates"
   start_gates "$started" "$level"
@@ -119,7 +120,7 @@ for level in "${LEVELS[@]}"; do
   wait_for "$level gates' watches" 600 watches_up
   for name in "${!E2E_PIDS[@]}"; do alive "${E2E_PIDS[$name]}" || fail "gate $name exited"; done
   read -r _ W RSS CPU <<<"$(idle_figures "$level")"
-  GATES=$(gates_rss_mib)
+  GATES=$(gates_pss_mib)
   per_gate=$(awk -v a="$RSS" -v b="$RSS0" -v n="$level" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }')
   printf '%-8s %-14s %-26s %-30s %s\n' "$level" "$((W - W0))" \
     "$RSS MiB ($(awk -v a="$RSS" -v b="$RSS0" 'BEGIN { printf "%.2f", a / b }')x, +$per_gate KiB/gate)" \

@@ -4,7 +4,7 @@
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
 # Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, grants,
-#        notify, slack, rewind
+#        notify, slack, rewind, toolgate
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -24,6 +24,10 @@
 #   rewind  tests/e2e/rewind.sh: every generated way to remove, null, replace or rewind each
 #           status field of a consumed request and of used and revoked grants, as six identities,
 #           with the admission policies and without; the same calls sent again never run
+#   toolgate tests/e2e/toolgate.sh: a ToolGate shared by two callers with ServiceAccounts of
+#           their own, the TypeScript and the Python SDK 2.x (MCP 2026-07-28) clients; who
+#           calls, per-caller requests and grants, approve scoped to the ToolGate, a
+#           SandboxAgent checked against kagent's own v1alpha3 CRDs
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -33,7 +37,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins
