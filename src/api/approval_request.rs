@@ -293,6 +293,15 @@ impl AgentRef {
     pub fn kind(&self) -> PolicyKind {
         self.kind.unwrap_or_default()
     }
+
+    /// How people are shown it: an Agent by its name (as always), a ToolGate as
+    /// `ToolGate/<name>`.
+    pub fn label(&self) -> String {
+        match self.kind() {
+            PolicyKind::Agent => self.name.clone(),
+            PolicyKind::ToolGate => format!("ToolGate/{}", self.name),
+        }
+    }
 }
 
 /// The kinds whose approval policy a gate enforces.
