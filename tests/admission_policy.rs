@@ -903,7 +903,7 @@ fn approving_checks_the_verb_on_the_kind_the_agent_ref_names() {
         ("grant-status", gate_check, "(the verb gate on"),
     ] {
         let p = &load("default")[policy];
-        assert_eq!(p.authorizer, [check.clone()], "{policy}");
+        assert_eq!(p.authorizer, std::slice::from_ref(&check), "{policy}");
         assert!(check.contains(&format!(".resource(({RESOURCE}))")));
         Program::compile(&check).unwrap();
         let object = if policy.starts_with("grant") {

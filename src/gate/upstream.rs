@@ -406,11 +406,11 @@ impl Upstream {
         headers.reserve(client_headers.len() + self.headers.len() + 1);
         let shared = self.shared.callers.is_some();
         for (k, v) in client_headers {
-            if !hop_by_hop(k)
-                && !describes_body(k)
-                && !self.headers.contains_key(k)
-                && !(shared && is_credential(k))
-            {
+            let dropped = hop_by_hop(k)
+                || describes_body(k)
+                || self.headers.contains_key(k)
+                || (shared && is_credential(k));
+            if !dropped {
                 headers.append(k.clone(), v.clone());
             }
         }

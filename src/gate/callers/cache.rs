@@ -124,7 +124,7 @@ impl TokenCache {
 
     /// How many tokens are remembered.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    fn remembered(&self) -> usize {
         self.entries.len()
     }
 }
@@ -198,7 +198,7 @@ mod tests {
         );
         assert!(cache.get(&key, t("2026-11-28T10:10:00Z")).is_none());
         // Forgotten, not just hidden.
-        assert_eq!(cache.len(), 0);
+        assert_eq!(cache.remembered(), 0);
         // A token already past its time is not remembered.
         cache.insert(key, caller("alice"), now, now);
         assert!(cache.get(&key, now).is_none());
@@ -212,7 +212,7 @@ mod tests {
         for name in ["a", "b", "c"] {
             cache.insert(token_key(name), caller(name), until, now);
         }
-        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.remembered(), 2);
         assert!(cache.get(&token_key("a"), now).is_none());
         assert!(cache.get(&token_key("b"), now).is_some());
         assert!(cache.get(&token_key("c"), now).is_some());
