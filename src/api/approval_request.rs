@@ -110,8 +110,9 @@ pub struct ApprovalRequestSpec {
     pub requested_by: String,
     /// Who made the call, on requests of a shared gate (ToolGate): the caller's verified
     /// identity. Set at creation, immutable; the caller can never decide the request.
+    // Boxed: most requests have none, and the controller caches every request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub caller: Option<Caller>,
+    pub caller: Option<Box<Caller>>,
     /// Human-readable question shown to approvers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]

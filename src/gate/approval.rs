@@ -607,7 +607,7 @@ impl Approvals {
                     name: key.agent.clone(),
                     kind: (key.kind != PolicyKind::Agent).then_some(key.kind),
                 },
-                caller: call.caller.clone(),
+                caller: call.caller.clone().map(Box::new),
                 tool_server: ToolServerRef {
                     kind: key.server_kind,
                     name: key.server_name.clone(),

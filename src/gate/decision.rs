@@ -691,11 +691,11 @@ mod tests {
     /// `r` as a shared gate's request for the call of `caller`.
     fn of_caller(mut r: ApprovalRequest, caller: &str) -> ApprovalRequest {
         r.spec.agent_ref.kind = Some(PolicyKind::ToolGate);
-        r.spec.caller = Some(crate::api::approval_request::Caller {
+        r.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
             username: caller.into(),
             uid: None,
             groups: vec![],
-        });
+        }));
         r
     }
 

@@ -292,11 +292,11 @@ mod tests {
             name: "fs-gate".into(),
             kind: Some(PolicyKind::ToolGate),
         };
-        r.spec.caller = Some(crate::api::approval_request::Caller {
+        r.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
             username: "system:serviceaccount:apps:bot-<a>".into(),
             uid: None,
             groups: vec![],
-        });
+        }));
         let e = cloud_event(&r, Event::Created, Phase::Pending, Timestamp::UNIX_EPOCH);
         assert_eq!(e["data"]["agent"], "fs-gate");
         assert_eq!(e["data"]["agentKind"], "ToolGate");

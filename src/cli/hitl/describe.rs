@@ -188,11 +188,11 @@ mod tests {
         assert!(agents.contains("\nAgent:        helper\n"), "{agents}");
         assert!(!agents.contains("Called by"), "{agents}");
         r.spec.agent_ref.kind = Some(PolicyKind::ToolGate);
-        r.spec.caller = Some(Caller {
+        r.spec.caller = Some(Box::new(Caller {
             username: "system:serviceaccount:apps:bot-a".into(),
             uid: Some("u-1".into()),
             groups: vec!["system:serviceaccounts".into(), "apps".into()],
-        });
+        }));
         let shared = describe(&r, now);
         assert!(shared.contains("\nToolGate:     helper\n"), "{shared}");
         assert!(

@@ -230,11 +230,11 @@ mod tests {
     fn a_shared_gates_row_names_the_toolgate_and_its_caller() {
         let mut r = request("r", "ns", json!({}));
         r.spec.agent_ref.kind = Some(crate::api::approval_request::PolicyKind::ToolGate);
-        r.spec.caller = Some(crate::api::approval_request::Caller {
+        r.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
             username: "system:serviceaccount:apps:bot-a".into(),
             uid: None,
             groups: vec![],
-        });
+        }));
         assert_eq!(
             row(&r, ts("2026-11-22T00:05:00Z"), false)[1],
             "ToolGate/helper (called by system:serviceaccount:apps:bot-a)"

@@ -140,11 +140,11 @@ fn what_cannot_be_remembered_is_said_before_anything_is_written() {
 fn remembering_a_shared_gates_call_covers_its_caller_on_that_toolgate_only() {
     let mut shared = request(None, None);
     shared.spec.agent_ref.kind = Some(crate::api::approval_request::PolicyKind::ToolGate);
-    shared.spec.caller = Some(crate::api::approval_request::Caller {
+    shared.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
         username: "system:serviceaccount:apps:bot-a".into(),
         uid: Some("u".into()),
         groups: vec!["system:serviceaccounts".into()],
-    });
+    }));
     let remember: Remember = "1h".parse().unwrap();
     let g = grant_for(&shared, &remember, None, "alice", t(NOW)).unwrap();
     assert_eq!(

@@ -196,11 +196,11 @@ mod tests {
     fn a_shared_gates_row_names_the_toolgate_and_the_caller() {
         let mut request = request("r1", "2026-11-22T00:00:00Z", "2026-11-22T01:00:00Z", None);
         request.spec.agent_ref.kind = Some(crate::api::approval_request::PolicyKind::ToolGate);
-        request.spec.caller = Some(crate::api::approval_request::Caller {
+        request.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
             username: "system:serviceaccount:apps:bot\u{202e}".into(),
             uid: None,
             groups: vec![],
-        });
+        }));
         let r = row(&request, "2026-11-22T00:10:00Z".parse().unwrap());
         assert_eq!(r.agent, "ToolGate/helper");
         assert_eq!(
