@@ -129,7 +129,9 @@ async fn start_relay(upstream_url: &str) -> String {
 
 fn gate_config(upstream: &str) -> GateConfig {
     GateConfig {
+        callers: None,
         agent: AgentIdentity {
+            kind: Default::default(),
             namespace: "bench".into(),
             name: "agent".into(),
             uid: String::new(),

@@ -20,7 +20,9 @@ use serde_json::{Value, json};
 const AGENT_SA: &str = "system:serviceaccount:team-a:helper";
 const OTHER_SA: &str = "system:serviceaccount:team-a:other-agent";
 const CONTROLLER: &str = "system:serviceaccount:hitl-system:hitl-hitl-operator";
-const AUTHORIZER_CHECK: &str = "authorizer.group('kagent.dev').resource('agents').namespace(object.metadata.namespace).name(object.spec.agentRef.name).check('approve').allowed()";
+/// The resource whose RBAC verbs cover a request or grant: by the kind its agentRef names.
+const RESOURCE: &str = "has(object.spec.agentRef.kind) && object.spec.agentRef.kind == 'ToolGate' ? 'toolgates' : 'agents'";
+const AUTHORIZER_CHECK: &str = "authorizer.group('kagent.dev').resource((has(object.spec.agentRef.kind) && object.spec.agentRef.kind == 'ToolGate' ? 'toolgates' : 'agents')).namespace(object.metadata.namespace).name(object.spec.agentRef.name).check('approve').allowed()";
 
 /// One ValidatingAdmissionPolicy, split the way the tests evaluate it.
 struct Policy {
@@ -29,6 +31,8 @@ struct Policy {
     validations: Vec<VapExpression>,
     /// Validations that need `authorizer`.
     authorizer: Vec<String>,
+    /// Their messageExpressions (which kube-cel can evaluate).
+    authorizer_messages: Vec<String>,
 }
 
 /// What admission does with one request.
@@ -63,10 +67,14 @@ fn load(variant: &str) -> HashMap<String, Policy> {
                 })
                 .unwrap_or_default();
             let (mut validations, mut authorizer) = (Vec::new(), Vec::new());
+            let mut authorizer_messages = Vec::new();
             for v in spec["validations"].as_array().unwrap() {
                 let expression = v["expression"].as_str().unwrap().to_owned();
                 if expression.contains("authorizer") {
                     authorizer.push(expression);
+                    if let Some(m) = v["messageExpression"].as_str() {
+                        authorizer_messages.push(m.to_owned());
+                    }
                 } else {
                     validations.push(VapExpression {
                         expression,
@@ -81,6 +89,7 @@ fn load(variant: &str) -> HashMap<String, Policy> {
                     match_conditions,
                     validations,
                     authorizer,
+                    authorizer_messages,
                 },
             )
         })
@@ -834,6 +843,158 @@ fn status_policy_covers_every_status_field() {
         .map(String::from)
         .into()
     );
+}
+
+// ------------------------------------------------------------------ shared gates (ToolGate)
+
+/// `object` as a shared gate's: its agentRef the ToolGate `shared`, and, for a request, made
+/// by `caller`.
+fn of_toolgate(mut object: Value, caller: Option<&str>) -> Value {
+    object["spec"]["agentRef"] = json!({"name": "shared", "kind": "ToolGate"});
+    if let Some(caller) = caller {
+        object["spec"]["caller"] =
+            json!({"username": caller, "groups": ["system:serviceaccounts"]});
+    }
+    object
+}
+
+/// What `expression` evaluates to (a string) on `object` for `username`. kube-cel's `object`
+/// has no `metadata.namespace` (as in CRD rules), so the request's namespace stands in for it.
+fn string_of(expression: &str, object: &Value, username: &str) -> String {
+    let expression = &expression.replace("object.metadata.namespace", "request.namespace");
+    let evaluator = VapEvaluator::builder()
+        .object(object.clone())
+        .request(AdmissionRequest {
+            operation: "UPDATE".into(),
+            username: username.into(),
+            namespace: "team-a".into(),
+            ..Default::default()
+        })
+        .build();
+    let results = evaluator.evaluate(&[VapExpression {
+        expression: format!("({expression}) == ''"),
+        message: None,
+        message_expression: Some(expression.to_owned()),
+    }]);
+    let message = results[0].message.clone().unwrap();
+    assert_no_error(expression, Some(&message));
+    message
+}
+
+#[test]
+fn approving_checks_the_verb_on_the_kind_the_agent_ref_names() {
+    let gate_check = AUTHORIZER_CHECK.replace("check('approve')", "check('gate')");
+    for (policy, check, says) in [
+        (
+            "decision",
+            AUTHORIZER_CHECK.to_owned(),
+            "may not decide: it needs the RBAC verb approve on",
+        ),
+        (
+            "quorum",
+            AUTHORIZER_CHECK.to_owned(),
+            "may not approve: it needs the RBAC verb approve on",
+        ),
+        (
+            "grant",
+            AUTHORIZER_CHECK.to_owned(),
+            "may not grant: it needs the RBAC verb approve on",
+        ),
+        ("grant-status", gate_check, "(the verb gate on"),
+    ] {
+        let p = &load("default")[policy];
+        assert_eq!(p.authorizer, std::slice::from_ref(&check), "{policy}");
+        assert!(check.contains(&format!(".resource(({RESOURCE}))")));
+        Program::compile(&check).unwrap();
+        let object = if policy.starts_with("grant") {
+            grant("alice", "2026-11-24T11:00:00Z")
+        } else {
+            request()
+        };
+        let [message] = &p.authorizer_messages[..] else {
+            panic!("{policy}: one messageExpression");
+        };
+        let agent = string_of(message, &object, "bob");
+        assert!(
+            agent.contains(&format!("{says} agents.kagent.dev/helper")),
+            "{agent}"
+        );
+        let shared = string_of(message, &of_toolgate(object, None), "bob");
+        assert!(
+            shared.contains(&format!("{says} toolgates.kagent.dev/shared")),
+            "{shared}"
+        );
+    }
+    // The kind decides the resource: Agent when unset.
+    let resource = |object: &Value| string_of(RESOURCE, object, "bob");
+    assert_eq!(resource(&request()), "agents");
+    let mut explicit = request();
+    explicit["spec"]["agentRef"]["kind"] = json!("Agent");
+    assert_eq!(resource(&explicit), "agents");
+    assert_eq!(
+        resource(&of_toolgate(request(), Some(OTHER_SA))),
+        "toolgates"
+    );
+}
+
+#[test]
+fn the_caller_never_decides_or_approves_its_own_call() {
+    // Even where the requester and ServiceAccounts may decide (permissive).
+    for variant in ["default", "permissive"] {
+        let policies = load(variant);
+        for caller in [OTHER_SA, "bob"] {
+            let pending = of_toolgate(request(), Some(caller));
+            denied_with(
+                admit(
+                    &policies["decision"],
+                    "UPDATE",
+                    caller,
+                    &decided(pending.clone(), "Approve", caller),
+                    Some(&pending),
+                ),
+                "the caller of a tool call (spec.caller) cannot decide it",
+            );
+            let mut approving = pending.clone();
+            approving["spec"]["requiredApprovals"] = json!(2);
+            approving["spec"]["approvals"] = json!([{"approvedBy": caller}]);
+            denied_with(
+                admit(
+                    &policies["quorum"],
+                    "UPDATE",
+                    caller,
+                    &approving,
+                    Some(&pending),
+                ),
+                "the caller of a tool call (spec.caller) cannot approve it",
+            );
+        }
+        // Someone else decides it as before.
+        let pending = of_toolgate(request(), Some("bob"));
+        assert_eq!(
+            admit(
+                &policies["decision"],
+                "UPDATE",
+                "alice",
+                &decided(pending.clone(), "Deny", "alice"),
+                Some(&pending),
+            ),
+            Verdict::Allowed,
+            "{variant}"
+        );
+    }
+}
+
+#[test]
+fn a_caller_never_grants_its_own_calls() {
+    let p = &load("default")["grant"];
+    let mut g = of_toolgate(grant("bob", "2026-11-24T11:00:00Z"), None);
+    g["spec"]["caller"] = json!("bob");
+    denied_with(
+        admit(p, "CREATE", "bob", &g, None),
+        "cannot be given by that caller",
+    );
+    g["spec"]["grantedBy"] = json!("alice");
+    assert_eq!(admit(p, "CREATE", "alice", &g, None), Verdict::Allowed);
 }
 
 // ------------------------------------------------------------------ grants (CREATE)

@@ -1406,3 +1406,114 @@ fn a_grant_use_is_never_undone() {
         Vec::<String>::new()
     );
 }
+
+// ---- a shared gate's caller (spec.caller of requests and grants) ----
+
+/// Every other value a write can leave where `value` was, generated from the value itself: for
+/// an object, each key removed, each key's value replaced by each of its own others, and the
+/// empty object; for a string, another; for an array, empty, one more entry and each entry
+/// replaced or dropped; null.
+fn others(value: &Value) -> Vec<(String, Value)> {
+    let mut out = vec![("null".to_owned(), Value::Null)];
+    match value {
+        Value::Object(map) => {
+            out.push(("{}".into(), json!({})));
+            for (key, inner) in map {
+                let mut removed = map.clone();
+                removed.remove(key);
+                out.push((format!("without .{key}"), Value::Object(removed)));
+                for (how, other) in others(inner) {
+                    let mut changed = map.clone();
+                    changed.insert(key.clone(), other);
+                    out.push((format!(".{key} {how}"), Value::Object(changed)));
+                }
+            }
+        }
+        Value::Array(items) => {
+            out.push(("[]".into(), json!([])));
+            let mut more = items.clone();
+            more.push(json!("forged"));
+            out.push(("one more entry".into(), Value::Array(more)));
+            for (i, item) in items.iter().enumerate() {
+                let mut dropped = items.clone();
+                dropped.remove(i);
+                out.push((format!("without [{i}]"), Value::Array(dropped)));
+                for (how, other) in others(item) {
+                    let mut changed = items.clone();
+                    changed[i] = other;
+                    out.push((format!("[{i}] {how}"), Value::Array(changed)));
+                }
+            }
+        }
+        Value::String(s) => out.push(("another string".into(), json!(format!("{s}-forged")))),
+        _ => {}
+    }
+    out
+}
+
+/// Every way a write can take `spec.caller` of `old` away or change it (removed, nulled, and
+/// each generated other value), and give one to `bare`, a copy without it: each is refused,
+/// with `immutable` whenever the written object would be valid on its own (otherwise the
+/// schema refuses it first, as the apiserver does).
+fn caller_is_write_once(old: &Value, bare: &Value, immutable: &str) {
+    let caller = &old["spec"]["caller"];
+    let mut writes = vec![("removed".to_owned(), without(old.clone(), "/spec/caller"))];
+    for (how, other) in others(caller) {
+        writes.push((how, with(old.clone(), "/spec/caller", other)));
+    }
+    assert!(writes.len() >= 3, "{writes:#?}");
+    for (how, written) in &writes {
+        let found = errors(written, Some(old));
+        assert!(!found.is_empty(), "spec.caller {how}: accepted");
+        if errors(written, None).is_empty() {
+            assert!(
+                found.iter().any(|l| l == immutable),
+                "spec.caller {how}: expected {immutable:?} among {found:#?}"
+            );
+        }
+    }
+    // Nor can a caller be added to a request or grant made without one.
+    let found = errors(old, Some(bare));
+    assert!(found.iter().any(|l| l == immutable), "added: {found:#?}");
+    // An unrelated write keeps it as it is.
+    assert_eq!(errors(old, Some(old)), Vec::<String>::new());
+}
+
+#[test]
+fn a_requests_caller_is_write_once_against_every_generated_write() {
+    let shared = with(
+        with(
+            request(),
+            "/spec/agentRef",
+            json!({"name": "shared", "kind": "ToolGate"}),
+        ),
+        "/spec/caller",
+        json!({"username": "system:serviceaccount:apps:bot-a", "uid": "u-1",
+               "groups": ["system:serviceaccounts", "system:serviceaccounts:apps"]}),
+    );
+    assert_valid(&shared);
+    caller_is_write_once(
+        &shared,
+        &without(shared.clone(), "/spec/caller"),
+        "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals",
+    );
+}
+
+#[test]
+fn a_grants_caller_is_write_once_against_every_generated_write() {
+    let shared = with(
+        with(
+            approval_grant(),
+            "/spec/agentRef",
+            json!({"name": "shared", "kind": "ToolGate"}),
+        ),
+        "/spec/caller",
+        json!("system:serviceaccount:apps:bot-a"),
+    );
+    assert_valid(&shared);
+    caller_is_write_once(
+        &shared,
+        &without(shared.clone(), "/spec/caller"),
+        GRANT_IMMUTABLE,
+    );
+}

@@ -16,6 +16,9 @@ pub const LABEL_TOOL: &str = "kagent.dev/tool";
 pub const LABEL_ARGS_HASH: &str = "kagent.dev/args-hash";
 /// Label naming the ApprovalGrant that decided the call, on requests decided by one.
 pub const LABEL_GRANT: &str = "kagent.dev/grant";
+/// Label holding the first 16 hex digits of the SHA-256 of `spec.caller.username`, on
+/// requests of a shared gate ([`caller_label`]): usernames do not fit label values.
+pub const LABEL_CALLER_HASH: &str = "kagent.dev/caller-hash";
 /// Largest serialized argumentsPreview, in bytes.
 pub const MAX_PREVIEW_BYTES: usize = 32 * 1024;
 /// Most approvals a request can need or hold (`requiredApprovals`, `approvals`).
@@ -107,8 +110,9 @@ pub struct ApprovalRequestSpec {
     pub requested_by: String,
     /// Who made the call, on requests of a shared gate (ToolGate): the caller's verified
     /// identity. Set at creation, immutable; the caller can never decide the request.
+    // Boxed: most requests have none, and the controller caches every request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub caller: Option<Caller>,
+    pub caller: Option<Box<Caller>>,
     /// Human-readable question shown to approvers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
@@ -290,6 +294,15 @@ impl AgentRef {
     pub fn kind(&self) -> PolicyKind {
         self.kind.unwrap_or_default()
     }
+
+    /// How people are shown it: an Agent by its name (as always), a ToolGate as
+    /// `ToolGate/<name>`.
+    pub fn label(&self) -> String {
+        match self.kind() {
+            PolicyKind::Agent => self.name.clone(),
+            PolicyKind::ToolGate => format!("ToolGate/{}", self.name),
+        }
+    }
 }
 
 /// The kinds whose approval policy a gate enforces.
@@ -337,6 +350,13 @@ pub struct Caller {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub groups: Vec<String>,
+}
+
+/// The value of [`LABEL_CALLER_HASH`] for the caller `username`: the first 16 hex digits of
+/// its SHA-256.
+pub fn caller_label(username: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(username.as_bytes())[..8])
 }
 
 /// Identity of the tool server a call goes to.

@@ -3,7 +3,10 @@
 //!
 //! Naming: a call's requests are named `<agent>-<tool>-<h>-<generation>`, where `<h>` is the
 //! first 16 hex digits of the SHA-256 of (agent, server kind/namespace/name, tool, binding
-//! hash). Generation 0 is the first request for that call; a finished request (Executed,
+//! hash), and on a shared gate (a ToolGate) also of its kind and the caller's username: the
+//! caller is part of what a request is about ([`CallKey`]), so identical calls of two callers
+//! never share one request (nor one approval), and a shared gate's requests carry the label
+//! `kagent.dev/caller-hash` and `spec.caller`. Generation 0 is the first request for that call; a finished request (Executed,
 //! Denied, Expired, Cancelled) never blocks a new one: the gate lists the call's requests by
 //! label, reuses a live one (Pending or Approved, not expired, not consumed) and otherwise
 //! creates the next generation. Two gates creating the same name at once both end up on the one
@@ -38,8 +41,9 @@ use super::metrics::Metrics;
 use super::open_requests::OpenRequests;
 use super::redact;
 use crate::api::approval_request::{
-    AgentRef, ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, CallContext, GrantRef,
-    LABEL_AGENT, LABEL_ARGS_HASH, LABEL_GRANT, LABEL_TOOL, Phase, ToolServerRef,
+    AgentRef, ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, CallContext, Caller,
+    GrantRef, LABEL_AGENT, LABEL_ARGS_HASH, LABEL_CALLER_HASH, LABEL_GRANT, LABEL_TOOL, Phase,
+    PolicyKind, ToolServerRef, caller_label,
 };
 use crate::apiserver::field_manager;
 use crate::apiserver::guarded::{Guarded, GuardedWrite};
@@ -91,6 +95,8 @@ pub struct GatedCall {
     pub rule: Option<String>,
     /// Where the call came from.
     pub context: CallContext,
+    /// Who made the call, on a shared gate (its username is `key.caller`): `spec.caller`.
+    pub caller: Option<Caller>,
 }
 
 /// How the approval of a call ended.
@@ -244,6 +250,7 @@ impl Approvals {
         let granted = GrantedCall {
             key: &call.key,
             session: call.context.session_id.as_deref(),
+            caller: call.key.caller.as_deref(),
             facts,
             gate: &gate,
         };
@@ -329,6 +336,11 @@ impl Approvals {
     /// The agent's namespace.
     pub fn namespace(&self) -> &str {
         &self.agent.namespace
+    }
+
+    /// The kind whose policy this gate enforces: an Agent's, or a ToolGate's.
+    pub fn kind(&self) -> PolicyKind {
+        self.agent.kind
     }
 
     /// This gate's identity: its ServiceAccount's username, the `requestedBy` of the requests
@@ -444,12 +456,15 @@ impl Approvals {
         &self,
         call: &GatedCall,
     ) -> Result<(ApprovalRequest, Option<ApprovalRequest>)> {
-        let selector = format!(
+        let mut selector = format!(
             "{LABEL_AGENT}={},{LABEL_TOOL}={},{LABEL_ARGS_HASH}={}",
             label_value(&call.key.agent),
             label_value(&call.key.tool),
             call.digest.short()
         );
+        if let Some(caller) = &call.key.caller {
+            selector.push_str(&format!(",{LABEL_CALLER_HASH}={}", caller_label(caller)));
+        }
         let base = base_name(&call.key);
         let now = self.clock.now();
         let mine: Vec<ApprovalRequest> = self
@@ -491,7 +506,7 @@ impl Approvals {
             let created = r.metadata.creation_timestamp.as_ref().map(|t| t.0);
             (created, generation(r, &base))
         });
-        let slot = self.open.reserve(now).await?;
+        let slot = self.open.reserve(now, call.key.caller.as_deref()).await?;
         self.take_budget()?;
         // A manager name of its own, so that no approver's writes merge into the creator's
         // managedFields entry (which would make their approval look written at creation).
@@ -590,10 +605,9 @@ impl Approvals {
             ApprovalRequestSpec {
                 agent_ref: AgentRef {
                     name: key.agent.clone(),
-                    kind: (self.agent.kind != crate::api::approval_request::PolicyKind::Agent)
-                        .then_some(self.agent.kind),
+                    kind: (key.kind != PolicyKind::Agent).then_some(key.kind),
                 },
-                caller: None,
+                caller: call.caller.clone().map(Box::new),
                 tool_server: ToolServerRef {
                     kind: key.server_kind,
                     name: key.server_name.clone(),
@@ -616,17 +630,19 @@ impl Approvals {
                 decision: None,
             },
         );
+        let mut labels: std::collections::BTreeMap<String, String> = [
+            (LABEL_AGENT.to_string(), label_value(&key.agent)),
+            (LABEL_TOOL.to_string(), label_value(&key.tool)),
+            (LABEL_ARGS_HASH.to_string(), call.digest.short().to_string()),
+        ]
+        .into();
+        if let Some(caller) = &key.caller {
+            labels.insert(LABEL_CALLER_HASH.to_string(), caller_label(caller));
+        }
         req.metadata = ObjectMeta {
             name: Some(name.into()),
             namespace: Some(self.agent.namespace.clone()),
-            labels: Some(
-                [
-                    (LABEL_AGENT.to_string(), label_value(&key.agent)),
-                    (LABEL_TOOL.to_string(), label_value(&key.tool)),
-                    (LABEL_ARGS_HASH.to_string(), call.digest.short().to_string()),
-                ]
-                .into(),
-            ),
+            labels: Some(labels),
             owner_references,
             ..Default::default()
         };
@@ -770,7 +786,9 @@ async fn pause(deadline: Instant) {
     tokio::time::sleep_until(deadline.min(Instant::now() + Duration::from_millis(200))).await;
 }
 
-/// `<agent>-<tool>-<h>`: the name of a call's requests without the generation.
+/// `<agent>-<tool>-<h>`: the name of a call's requests without the generation. A shared
+/// gate's hash covers its kind and the caller too (an Agent's stays as it was, so its
+/// requests keep their names across upgrades).
 pub fn base_name(key: &CallKey) -> String {
     let mut h = Sha256::new();
     for part in [
@@ -783,6 +801,12 @@ pub fn base_name(key: &CallKey) -> String {
     ] {
         h.update(part.as_bytes());
         h.update([0]);
+    }
+    if let Some(caller) = &key.caller {
+        for part in [key.kind.as_str(), caller.as_str()] {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
     }
     let h = hex::encode(h.finalize());
     format!(

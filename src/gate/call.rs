@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::approval::{Asked, FREEZE_BOUND, GatedCall, Resolution};
+use super::callers;
 use super::continuation::{self, Continuation, Watch};
 use super::decision::CallKey;
 use super::hash;
@@ -26,7 +27,7 @@ use super::policy::{PolicyCall, PolicyVerdict};
 use super::redact;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
 use crate::Error;
-use crate::api::approval_request::CallContext;
+use crate::api::approval_request::{CallContext, Caller};
 use crate::condition::Activation;
 use crate::sse;
 
@@ -45,6 +46,10 @@ pub trait Transport: Send + Sync + 'static {
     /// The call's MCP session: the client's `Mcp-Session-Id`, or the gate's own id for an
     /// HTTP+SSE stream.
     fn session(&self) -> Option<&str>;
+
+    /// Who made the call, verified, on a shared gate ([`super::callers`]); `None` on an
+    /// Agent's gate.
+    fn caller(&self) -> Option<&Caller>;
 
     /// The client's headers, forwarded with the call ([`Upstream::send`] drops what it must).
     fn headers(&self) -> &HeaderMap;
@@ -99,12 +104,22 @@ pub enum Reply {
 }
 
 /// Answers `call` (the message `body`, as the gate read it) that came on transport `t`:
-/// refused if the policy refuses it, forwarded if it needs no approval, otherwise held until
-/// its ApprovalRequest resolves and forwarded only if approved. A call that needs approval
-/// and carries `requestState` or `inputResponses` is the next round of an approved call, or
-/// refused ([`continued`]).
+/// refused (a JSON-RPC error) if its caller is over `callers.max_calls_per_minute` on a
+/// shared gate; refused if the policy refuses it, forwarded if it needs no approval,
+/// otherwise held until its ApprovalRequest resolves and forwarded only if approved. A call
+/// that needs approval and carries `requestState` or `inputResponses` is the next round of an
+/// approved call, or refused ([`continued`]).
 pub async fn tools_call<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Response<Body> {
     let up = t.upstream();
+    if let (Some(callers), Some(caller)) = (&up.shared.callers, t.caller())
+        && let Err(why) = callers.admit_call(&caller.username, Instant::now())
+    {
+        tracing::info!(server = %up.label, tool = %call.name, caller = %caller.username,
+            "refused: the caller is over its call rate limit");
+        up.shared.metrics.call(Outcome::refused);
+        let error = jsonrpc::error_response(&call.id, callers::RATE_LIMITED, &why);
+        return t.refuse(error).await;
+    }
     let asked = match screen(up, t.session(), &call, body.len()).await {
         Screened::Refused(text) => return t.refuse(tool_error(&t, &call, &text)).await,
         Screened::Forward => return t.forward(&call, body).await,
@@ -119,7 +134,10 @@ pub async fn tools_call<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Resp
             let gated = Box::pin(gated(
                 up,
                 outgoing(&t, body),
-                t.session(),
+                Origin {
+                    session: t.session(),
+                    caller: t.caller(),
+                },
                 &call,
                 asked,
                 &|_| {},
@@ -156,7 +174,7 @@ async fn answer_on_stream<T: Transport>(
         }
     };
     let result = tokio::select! {
-        r = gated(up, outgoing(&t, body), t.session(), &call, asked, &progress) => r,
+        r = gated(up, outgoing(&t, body), Origin { session: t.session(), caller: t.caller() }, &call, asked, &progress) => r,
         () = queue.closed() => {
             tracing::info!(server = %up.label, tool = %call.name, "client went away while waiting; not forwarded");
             return;
@@ -201,11 +219,14 @@ async fn continued<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Response<
                 .await;
         }
     };
+    let caller = t.caller().map(|c| c.username.as_str());
     let taken = match call.request_state.as_deref() {
-        None => up.continuations.take(None, t.session(), Instant::now()),
+        None => up
+            .continuations
+            .take(None, t.session(), caller, Instant::now()),
         Some(Value::String(state)) => {
             up.continuations
-                .take(Some(state), t.session(), Instant::now())
+                .take(Some(state), t.session(), caller, Instant::now())
         }
         Some(_) => None,
     };
@@ -253,6 +274,7 @@ fn watch(t: &impl Transport, call: &ToolCall, binding: String, approved_by: Stri
             tool: call.name.clone(),
             binding,
             session: t.session().map(String::from),
+            caller: t.caller().map(|c| c.username.clone()),
             request_state: None,
             approved_by,
         },
@@ -358,14 +380,20 @@ struct Outgoing<'a> {
     body: Bytes,
 }
 
+/// Where a gated call came from: its MCP session ([`Transport::session`]) and its caller
+/// ([`Transport::caller`]).
+struct Origin<'a> {
+    session: Option<&'a str>,
+    caller: Option<&'a Caller>,
+}
+
 /// Runs the approval of a gated call and forwards it (`outgoing`) if (and only if) this gate
-/// consumed an approval for exactly these arguments. `session` is the call's MCP session
-/// ([`Transport::session`]); `asked` says which approval rule asked and how many approvals it
-/// needs.
+/// consumed an approval for exactly these arguments. `origin` is where it came from; `asked`
+/// says which approval rule asked and how many approvals it needs.
 async fn gated(
     up: &Upstream,
     outgoing: Outgoing<'_>,
-    session: Option<&str>,
+    origin: Origin<'_>,
     call: &ToolCall,
     asked: Asked,
     progress: &(dyn Fn(&str) + Send + Sync),
@@ -381,9 +409,12 @@ async fn gated(
             ));
         }
     };
+    let Origin { session, caller } = origin;
     let gated_call = GatedCall {
         key: CallKey {
             agent: up.agent.clone(),
+            kind: up.shared.approvals.kind(),
+            caller: caller.map(|c| c.username.clone()),
             server_kind: up.server.kind,
             server_namespace: up.server.namespace.clone(),
             server_name: up.server.name.clone(),
@@ -402,6 +433,7 @@ async fn gated(
                 other => other.to_string().chars().take(256).collect(),
             }),
         },
+        caller: caller.cloned(),
     };
     let facts = up.shared.approvals.grants_enabled().then(|| {
         Activation::new(&up.policy.facts(&PolicyCall {
@@ -471,6 +503,7 @@ async fn approve(
                 approvals.namespace(),
                 open,
                 cap,
+                gated_call.key.caller.as_deref(),
             ))
         }
         Err(e) => {

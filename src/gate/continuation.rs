@@ -45,6 +45,8 @@ pub struct Continuation {
     pub binding: String,
     /// The call's MCP session, if it had one.
     pub session: Option<String>,
+    /// The call's caller on a shared gate: only its own retries take the continuation.
+    pub caller: Option<String>,
     /// The `requestState` of the server's `input_required` answer, if it sent one.
     pub request_state: Option<String>,
     /// The ApprovalRequest (or ApprovalGrant) that approved the call.
@@ -67,17 +69,21 @@ impl Continuations {
         kept.push_back((now, next));
     }
 
-    /// Takes (removes) the live continuation with this `request_state` and `session`, if any.
+    /// Takes (removes) the live continuation with this `request_state`, `session` and
+    /// `caller`, if any.
     pub fn take(
         &self,
         request_state: Option<&str>,
         session: Option<&str>,
+        caller: Option<&str>,
         now: Instant,
     ) -> Option<Continuation> {
         let mut kept = self.0.lock().expect("continuations lock");
         kept.retain(|(at, _)| now.saturating_duration_since(*at) < CONTINUATION_TTL);
         let at = kept.iter().position(|(_, c)| {
-            c.request_state.as_deref() == request_state && c.session.as_deref() == session
+            c.request_state.as_deref() == request_state
+                && c.session.as_deref() == session
+                && c.caller.as_deref() == caller
         })?;
         kept.remove(at).map(|(_, c)| c)
     }
@@ -177,6 +183,7 @@ mod tests {
             tool: "wipe_dir".into(),
             binding: "b1".into(),
             session: None,
+            caller: None,
             request_state: state.map(String::from),
             approved_by: "req-1".into(),
         }
@@ -187,13 +194,20 @@ mod tests {
         let kept = Continuations::default();
         let now = Instant::now();
         kept.offer(continuation(Some("s1")), now);
-        assert_eq!(kept.take(Some("s2"), None, now), None);
-        assert_eq!(kept.take(Some("s1"), Some("other-session"), now), None);
+        assert_eq!(kept.take(Some("s2"), None, None, now), None);
         assert_eq!(
-            kept.take(Some("s1"), None, now),
+            kept.take(Some("s1"), Some("other-session"), None, now),
+            None
+        );
+        assert_eq!(
+            kept.take(Some("s1"), None, Some("another-caller"), now),
+            None
+        );
+        assert_eq!(
+            kept.take(Some("s1"), None, None, now),
             Some(continuation(Some("s1")))
         );
-        assert_eq!(kept.take(Some("s1"), None, now), None, "used up");
+        assert_eq!(kept.take(Some("s1"), None, None, now), None, "used up");
         assert!(kept.0.lock().unwrap().is_empty());
     }
 
@@ -203,13 +217,17 @@ mod tests {
         let then = Instant::now();
         kept.offer(continuation(Some("old")), then);
         let later = then + CONTINUATION_TTL;
-        assert_eq!(kept.take(Some("old"), None, later), None);
+        assert_eq!(kept.take(Some("old"), None, None, later), None);
         for i in 0..MAX_CONTINUATIONS + 5 {
             kept.offer(continuation(Some(&format!("s{i}"))), later);
         }
         assert_eq!(kept.0.lock().unwrap().len(), MAX_CONTINUATIONS);
-        assert_eq!(kept.take(Some("s0"), None, later), None, "the oldest went");
-        assert!(kept.take(Some("s5"), None, later).is_some());
+        assert_eq!(
+            kept.take(Some("s0"), None, None, later),
+            None,
+            "the oldest went"
+        );
+        assert!(kept.take(Some("s5"), None, None, later).is_some());
     }
 
     #[test]

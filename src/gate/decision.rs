@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
 use crate::api::agent::ToolServerKind;
-use crate::api::approval_request::{ApprovalRequest, DecisionType, Phase};
+use crate::api::approval_request::{ApprovalRequest, DecisionType, Phase, PolicyKind};
 
 /// A source of the current time, injected so tests are deterministic.
 pub trait Clock: Send + Sync {
@@ -24,11 +24,17 @@ impl Clock for SystemClock {
     }
 }
 
-/// What a request must be about to decide a call: (agent, server, tool, binding hash).
+/// What a request must be about to decide a call: (agent or ToolGate, caller, server, tool,
+/// binding hash).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallKey {
-    /// Agent name.
+    /// Name of the Agent or ToolGate whose gate this is (`spec.agentRef.name`).
     pub agent: String,
+    /// Its kind (`spec.agentRef.kind`).
+    pub kind: PolicyKind,
+    /// The caller's username on a shared gate (`spec.caller.username`); `None` on an Agent's
+    /// gate. Identical calls of different callers never share a request.
+    pub caller: Option<String>,
     /// Kind of the tool server.
     pub server_kind: ToolServerKind,
     /// Namespace of the tool server.
@@ -50,6 +56,8 @@ impl CallKey {
     pub fn matches(&self, req: &ApprovalRequest) -> bool {
         let s = &req.spec;
         s.agent_ref.name == self.agent
+            && s.agent_ref.kind() == self.kind
+            && s.caller.as_ref().map(|c| c.username.as_str()) == self.caller.as_deref()
             && s.tool_server.kind == self.server_kind
             && s.tool_server.namespace == self.server_namespace
             && s.tool_server.name == self.server_name
@@ -188,9 +196,10 @@ pub fn decide(req: &ApprovalRequest, key: &CallKey, gate: &str, now: Timestamp) 
 }
 
 /// Why an Approve by `decided_by` on `req` does not count, if it does not: only a decision added
-/// after creation, by someone other than the requester, counts (DESIGN.md §4 invariant 9), and
-/// on a request that needs several approvals only with that many distinct approvers in
-/// `spec.approvals`, the decider among them, none of them the requester.
+/// after creation, by someone other than the requester (or, on a shared gate, the caller),
+/// counts (DESIGN.md §4 invariant 9), and on a request that needs several approvals only with
+/// that many distinct approvers in `spec.approvals`, the decider among them, none of them the
+/// requester or the caller.
 /// Creation is told from `managedFields`: the apiserver records who wrote each field, and
 /// whoever wrote `spec.argumentsSha256` (immutable, so only at creation) created the request.
 /// If that entry also owns `spec.decision` or `spec.approvals`, they came with the request (or
@@ -202,6 +211,14 @@ fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String>
         return Some(format!(
             "it was approved by its own requester ({decided_by})"
         ));
+    }
+    if req
+        .spec
+        .caller
+        .as_ref()
+        .is_some_and(|c| c.username == decided_by)
+    {
+        return Some(format!("it was approved by its own caller ({decided_by})"));
     }
     if let Some(why) = short_of_quorum(req, decided_by) {
         return Some(why);
@@ -260,6 +277,14 @@ fn short_of_quorum(req: &ApprovalRequest, decided_by: &str) -> Option<String> {
         return Some(format!(
             "spec.approvals holds an approval by its own requester ({})",
             req.spec.requested_by
+        ));
+    }
+    if let Some(caller) = &req.spec.caller
+        && approvers.contains(&caller.username.as_str())
+    {
+        return Some(format!(
+            "spec.approvals holds an approval by its own caller ({})",
+            caller.username
         ));
     }
     if approvers.len() < required as usize {
@@ -338,6 +363,8 @@ mod tests {
     fn key() -> CallKey {
         CallKey {
             agent: "a".into(),
+            kind: PolicyKind::Agent,
+            caller: None,
             server_kind: ToolServerKind::RemoteMCPServer,
             server_namespace: "ns".into(),
             server_name: "fs".into(),
@@ -650,6 +677,83 @@ mod tests {
             required_approvals: required,
             ..key()
         }
+    }
+
+    /// `key` as a shared gate's (ToolGate `a`) for the call of `caller`.
+    fn shared_key(caller: &str) -> CallKey {
+        CallKey {
+            kind: PolicyKind::ToolGate,
+            caller: Some(caller.into()),
+            ..key()
+        }
+    }
+
+    /// `r` as a shared gate's request for the call of `caller`.
+    fn of_caller(mut r: ApprovalRequest, caller: &str) -> ApprovalRequest {
+        r.spec.agent_ref.kind = Some(PolicyKind::ToolGate);
+        r.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
+            username: caller.into(),
+            uid: None,
+            groups: vec![],
+        }));
+        r
+    }
+
+    #[test]
+    fn a_request_is_about_its_callers_call_of_its_kind_only() {
+        let now = t(BEFORE);
+        let pending = of_caller(req(None, None), "bot-a");
+        assert_eq!(
+            decide(&pending, &shared_key("bot-a"), GATE, now),
+            Verdict::Wait
+        );
+        assert!(is_live(&pending, &shared_key("bot-a"), GATE, now));
+        // Another caller's identical call, the Agent of the same name, and a request without
+        // a caller are other calls.
+        for key in [shared_key("bot-b"), key()] {
+            assert!(!key.matches(&pending), "{key:?}");
+            assert!(!is_live(&pending, &key, GATE, now));
+        }
+        let no_caller = CallKey {
+            caller: None,
+            ..shared_key("bot-a")
+        };
+        assert!(!no_caller.matches(&pending));
+        assert!(!shared_key("bot-a").matches(&req(None, None)));
+    }
+
+    #[test]
+    fn the_caller_cannot_approve_its_own_call() {
+        let own = of_caller(req(Some((DecisionType::Approve, "bot-a")), None), "bot-a");
+        assert_eq!(
+            decide(&own, &shared_key("bot-a"), GATE, t(BEFORE)),
+            Verdict::Refuse(Refusal::Untrusted(
+                "it was approved by its own caller (bot-a)".into()
+            ))
+        );
+        let other = of_caller(req(Some((DecisionType::Approve, "alice")), None), "bot-a");
+        assert_eq!(
+            decide(&other, &shared_key("bot-a"), GATE, t(BEFORE)),
+            Verdict::Forward
+        );
+        let quorum = of_caller(
+            quorum(
+                2,
+                &["alice", "bot-a"],
+                Some((DecisionType::Approve, "alice")),
+            ),
+            "bot-a",
+        );
+        let key = CallKey {
+            required_approvals: 2,
+            ..shared_key("bot-a")
+        };
+        assert_eq!(
+            decide(&quorum, &key, GATE, t(BEFORE)),
+            Verdict::Refuse(Refusal::Untrusted(
+                "spec.approvals holds an approval by its own caller (bot-a)".into()
+            ))
+        );
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct GrantedCall<'a> {
     pub key: &'a CallKey,
     /// The MCP session id the client sent, if any.
     pub session: Option<&'a str>,
+    /// The caller's username on a shared gate; `None` on an Agent's gate.
+    pub caller: Option<&'a str>,
     /// The call's facts, for the grant's `when`.
     pub facts: &'a Activation,
     /// The gate's own identity (its ServiceAccount's username), which never grants.
@@ -43,8 +45,10 @@ pub struct GrantedCall<'a> {
 }
 
 /// Why `grant` does not cover `call` at `now`, if it does not. A grant covers a call of its
-/// agent to its server (and its tool, when it names one; its session, when it names one and
-/// that session began at this gate process, [`sessions`]) while
+/// agent (or ToolGate: `agentRef.kind` must be the gate's) to its server (and its tool, when
+/// it names one; its caller, when it names one, which only a shared gate's calls have; its
+/// session, when it names one and that session began at this gate process, by the call's
+/// caller, [`sessions`]) while
 /// it is not revoked or being deleted, before its `expiresAt`, which may lie at most `max_ttl`
 /// after its creation, with uses left, granted by a person (not a ServiceAccount, not the
 /// requester), to a call needing one approval, whose arguments satisfy its `when`.
@@ -57,6 +61,7 @@ pub fn why_not_covered(
     let spec = &grant.spec;
     let key = call.key;
     if spec.agent_ref.name != key.agent
+        || spec.agent_ref.kind() != key.kind
         || spec.tool_server.kind != key.server_kind
         || spec.tool_server.namespace != key.server_namespace
         || spec.tool_server.name != key.server_name
@@ -64,12 +69,29 @@ pub fn why_not_covered(
     {
         return Some("it is for another agent, server or tool".into());
     }
+    if let Some(only) = &spec.caller {
+        match call.caller {
+            Some(caller) if caller == only => {}
+            Some(_) => return Some(format!("it is for the caller {only} only")),
+            None => {
+                return Some(format!(
+                    "it is for the caller {only} only, and calls through an Agent's gate have no caller"
+                ));
+            }
+        }
+    }
     if let Some(session) = &spec.session_id {
         if call.session != Some(session.as_str()) {
             return Some(format!("it is for the MCP session {session} only"));
         }
-        // Any client can send any Mcp-Session-Id: only a session that began here counts.
-        if !sessions::ledger().began(&key.server_namespace, &key.server_name, session) {
+        // Any client can send any Mcp-Session-Id: only a session that began here, by this
+        // caller, counts.
+        if !sessions::ledger().began(
+            &key.server_namespace,
+            &key.server_name,
+            session,
+            call.caller,
+        ) {
             return Some(format!(
                 "its MCP session {session} did not begin at this gate"
             ));
@@ -93,6 +115,9 @@ pub fn why_not_covered(
     }
     if granted_by == call.gate {
         return Some("it was granted by the agent itself".into());
+    }
+    if call.caller == Some(granted_by) {
+        return Some("it was granted by the caller itself".into());
     }
     let expires_at = spec.expires_at.0;
     if now >= expires_at {
@@ -161,7 +186,7 @@ impl Grants {
     /// be read (the call then goes to a person).
     pub async fn covering(&self, call: &GrantedCall<'_>, now: Timestamp) -> Vec<ApprovalGrant> {
         let covers = |g: &ApprovalGrant| {
-            if g.spec.agent_ref.name != call.key.agent {
+            if g.spec.agent_ref.name != call.key.agent || g.spec.agent_ref.kind() != call.key.kind {
                 return false;
             }
             match why_not_covered(g, call, now, self.max_ttl) {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri, header};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -26,12 +26,15 @@ use super::messages::{check_body_headers, check_message_headers, filter_event, m
 use super::metrics::Outcome;
 use super::sessions;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
+use crate::api::approval_request::Caller;
 use crate::sse;
 
 /// One client's event stream.
 struct Session {
     /// Where the upstream wants this session's messages.
     post_uri: Uri,
+    /// Who opened it, on a shared gate: only its messages are taken.
+    caller: Option<String>,
     /// Writes gate-made events into the client's stream.
     inject: mpsc::Sender<Bytes>,
 }
@@ -91,8 +94,14 @@ impl Drop for SessionGuard {
     }
 }
 
-/// GET on the route: open the upstream event stream and relay it.
-pub async fn open(State(route): State<Arc<SseRoute>>, headers: HeaderMap) -> Response<Body> {
+/// GET on the route: open the upstream event stream and relay it; on a shared gate the
+/// session is the verified `caller`'s.
+pub async fn open(
+    State(route): State<Arc<SseRoute>>,
+    caller: Option<Extension<Arc<Caller>>>,
+    headers: HeaderMap,
+) -> Response<Body> {
+    let caller = caller.map(|Extension(c)| c.username.clone());
     let up = &route.up;
     let resp = match up
         .send(Method::GET, up.uri.clone(), &headers, Bytes::new())
@@ -118,7 +127,14 @@ pub async fn open(State(route): State<Arc<SseRoute>>, headers: HeaderMap) -> Res
     let upstream_events = sse::events(up.body(resp)).filter_map(move |ev| {
         // Keep the guard alive as long as the stream.
         let _ = &guard;
-        std::future::ready(rewrite_event(&route, &id, &endpoint, &inject, ev))
+        std::future::ready(rewrite_event(
+            &route,
+            &id,
+            &endpoint,
+            &inject,
+            caller.as_deref(),
+            ev,
+        ))
     });
     let injected = futures::stream::unfold(injected, |mut rx| async move {
         rx.recv().await.map(|b| (Some(Ok(b)), rx))
@@ -145,6 +161,7 @@ fn rewrite_event(
     id: &str,
     endpoint: &str,
     inject: &mpsc::Sender<Bytes>,
+    caller: Option<&str>,
     ev: std::io::Result<Bytes>,
 ) -> Option<std::io::Result<Bytes>> {
     let ev = match ev {
@@ -168,11 +185,12 @@ fn rewrite_event(
             id.to_string(),
             Arc::new(Session {
                 post_uri,
+                caller: caller.map(String::from),
                 inject: inject.clone(),
             }),
         );
         let server = &route.up.server;
-        sessions::ledger().begin(&server.namespace, &server.name, id);
+        sessions::ledger().begin(&server.namespace, &server.name, id, caller);
         return Some(Ok(sse::with_data(&ev, endpoint.as_bytes())));
     }
     // Every tool list on the stream is filtered, whichever request it answers.
@@ -185,14 +203,20 @@ pub struct MessageQuery {
     session: String,
 }
 
-/// POST of a client message for an SSE session.
+/// POST of a client message for an SSE session; on a shared gate only the session's own
+/// caller's messages are taken, anyone else's is refused as for an unknown session.
 pub async fn message(
     State(route): State<Arc<SseRoute>>,
     Query(q): Query<MessageQuery>,
+    caller: Option<Extension<Arc<Caller>>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response<Body> {
-    let Some(session) = route.session(&q.session) else {
+    let caller = caller.map(|Extension(c)| c);
+    let Some(session) = route
+        .session(&q.session)
+        .filter(|s| s.caller.as_deref() == caller.as_ref().map(|c| c.username.as_str()))
+    else {
         return Response::builder()
             .status(StatusCode::NOT_FOUND)
             .body(Body::from("unknown session"))
@@ -235,6 +259,7 @@ pub async fn message(
         session,
         id: q.session,
         headers,
+        caller,
     };
     match message.incoming {
         Incoming::Other | Incoming::Initialize | Incoming::ToolsList { .. } => {
@@ -260,6 +285,8 @@ struct SsePost {
     /// The gate's id for the session, which began at this gate: a call's MCP session.
     id: String,
     headers: HeaderMap,
+    /// The session's caller, on a shared gate.
+    caller: Option<Arc<Caller>>,
 }
 
 impl SsePost {
@@ -294,6 +321,10 @@ impl Transport for SsePost {
 
     fn session(&self) -> Option<&str> {
         Some(&self.id)
+    }
+
+    fn caller(&self) -> Option<&Caller> {
+        self.caller.as_deref()
     }
 
     fn headers(&self) -> &HeaderMap {

@@ -19,6 +19,10 @@
 //! moment may each miss the other's creation, so the agent can pass its cap by at most the
 //! creations its other replicas have in flight then.
 //!
+//! On a shared gate (a ToolGate) the cap is each caller's: only the requests of the call's
+//! caller (`spec.caller.username`) count against it, so one caller cannot use up the others'
+//! room. On an Agent's gate no request has a caller, and they all count.
+//!
 //! Fail closed: until the watch has listed the requests, and from any error of the watch until
 //! it has listed them again, the count is unknown, and no request is created.
 
@@ -70,13 +74,22 @@ pub fn open_until(req: &ApprovalRequest, agent: &str, requester: &str) -> Option
     (ours && !finished && !consumed && !denied).then_some(req.spec.expires_at.0)
 }
 
+/// The caller whose cap `req` counts against: `spec.caller.username`, none on an Agent's
+/// gate.
+fn caller_of(req: &ApprovalRequest) -> Option<String> {
+    req.spec.caller.as_ref().map(|c| c.username.clone())
+}
+
+/// An open request as counted: its caller, and when it stops being open.
+type Open = (Option<String>, Timestamp);
+
 /// What one gate knows of its agent's open requests.
 #[derive(Debug)]
 struct Tally {
-    /// Name of each open request and when it stops being open; `Err(why)` while not known.
-    open: std::result::Result<HashMap<String, Timestamp>, String>,
-    /// Creations this gate has started and not yet recorded.
-    in_flight: usize,
+    /// Each open request by name; `Err(why)` while not known.
+    open: std::result::Result<HashMap<String, Open>, String>,
+    /// Creations this gate has started and not yet recorded, by caller.
+    in_flight: HashMap<Option<String>, usize>,
 }
 
 /// The count of an agent's open requests, shared by the calls of one gate.
@@ -123,7 +136,7 @@ impl OpenRequests {
             tally: Arc::new(
                 watch::channel(Tally {
                     open: Err(why),
-                    in_flight: 0,
+                    in_flight: HashMap::new(),
                 })
                 .0,
             ),
@@ -132,41 +145,46 @@ impl OpenRequests {
         }
     }
 
-    /// A slot for one new request of the agent at `now`, once the count is known (waiting at
-    /// most [`COUNT_BOUND`] for that); an error when the agent is at its cap
-    /// ([`Error::OpenRequestCap`]) or the count is not known ([`Error::OpenRequestsUnknown`]).
-    pub async fn reserve(&self, now: Timestamp) -> Result<Slot> {
+    /// A slot for one new request of the agent (on a shared gate: of `caller`) at `now`, once
+    /// the count is known (waiting at most [`COUNT_BOUND`] for that); an error when the agent
+    /// (the caller) is at its cap ([`Error::OpenRequestCap`]) or the count is not known
+    /// ([`Error::OpenRequestsUnknown`]).
+    pub async fn reserve(&self, now: Timestamp, caller: Option<&str>) -> Result<Slot> {
         if let Some(watch) = self.unstarted.lock().expect("watch lock").take() {
             tokio::spawn(run(watch, self.tally.clone()));
         }
         let mut known = self.tally.subscribe();
         // Past the bound, the state below says why it is still unknown.
         let _ = tokio::time::timeout(COUNT_BOUND, known.wait_for(|t| t.open.is_ok())).await;
+        let caller = caller.map(String::from);
         let mut taken = Ok(());
         self.tally
-            .send_modify(|tally| taken = tally.take_slot(now, self.cap));
+            .send_modify(|tally| taken = tally.take_slot(now, self.cap, &caller));
         taken.map(|()| Slot {
             tally: self.tally.clone(),
+            caller,
         })
     }
 }
 
 impl Tally {
-    /// Counts one more creation in flight at `now` if the agent is under `cap`: forgets the
-    /// requests expired by then, and says why not if it may not.
-    fn take_slot(&mut self, now: Timestamp, cap: u32) -> Result<()> {
+    /// Counts one more creation of `caller` in flight at `now` if it is under `cap`: forgets
+    /// the requests expired by then, and says why not if it may not.
+    fn take_slot(&mut self, now: Timestamp, cap: u32, caller: &Option<String>) -> Result<()> {
         let open = match &mut self.open {
             Err(why) => return Err(Error::OpenRequestsUnknown { why: why.clone() }),
             Ok(open) => open,
         };
-        open.retain(|_, until| *until > now);
-        if !admit(open.len(), self.in_flight, cap) {
+        open.retain(|_, (_, until)| *until > now);
+        let held = open.values().filter(|(c, _)| c == caller).count();
+        let in_flight = self.in_flight.entry(caller.clone()).or_default();
+        if !admit(held, *in_flight, cap) {
             return Err(Error::OpenRequestCap {
-                open: open.len() + self.in_flight,
+                open: held + *in_flight,
                 cap,
             });
         }
-        self.in_flight += 1;
+        *in_flight += 1;
         Ok(())
     }
 }
@@ -176,6 +194,7 @@ impl Tally {
 #[derive(Debug)]
 pub struct Slot {
     tally: Arc<watch::Sender<Tally>>,
+    caller: Option<String>,
 }
 
 impl Slot {
@@ -185,7 +204,8 @@ impl Slot {
         if let Some(name) = req.metadata.name.clone() {
             self.tally.send_modify(|tally| {
                 if let Ok(open) = &mut tally.open {
-                    open.entry(name).or_insert(req.spec.expires_at.0);
+                    open.entry(name)
+                        .or_insert((caller_of(req), req.spec.expires_at.0));
                 }
             });
         }
@@ -194,7 +214,14 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.tally.send_modify(|tally| tally.in_flight -= 1);
+        self.tally.send_modify(|tally| {
+            if let Some(n) = tally.in_flight.get_mut(&self.caller) {
+                *n -= 1;
+                if *n == 0 {
+                    tally.in_flight.remove(&self.caller);
+                }
+            }
+        });
     }
 }
 
@@ -222,7 +249,8 @@ async fn run(watch: Watch, tally: Arc<watch::Sender<Tally>>) {
                 Ok(Event::Init) => listed.clear(),
                 Ok(Event::InitApply(req)) => {
                     if let Some(until) = open_until(&req, &agent, &requester) {
-                        listed.insert(req.metadata.name.unwrap_or_default(), until);
+                        let caller = caller_of(&req);
+                        listed.insert(req.metadata.name.unwrap_or_default(), (caller, until));
                     }
                 }
                 Ok(Event::InitDone) => {
@@ -236,11 +264,12 @@ async fn run(watch: Watch, tally: Arc<watch::Sender<Tally>>) {
                 }
                 Ok(Event::Apply(req)) => {
                     let until = open_until(&req, &agent, &requester);
+                    let caller = caller_of(&req);
                     let name = req.metadata.name.unwrap_or_default();
                     tally.send_modify(|tally| {
                         if let Ok(open) = &mut tally.open {
                             match until {
-                                Some(until) => open.insert(name, until),
+                                Some(until) => open.insert(name, (caller, until)),
                                 None => open.remove(&name),
                             };
                         }
@@ -276,14 +305,17 @@ impl OpenRequests {
             .iter()
             .filter_map(|r| {
                 let until = open_until(r, &agent.name, &requester)?;
-                Some((r.metadata.name.clone().unwrap_or_default(), until))
+                Some((
+                    r.metadata.name.clone().unwrap_or_default(),
+                    (caller_of(r), until),
+                ))
             })
             .collect();
         Self {
             tally: Arc::new(
                 watch::channel(Tally {
                     open: Ok(open),
-                    in_flight: 0,
+                    in_flight: HashMap::new(),
                 })
                 .0,
             ),
@@ -298,7 +330,7 @@ impl OpenRequests {
             tally: Arc::new(
                 watch::channel(Tally {
                     open: Err(why.into()),
-                    in_flight: 0,
+                    in_flight: HashMap::new(),
                 })
                 .0,
             ),
@@ -434,32 +466,56 @@ mod tests {
                 request("done", json!({"status": {"phase": "Executed"}})),
             ],
         );
-        let slot = open.reserve(before).await.unwrap();
+        let slot = open.reserve(before, None).await.unwrap();
         // One open, one being created: the cap of 2 is reached.
-        let full = open.reserve(before).await.unwrap_err();
+        let full = open.reserve(before, None).await.unwrap_err();
         assert!(
             matches!(full, Error::OpenRequestCap { open: 2, cap: 2 }),
             "{full:?}"
         );
         drop(slot);
-        let slot = open.reserve(before).await.unwrap();
+        let slot = open.reserve(before, None).await.unwrap();
         slot.created(&request("r2", json!({})));
-        let full = open.reserve(before).await.unwrap_err();
+        let full = open.reserve(before, None).await.unwrap_err();
         assert!(
             matches!(full, Error::OpenRequestCap { open: 2, cap: 2 }),
             "{full:?}"
         );
         // At expiresAt both stop counting, marked Expired or not.
         let after = at("2026-11-22T01:00:00Z");
-        let _a = open.reserve(after).await.unwrap();
-        let _b = open.reserve(after).await.unwrap();
+        let _a = open.reserve(after, None).await.unwrap();
+        let _b = open.reserve(after, None).await.unwrap();
+    }
+
+    /// On a shared gate each caller has a cap of its own.
+    #[tokio::test(start_paused = true)]
+    async fn on_a_shared_gate_each_caller_counts_its_own_requests() {
+        let now = at("2026-11-22T00:00:00Z");
+        let of = |name: &str, caller: &str| {
+            request(name, json!({"spec": {"caller": {"username": caller}}}))
+        };
+        let open = OpenRequests::fixed(&agent(), 1, &[of("a1", "bot-a")]);
+        let full = open.reserve(now, Some("bot-a")).await.unwrap_err();
+        assert!(
+            matches!(full, Error::OpenRequestCap { open: 1, cap: 1 }),
+            "{full:?}"
+        );
+        let slot = open.reserve(now, Some("bot-b")).await.unwrap();
+        // bot-b's creation in flight counts against bot-b only.
+        assert!(open.reserve(now, Some("bot-b")).await.is_err());
+        slot.created(&of("b1", "bot-b"));
+        assert!(open.reserve(now, Some("bot-b")).await.is_err());
+        assert!(open.reserve(now, Some("bot-c")).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_unknown_count_is_waited_for_then_refused() {
         let open = OpenRequests::unknown(50, "not listed yet");
         let started = tokio::time::Instant::now();
-        let refused = open.reserve(at("2026-11-22T00:00:00Z")).await.unwrap_err();
+        let refused = open
+            .reserve(at("2026-11-22T00:00:00Z"), None)
+            .await
+            .unwrap_err();
         assert_eq!(started.elapsed(), COUNT_BOUND);
         assert_eq!(refused.reason(), "OpenRequestsUnknown");
         assert!(refused.to_string().contains("not listed yet"), "{refused}");
@@ -479,7 +535,7 @@ mod tests {
         let now = at("2026-11-22T00:00:00Z");
         let first = tokio::spawn({
             let open = open.clone();
-            async move { open.reserve(now).await.map(drop) }
+            async move { open.reserve(now, None).await.map(drop) }
         });
         let (_, uri, _, send) = handle.next().await.parts();
         assert_eq!(
@@ -513,7 +569,7 @@ mod tests {
         );
         let refused = tokio::spawn({
             let open = open.clone();
-            async move { open.reserve(now).await.map(drop) }
+            async move { open.reserve(now, None).await.map(drop) }
         });
         let (_, uri, _, send) = handle.next().await.parts();
         assert!(uri.contains("limit=50") && !uri.contains("watch"), "{uri}");
@@ -528,7 +584,7 @@ mod tests {
         send.respond(200, &list_of(listed));
         let full = tokio::spawn({
             let open = open.clone();
-            async move { open.reserve(now).await.map(drop) }
+            async move { open.reserve(now, None).await.map(drop) }
         });
         let (_, uri, _, _watching) = handle.next().await.parts();
         assert!(uri.contains("watch=true"), "{uri}");

@@ -32,11 +32,22 @@ pub fn frozen(tool: &str, why: &str) -> String {
     )
 }
 
-/// Text for a call that needs approval while its agent holds `open` open ApprovalRequests in
-/// `namespace`, at its cap `cap`: no request was created, so nobody can approve this call yet.
-pub fn open_request_cap(tool: &str, namespace: &str, open: usize, cap: u32) -> String {
+/// Text for a call that needs approval while its agent (on a shared gate: its `caller`) holds
+/// `open` open ApprovalRequests in `namespace`, at its cap `cap`: no request was created, so
+/// nobody can approve this call yet.
+pub fn open_request_cap(
+    tool: &str,
+    namespace: &str,
+    open: usize,
+    cap: u32,
+    caller: Option<&str>,
+) -> String {
+    let holder = match caller {
+        Some(caller) => format!("the caller {caller} (on this shared gate)"),
+        None => "this agent".into(),
+    };
     format!(
-        "{NOT_EXECUTED}: tool '{tool}' needs a human approval, but this agent already has {open} open approval requests in namespace {namespace} \
+        "{NOT_EXECUTED}: tool '{tool}' needs a human approval, but {holder} already has {open} open approval requests in namespace {namespace} \
          (Pending, or Approved and not yet used) and may have at most {cap} (approval.maxOpenRequests), so no approval request was created for this call. \
          A call already approved runs when you make it again, which frees its place; an approver can decide the others (kubectl hitl list -n {namespace}), \
          or they expire by themselves. Then make this call again. Repeating a call that is already pending is never refused: it reuses its request."
@@ -262,7 +273,7 @@ mod tests {
 
     #[test]
     fn the_cap_text_says_how_many_are_open_the_cap_and_what_to_do() {
-        let text = open_request_cap("delete_file", "team", 50, 50);
+        let text = open_request_cap("delete_file", "team", 50, 50, None);
         assert!(text.starts_with(NOT_EXECUTED), "{text}");
         for part in [
             "tool 'delete_file' needs a human approval",

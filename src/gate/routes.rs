@@ -3,6 +3,11 @@
 //! server, two for an HTTP+SSE server), and a router's per-request work (its path lookup, the
 //! URL-parameter and matched-path extensions, a boxed clone of the route's service, the boxing
 //! of its futures) cost as much as some of the gate's own checks.
+//!
+//! On a shared gate every request is authenticated here first, before its route is looked up
+//! or its body read ([`super::callers`]): a refused one gets 401, 403 or 503; an accepted one
+//! goes on without its `Authorization` and `Proxy-Authorization` headers, carrying its verified
+//! caller (`Arc<Caller>`) in its extensions for the transports.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -16,10 +21,11 @@ use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use futures::future::BoxFuture;
 use tower::{Layer, Service};
 
+use super::callers::Callers;
 use super::http_sse::{self, SseRoute};
 use super::messages::MAX_MESSAGE_BYTES;
 use super::streamable_http;
-use super::upstream::{Upstream, drop_connection_options};
+use super::upstream::{Upstream, drop_connection_options, is_credential};
 
 /// What a route leads to.
 enum Target {
@@ -35,6 +41,8 @@ enum Target {
 #[derive(Clone)]
 pub struct Dispatch {
     routes: Arc<HashMap<String, Target>>,
+    /// A shared gate's callers, who must authenticate every request.
+    callers: Option<Arc<Callers>>,
 }
 
 /// The gate's MCP service: [`Dispatch`] with the longest message a client may POST,
@@ -51,12 +59,20 @@ impl std::fmt::Debug for McpRoutes {
 }
 
 /// Builds [`McpRoutes`], a route at a time.
-#[derive(Default)]
 pub struct McpRoutesBuilder {
     routes: HashMap<String, Target>,
+    callers: Option<Arc<Callers>>,
 }
 
 impl McpRoutesBuilder {
+    /// No routes yet; `callers` set for a shared gate, whose requests must authenticate.
+    pub fn new(callers: Option<Arc<Callers>>) -> Self {
+        Self {
+            routes: HashMap::new(),
+            callers,
+        }
+    }
+
     /// Whether `path` is taken already.
     pub fn has(&self, path: &str) -> bool {
         self.routes.contains_key(path)
@@ -81,6 +97,7 @@ impl McpRoutesBuilder {
     pub fn build(self) -> McpRoutes {
         let dispatch = Dispatch {
             routes: Arc::new(self.routes),
+            callers: self.callers,
         };
         McpRoutes {
             inner: DefaultBodyLimit::max(MAX_MESSAGE_BYTES).layer(dispatch),
@@ -115,7 +132,25 @@ impl Service<Request> for Dispatch {
     fn call(&mut self, mut request: Request) -> Self::Future {
         drop_connection_options(request.headers_mut());
         let routes = self.routes.clone();
+        let callers = self.callers.clone();
         Box::pin(async move {
+            if let Some(callers) = callers {
+                match callers.authenticate(request.headers()).await {
+                    Ok(caller) => {
+                        let headers = request.headers_mut();
+                        let credentials: Vec<_> = headers
+                            .keys()
+                            .filter(|k| is_credential(k))
+                            .cloned()
+                            .collect();
+                        for name in credentials {
+                            headers.remove(name);
+                        }
+                        request.extensions_mut().insert(caller);
+                    }
+                    Err(refused) => return Ok(refused.response()),
+                }
+            }
             let method = request.method();
             Ok(match routes.get(request.uri().path()) {
                 None => status(StatusCode::NOT_FOUND),

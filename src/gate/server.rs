@@ -11,6 +11,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use jiff::SignedDuration;
 
 use super::approval::{ApprovalSettings, Approvals};
+use super::callers::Callers;
 use super::decision::{Clock, SystemClock};
 use super::freeze::FreezeWatch;
 use super::http_sse::SseRoute;
@@ -20,6 +21,7 @@ use super::policy::ServerPolicy;
 use super::pool::Connector;
 use super::routes::{McpRoutes, McpRoutesBuilder};
 use super::upstream::{Shared, Upstream};
+use crate::api::approval_request::PolicyKind;
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::contract::binding_key::BindingKey;
 use crate::contract::gate_config::GateConfig;
@@ -66,7 +68,9 @@ pub fn connector() -> Result<Connector> {
 
 /// The gate's MCP routes and its metrics, from its configuration, the Agent's binding key, a
 /// Kubernetes client and the view of the Agent's freeze. The count of the agent's open
-/// requests watches through the client from the first call that would create one.
+/// requests watches through the client from the first call that would create one. A shared
+/// gate (`agent.kind: ToolGate`) must have `callers`, and only it may: its every request is
+/// then authenticated ([`super::callers`]).
 pub fn build(
     config: &GateConfig,
     key: BindingKey,
@@ -83,6 +87,25 @@ pub fn build(
             "0: must be at least 1 (no call could ever ask for approval)",
         ));
     }
+    let callers = match (&config.callers, config.agent.kind) {
+        (Some(policy), PolicyKind::ToolGate) => Some(Arc::new(
+            Callers::new(policy, client.clone(), clock.clone())
+                .map_err(|(field, why)| invalid(&field, why))?,
+        )),
+        (None, PolicyKind::Agent) => None,
+        (None, PolicyKind::ToolGate) => {
+            return Err(invalid(
+                "callers",
+                "absent: a ToolGate's shared gate must verify who calls (callers.audiences)",
+            ));
+        }
+        (Some(_), PolicyKind::Agent) => {
+            return Err(invalid(
+                "callers",
+                "set on an Agent's gate: only a ToolGate's shared gate has callers",
+            ));
+        }
+    };
     let settings = ApprovalSettings {
         timeout: seconds("approval.timeout_seconds", config.approval.timeout_seconds)?,
         wait: seconds(
@@ -110,8 +133,9 @@ pub fn build(
         key,
         approvals: Approvals::new(client, config.agent.clone(), settings, clock),
         metrics: metrics.clone(),
+        callers: callers.clone(),
     };
-    let mut routes = McpRoutesBuilder::default();
+    let mut routes = McpRoutesBuilder::new(callers);
     for (i, server) in config.servers.iter().enumerate() {
         let taken = match server.protocol {
             McpProtocol::StreamableHttp => routes.has(&server.route),

@@ -9,6 +9,10 @@
 //! (an HTTP `DELETE` the gate relays) or the SSE stream closes. Only a grant that names a
 //! session looks here, so calls that no such grant covers pay nothing for it.
 //!
+//! On a shared gate (a ToolGate) a session is also its caller's: the ledger records who began
+//! it, and only that caller's requests may use it ([`SessionLedger::began`] with the caller);
+//! the transports refuse anyone else's request naming it as they refuse an unknown session.
+//!
 //! Memory is bounded: at most [`MAX_SESSIONS`] ids, each at most [`MAX_SESSION_ID_BYTES`]
 //! bytes (no grant can name a longer one), the least recently begun or used forgotten first.
 //! Nothing survives a restart of the gate: sessions begun before it are unknown to it, and
@@ -35,21 +39,22 @@ pub struct SessionLedger {
 /// The ids, and their order of use.
 #[derive(Default)]
 struct Recent {
-    /// Each key and the tick of its last use.
-    ticks: HashMap<String, u64>,
+    /// Each key, the tick of its last use and the caller who began it (none on an Agent's
+    /// gate).
+    ticks: HashMap<String, (u64, Option<String>)>,
     /// Each tick of last use and its key, oldest first.
     by_age: BTreeMap<u64, String>,
     next: u64,
 }
 
 impl Recent {
-    /// Makes `key` the most recently used.
-    fn touch(&mut self, key: String) {
-        if let Some(tick) = self.ticks.get(&key) {
+    /// Makes `key`, begun by `caller`, the most recently used.
+    fn touch(&mut self, key: String, caller: Option<String>) {
+        if let Some((tick, _)) = self.ticks.get(&key) {
             self.by_age.remove(tick);
         }
         self.by_age.insert(self.next, key.clone());
-        self.ticks.insert(key, self.next);
+        self.ticks.insert(key, (self.next, caller));
         self.next += 1;
     }
 }
@@ -68,16 +73,16 @@ impl SessionLedger {
         }
     }
 
-    /// Records that session `id` of the server `namespace/name` began at this gate (again, it
-    /// becomes the most recent); the least recently used is forgotten when there are more
-    /// than the capacity. An id longer than [`MAX_SESSION_ID_BYTES`], or empty, is not
-    /// recorded: no grant can name it.
-    pub fn begin(&self, namespace: &str, name: &str, id: &str) {
+    /// Records that session `id` of the server `namespace/name` began at this gate, for
+    /// `caller` on a shared gate (again, it becomes the most recent, and its caller's); the
+    /// least recently used is forgotten when there are more than the capacity. An id longer
+    /// than [`MAX_SESSION_ID_BYTES`], or empty, is not recorded: no grant can name it.
+    pub fn begin(&self, namespace: &str, name: &str, id: &str, caller: Option<&str>) {
         if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
             return;
         }
         let mut recent = self.inner.lock().expect("session ledger lock");
-        recent.touch(key(namespace, name, id));
+        recent.touch(key(namespace, name, id), caller.map(String::from));
         while recent.ticks.len() > self.capacity {
             let Some((_, oldest)) = recent.by_age.pop_first() else {
                 break;
@@ -90,20 +95,23 @@ impl SessionLedger {
     /// stream closed).
     pub fn end(&self, namespace: &str, name: &str, id: &str) {
         let mut recent = self.inner.lock().expect("session ledger lock");
-        if let Some(tick) = recent.ticks.remove(&key(namespace, name, id)) {
+        if let Some((tick, _)) = recent.ticks.remove(&key(namespace, name, id)) {
             recent.by_age.remove(&tick);
         }
     }
 
-    /// Whether session `id` of the server `namespace/name` began at this gate and has not
-    /// ended or been forgotten; if so it becomes the most recently used.
-    pub fn began(&self, namespace: &str, name: &str, id: &str) -> bool {
+    /// Whether session `id` of the server `namespace/name` began at this gate, by `caller`
+    /// (none on an Agent's gate), and has not ended or been forgotten; if so it becomes the
+    /// most recently used. Another caller's session is as unknown as one that never began.
+    pub fn began(&self, namespace: &str, name: &str, id: &str, caller: Option<&str>) -> bool {
         let key = key(namespace, name, id);
         let mut recent = self.inner.lock().expect("session ledger lock");
-        if !recent.ticks.contains_key(&key) {
-            return false;
+        match recent.ticks.get(&key) {
+            Some((_, began_by)) if began_by.as_deref() == caller => {}
+            _ => return false,
         }
-        recent.touch(key);
+        let caller = caller.map(String::from);
+        recent.touch(key, caller);
         true
     }
 }
@@ -121,14 +129,14 @@ mod tests {
     #[test]
     fn a_session_counts_for_its_server_from_its_beginning_to_its_end() {
         let ledger = SessionLedger::new(8);
-        assert!(!ledger.began("tools", "fs", "s1"));
-        ledger.begin("tools", "fs", "s1");
-        assert!(ledger.began("tools", "fs", "s1"));
+        assert!(!ledger.began("tools", "fs", "s1", None));
+        ledger.begin("tools", "fs", "s1", None);
+        assert!(ledger.began("tools", "fs", "s1", None));
         // Another server's session by the same id is another session.
-        assert!(!ledger.began("tools", "db", "s1"));
-        assert!(!ledger.began("other", "fs", "s1"));
+        assert!(!ledger.began("tools", "db", "s1", None));
+        assert!(!ledger.began("other", "fs", "s1", None));
         ledger.end("tools", "fs", "s1");
-        assert!(!ledger.began("tools", "fs", "s1"));
+        assert!(!ledger.began("tools", "fs", "s1", None));
         // Ending what never began changes nothing.
         ledger.end("tools", "fs", "never");
     }
@@ -137,49 +145,64 @@ mod tests {
     fn ids_no_grant_can_name_are_not_recorded() {
         let ledger = SessionLedger::new(8);
         let long = "x".repeat(MAX_SESSION_ID_BYTES + 1);
-        ledger.begin("tools", "fs", &long);
-        assert!(!ledger.began("tools", "fs", &long));
-        ledger.begin("tools", "fs", "");
-        assert!(!ledger.began("tools", "fs", ""));
+        ledger.begin("tools", "fs", &long, None);
+        assert!(!ledger.began("tools", "fs", &long, None));
+        ledger.begin("tools", "fs", "", None);
+        assert!(!ledger.began("tools", "fs", "", None));
         let longest = "x".repeat(MAX_SESSION_ID_BYTES);
-        ledger.begin("tools", "fs", &longest);
-        assert!(ledger.began("tools", "fs", &longest));
+        ledger.begin("tools", "fs", &longest, None);
+        assert!(ledger.began("tools", "fs", &longest, None));
     }
 
     #[test]
     fn past_its_capacity_the_least_recently_used_is_forgotten() {
         let ledger = SessionLedger::new(3);
         for id in ["a", "b", "c"] {
-            ledger.begin("tools", "fs", id);
+            ledger.begin("tools", "fs", id, None);
         }
         // A use makes "a" recent; "b" is now the oldest.
-        assert!(ledger.began("tools", "fs", "a"));
-        ledger.begin("tools", "fs", "d");
-        assert!(!ledger.began("tools", "fs", "b"));
+        assert!(ledger.began("tools", "fs", "a", None));
+        ledger.begin("tools", "fs", "d", None);
+        assert!(!ledger.began("tools", "fs", "b", None));
         for id in ["a", "c", "d"] {
-            assert!(ledger.began("tools", "fs", id), "{id}");
+            assert!(ledger.began("tools", "fs", id, None), "{id}");
         }
         // Beginning one again does not count it twice.
-        ledger.begin("tools", "fs", "d");
-        ledger.begin("tools", "fs", "e");
+        ledger.begin("tools", "fs", "d", None);
+        ledger.begin("tools", "fs", "e", None);
         let kept = ["a", "c", "d", "e"]
             .iter()
-            .filter(|id| ledger.began("tools", "fs", id))
+            .filter(|id| ledger.began("tools", "fs", id, None))
             .count();
         assert_eq!(kept, 3);
+    }
+
+    #[test]
+    fn a_shared_gates_session_is_its_callers_only() {
+        let ledger = SessionLedger::new(8);
+        ledger.begin("tools", "fs", "s1", Some("alice"));
+        assert!(ledger.began("tools", "fs", "s1", Some("alice")));
+        assert!(!ledger.began("tools", "fs", "s1", Some("bob")));
+        assert!(!ledger.began("tools", "fs", "s1", None));
+        // An Agent's gate session has no caller: no caller of a shared gate owns it.
+        ledger.begin("tools", "fs", "s2", None);
+        assert!(ledger.began("tools", "fs", "s2", None));
+        assert!(!ledger.began("tools", "fs", "s2", Some("alice")));
+        // Bob's attempt changed nothing: the session is still alice's.
+        assert!(ledger.began("tools", "fs", "s1", Some("alice")));
     }
 
     #[test]
     fn many_sessions_stay_within_the_capacity() {
         let ledger = SessionLedger::new(MAX_SESSIONS);
         for n in 0..MAX_SESSIONS * 3 {
-            ledger.begin("tools", "fs", &format!("s{n}"));
+            ledger.begin("tools", "fs", &format!("s{n}"), None);
         }
         let recent = ledger.inner.lock().unwrap();
         assert_eq!(recent.ticks.len(), MAX_SESSIONS);
         assert_eq!(recent.by_age.len(), MAX_SESSIONS);
         drop(recent);
-        assert!(ledger.began("tools", "fs", &format!("s{}", MAX_SESSIONS * 3 - 1)));
-        assert!(!ledger.began("tools", "fs", "s0"));
+        assert!(ledger.began("tools", "fs", &format!("s{}", MAX_SESSIONS * 3 - 1), None));
+        assert!(!ledger.began("tools", "fs", "s0", None));
     }
 }

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::arrived::arrived_first;
 use super::call::{self, Reply, STREAM_QUEUE, Transport};
+use super::callers;
 use super::continuation::Watch;
 use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
 use super::messages::{
@@ -26,6 +27,7 @@ use super::metrics::Outcome;
 use super::outcome;
 use super::sessions;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse, is_event_stream, read_all};
+use crate::api::approval_request::Caller;
 use crate::sse;
 
 /// Header carrying the MCP session id.
@@ -40,6 +42,11 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
     let (mut parts, body) = request.into_parts();
     let headers = std::mem::take(&mut parts.headers);
     let method = parts.method.clone();
+    // On a shared gate: the verified caller, whose sessions alone it may use.
+    let caller = parts.extensions.remove::<Arc<Caller>>();
+    if let Some(refused) = foreign_session(&up, &headers, caller.as_deref()) {
+        return refused;
+    }
     if method != Method::POST {
         // Only POST carries messages; other methods are relayed without a body, and methods
         // MCP does not use are refused so no message can slip past the checks.
@@ -101,7 +108,7 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
         },
         Incoming::Initialize => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => {
-                note_begun(&up, &resp);
+                note_begun(&up, &resp, caller.as_deref());
                 relay_filtered(resp, None, up.clone(), None).await
             }
             Err(e) => upstream_failed(&up, &e),
@@ -111,14 +118,51 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             Err(e) => upstream_failed(&up, &e),
         },
         Incoming::ToolsCall(call) => {
-            call::tools_call(StreamablePost { up, headers }, call, body).await
+            let post = StreamablePost {
+                up,
+                headers,
+                caller,
+            };
+            call::tools_call(post, call, body).await
         }
     }
 }
 
+/// On a shared gate, the refusal of a request naming an MCP session that `caller` did not
+/// begin at this gate (another caller's, one begun before a restart or forgotten, a made-up
+/// one): HTTP 404, as MCP answers a session the server does not know, so the client begins a
+/// new one. `None` on an Agent's gate, and for requests naming no session.
+fn foreign_session(
+    up: &Upstream,
+    headers: &HeaderMap,
+    caller: Option<&Caller>,
+) -> Option<Response<Body>> {
+    let caller = caller?;
+    let id = headers.get(SESSION_HEADER)?;
+    let ours = id.to_str().is_ok_and(|id| {
+        sessions::ledger().began(
+            &up.server.namespace,
+            &up.server.name,
+            id,
+            Some(&caller.username),
+        )
+    });
+    if ours {
+        return None;
+    }
+    tracing::info!(server = %up.label, caller = %caller.username, "refused: an MCP session this caller did not begin here");
+    Some(error_status(
+        StatusCode::NOT_FOUND,
+        &Value::Null,
+        callers::UNKNOWN_SESSION,
+        "approval gate: unknown MCP session: it did not begin at this gate for this caller; begin a new session (initialize)",
+    ))
+}
+
 /// Records the session an upstream assigned in a successful answer to an `initialize` (its
-/// `Mcp-Session-Id`, visible ASCII as MCP requires) as begun at this gate.
-fn note_begun(up: &Upstream, resp: &UpstreamResponse) {
+/// `Mcp-Session-Id`, visible ASCII as MCP requires) as begun at this gate, by `caller` on a
+/// shared gate.
+fn note_begun(up: &Upstream, resp: &UpstreamResponse, caller: Option<&Caller>) {
     if !resp.status().is_success() {
         return;
     }
@@ -128,7 +172,12 @@ fn note_begun(up: &Upstream, resp: &UpstreamResponse) {
     if id.as_bytes().iter().all(u8::is_ascii_graphic)
         && let Ok(id) = id.to_str()
     {
-        sessions::ledger().begin(&up.server.namespace, &up.server.name, id);
+        sessions::ledger().begin(
+            &up.server.namespace,
+            &up.server.name,
+            id,
+            caller.map(|c| c.username.as_str()),
+        );
     }
 }
 
@@ -277,6 +326,7 @@ async fn relay_into(
 struct StreamablePost {
     up: Arc<Upstream>,
     headers: HeaderMap,
+    caller: Option<Arc<Caller>>,
 }
 
 impl Transport for StreamablePost {
@@ -286,6 +336,10 @@ impl Transport for StreamablePost {
 
     fn session(&self) -> Option<&str> {
         session_id(&self.headers)
+    }
+
+    fn caller(&self) -> Option<&Caller> {
+        self.caller.as_deref()
     }
 
     fn headers(&self) -> &HeaderMap {

@@ -14,6 +14,7 @@ use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
 
 use super::approval::Approvals;
+use super::callers::Callers;
 use super::continuation::Continuations;
 use super::messages::ParamHeaders;
 use super::metrics::Metrics;
@@ -36,6 +37,8 @@ pub struct Shared {
     pub approvals: Approvals,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// The callers of a shared gate (gate.json `callers`); `None` on an Agent's gate.
+    pub callers: Option<Arc<Callers>>,
 }
 
 /// One tool server behind the gate.
@@ -118,6 +121,12 @@ pub fn drop_connection_options(headers: &mut HeaderMap) {
 /// writing, never the client's, so it never forwards these either.
 fn describes_body(name: &HeaderName) -> bool {
     name == header::CONTENT_TYPE || name == header::CONTENT_ENCODING
+}
+
+/// Headers carrying a caller's credential: a shared gate never forwards them (its callers'
+/// tokens are for the gate; the upstream gets only the server's configured headers).
+pub fn is_credential(name: &HeaderName) -> bool {
+    name == header::AUTHORIZATION || name == header::PROXY_AUTHORIZATION
 }
 
 /// The most redirects the gate follows for one request (as many as reqwest did).
@@ -259,8 +268,8 @@ impl Upstream {
     }
 
     /// Sends a request upstream: the client's headers minus hop-by-hop ones, minus those
-    /// describing the client's body and minus any the gate configures, then the configured
-    /// ones. A non-empty `body` is a message the gate wrote, so it goes with the gate's own
+    /// describing the client's body, minus any the gate configures and, on a shared gate,
+    /// minus the caller's credentials ([`is_credential`]), then the configured ones. A non-empty `body` is a message the gate wrote, so it goes with the gate's own
     /// `Content-Type: application/json`. Redirects within the upstream's origin are followed
     /// (see [`Self::follow`]). The response head must come within `params.timeout`, when set,
     /// redirects included.
@@ -395,8 +404,13 @@ impl Upstream {
         *request.uri_mut() = uri;
         let headers = request.headers_mut();
         headers.reserve(client_headers.len() + self.headers.len() + 1);
+        let shared = self.shared.callers.is_some();
         for (k, v) in client_headers {
-            if !hop_by_hop(k) && !describes_body(k) && !self.headers.contains_key(k) {
+            let dropped = hop_by_hop(k)
+                || describes_body(k)
+                || self.headers.contains_key(k)
+                || (shared && is_credential(k));
+            if !dropped {
                 headers.append(k.clone(), v.clone());
             }
         }

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use super::plan::Event;
-use crate::api::approval_request::DecisionType;
+use crate::api::approval_request::{DecisionType, PolicyKind};
 use crate::api::{ApprovalRequest, Phase};
 use crate::visible::visible;
 
@@ -68,6 +68,13 @@ fn facts(request: &ApprovalRequest, event: Event, phase: Phase) -> Value {
     if let Some(grant) = &spec.grant {
         data["grant"] = json!(grant);
     }
+    // A shared gate's request: the ToolGate (not an Agent) asked, for this caller's call.
+    if spec.agent_ref.kind() != PolicyKind::Agent {
+        data["agentKind"] = json!(spec.agent_ref.kind().as_str());
+    }
+    if let Some(caller) = &spec.caller {
+        data["caller"] = json!(caller.username);
+    }
     if phase == Phase::Pending {
         data["approve"] = json!(approve);
         data["deny"] = json!(deny);
@@ -110,8 +117,17 @@ fn slack_text(text: &str) -> String {
 pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase, buttons: bool) -> Value {
     let spec = &request.spec;
     let namespace = request.namespace().unwrap_or_default();
+    let of = match spec.agent_ref.kind() {
+        PolicyKind::Agent => "agent",
+        PolicyKind::ToolGate => "ToolGate",
+    };
+    let called_by = spec
+        .caller
+        .as_ref()
+        .map(|c| format!(", called by *{}*", slack_text(&c.username)))
+        .unwrap_or_default();
     let what = format!(
-        "`{}` of agent *{}* in {}",
+        "`{}` of {of} *{}* in {}{called_by}",
         slack_text(&spec.tool_name),
         slack_text(&spec.agent_ref.name),
         slack_text(&namespace)
@@ -267,6 +283,37 @@ mod tests {
             s["text"],
             "Approved by the grant tmp-cleanup of alice: `delete_file` of agent *helper* in team-a"
         );
+    }
+
+    #[test]
+    fn a_shared_gates_request_says_who_called() {
+        let mut r = request(None);
+        r.spec.agent_ref = crate::api::approval_request::AgentRef {
+            name: "fs-gate".into(),
+            kind: Some(PolicyKind::ToolGate),
+        };
+        r.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
+            username: "system:serviceaccount:apps:bot-<a>".into(),
+            uid: None,
+            groups: vec![],
+        }));
+        let e = cloud_event(&r, Event::Created, Phase::Pending, Timestamp::UNIX_EPOCH);
+        assert_eq!(e["data"]["agent"], "fs-gate");
+        assert_eq!(e["data"]["agentKind"], "ToolGate");
+        assert_eq!(e["data"]["caller"], "system:serviceaccount:apps:bot-<a>");
+        let s = slack(&r, Event::Created, Phase::Pending, false);
+        assert_eq!(
+            s["text"],
+            "Approval needed: `delete_file` of ToolGate *fs-gate* in team-a, called by *system:serviceaccount:apps:bot-&lt;a&gt;*"
+        );
+        // An Agent's request says nothing of either.
+        let e = cloud_event(
+            &request(None),
+            Event::Created,
+            Phase::Pending,
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(e["data"].get("agentKind").is_none() && e["data"].get("caller").is_none());
     }
 
     #[test]

@@ -46,7 +46,17 @@ struct Store {
     history: Vec<(String, &'static str, Value)>,
     seen: Vec<Seen>,
     stalled: Vec<String>,
+    /// Tokens the TokenReviews know: token → (user, audiences it is valid for).
+    tokens: BTreeMap<String, (Value, Vec<String>)>,
+    /// TokenReviews answered (or failed).
+    token_reviews: usize,
+    /// Fail every TokenReview with this code.
+    fail_reviews: Option<u16>,
 }
+
+/// The apiserver's own audience: a token made without one (a legacy Secret token, a
+/// `kubectl create token` without `--audience`) is valid for it.
+pub const APISERVER_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// A request as the fake received it, whatever its path.
 #[derive(Clone, Debug)]
@@ -162,6 +172,10 @@ impl FakeApi {
                 "/apis/authentication.k8s.io/v1/selfsubjectreviews",
                 axum::routing::post(self_subject_review),
             )
+            .route(
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                axum::routing::post(token_review),
+            )
             .fallback(generic)
             .layer(middleware::from_fn_with_state(api.clone(), observe))
             .with_state(api.clone());
@@ -271,6 +285,27 @@ impl FakeApi {
         own(&mut obj, "kubectl-create", &spec);
         s.objects.insert(name.into(), obj.clone());
         let _ = self.events.send(("ADDED".into(), obj));
+    }
+
+    /// Makes `token` the bearer token of `username` (in `groups`, with the uid
+    /// `uid-<username>`), valid for `audiences`.
+    pub fn add_token(&self, token: &str, username: &str, groups: &[&str], audiences: &[&str]) {
+        let user =
+            json!({"username": username, "uid": format!("uid-{username}"), "groups": groups});
+        self.store.lock().unwrap().tokens.insert(
+            token.into(),
+            (user, audiences.iter().map(|a| a.to_string()).collect()),
+        );
+    }
+
+    /// How many TokenReviews were asked for.
+    pub fn token_reviews(&self) -> usize {
+        self.store.lock().unwrap().token_reviews
+    }
+
+    /// Makes every TokenReview fail with `code` (None: answer again).
+    pub fn fail_token_reviews(&self, code: Option<u16>) {
+        self.store.lock().unwrap().fail_reviews = code;
     }
 
     /// Every request to any path, in order.
@@ -419,6 +454,41 @@ async fn self_subject_review() -> Response {
     let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
         "metadata": {}, "status": {"userInfo": {"username": "alice", "groups": ["approvers"]}}});
     (StatusCode::CREATED, axum::Json(review)).into_response()
+}
+
+/// A TokenReview, as kube-apiserver answers it: authenticated when the token is known and
+/// valid for one of the audiences asked about (the apiserver's when none), with those
+/// audiences in `status.audiences`.
+async fn token_review(State(api): State<FakeApi>, body: Bytes) -> Response {
+    let review: Value = serde_json::from_slice(&body).unwrap();
+    let mut s = api.store.lock().unwrap();
+    s.token_reviews += 1;
+    if let Some(code) = s.fail_reviews {
+        return status(code, "InternalError", "token reviews fail");
+    }
+    let token = review["spec"]["token"].as_str().unwrap_or_default();
+    let asked: Vec<String> = match review["spec"]["audiences"].as_array() {
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect(),
+        _ => vec![APISERVER_AUDIENCE.into()],
+    };
+    let reviewed = match s.tokens.get(token) {
+        None => json!({"authenticated": false, "error": "invalid bearer token"}),
+        Some((user, valid)) => {
+            let both: Vec<&String> = asked.iter().filter(|a| valid.contains(a)).collect();
+            if both.is_empty() {
+                json!({"authenticated": false, "error": format!(
+                    "[invalid bearer token, token audiences {valid:?} is invalid for the target audiences {asked:?}]")})
+            } else {
+                json!({"authenticated": true, "user": user, "audiences": both})
+            }
+        }
+    };
+    let answer = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "metadata": {"creationTimestamp": null}, "spec": review["spec"], "status": reviewed});
+    (StatusCode::CREATED, axum::Json(answer)).into_response()
 }
 
 /// A watch of one request (field selector `metadata.name=`) or, without one, of every request

@@ -335,7 +335,7 @@ def test_user_roles(chart):
     approver = one(docs, "ClusterRole", "hitl-approver")
     assert sorted(rules_of(approver)) == sorted([
         (("kagent.dev",), ("approvalrequests",), ("get", "list", "watch", "patch")),
-        (("kagent.dev",), ("agents",), ("approve",)),
+        (("kagent.dev",), ("agents", "toolgates"), ("approve",)),
         (("kagent.dev",), ("approvalgrants",), ("get", "list", "watch", "create", "patch", "delete")),
     ])
     assert "rbac.authorization.k8s.io/aggregate-to-admin" not in approver["metadata"]["labels"]
@@ -360,16 +360,22 @@ def test_admission_policies_default(chart):
     decision = policies[f"{FULLNAME}-approval-decision"]["spec"]
     assert decision["matchConstraints"]["resourceRules"][0]["resources"] == ["approvalrequests"]
     exprs = [v["expression"] for v in decision["validations"]]
+    # The verb approve on the kind spec.agentRef names: agents, or toolgates (shared gates).
     assert exprs[0] == (
-        "authorizer.group('kagent.dev').resource('agents').namespace(object.metadata.namespace)"
+        "authorizer.group('kagent.dev').resource((has(object.spec.agentRef.kind) && "
+        "object.spec.agentRef.kind == 'ToolGate' ? 'toolgates' : 'agents'))"
+        ".namespace(object.metadata.namespace)"
         ".name(object.spec.agentRef.name).check('approve').allowed()"
     )
     assert "object.spec.decision.decidedBy == request.userInfo.username" in exprs
+    caller = "!has(object.spec.caller) || object.spec.caller.username != request.userInfo.username"
+    assert caller in exprs
     assert "object.spec.requestedBy != request.userInfo.username" in exprs
     assert "!request.userInfo.username.startsWith('system:serviceaccount:')" in exprs
     quorum = policies[f"{FULLNAME}-approval-quorum"]["spec"]
     quorum_exprs = [v["expression"] for v in quorum["validations"]]
     assert quorum_exprs[0] == exprs[0]
+    assert caller in quorum_exprs
     assert "object.spec.requestedBy != request.userInfo.username" in quorum_exprs
     assert "!request.userInfo.username.startsWith('system:serviceaccount:')" in quorum_exprs
     status = policies[f"{FULLNAME}-approval-status"]["spec"]
@@ -537,12 +543,16 @@ def test_policy_options(chart):
     exprs = [v["expression"] for v in decision["spec"]["validations"]]
     assert "object.spec.requestedBy != request.userInfo.username" not in exprs
     assert not any("system:serviceaccount:" in e for e in exprs)
-    assert len(exprs) == 3
+    # The caller's own call stays out of its reach whatever the options say.
+    caller = "!has(object.spec.caller) || object.spec.caller.username != request.userInfo.username"
+    assert caller in exprs
+    assert len(exprs) == 4
     quorum = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-quorum")
     exprs = [v["expression"] for v in quorum["spec"]["validations"]]
     assert "object.spec.requestedBy != request.userInfo.username" not in exprs
     assert not any("system:serviceaccount:" in e for e in exprs)
-    assert len(exprs) == 3
+    assert caller in exprs
+    assert len(exprs) == 4
     status = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-status")
     assert status["spec"]["matchConditions"][0]["expression"] == (
         f'!(request.userInfo.username in ["{CONTROLLER_USER}","ops-admin"])'

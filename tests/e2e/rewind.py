@@ -1,7 +1,10 @@
 """Generated status attacks on the real apiserver (tests/e2e/rewind.sh; issue 41).
 
 For every status field of ApprovalRequest and ApprovalGrant, as read from the installed CRDs,
-and for spec.revoked of a grant, this writes every kind of removal, null, replacement and rewind
+for spec.revoked of a grant and for spec.caller of both (its values generated from the CRD's
+schema of it, as read from the apiserver: every property replaced, each optional one dropped,
+the whole object emptied; given where it is absent), this writes every kind of removal, null,
+replacement and rewind
 a client can send -- merge patch, JSON patch, PUT, server-side apply under a new field manager
 and under the managers that own the field -- to the status subresource and to the main resource,
 as every identity given. It fails on any accepted write that moves a guarantee backwards:
@@ -11,6 +14,7 @@ as every identity given. It fails on any accepted write that moves a guarantee b
                    status.notifications only grow (attempts never fall, deliveredAt write-once)
   ApprovalGrant    status.uses never falls nor passes spec.maxUses; lastUsedAt never goes back;
                    lastUsedAt/lastUsedBy change only with a new use; spec.revoked never reverts
+  both             spec.caller (a shared gate's caller) is never added, removed or changed
 
 and, with --policies on, on any accepted write of a grant's status by anyone but its own gate
 and the status owners. After each accepted write that changed the object, the replay command is
@@ -43,6 +47,12 @@ GRANT_STATUS_WRITERS = {"admin", "controller", "agent"}
 # The status fields the gate reads when it judges a request or a grant (gate::decision,
 # gate::grants); a replay is needed once per distinct value of these and the spec.
 GATE_READS = ("phase", "decidedAt", "consumedAt", "consumedBy", "uses", "lastUsedAt", "lastUsedBy")
+# The spec fields attacked, by kind: the values to write, or None to generate them from the
+# CRD's schema of the field (other_values) and the object's current value.
+SPEC_FIELDS = {
+    "approvalrequests": {"caller": None},
+    "approvalgrants": {"revoked": [False], "caller": None},
+}
 
 
 class Identity:
@@ -112,12 +122,20 @@ def path_of(ns, plural, name, status):
     return f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{plural}/{name}" + ("/status" if status else "")
 
 
-def status_fields(admin, plural):
-    """The status properties of a CRD as the apiserver serves it: name -> schema."""
+def properties(admin, plural, part):
+    """The properties of `part` (spec or status) of a CRD as the apiserver serves it:
+    name -> schema."""
     code, crd = admin.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{GROUP}")
     assert code == 200, crd
     version = next(v for v in crd["spec"]["versions"] if v["name"] == VERSION)
-    return version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    return version["schema"]["openAPIV3Schema"]["properties"][part]["properties"]
+
+
+def spec_attacks(spec_schema, spec, wanted):
+    """(field, values) for each spec field of `wanted`: its given values, or those generated
+    from its schema and current value."""
+    return [(field, values if values is not None else other_values(spec_schema[field], spec.get(field)))
+            for field, values in wanted.items()]
 
 
 def other_values(schema, current):
@@ -136,16 +154,27 @@ def other_values(schema, current):
         return sorted({base - 1, 0, base + 1} - {current})
     if kind == "boolean":
         return [not current] if isinstance(current, bool) else [False, True]
+    if kind == "object" and "properties" in schema:
+        base = current if isinstance(current, dict) else {}
+        values = [{}]
+        for key, sub in schema["properties"].items():
+            for value in other_values(sub, base.get(key)):
+                values.append({**base, key: value})
+            if key in base and key not in schema.get("required", []):
+                values.append({k: v for k, v in base.items() if k != key})
+        return values
     if kind == "array":
         values = [[]]
+        if schema.get("items", {}).get("type") == "string":
+            values.append(list(current or []) + ["forged"])
         for i, item in enumerate(current or []):
             values.append([x for j, x in enumerate(current) if j != i])
             for key, sub in schema.get("items", {}).get("properties", {}).items():
-                for value in other_values(sub, item.get(key)) if key in item else []:
+                for value in other_values(sub, item.get(key)) if isinstance(item, dict) and key in item else []:
                     rewound = copy.deepcopy(current)
                     rewound[i][key] = value
                     values.append(rewound)
-                if key in item and key not in schema["items"].get("required", []):
+                if isinstance(item, dict) and key in item and key not in schema["items"].get("required", []):
                     dropped = copy.deepcopy(current)
                     del dropped[i][key]
                     values.append(dropped)
@@ -213,8 +242,10 @@ def attacks(obj, fields, history, managers, spec_fields=()):
         jsonpatch(f"remove /spec/{field}", [{"op": "remove", "path": f"/spec/{field}"}], False)
         put(f"PUT without spec.{field}", lambda o, f=field: o["spec"].pop(f, None), False)
         for value in values:
-            merge(f"spec.{field}: {value}", {"spec": {field: value}}, False)
-            put(f"PUT spec.{field} {value}", lambda o, f=field, v=value: o["spec"].__setitem__(f, v), False)
+            short = json.dumps(value)[:40]
+            merge(f"spec.{field}: {short}", {"spec": {field: value}}, False)
+            jsonpatch(f"add /spec/{field} {short}", [{"op": "add", "path": f"/spec/{field}", "value": value}], False)
+            put(f"PUT spec.{field} {short}", lambda o, f=field, v=value: o["spec"].__setitem__(f, v), False)
         for manager in managers:
             spec = {k: v for k, v in obj["spec"].items() if k != field}
             apply(f"spec without {field}", manager, "spec", spec, False)
@@ -232,7 +263,13 @@ def request_broken(before, after):
         broken.append(f"finished phase {b['phase']} -> {a.get('phase')!r}")
     if "decidedAt" in a and "decision" not in after["spec"] and "grant" not in after["spec"]:
         broken.append("status.decidedAt on an undecided request")
-    return broken
+    return broken + caller_broken(before, after)
+
+
+def caller_broken(before, after):
+    """spec.caller, a shared gate's caller, is never added, removed or changed."""
+    b, a = before["spec"].get("caller"), after["spec"].get("caller")
+    return [] if a == b else [f"spec.caller {b!r} -> {a!r}"]
 
 
 def grant_broken(before, after):
@@ -251,7 +288,7 @@ def grant_broken(before, after):
                 broken.append(f"status.{field} changed without a use: {b.get(field)!r} -> {a.get(field)!r}")
     if before["spec"].get("revoked") and not after["spec"].get("revoked"):
         broken.append("spec.revoked reverted")
-    return broken
+    return broken + caller_broken(before, after)
 
 
 def replay(command):
@@ -272,11 +309,12 @@ def run(args):
     for plural, name, history, replay_cmd in args.target:
         grant = plural == "approvalgrants"
         targets.append((plural, name, grant_broken if grant else request_broken, replay_cmd,
-                        (("revoked", [False]),) if grant else (), json.loads(history)))
+                        json.loads(history)))
     failures, rows = [], []
     print(f"policies {args.policies}: kind, object, identity, writes", flush=True)
-    for plural, name, broken_by, replay_cmd, spec_fields, history in targets:
-        fields = status_fields(admin, plural)
+    for plural, name, broken_by, replay_cmd, history in targets:
+        fields = properties(admin, plural, "status")
+        spec_schema = properties(admin, plural, "spec")
         baseline = replay(replay_cmd)
         replayed = set()
         for who, identity in identities.items():
@@ -284,6 +322,7 @@ def run(args):
             code, obj = admin.request("GET", path_of(args.ns, plural, name, False))
             assert code == 200, obj
             managers = sorted({m["manager"] for m in obj["metadata"].get("managedFields", [])})
+            spec_fields = spec_attacks(spec_schema, obj["spec"], SPEC_FIELDS[plural])
             for label, sub, method, ctype, build in attacks(obj, fields, history, managers, spec_fields):
                 code, before = admin.request("GET", path_of(args.ns, plural, name, False))
                 if code != 200:

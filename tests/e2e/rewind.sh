@@ -2,7 +2,8 @@
 # Undoing a status never undoes a guarantee, on the real control plane (docs/policies.md "What
 # the CRDs guarantee"; issue 41): one approval consumed and one grant with maxUses 1 used, then
 # every generated way to remove, null, replace or rewind each of their status fields (and a
-# grant's spec.revoked) -- merge and JSON patches, PUT, server-side apply under a new field
+# grant's spec.revoked, and spec.caller of a shared gate's request and grant, its values
+# generated from the CRD's schema) -- merge and JSON patches, PUT, server-side apply under a new field
 # manager and under the managers that own the fields, on the status subresource and the main
 # resource -- as the Agent's own identity, another Agent's, mallory, alice, the controller and
 # cluster-admin; first without the chart's admission policies, then with them
@@ -113,6 +114,38 @@ spec:
   revoked: true
 YAML
 ok "grant revoked: any number of uses, revoked"
+# A shared gate's request and grant (spec.caller set, agentRef a ToolGate), as cluster-admin and
+# alice create them: no shared gate runs in this suite, so their replay runs nothing and prints
+# 0 runs; their spec.caller must survive every generated write.
+ADMIN_USER=$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')
+kubectl -n "$NS" create -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata: {name: shared-call}
+spec:
+  agentRef: {name: shared, kind: ToolGate}
+  caller: {username: "system:serviceaccount:$NS:bot", uid: bot-uid, groups: [system:serviceaccounts, "system:serviceaccounts:$NS"]}
+  toolServer: {kind: RemoteMCPServer, name: recorder, namespace: $NS}
+  toolName: delete_file
+  argumentsSha256: "$(printf 'a%.0s' $(seq 64))"
+  argumentsBytes: 2
+  requestedBy: "$ADMIN_USER"
+  expiresAt: "$(date -u -d '+30 minutes' +%Y-%m-%dT%H:%M:%SZ)"
+YAML
+kubectl --kubeconfig "$ALICE" -n "$NS" create -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalGrant
+metadata: {name: shared-grant}
+spec:
+  agentRef: {name: shared, kind: ToolGate}
+  caller: "system:serviceaccount:$NS:bot"
+  toolServer: {kind: RemoteMCPServer, name: recorder, namespace: $NS}
+  toolName: delete_file
+  expiresAt: "$(date -u -d '+30 minutes' +%Y-%m-%dT%H:%M:%SZ)"
+  reason: e2e rewind
+  grantedBy: alice
+YAML
+ok "a shared gate's request shared-call and grant shared-grant, each with spec.caller"
 
 IDENTITIES=(admin="$KUBECONFIG" controller="$GATES_CONTROLLER_KUBECONFIG" agent="$WORK/agent.kubeconfig"
   other="$WORK/other.kubeconfig" alice="$ALICE" mallory="$MALLORY")
@@ -121,6 +154,8 @@ rewind() {
     --target approvalrequests "$REQ" "$REQUEST_HISTORY" "$(replay_cmd /rewind/call)" \
     --target approvalgrants once "$GRANT_HISTORY" "$(replay_cmd /rewind/granted)" \
     --target approvalgrants revoked "[{}]" "$(replay_cmd /rewind/revoked)" \
+    --target approvalrequests shared-call "[{}]" "echo 0" \
+    --target approvalgrants shared-grant "[{}]" "echo 0" \
     "${IDENTITIES[@]}" | tee "$WORK/rewind-$1.out"
 }
 # What the apiserver answers another agent's gate recording one more use of this Agent's grant

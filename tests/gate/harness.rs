@@ -14,11 +14,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, Uri};
 use axum::serve::ListenerExt;
 use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
+use hitl_operator::api::approval_request::PolicyKind;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::contract::agent_config::McpParams;
 use hitl_operator::contract::binding_key::BindingKey;
 use hitl_operator::contract::gate_config::{
-    AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GateApproval, GateConfig, GateServer,
+    AgentIdentity, CallerPolicy, DEFAULT_MAX_OPEN_REQUESTS, GateApproval, GateConfig, GateServer,
 };
 use hitl_operator::gate::decision::SystemClock;
 pub use hitl_operator::gate::freeze::{FreezeState, FreezeWatch};
@@ -212,6 +213,7 @@ pub struct Counter {
     calls: Arc<Mutex<BTreeMap<String, usize>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
     bodies: Arc<Mutex<Vec<Received>>>,
+    credentials: Arc<Mutex<Vec<String>>>,
     connections: Arc<std::sync::atomic::AtomicUsize>,
     target: String,
     http: reqwest::Client,
@@ -227,6 +229,7 @@ impl Counter {
             calls: Arc::default(),
             seen: Arc::default(),
             bodies: Arc::default(),
+            credentials: Arc::default(),
             connections: Arc::default(),
             target,
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
@@ -249,6 +252,12 @@ impl Counter {
     /// The `Content-Type` and body of every request with a body, as they reached the upstream.
     pub fn bodies(&self) -> Vec<Received> {
         self.bodies.lock().unwrap().clone()
+    }
+
+    /// Every `Authorization` and `Proxy-Authorization` header that reached the upstream, as
+    /// `name: value`.
+    pub fn credentials(&self) -> Vec<String> {
+        self.credentials.lock().unwrap().clone()
     }
 
     /// How many TCP connections the gate opened to the upstream.
@@ -280,6 +289,14 @@ async fn forward(
             .join(","),
         header("mcp-session-id"),
     ));
+    for name in ["authorization", "proxy-authorization"] {
+        for value in headers.get_all(name) {
+            c.credentials
+                .lock()
+                .unwrap()
+                .push(format!("{name}: {}", value.to_str().unwrap()));
+        }
+    }
     if !body.is_empty() {
         c.bodies
             .lock()
@@ -368,6 +385,29 @@ pub fn config(servers: Vec<GateServer>, timeout: f64, wait: f64) -> GateConfig {
         metrics_listen: "127.0.0.1:0".into(),
         servers,
     }
+}
+
+/// The audience of the shared gates the tests start.
+pub const GATE_AUDIENCE: &str = "hitl-gate.team";
+
+/// A shared gate's configuration (ToolGate `team/shared`): callers must bear a token for
+/// [`GATE_AUDIENCE`], any verified caller may call.
+pub fn shared_config(servers: Vec<GateServer>, timeout: f64, wait: f64) -> GateConfig {
+    let mut config = config(servers, timeout, wait);
+    config.agent = AgentIdentity {
+        kind: PolicyKind::ToolGate,
+        namespace: "team".into(),
+        name: "shared".into(),
+        uid: "toolgate-uid".into(),
+        service_account: "shared-gate".into(),
+    };
+    config.callers = Some(CallerPolicy {
+        audiences: vec![GATE_AUDIENCE.into()],
+        users: vec![],
+        groups: vec![],
+        max_calls_per_minute: None,
+    });
+    config
 }
 
 /// An ApprovalGrant by alice, for an hour, of agent-a's calls of `tool` on the server

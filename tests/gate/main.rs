@@ -7,6 +7,7 @@ mod harness;
 mod stub;
 
 mod binary;
+mod callers;
 mod config_errors;
 mod freeze;
 mod npm_peers;

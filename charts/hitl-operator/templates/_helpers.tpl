@@ -64,3 +64,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "hitl.leaseName" -}}
 {{- default (include "hitl.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}
+
+{{/*
+CEL, in the admission policies: the resource whose RBAC verbs cover an ApprovalRequest or
+ApprovalGrant, by the kind its spec.agentRef names (Agent when unset, or ToolGate).
+*/}}
+{{- define "hitl.policyResource" -}}
+has(object.spec.agentRef.kind) && object.spec.agentRef.kind == 'ToolGate' ? 'toolgates' : 'agents'
+{{- end }}

@@ -37,7 +37,18 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
     };
     field("Name", &r.name_any());
     field("Namespace", r.namespace().as_deref().unwrap_or(""));
-    field("Agent", &spec.agent_ref.name);
+    let kind = spec.agent_ref.kind().as_str();
+    field(kind, &spec.agent_ref.name);
+    if let Some(caller) = &spec.caller {
+        let mut who = caller.username.clone();
+        if let Some(uid) = &caller.uid {
+            who.push_str(&format!(" (uid {uid})"));
+        }
+        if !caller.groups.is_empty() {
+            who.push_str(&format!(", groups {}", caller.groups.join(", ")));
+        }
+        field("Called by", &who);
+    }
     field(
         "Tool",
         &format!(
@@ -51,7 +62,7 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
     if let Some(rule) = &spec.rule {
         field(
             "Rule",
-            &format!("{rule} (an approval rule of the Agent asked)"),
+            &format!("{rule} (an approval rule of the {kind} asked)"),
         );
     }
     field("Phase", r.phase_at(now).as_str());
@@ -161,4 +172,34 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::approval_request::fixture::request_json;
+    use crate::api::approval_request::{Caller, PolicyKind};
+
+    #[test]
+    fn a_shared_gates_request_names_the_toolgate_and_who_called() {
+        let now: Timestamp = "2026-11-22T00:05:00Z".parse().unwrap();
+        let mut r: ApprovalRequest = serde_json::from_value(request_json()).unwrap();
+        let agents = describe(&r, now);
+        assert!(agents.contains("\nAgent:        helper\n"), "{agents}");
+        assert!(!agents.contains("Called by"), "{agents}");
+        r.spec.agent_ref.kind = Some(PolicyKind::ToolGate);
+        r.spec.caller = Some(Box::new(Caller {
+            username: "system:serviceaccount:apps:bot-a".into(),
+            uid: Some("u-1".into()),
+            groups: vec!["system:serviceaccounts".into(), "apps".into()],
+        }));
+        let shared = describe(&r, now);
+        assert!(shared.contains("\nToolGate:     helper\n"), "{shared}");
+        assert!(
+            shared.contains(
+                "\nCalled by:    system:serviceaccount:apps:bot-a (uid u-1), groups system:serviceaccounts, apps\n"
+            ),
+            "{shared}"
+        );
+    }
 }

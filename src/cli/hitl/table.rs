@@ -30,7 +30,15 @@ pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> V
         cells.push(meta.namespace.clone().unwrap_or_default());
     }
     cells.push(meta.name.clone().unwrap_or_default());
-    cells.push(request.spec.agent_ref.name.clone());
+    // A shared gate's request: the ToolGate, and who called through it.
+    cells.push(match &request.spec.caller {
+        Some(caller) => format!(
+            "{} (called by {})",
+            request.spec.agent_ref.label(),
+            caller.username
+        ),
+        None => request.spec.agent_ref.label(),
+    });
     cells.push(request.spec.tool_name.clone());
     cells.push(args_preview(request));
     cells.push(request.phase_at(now).as_str().to_owned());
@@ -215,6 +223,21 @@ mod tests {
         assert_eq!(
             row(&r, ts("2026-11-22T01:03:00Z"), false)[6..],
             ["<unknown>", "in 3d"]
+        );
+    }
+
+    #[test]
+    fn a_shared_gates_row_names_the_toolgate_and_its_caller() {
+        let mut r = request("r", "ns", json!({}));
+        r.spec.agent_ref.kind = Some(crate::api::approval_request::PolicyKind::ToolGate);
+        r.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
+            username: "system:serviceaccount:apps:bot-a".into(),
+            uid: None,
+            groups: vec![],
+        }));
+        assert_eq!(
+            row(&r, ts("2026-11-22T00:05:00Z"), false)[1],
+            "ToolGate/helper (called by system:serviceaccount:apps:bot-a)"
         );
     }
 

@@ -93,6 +93,8 @@ fn call(arguments: &Value) -> GatedCall {
     GatedCall {
         key: CallKey {
             agent: "agent-a".into(),
+            kind: PolicyKind::Agent,
+            caller: None,
             server_kind: ToolServerKind::RemoteMCPServer,
             server_namespace: "tools".into(),
             server_name: "fs".into(),
@@ -108,7 +110,21 @@ fn call(arguments: &Value) -> GatedCall {
             task_id: None,
             call_id: Some("7".into()),
         },
+        caller: None,
     }
+}
+
+/// `call(arguments)` through the shared gate of ToolGate `agent-a`, by `caller`.
+fn shared_call(arguments: &Value, caller: &str) -> GatedCall {
+    let mut c = call(arguments);
+    c.key.kind = PolicyKind::ToolGate;
+    c.key.caller = Some(caller.into());
+    c.caller = Some(Caller {
+        username: caller.into(),
+        uid: Some("caller-uid".into()),
+        groups: vec!["system:serviceaccounts".into()],
+    });
+    c
 }
 
 /// What the apiserver stored after creation, with a resourceVersion.
@@ -808,6 +824,67 @@ async fn a_gate_that_cannot_count_creates_nothing() {
     let refused = task.await.unwrap().unwrap_err();
     assert_eq!(refused.reason(), "OpenRequestsUnknown");
     assert!(handle.is_idle());
+}
+
+/// A shared gate's request: its caller in `spec.caller`, in its name and in a label; the
+/// ToolGate as its agentRef and owner. Another caller's identical call is another request.
+#[tokio::test]
+async fn a_shared_gates_request_is_its_callers() {
+    let arguments = args();
+    let c = shared_call(&arguments, "system:serviceaccount:apps:bot-a");
+    let clock = Arc::new(Manual(Mutex::new(now())));
+    let (client, mut handle) = mock::pair(NS);
+    let gate = AgentIdentity {
+        kind: PolicyKind::ToolGate,
+        ..agent()
+    };
+    let settings = ApprovalSettings {
+        timeout: Duration::from_secs(3600),
+        wait: Duration::from_secs(30),
+        progress_every: Duration::from_secs(3600),
+        pod: "gate-pod-0".into(),
+        metrics: Arc::new(Metrics::default()),
+        freeze: FreezeWatch::fixed(FreezeState::Clear),
+        grant_max_ttl: None,
+        open: OpenRequests::fixed(&gate, DEFAULT_MAX_OPEN_REQUESTS, &[]),
+    };
+    let a = Approvals::new(client, gate, settings, clock);
+    let task = tokio::spawn({
+        let c = c.clone();
+        async move { a.find_or_create(&c).await.map(|(r, _)| r) }
+    });
+    let hash = caller_label("system:serviceaccount:apps:bot-a");
+    assert_eq!(hash.len(), 16);
+    let (_, uri, _, send) = handle.next().await.parts();
+    assert_eq!(
+        uri,
+        format!("{}%2Ckagent.dev%2Fcaller-hash%3D{hash}", list_uri(&c))
+    );
+    send.respond(200, &list_of(vec![]));
+    let (_, _, body, send) = handle.next().await.parts();
+    assert_eq!(body["metadata"]["name"], json!(expected_name(&c, 0)));
+    assert_eq!(
+        body["metadata"]["labels"]["kagent.dev/caller-hash"],
+        json!(hash)
+    );
+    assert_eq!(body["metadata"]["ownerReferences"][0]["kind"], "ToolGate");
+    assert_eq!(
+        body["spec"]["agentRef"],
+        json!({"name": "agent-a", "kind": "ToolGate"})
+    );
+    assert_eq!(
+        body["spec"]["caller"],
+        json!({"username": "system:serviceaccount:apps:bot-a", "uid": "caller-uid",
+            "groups": ["system:serviceaccounts"]})
+    );
+    send.respond(201, &stored(&body, "10"));
+    let created = task.await.unwrap().unwrap();
+    assert!(c.key.matches(&created));
+    let other = shared_call(&arguments, "system:serviceaccount:apps:bot-b");
+    assert!(!other.key.matches(&created));
+    assert_ne!(base_name(&other.key), base_name(&c.key));
+    // An Agent's identical call is named as before callers existed.
+    assert_ne!(base_name(&call(&arguments).key), base_name(&c.key));
 }
 
 #[test]

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::*;
 use crate::api::agent::ToolServerKind;
 use crate::api::approval_grant::{ApprovalGrantSpec, ApprovalGrantStatus};
-use crate::api::approval_request::{AgentRef, ToolServerRef};
+use crate::api::approval_request::{AgentRef, PolicyKind, ToolServerRef};
 use crate::condition::CallFacts;
 use crate::gate::sessions;
 
@@ -60,6 +60,8 @@ fn grant() -> ApprovalGrant {
 fn key(tool: &str, required_approvals: u32) -> CallKey {
     CallKey {
         agent: "agent-a".into(),
+        kind: PolicyKind::Agent,
+        caller: None,
         server_kind: ToolServerKind::RemoteMCPServer,
         server_namespace: "tools".into(),
         server_name: "fs".into(),
@@ -69,9 +71,22 @@ fn key(tool: &str, required_approvals: u32) -> CallKey {
     }
 }
 
-/// Why `grant` does not cover a call of `tool` with `args` in `session` at [`NOW`].
+/// Why `grant` does not cover a call of `tool` with `args` in `session` at [`NOW`], through
+/// agent-a's gate.
 fn why(
     grant: &ApprovalGrant,
+    tool: &str,
+    args: serde_json::Value,
+    session: Option<&str>,
+) -> Option<String> {
+    why_through(grant, PolicyKind::Agent, None, tool, args, session)
+}
+
+/// [`why`] through the gate of `kind` agent-a, for the call of `caller`.
+fn why_through(
+    grant: &ApprovalGrant,
+    kind: PolicyKind,
+    caller: Option<&str>,
     tool: &str,
     args: serde_json::Value,
     session: Option<&str>,
@@ -85,10 +100,15 @@ fn why(
         tool,
         session,
     });
-    let key = key(tool, 1);
+    let key = CallKey {
+        kind,
+        caller: caller.map(String::from),
+        ..key(tool, 1)
+    };
     let call = GrantedCall {
         key: &key,
         session,
+        caller,
         facts: &facts,
         gate: GATE,
     };
@@ -128,10 +148,116 @@ fn it_covers_only_its_agent_server_and_tool() {
 }
 
 #[test]
+fn a_grant_covers_only_the_kind_its_agent_ref_names() {
+    // An Agent's grant never covers the ToolGate of the same name, nor the other way round.
+    let why = why_through(
+        &grant(),
+        PolicyKind::ToolGate,
+        Some("bot"),
+        "delete_file",
+        json!({}),
+        None,
+    );
+    assert_eq!(
+        why.as_deref(),
+        Some("it is for another agent, server or tool")
+    );
+    let mut shared = grant();
+    shared.spec.agent_ref.kind = Some(PolicyKind::ToolGate);
+    assert_eq!(
+        why_through(
+            &shared,
+            PolicyKind::ToolGate,
+            Some("bot"),
+            "delete_file",
+            json!({}),
+            None
+        ),
+        None
+    );
+    assert!(
+        why_through(
+            &shared,
+            PolicyKind::Agent,
+            None,
+            "delete_file",
+            json!({}),
+            None
+        )
+        .is_some()
+    );
+}
+
+#[test]
+fn a_grant_naming_a_caller_covers_that_callers_calls_only() {
+    let mut shared = grant();
+    shared.spec.agent_ref.kind = Some(PolicyKind::ToolGate);
+    shared.spec.caller = Some("system:serviceaccount:team:bot-a".into());
+    let through = |g: &ApprovalGrant, caller: Option<&str>| {
+        let kind = if caller.is_some() {
+            PolicyKind::ToolGate
+        } else {
+            PolicyKind::Agent
+        };
+        why_through(g, kind, caller, "delete_file", json!({}), None)
+    };
+    assert_eq!(
+        through(&shared, Some("system:serviceaccount:team:bot-a")),
+        None
+    );
+    assert_eq!(
+        through(&shared, Some("system:serviceaccount:team:bot-b")).as_deref(),
+        Some("it is for the caller system:serviceaccount:team:bot-a only")
+    );
+    // Without a caller, it covers every caller of the shared gate.
+    shared.spec.caller = None;
+    assert_eq!(
+        through(&shared, Some("system:serviceaccount:team:bot-b")),
+        None
+    );
+    // On an Agent's gate, whose calls have no caller, a grant naming one covers nothing.
+    let mut agents = grant();
+    agents.spec.caller = Some("system:serviceaccount:team:bot-a".into());
+    assert!(through(&agents, None).unwrap().contains("have no caller"));
+    // A caller never grants its own calls.
+    shared.spec.granted_by = "system:serviceaccount:team:bot-b".into();
+    assert!(through(&shared, Some("system:serviceaccount:team:bot-b")).is_some());
+    shared.spec.granted_by = "carol".into();
+    assert_eq!(
+        through(&shared, Some("carol")).as_deref(),
+        Some("it was granted by the caller itself")
+    );
+}
+
+#[test]
+fn a_session_grant_covers_only_the_callers_own_session() {
+    let mut shared = grant();
+    shared.spec.agent_ref.kind = Some(PolicyKind::ToolGate);
+    shared.spec.session_id = Some("caller-session-1".into());
+    sessions::ledger().begin("tools", "fs", "caller-session-1", Some("bot-a"));
+    let through = |caller: &str| {
+        why_through(
+            &shared,
+            PolicyKind::ToolGate,
+            Some(caller),
+            "delete_file",
+            json!({}),
+            Some("caller-session-1"),
+        )
+    };
+    assert_eq!(through("bot-a"), None);
+    assert!(
+        through("bot-b")
+            .unwrap()
+            .contains("did not begin at this gate")
+    );
+}
+
+#[test]
 fn a_session_grant_covers_that_session_only() {
     let mut session = grant();
     session.spec.session_id = Some("s1".into());
-    sessions::ledger().begin("tools", "fs", "s1");
+    sessions::ledger().begin("tools", "fs", "s1", None);
     assert!(covers(&session));
     assert!(
         why(&session, "delete_file", json!({}), Some("s2"))
@@ -154,15 +280,15 @@ fn a_session_grant_covers_only_a_session_that_began_at_this_gate() {
         format!("its MCP session {id} did not begin at this gate")
     );
     // Nor one that began on another server, or the server of another namespace.
-    sessions::ledger().begin("tools", "shell", id);
-    sessions::ledger().begin("other", "fs", id);
+    sessions::ledger().begin("tools", "shell", id, None);
+    sessions::ledger().begin("other", "fs", id, None);
     assert!(
         why_not(&session)
             .unwrap()
             .contains("did not begin at this gate")
     );
     // Begun at this gate on the grant's server: covered, until the client deletes it.
-    sessions::ledger().begin("tools", "fs", id);
+    sessions::ledger().begin("tools", "fs", id, None);
     assert_eq!(why_not(&session), None);
     sessions::ledger().end("tools", "fs", id);
     assert!(
@@ -261,6 +387,7 @@ fn a_grant_stands_for_one_approval() {
     let call = GrantedCall {
         key: &key,
         session: None,
+        caller: None,
         facts: &facts,
         gate: GATE,
     };

@@ -137,6 +137,27 @@ fn what_cannot_be_remembered_is_said_before_anything_is_written() {
 }
 
 #[test]
+fn remembering_a_shared_gates_call_covers_its_caller_on_that_toolgate_only() {
+    let mut shared = request(None, None);
+    shared.spec.agent_ref.kind = Some(crate::api::approval_request::PolicyKind::ToolGate);
+    shared.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
+        username: "system:serviceaccount:apps:bot-a".into(),
+        uid: Some("u".into()),
+        groups: vec!["system:serviceaccounts".into()],
+    }));
+    let remember: Remember = "1h".parse().unwrap();
+    let g = grant_for(&shared, &remember, None, "alice", t(NOW)).unwrap();
+    assert_eq!(
+        g.spec.caller.as_deref(),
+        Some("system:serviceaccount:apps:bot-a")
+    );
+    assert_eq!(g.spec.agent_ref, shared.spec.agent_ref);
+    // An Agent's request gives a grant for every call of the agent, as before.
+    let g = grant_for(&request(None, None), &remember, None, "alice", t(NOW)).unwrap();
+    assert_eq!((g.spec.caller, g.spec.agent_ref.kind), (None, None));
+}
+
+#[test]
 fn the_table_shows_uses_state_and_who_granted() {
     let now = t(NOW);
     let mut g = grant_for(

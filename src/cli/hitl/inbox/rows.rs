@@ -52,8 +52,11 @@ pub struct Row {
     pub namespace: String,
     /// Name of the request.
     pub name: String,
-    /// The agent that asked.
+    /// The agent that asked (`ToolGate/<name>` for a shared gate's request).
     pub agent: String,
+    /// Who called, through a shared gate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     /// The tool server (`kind namespace/name`).
     pub server: String,
     /// The tool.
@@ -97,7 +100,8 @@ pub fn row(request: &ApprovalRequest, now: Timestamp) -> Row {
     Row {
         namespace: request.namespace().unwrap_or_default(),
         name: request.name_any(),
-        agent: shown(&spec.agent_ref.name),
+        agent: shown(&spec.agent_ref.label()),
+        caller: spec.caller.as_ref().map(|c| shown(&c.username)),
         server: format!(
             "{} {}/{}",
             spec.tool_server.kind.as_str(),
@@ -185,6 +189,24 @@ mod tests {
         );
         assert!(r.redaction.is_some(), "the redacted token is told");
         assert_eq!(r.decided_by, None);
+        assert_eq!((r.agent.as_str(), r.caller.as_deref()), ("helper", None));
+    }
+
+    #[test]
+    fn a_shared_gates_row_names_the_toolgate_and_the_caller() {
+        let mut request = request("r1", "2026-11-22T00:00:00Z", "2026-11-22T01:00:00Z", None);
+        request.spec.agent_ref.kind = Some(crate::api::approval_request::PolicyKind::ToolGate);
+        request.spec.caller = Some(Box::new(crate::api::approval_request::Caller {
+            username: "system:serviceaccount:apps:bot\u{202e}".into(),
+            uid: None,
+            groups: vec![],
+        }));
+        let r = row(&request, "2026-11-22T00:10:00Z".parse().unwrap());
+        assert_eq!(r.agent, "ToolGate/helper");
+        assert_eq!(
+            r.caller.as_deref(),
+            Some("system:serviceaccount:apps:bot\\u{202e}")
+        );
     }
 
     #[test]

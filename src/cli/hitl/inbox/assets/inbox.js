@@ -69,7 +69,7 @@ function requestCard(r, now) {
   const meta = el(
     "p",
     { class: "meta" },
-    `agent ${r.agent} · ${r.server} · ${r.namespace}/${r.name}`,
+    `agent ${r.agent}${r.caller ? ` · called by ${r.caller}` : ""} · ${r.server} · ${r.namespace}/${r.name}`,
   );
   const times = el("p", { class: "times" });
   if (r.created) times.append(`asked ${span(now - Date.parse(r.created))} ago`);
