@@ -14,6 +14,7 @@ pub mod malloc;
 pub mod metrics;
 pub mod model_config;
 pub mod notifier;
+pub mod owned;
 pub mod ref_index;
 pub mod remote_mcp_server;
 pub mod rendered;
@@ -47,7 +48,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::freeze::Freeze;
-use crate::api::{Agent, ApprovalNotifier, ModelConfig, RemoteMCPServer};
+use crate::api::{Agent, ApprovalNotifier, ModelConfig, RemoteMCPServer, ToolGate};
 use crate::egress::destination::{Destinations, RestrictedClient};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
@@ -114,6 +115,8 @@ pub struct Stores {
     pub model_configs: Store<ModelConfig>,
     /// Every RemoteMCPServer being watched.
     pub remote_mcp_servers: Store<RemoteMCPServer>,
+    /// Every ToolGate being watched.
+    pub tool_gates: Store<ToolGate>,
     /// The namespace the watches cover (`--namespace`), or none for every namespace.
     pub scope: Option<String>,
 }
@@ -651,6 +654,7 @@ mod tests {
             notifiers: reflector::store().0,
             model_configs: reflector::store().0,
             remote_mcp_servers: reflector::store().0,
+            tool_gates: reflector::store().0,
             scope: None,
         };
         let ctx = Context::new(
