@@ -204,6 +204,29 @@ impl GateOwner {
         format!("{}-gate", self.name)
     }
 
+    /// The in-cluster base URL of the gate's Service: `http://<name>-gate.<namespace>.svc:8099`.
+    pub fn gate_url(&self) -> String {
+        format!(
+            "http://{}.{}.svc:{GATE_PORT}",
+            self.gate_name(),
+            self.namespace
+        )
+    }
+
+    /// The Secret holding gate.json (and, of an Agent, config.json), with `data`.
+    pub fn config_secret(&self, data: &BTreeMap<String, Vec<u8>>) -> Secret {
+        Secret {
+            metadata: self.metadata(self.config_secret_name(), self.labels()),
+            type_: Some("Opaque".to_owned()),
+            data: Some(
+                data.iter()
+                    .map(|(key, value)| (key.clone(), ByteString(value.clone())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
     /// Name of the Secret holding gate.json: an Agent's own Secret (`<agent>`, beside
     /// config.json), a ToolGate's `<name>-gate`.
     pub fn config_secret_name(&self) -> String {
@@ -946,18 +969,7 @@ fn gateway(inputs: &ObjectInputs<'_>) -> GatewayObjects {
 pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
     let agent = inputs.agent;
     let name = agent.name_any();
-    let secret = Secret {
-        metadata: metadata(agent, name.clone()),
-        type_: Some("Opaque".to_owned()),
-        data: Some(
-            inputs
-                .secret_data
-                .iter()
-                .map(|(key, value)| (key.clone(), ByteString(value.clone())))
-                .collect(),
-        ),
-        ..Secret::default()
-    };
+    let secret = GateOwner::agent(agent).config_secret(&inputs.secret_data);
     let custom_service_account = agent
         .spec
         .declarative
