@@ -345,7 +345,9 @@ async fn fetch_refs(agent: &Agent, ctx: &Context) -> Result<RefStore> {
     Ok(store)
 }
 
-async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Result<()> {
+/// Fetches the referenced object `key` into `store`, from the caches where the watches hold
+/// it (ModelConfigs, RemoteMCPServers), else from the apiserver; a missing one is left out.
+pub(super) async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Result<()> {
     let client = ctx.client.clone();
     let (namespace, name) = (key.namespace.as_str(), key.name.as_str());
     match key.kind {

@@ -316,10 +316,10 @@ fn finished_at(
 
 /// The Agent or ToolGate a request was made under (`spec.agentRef`), as the caches hold it.
 enum Policy {
-    /// An Agent.
-    Agent(Agent),
-    /// A ToolGate.
-    ToolGate(ToolGate),
+    /// An Agent, decoded from the cache.
+    Agent(Box<Agent>),
+    /// A ToolGate, as cached.
+    ToolGate(Arc<ToolGate>),
 }
 
 impl Policy {
@@ -334,12 +334,12 @@ impl Policy {
                 .get(&ObjectRef::new(&agent_ref.name).within(&namespace))
                 .map(|agent| agent.object())
                 .transpose()?
-                .map(Self::Agent),
+                .map(|agent| Self::Agent(Box::new(agent))),
             PolicyKind::ToolGate => ctx
                 .stores
                 .tool_gates
                 .get(&ObjectRef::new(&agent_ref.name).within(&namespace))
-                .map(|tool_gate| Self::ToolGate(tool_gate.as_ref().clone())),
+                .map(Self::ToolGate),
         })
     }
 

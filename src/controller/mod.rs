@@ -21,6 +21,8 @@ pub mod rendered;
 pub mod requests_by_agent;
 pub mod run;
 pub mod slack;
+pub mod token_review;
+pub mod tool_gate;
 pub mod watches;
 
 use std::collections::{BTreeSet, HashMap};
@@ -236,6 +238,8 @@ pub struct Context {
     pub caches: CacheSync,
     /// Agents by the objects they reference.
     pub refs: RefIndex,
+    /// ToolGates by the objects they reference.
+    pub tool_gate_refs: RefIndex<ToolGate>,
     /// HTTP client for listing MCP servers' tools ([`crate::egress::client`]).
     pub http: reqwest::Client,
     /// HTTP client for notifier messages: refuses loopback, link-local and unspecified
@@ -278,6 +282,7 @@ impl Context {
             caches,
             stores,
             refs: RefIndex::default(),
+            tool_gate_refs: RefIndex::default(),
             http: crate::egress::client(),
             notify_http: RestrictedClient::new(Destinations::default()),
             discovery_failures: Backoff::default(),

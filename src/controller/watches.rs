@@ -23,6 +23,7 @@ use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
 use kube::runtime::{WatchStreamExt, reflector::reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
 
 use super::compact::{CachedAgent, CachedRequest, Compact};
 use super::fan_out::fan_out;
@@ -57,6 +58,9 @@ pub struct Watches {
     pub notifier: NotifierWatches,
     /// What reconciles a ToolGate.
     pub tool_gate: ToolGateWatches,
+    /// Notified on every change of the ToolGates (created, changed, deleted, listed): the
+    /// ClusterRoleBinding of their gates follows the set ([`super::token_review`]).
+    pub tool_gates_changed: Arc<Notify>,
     /// Drives the shared watches (Agents, ApprovalRequests, ApprovalNotifiers, ModelConfigs,
     /// RemoteMCPServers, ToolGates), logging their failures; it ends only if one of them ends.
     pub shared: BoxFuture<'static, ()>,
@@ -204,8 +208,16 @@ impl Watches {
         ) = shared(client, namespace, &caches, paged(), slimmed, |_| ());
         // ToolGates: few, read whole by their reconciler, by the request reconciler (a
         // request made through one) and for the ClusterRoleBinding of their gates.
-        let (tool_gates, [tool_gates_for_tool_gates, tool_gates_for_requests], tool_gate_root) =
-            shared(client, namespace, &caches, paged(), slimmed, |_| ());
+        let tool_gates_changed = Arc::new(Notify::new());
+        let (tool_gates, [tool_gates_for_tool_gates, tool_gates_for_requests], tool_gate_root) = {
+            let changed = tool_gates_changed.clone();
+            let observe = move |event: &watcher::Event<ToolGate>| {
+                if !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
+                    changed.notify_one();
+                }
+            };
+            shared(client, namespace, &caches, paged(), slimmed, observe)
+        };
         // The rendered objects' changes, for their owners: Agents and ToolGates.
         let (rendered_watch, [rendered_for_agents, rendered_for_tool_gates]) =
             fan_out(futures::stream::select_all([
@@ -304,6 +316,7 @@ impl Watches {
                 config_maps: config_maps_for_tool_gates.boxed(),
                 resync: every(RESYNC).boxed(),
             },
+            tool_gates_changed,
             shared: futures::future::join(
                 futures::future::join5(
                     drain_watch(agent_root),
