@@ -18,7 +18,7 @@ use hitl_operator::controller::rendered::{RenderedKind, Summaries};
 use hitl_operator::controller::{
     CacheSync, Context, Metrics, RequestsByAgent, Stores, SystemClock,
 };
-use hitl_operator::render::objects::binding_key_secret;
+use hitl_operator::render::objects::{GateOwner, binding_key_secret};
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{AgentObjects, RenderOptions, render_agent};
 use http::{Method, Request, Response};
@@ -182,7 +182,12 @@ fn context(
         secrets: rendered_store_of(
             objects
                 .iter()
-                .flat_map(|o| [o.secret.clone(), binding_key_secret(agent, &[7; 32])])
+                .flat_map(|o| {
+                    [
+                        o.secret.clone(),
+                        binding_key_secret(&GateOwner::agent(agent), &[7; 32]),
+                    ]
+                })
                 .collect(),
         ),
         service_accounts: rendered_store_of(
@@ -203,6 +208,7 @@ fn context(
         notifiers: store_of(vec![]),
         model_configs: store_of(vec![yaml(MODEL_CONFIG)]),
         remote_mcp_servers: store_of(vec![yaml(SERVER)]),
+        tool_gates: store_of(Vec::new()),
         scope: None,
     };
     let ctx = Context::new(

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hitl_operator::api::agent::{ApprovalMode, ToolServerKind};
+use hitl_operator::api::approval_request::PolicyKind;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::contract::agent_config::McpParams;
 use hitl_operator::contract::binding_key::BindingKey;
@@ -131,7 +132,7 @@ fn gate_config(upstream: &str) -> GateConfig {
     GateConfig {
         callers: None,
         agent: AgentIdentity {
-            kind: Default::default(),
+            kind: PolicyKind::Agent,
             namespace: "bench".into(),
             name: "agent".into(),
             uid: String::new(),

@@ -46,6 +46,20 @@ fn render_prints_every_object_of_the_examples() {
         }
         assert!(kinds.contains(&("Role".to_owned(), format!("{agent}-approval-gate"))));
     }
+    // The ToolGate of examples/toolgate.yaml: its shared gate, every object `<name>-gate`.
+    for kind in [
+        "Secret",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+    ] {
+        assert!(
+            kinds.contains(&(kind.to_owned(), "payments-gate".to_owned())),
+            "{kind} payments-gate missing from {kinds:?}"
+        );
+    }
 }
 
 #[test]

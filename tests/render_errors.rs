@@ -198,7 +198,7 @@ fn kagent_kinds_we_do_not_serve_are_refused() {
     assert_eq!(
         problems(yaml),
         [
-            "t.yaml: ToolServer ns/m: apiVersion \"kagent.dev/v1alpha1\" kind \"ToolServer\" is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig, ApprovalRequest, ApprovalNotifier and ApprovalGrant in kagent.dev/v1alpha2)"
+            "t.yaml: ToolServer ns/m: apiVersion \"kagent.dev/v1alpha1\" kind \"ToolServer\" is not served by hitl-operator (it serves Agent, ToolGate, RemoteMCPServer, ModelConfig, ApprovalRequest, ApprovalNotifier and ApprovalGrant in kagent.dev/v1alpha2)"
         ]
     );
 }
@@ -808,4 +808,82 @@ fn max_open_requests_reaches_the_gate_within_its_bounds() {
             )]
         );
     }
+}
+
+fn tool_gate(spec: &str) -> String {
+    format!(
+        "apiVersion: kagent.dev/v1alpha2\nkind: ToolGate\nmetadata: {{name: pay, namespace: ns}}\nspec: {spec}\n"
+    )
+}
+
+#[test]
+fn a_tool_gate_without_its_remote_mcp_server_names_the_field() {
+    assert_eq!(
+        problems(&tool_gate(
+            "{server: {remoteMCPServer: ledger}, toolNames: [pay]}"
+        )),
+        [
+            "t.yaml: ToolGate ns/pay: spec.server.remoteMCPServer: RemoteMCPServer ns/ledger not found"
+        ]
+    );
+}
+
+#[test]
+fn a_tool_gate_requires_approval_only_of_tools_it_lists() {
+    let yaml = format!(
+        "{SERVER}---\n{}",
+        tool_gate("{server: {remoteMCPServer: fs}, toolNames: [read], requireApproval: [delete]}")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: The ToolGate \"pay\" is invalid: spec: Invalid value: each requireApproval entry must also appear in toolNames"
+        ]
+    );
+}
+
+#[test]
+fn a_tool_gate_names_its_server_once() {
+    let yaml = format!(
+        "{SERVER}---\n{}",
+        tool_gate("{server: {remoteMCPServer: fs, url: 'http://fs:3000/mcp'}, toolNames: [read]}")
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: The ToolGate \"pay\" is invalid: spec.server: Invalid value: exactly one of remoteMCPServer and url must be set"
+        ]
+    );
+}
+
+#[test]
+fn a_tool_gate_rule_about_a_tool_it_does_not_list_names_the_rule() {
+    let yaml = format!(
+        "{SERVER}---\n{}",
+        tool_gate(
+            "{server: {remoteMCPServer: fs}, toolNames: [read], approval: {rules: [{name: r, tool: delete, action: Deny}]}}"
+        )
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: ToolGate ns/pay: spec.approval.rules[0].tool: Invalid value: \"delete\": must appear in spec.toolNames"
+        ]
+    );
+}
+
+#[test]
+fn a_tool_gate_with_a_wait_longer_than_its_timeout_names_the_field() {
+    let yaml = format!(
+        "{SERVER}---\n{}",
+        tool_gate(
+            "{server: {remoteMCPServer: fs}, toolNames: [read], approval: {timeout: 1m, waitTimeout: 2m}}"
+        )
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: ToolGate ns/pay: spec.approval.waitTimeout: Invalid value: \"2m\": must not exceed timeout (\"1m\")"
+        ]
+    );
 }

@@ -202,6 +202,7 @@ fn rendering_is_byte_identical_across_runs() {
         "examples/tls-memory-agent.yaml",
         "examples/bedrock-agent.yaml",
         "examples/approval-rules-agent.yaml",
+        "examples/toolgate.yaml",
     ];
     let options = RenderOptions::default();
     let first = render_documents(documents(&files), "default", &options);
@@ -211,6 +212,11 @@ fn rendering_is_byte_identical_across_runs() {
         hitl_operator::cli::render::format_objects(&first.objects, format),
         hitl_operator::cli::render::format_objects(&second.objects, format)
     );
+}
+
+#[test]
+fn a_tool_gate_runs_one_shared_gate_with_a_caller_policy() {
+    insta::assert_snapshot!(render(&["examples/toolgate.yaml"], ApprovalMode::Gate));
 }
 
 #[test]

@@ -1517,3 +1517,91 @@ fn a_grants_caller_is_write_once_against_every_generated_write() {
         GRANT_IMMUTABLE,
     );
 }
+
+// ---- ToolGate ----
+
+fn tool_gate(spec: Value) -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2",
+        "kind": "ToolGate",
+        "metadata": {"name": "payments", "namespace": "default"},
+        "spec": spec
+    })
+}
+
+#[test]
+fn a_tool_gate_on_a_remote_mcp_server_or_an_inline_url_is_valid() {
+    assert_valid(&tool_gate(json!({
+        "server": {"remoteMCPServer": "payments-server"},
+        "toolNames": ["get_balance", "transfer_funds"],
+        "requireApproval": ["transfer_funds"],
+        "approval": {"timeout": "30m", "maxOpenRequests": 5, "rules": [
+            {"name": "big", "tool": "transfer_funds", "server": "payments-server",
+             "when": "args.amount > 1000", "action": "RequireApproval", "requiredApprovals": 2}]},
+        "callers": {"groups": ["system:serviceaccounts:team-a"], "maxCallsPerMinute": 60},
+        "deployment": {"replicas": 2}
+    })));
+    assert_valid(&tool_gate(json!({
+        "server": {"url": "http://tools.default:8084/mcp", "protocol": "SSE", "timeout": "30s",
+                   "headersFrom": [{"name": "Authorization", "valueFrom":
+                       {"type": "Secret", "name": "tools-token", "key": "token"}}]},
+        "toolNames": ["read"],
+        "approval": {"rules": [{"name": "own", "tool": "read", "server": "payments", "action": "Deny"}]}
+    })));
+}
+
+#[test]
+fn a_tool_gate_names_exactly_one_server() {
+    assert_rejected(
+        &tool_gate(json!({
+            "server": {"remoteMCPServer": "payments-server", "url": "http://x.default/mcp"},
+            "toolNames": ["a"]
+        })),
+        None,
+        "The ToolGate \"payments\" is invalid: spec.server: Invalid value: exactly one of remoteMCPServer and url must be set",
+    );
+    assert_rejected(
+        &tool_gate(json!({"server": {}, "toolNames": ["a"]})),
+        None,
+        "The ToolGate \"payments\" is invalid: spec.server: Invalid value: exactly one of remoteMCPServer and url must be set",
+    );
+    assert_rejected(
+        &tool_gate(json!({
+            "server": {"remoteMCPServer": "payments-server", "timeout": "30s"},
+            "toolNames": ["a"]
+        })),
+        None,
+        "The ToolGate \"payments\" is invalid: spec.server: Invalid value: protocol, headersFrom, timeout and sseReadTimeout go with an inline url only: a RemoteMCPServer brings its own",
+    );
+}
+
+#[test]
+fn a_tool_gate_requires_approval_only_of_its_tools() {
+    assert_rejected(
+        &tool_gate(json!({
+            "server": {"remoteMCPServer": "s"},
+            "toolNames": ["get_balance"],
+            "requireApproval": ["transfer_funds"]
+        })),
+        None,
+        "The ToolGate \"payments\" is invalid: spec: Invalid value: each requireApproval entry must also appear in toolNames",
+    );
+    assert_rejected(
+        &tool_gate(json!({"server": {"remoteMCPServer": "s"}, "toolNames": []})),
+        None,
+        "The ToolGate \"payments\" is invalid: spec.toolNames: Invalid value: 0: spec.toolNames in body should have at least 1 items",
+    );
+}
+
+#[test]
+fn a_tool_gate_rule_names_no_other_server() {
+    assert_rejected(
+        &tool_gate(json!({
+            "server": {"remoteMCPServer": "payments-server"},
+            "toolNames": ["transfer_funds"],
+            "approval": {"rules": [{"name": "r", "tool": "transfer_funds", "server": "other", "action": "Deny"}]}
+        })),
+        None,
+        "The ToolGate \"payments\" is invalid: spec.approval.rules: Invalid value: a rule's server must be unset or name the ToolGate's server: spec.server.remoteMCPServer, or the ToolGate's own name when the server is an inline url",
+    );
+}

@@ -9,6 +9,7 @@ pub mod freeze;
 pub mod mcp_server;
 pub mod model_config;
 pub mod remote_mcp_server;
+pub mod tool_gate;
 
 pub use agent::{Agent, AgentSpec, AgentStatus, ApprovalMode, GatePlacement};
 pub use approval_grant::{ApprovalGrant, ApprovalGrantSpec};
@@ -17,6 +18,7 @@ pub use approval_request::{ApprovalRequest, ApprovalRequestSpec, ApprovalRequest
 pub use mcp_server::MCPServer;
 pub use model_config::{ModelConfig, ModelConfigSpec};
 pub use remote_mcp_server::{RemoteMCPServer, RemoteMCPServerSpec};
+pub use tool_gate::{ToolGate, ToolGateSpec};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -35,6 +37,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ApprovalRequest::crd(),
         ModelConfig::crd(),
         RemoteMCPServer::crd(),
+        ToolGate::crd(),
     ]
 }
 

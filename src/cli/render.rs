@@ -1,5 +1,5 @@
 //! `hitl-operator render`: validate manifests offline as the apiserver would and print every
-//! object the controller would apply for the Agents among them.
+//! object the controller would apply for the Agents and ToolGates among them.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use serde_json::Value;
 
 use crate::api::{
-    self, Agent, ApprovalGrant, ApprovalMode, MCPServer, ModelConfig, RemoteMCPServer,
+    self, Agent, ApprovalGrant, ApprovalMode, MCPServer, ModelConfig, RemoteMCPServer, ToolGate,
 };
 use crate::cidr::Cidr;
 use crate::condition::Condition;
@@ -18,6 +18,7 @@ use crate::render::network::default_cluster_cidrs;
 use crate::render::proxy::ProxyUrl;
 use crate::render::refs::RefStore;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
+use crate::render::tool_gate::render_tool_gate;
 use crate::render::{
     DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, RenderOptions, describe_agent, render_agent,
 };
@@ -131,6 +132,7 @@ pub fn render_documents(
     let mut report = RenderReport::default();
     let mut store = RefStore::default();
     let mut agents = Vec::new();
+    let mut tool_gates = Vec::new();
     let mut namespaces = std::collections::BTreeSet::new();
     for document in &mut documents {
         if let Some(meta) = document
@@ -161,7 +163,7 @@ pub fn render_documents(
             && !is_kmcp(api_version, kind)
         {
             report.problems.push(format!(
-                "{}: {kind} {}: apiVersion {api_version:?} kind {kind:?} is not served by hitl-operator (it serves Agent, RemoteMCPServer, ModelConfig, ApprovalRequest, ApprovalNotifier and ApprovalGrant in {}/{})",
+                "{}: {kind} {}: apiVersion {api_version:?} kind {kind:?} is not served by hitl-operator (it serves Agent, ToolGate, RemoteMCPServer, ModelConfig, ApprovalRequest, ApprovalNotifier and ApprovalGrant in {}/{})",
                 document.file,
                 object_name(&document.value),
                 api::GROUP,
@@ -174,6 +176,8 @@ pub fn render_documents(
                 store.insert_agent(agent.clone());
                 agents.push((document.file.clone(), agent))
             }),
+            (true, "ToolGate") => typed::<ToolGate>(document)
+                .map(|tool_gate| tool_gates.push((document.file.clone(), tool_gate))),
             (false, "MCPServer") if is_kmcp(api_version, kind) => {
                 typed::<MCPServer>(document).map(|o| store.insert_mcp_server(o))
             }
@@ -241,6 +245,14 @@ pub fn render_documents(
                     Err(error) => report.problems.push(format!("{file}: {error}")),
                 }
             }
+            Err(error) => report.problems.push(format!("{file}: {error}")),
+        }
+    }
+    for (file, tool_gate) in &tool_gates {
+        match render_tool_gate(tool_gate, &store, options)
+            .and_then(|rendered| Ok(rendered.objects.to_values()?))
+        {
+            Ok(values) => report.objects.extend(values),
             Err(error) => report.problems.push(format!("{file}: {error}")),
         }
     }

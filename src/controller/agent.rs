@@ -9,27 +9,27 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::compact::{CachedAgent, CachedRequest, status_digest};
-use super::rendered::{HoldsBindingKey, Readiness, RenderedKind, Summaries, Summary};
+use super::owned::{
+    apply_and_prune, apply_changed, ensure_binding_key, owned_named, ready_condition,
+};
+use super::rendered::Readiness;
 use super::watches::AgentWatches;
 use super::{CACHE_SYNC_BOUND, Context, RefKey, bounded, drain, measured, retry_after_error};
 use crate::api::agent::{AgentStatus, ToolServerKind};
+use crate::api::approval_request::PolicyKind;
 use crate::api::freeze::FROZEN;
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
-use crate::apiserver::applied::{desired_digest, observed_digest};
 use crate::apiserver::conditions::{ConditionChange, find};
-use crate::apiserver::field_manager;
-use crate::apiserver::ownership::foreign_owner;
-use crate::apiserver::{apply, apply_status, is_applied, new_condition};
-use crate::contract::binding_key::BindingKey;
+use crate::apiserver::{apply_status, new_condition};
 use crate::render::isolation::Isolation;
-use crate::render::objects::{binding_key_secret, binding_key_secret_name};
+use crate::render::objects::GateOwner;
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
 use crate::render::{RenderedAgent, render_agent};
 use crate::{Error, Result};
@@ -75,10 +75,10 @@ pub fn controller(
         .watches_stream(config_maps, by_ref(&ctx, "ConfigMap"))
         .watches_shared_stream(tool_agents, by_shared_ref(&ctx, "Agent"))
         .watches_shared_stream(requests, |request: Arc<CachedRequest>| {
-            Some(
+            (request.policy_kind() == PolicyKind::Agent).then(|| {
                 ObjectRef::new(request.agent_name())
-                    .within(&request.namespace().unwrap_or_default()),
-            )
+                    .within(&request.namespace().unwrap_or_default())
+            })
         })
         .reconcile_all_on(resync)
         .graceful_shutdown_on(shutdown);
@@ -145,6 +145,7 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
     let pending = ctx.stores.requests_by_agent.pending(&namespace, &name);
     let mut update = StatusUpdate::new(generation, i32::try_from(pending).unwrap_or(i32::MAX));
 
+    let owner = GateOwner::agent(agent);
     let mut failure = None;
     // The Deployments Ready waits for: the rendered ones, else (nothing renders) the agent's.
     let mut deployments = vec![agent.name_any()];
@@ -201,7 +202,7 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
     let deployments: Vec<(String, Option<Readiness>)> = deployments
         .into_iter()
         .map(|name| {
-            let cached = owned_named(&ctx.stores.deployments, agent, &name);
+            let cached = owned_named(&ctx.stores.deployments, &owner, &name);
             (name, cached.map(|cached| *cached.facts()))
         })
         .collect();
@@ -344,7 +345,9 @@ async fn fetch_refs(agent: &Agent, ctx: &Context) -> Result<RefStore> {
     Ok(store)
 }
 
-async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Result<()> {
+/// Fetches the referenced object `key` into `store`, from the caches where the watches hold
+/// it (ModelConfigs, RemoteMCPServers), else from the apiserver; a missing one is left out.
+pub(super) async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Result<()> {
     let client = ctx.client.clone();
     let (namespace, name) = (key.namespace.as_str(), key.name.as_str());
     match key.kind {
@@ -438,220 +441,32 @@ async fn fetch_into(ctx: &Context, key: &ObjectKey, store: &mut RefStore) -> Res
 async fn apply_objects(ctx: &Context, agent: &Agent, rendered: &RenderedAgent) -> Result<()> {
     let stores = &ctx.stores;
     let objects = &rendered.objects;
-    apply_changed(ctx, agent, &objects.secret, &stores.secrets).await?;
+    let owner = GateOwner::agent(agent);
+    apply_changed(ctx, &owner, &objects.secret, &stores.secrets).await?;
     if rendered.gate.is_some() {
-        ensure_binding_key(ctx, agent).await?;
+        ensure_binding_key(ctx, &owner).await?;
     }
     apply_and_prune(
         ctx,
-        agent,
+        &owner,
         &objects.service_accounts(),
         &stores.service_accounts,
     )
     .await?;
     let role: Vec<_> = objects.role.iter().collect();
-    apply_and_prune(ctx, agent, &role, &stores.roles).await?;
+    apply_and_prune(ctx, &owner, &role, &stores.roles).await?;
     let role_binding: Vec<_> = objects.role_binding.iter().collect();
-    apply_and_prune(ctx, agent, &role_binding, &stores.role_bindings).await?;
+    apply_and_prune(ctx, &owner, &role_binding, &stores.role_bindings).await?;
     apply_and_prune(
         ctx,
-        agent,
+        &owner,
         &objects.network_policies(),
         &stores.network_policies,
     )
     .await?;
-    apply_and_prune(ctx, agent, &objects.deployments(), &stores.deployments).await?;
-    apply_and_prune(ctx, agent, &objects.services(), &stores.services).await?;
+    apply_and_prune(ctx, &owner, &objects.deployments(), &stores.deployments).await?;
+    apply_and_prune(ctx, &owner, &objects.services(), &stores.services).await?;
     Ok(())
-}
-
-/// Creates the Agent's binding-key Secret with a random key unless it exists with a usable one.
-/// The Secret is immutable: a key that is too short (not ours) is deleted and created afresh.
-/// Never updated otherwise, so a key changes only when its Secret is deleted.
-async fn ensure_binding_key(ctx: &Context, agent: &Agent) -> Result<()> {
-    let namespace = agent.namespace().unwrap_or_default();
-    let name = binding_key_secret_name(agent);
-    let cached = ctx.stores.secrets.get(&namespace, &name);
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    match cached {
-        Some(secret) if *secret.facts() == HoldsBindingKey(true) => return Ok(()),
-        Some(_) => {
-            tracing::warn!(secret = %name, namespace = %namespace, "binding key unusable; replacing it");
-            api.delete(&name, &DeleteParams::default()).await?;
-        }
-        None => {}
-    }
-    let key = BindingKey::generate()?;
-    let post = PostParams {
-        field_manager: Some(field_manager::CONTROLLER.into()),
-        ..PostParams::default()
-    };
-    match api.create(&post, &binding_key_secret(agent, &key)).await {
-        // AlreadyExists: ours, created since the cache was filled (the watch event brings it),
-        // or someone else's, whose key the gate must never use.
-        Err(kube::Error::Api(status)) if status.is_already_exists() => {
-            refuse_foreign(&api.get(&name).await?, agent)
-        }
-        created => created.map(|_| ()).map_err(Error::from),
-    }
-}
-
-/// Applies `desired` unless it is applied: the digest of the fields we applied, as cached,
-/// matches it (or matched it when last read back). Otherwise the object is read: one the cache
-/// does not hold (it caches only what carries our managed-by label) that exists and is another
-/// controller's (kagent's, say) is left alone, and the error says whose it is; one that holds
-/// `desired` already (the apiserver defaulted a field inside one we set) is not written.
-async fn apply_changed<K: RenderedKind>(
-    ctx: &Context,
-    agent: &Agent,
-    desired: &K,
-    store: &Summaries<K>,
-) -> Result<()> {
-    let namespace = desired.namespace().unwrap_or_default();
-    let cached = store.get(&namespace, &desired.name_any());
-    let wanted = desired_digest(desired);
-    if let Some(cached) = &cached
-        && ctx.confirmed.holds(wanted, cached.applied())
-    {
-        return Ok(());
-    }
-    if cached.is_some() {
-        tracing::debug!(
-            kind = %K::kind(&()),
-            name = %desired.name_any(),
-            "applied fields differ from the rendered ones; reading the object"
-        );
-    }
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-    if let Some(existing) = api.get_opt(&desired.name_any()).await? {
-        if cached.is_none() {
-            refuse_foreign(&existing, agent)?;
-        }
-        if is_applied(desired, Some(&existing)) {
-            ctx.confirmed
-                .record(wanted, observed_digest(&existing, existing.meta()));
-            return Ok(());
-        }
-    }
-    let applied = apply(&ctx.client, desired).await?;
-    ctx.confirmed
-        .record(wanted, observed_digest(&applied, applied.meta()));
-    Ok(())
-}
-
-/// An error if `existing` belongs to someone else than this operator and `agent`.
-fn refuse_foreign<K: Resource<DynamicType = ()>>(existing: &K, agent: &Agent) -> Result<()> {
-    match foreign_owner(existing.meta(), agent.uid().as_deref()) {
-        Some(owner) => Err(Error::OwnedElsewhere {
-            object: format!(
-                "{} {}/{}",
-                K::kind(&()),
-                existing.namespace().unwrap_or_default(),
-                existing.name_any()
-            ),
-            owner,
-        }),
-        None => Ok(()),
-    }
-}
-
-/// Applies each of `desired` the cache does not already hold, then deletes the cached objects
-/// of the kind that `agent` controls and `desired` does not name (in name order).
-async fn apply_and_prune<K: RenderedKind>(
-    ctx: &Context,
-    agent: &Agent,
-    desired: &[&K],
-    store: &Summaries<K>,
-) -> Result<()> {
-    for object in desired {
-        apply_changed(ctx, agent, *object, store).await?;
-    }
-    let mut stale = store.controlled_by(agent);
-    stale.retain(|name| !desired.iter().any(|d| d.name_any() == *name));
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &agent.namespace().unwrap_or_default());
-    for name in stale {
-        match api.delete(&name, &DeleteParams::default()).await {
-            // Already gone (the cache lags a delete of an earlier reconcile).
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            result => {
-                result?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The cached object `name` (in the Agent's namespace), if `agent` controls it.
-fn owned_named<K: RenderedKind>(
-    store: &Summaries<K>,
-    agent: &Agent,
-    name: &str,
-) -> Option<Summary<K::Facts>> {
-    store
-        .get(&agent.namespace().unwrap_or_default(), name)
-        .filter(|object| object.controlled_by(agent))
-}
-
-/// `Ready` from the readiness of each `(name, cached)` Deployment: True when all of them have
-/// every replica updated and available; otherwise False, naming the ones that are not.
-pub fn ready_condition(
-    deployments: &[(&str, Option<&Readiness>)],
-    generation: Option<i64>,
-    now: Timestamp,
-) -> Condition {
-    let mut ready = Vec::new();
-    let mut not_ready = Vec::new();
-    for (name, deployment) in deployments {
-        match deployment_readiness(name, *deployment) {
-            Ok(message) => ready.push(message),
-            Err(message) => not_ready.push(message),
-        }
-    }
-    if not_ready.is_empty() {
-        new_condition(
-            READY,
-            true,
-            "DeploymentReady",
-            ready.join("; "),
-            generation,
-            now,
-        )
-    } else {
-        new_condition(
-            READY,
-            false,
-            "DeploymentNotReady",
-            not_ready.join("; "),
-            generation,
-            now,
-        )
-    }
-}
-
-/// Whether one Deployment is ready, and a sentence saying so or why not.
-fn deployment_readiness(
-    name: &str,
-    readiness: Option<&Readiness>,
-) -> std::result::Result<String, String> {
-    let Some(readiness) = readiness else {
-        return Err(format!("Deployment {name} does not exist yet"));
-    };
-    let Readiness {
-        wanted,
-        updated,
-        available,
-        ..
-    } = *readiness;
-    if !readiness.observed {
-        return Err(format!("Deployment {name} rollout not observed yet"));
-    }
-    let message =
-        format!("Deployment {name}: {available}/{wanted} replicas available, {updated} updated");
-    if updated >= wanted && available >= wanted {
-        Ok(message)
-    } else {
-        Err(message)
-    }
 }
 
 /// `GateIsolated` from the renderer's verdict.

@@ -1,13 +1,16 @@
-//! ApprovalRequest reconciler: adopts requests (owner reference to their Agent), computes the
-//! phase from spec, status, policy and the injected clock, publishes Events on the request and
-//! its Agent, requeues at `expiresAt`, and deletes finished requests after `ttlAfterFinished`.
+//! ApprovalRequest reconciler: adopts requests (owner reference to their Agent or ToolGate,
+//! `spec.agentRef.kind`), computes the phase from spec, status, policy and the injected clock,
+//! publishes Events on the request and its Agent or ToolGate, requeues at `expiresAt`, and
+//! deletes finished requests after `ttlAfterFinished`.
 //!
 //! The decision path itself does not go through here: the gate watches its own request.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Patch};
@@ -23,11 +26,11 @@ use super::{
     CACHE_SYNC_BOUND, Context, bounded, drain, due_in, measured, notifier, retry_after_error,
 };
 use crate::Result;
-use crate::api::agent::RuleAction;
-use crate::api::approval_request::ApprovalRequestStatus;
+use crate::api::agent::{ApprovalRule, RuleAction};
+use crate::api::approval_request::{ApprovalRequestStatus, PolicyKind};
 use crate::api::common::parse_duration_seconds;
 use crate::api::freeze::FROZEN;
-use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest, Phase};
+use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest, Phase, ToolGate};
 use crate::apiserver::conditions::find;
 use crate::apiserver::{apply_params, apply_status, new_condition, set_condition};
 
@@ -91,6 +94,9 @@ pub fn still_required(
     let agent_namespace = agent.namespace().unwrap_or_default();
     let target = &request.spec.tool_server;
     let tool = &request.spec.tool_name;
+    if request.spec.agent_ref.kind() != PolicyKind::Agent {
+        return false;
+    }
     let rules = declarative
         .approval
         .iter()
@@ -105,23 +111,57 @@ pub fn still_required(
                 && server.namespace.as_deref().unwrap_or(&agent_namespace) == target.namespace
         })
         .any(|server| match &request.spec.rule {
-            // The rule that asked still applies to this server and tool and can still ask: it
-            // requires approval, or its condition may fail to evaluate.
-            // A rule now asking for more approvals than the request holds out for cancels it:
-            // the gate would not trust it, and asks afresh.
-            Some(name) => rules.clone().any(|rule| {
-                &rule.name == name
-                    && &rule.tool == tool
-                    && rule.server.as_ref().is_none_or(|s| *s == server.name)
-                    && (rule.action == RuleAction::RequireApproval || rule.when.is_some())
-                    && rule
-                        .required_approvals
-                        .and_then(|n| u32::try_from(n).ok())
-                        .unwrap_or(1)
-                        <= request.required_approvals()
-            }),
+            Some(name) => rule_still_asks(rules.clone(), request, name, &server.name),
             None => server.require_approval.contains(tool),
         })
+}
+
+/// [`still_required`] for a request made through a ToolGate (`None`: it is gone): the call is
+/// to the ToolGate's server, and its tool is in `requireApproval` or the rule that asked still
+/// asks.
+pub fn still_required_by_tool_gate(
+    request: &ApprovalRequest,
+    tool_gate: Option<&ToolGate>,
+) -> bool {
+    let Some(tool_gate) = tool_gate.filter(|t| t.meta().deletion_timestamp.is_none()) else {
+        return false;
+    };
+    let target = &request.spec.tool_server;
+    let server = tool_gate.server_name();
+    if target.name != server || Some(&target.namespace) != tool_gate.namespace().as_ref() {
+        return false;
+    }
+    let rules = tool_gate.spec.approval.iter().flat_map(|a| &a.rules);
+    match &request.spec.rule {
+        Some(name) => rule_still_asks(rules, request, name, &server),
+        None => tool_gate
+            .spec
+            .require_approval
+            .contains(&request.spec.tool_name),
+    }
+}
+
+/// Whether the rule `name` among `rules`, which asked for `request`, still applies to the
+/// call's server (`server`) and tool and can still ask: it requires approval, or its
+/// condition may fail to evaluate. A rule now asking for more approvals than the request
+/// holds out for cancels it: the gate would not trust it, and asks afresh.
+fn rule_still_asks<'a>(
+    mut rules: impl Iterator<Item = &'a ApprovalRule>,
+    request: &ApprovalRequest,
+    name: &str,
+    server: &str,
+) -> bool {
+    rules.any(|rule| {
+        rule.name == name
+            && rule.tool == request.spec.tool_name
+            && rule.server.as_deref().is_none_or(|s| s == server)
+            && (rule.action == RuleAction::RequireApproval || rule.when.is_some())
+            && rule
+                .required_approvals
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(1)
+                <= request.required_approvals()
+    })
 }
 
 /// Computes the phase of `request` at `now` ([`ApprovalRequest::phase_at`]) under what its
@@ -274,12 +314,105 @@ fn finished_at(
     fact.map(|t| t.0).or(condition)
 }
 
-/// `ttlAfterFinished` of the Agent, or the default.
-fn ttl_of(agent: Option<&Agent>) -> Duration {
-    agent
-        .and_then(|a| a.spec.declarative.as_ref())
-        .and_then(|d| d.approval.as_ref())
-        .and_then(|a| a.ttl_after_finished.as_deref())
+/// The Agent or ToolGate a request was made under (`spec.agentRef`), as the caches hold it.
+enum Policy {
+    /// An Agent, decoded from the cache.
+    Agent(Box<Agent>),
+    /// A ToolGate, as cached.
+    ToolGate(Arc<ToolGate>),
+}
+
+impl Policy {
+    /// The Agent or ToolGate `request` names, if it is cached.
+    fn of(request: &ApprovalRequest, ctx: &Context) -> Result<Option<Self>> {
+        let namespace = request.namespace().unwrap_or_default();
+        let agent_ref = &request.spec.agent_ref;
+        Ok(match agent_ref.kind() {
+            PolicyKind::Agent => ctx
+                .stores
+                .agents
+                .get(&ObjectRef::new(&agent_ref.name).within(&namespace))
+                .map(|agent| agent.object())
+                .transpose()?
+                .map(|agent| Self::Agent(Box::new(agent))),
+            PolicyKind::ToolGate => ctx
+                .stores
+                .tool_gates
+                .get(&ObjectRef::new(&agent_ref.name).within(&namespace))
+                .map(Self::ToolGate),
+        })
+    }
+
+    fn meta(&self) -> &kube::api::ObjectMeta {
+        match self {
+            Self::Agent(agent) => agent.meta(),
+            Self::ToolGate(tool_gate) => tool_gate.meta(),
+        }
+    }
+
+    /// Its labels, which a notifier's `agentSelector` matches.
+    fn labels(&self) -> &BTreeMap<String, String> {
+        match self {
+            Self::Agent(agent) => agent.labels(),
+            Self::ToolGate(tool_gate) => tool_gate.labels(),
+        }
+    }
+
+    /// A reference to it, for Events.
+    fn object_ref(&self) -> ObjectReference {
+        match self {
+            Self::Agent(agent) => agent.object_ref(&()),
+            Self::ToolGate(tool_gate) => tool_gate.object_ref(&()),
+        }
+    }
+
+    /// A (non-controller) owner reference to it, so its requests go with it.
+    fn owner_reference(&self) -> Option<OwnerReference> {
+        let (api_version, kind) = match self {
+            Self::Agent(_) => (Agent::api_version(&()), Agent::kind(&())),
+            Self::ToolGate(_) => (ToolGate::api_version(&()), ToolGate::kind(&())),
+        };
+        let meta = self.meta();
+        Some(OwnerReference {
+            api_version: api_version.into_owned(),
+            kind: kind.into_owned(),
+            name: meta.name.clone()?,
+            uid: meta.uid.clone()?,
+            ..Default::default()
+        })
+    }
+
+    /// Whether `request`'s tool still needs approval under it ([`still_required`],
+    /// [`still_required_by_tool_gate`]).
+    fn still_requires(&self, request: &ApprovalRequest, default_mode: ApprovalMode) -> bool {
+        match self {
+            Self::Agent(agent) => still_required(request, Some(agent), default_mode),
+            Self::ToolGate(tool_gate) => still_required_by_tool_gate(request, Some(tool_gate)),
+        }
+    }
+
+    /// Its `ttlAfterFinished`, if it sets one.
+    fn ttl_after_finished(&self) -> Option<&str> {
+        match self {
+            Self::Agent(agent) => agent
+                .spec
+                .declarative
+                .as_ref()
+                .and_then(|d| d.approval.as_ref())
+                .and_then(|a| a.ttl_after_finished.as_deref()),
+            Self::ToolGate(tool_gate) => tool_gate
+                .spec
+                .approval
+                .as_ref()
+                .and_then(|a| a.ttl_after_finished.as_deref()),
+        }
+    }
+}
+
+/// `ttlAfterFinished` of the Agent or ToolGate, or the default.
+fn ttl_of(policy: Option<&Policy>) -> Duration {
+    policy
+        .and_then(Policy::ttl_after_finished)
         .and_then(parse_duration_seconds)
         .map_or(DEFAULT_TTL, Duration::from_secs_f64)
 }
@@ -305,6 +438,7 @@ pub fn controller(
         requests,
         notifiers,
         agents,
+        tool_gates,
         resync,
     } = watches;
     let approvals = ctx.stores.approvals.clone();
@@ -323,9 +457,16 @@ pub fn controller(
     let controller = Controller::for_shared_stream(requests, approvals)
         .watches_shared_stream(notifiers, open_in_namespace)
         .with_config(bounded())
-        .watches_shared_stream(agents, move |agent: Arc<CachedAgent>| {
-            let namespace = agent.namespace().unwrap_or_default();
-            requests_by_agent.made_by(&namespace, &agent.name_any())
+        .watches_shared_stream(agents, {
+            let requests_by_agent = requests_by_agent.clone();
+            move |agent: Arc<CachedAgent>| {
+                let namespace = agent.namespace().unwrap_or_default();
+                requests_by_agent.made_by(&namespace, PolicyKind::Agent, &agent.name_any())
+            }
+        })
+        .watches_shared_stream(tool_gates, move |tool_gate: Arc<ToolGate>| {
+            let namespace = tool_gate.namespace().unwrap_or_default();
+            requests_by_agent.made_by(&namespace, PolicyKind::ToolGate, &tool_gate.name_any())
         })
         .reconcile_all_on(resync)
         .graceful_shutdown_on(shutdown);
@@ -352,21 +493,25 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     let namespace = request.namespace().unwrap_or_default();
     let name = request.name_any();
     let api: Api<ApprovalRequest> = Api::namespaced(ctx.client.clone(), &namespace);
-    let agent = ctx
-        .stores
-        .agents
-        .get(&ObjectRef::new(&request.spec.agent_ref.name).within(&namespace))
-        .map(|agent| agent.object())
-        .transpose()?;
+    let policy = Policy::of(request, ctx)?;
     let now = ctx.clock.now();
 
-    if let Some(agent) = agent.as_ref() {
-        adopt(&api, request, agent).await?;
+    if let Some(owner) = policy.as_ref().and_then(Policy::owner_reference) {
+        adopt(&api, request, owner).await?;
     }
 
-    let standing = match agent.as_ref().and_then(|a| ctx.stores.freeze_of(a)) {
+    // A ToolGate has no freeze of its own (yet): its requests follow its policy only.
+    let freeze = match &policy {
+        Some(Policy::Agent(agent)) => ctx.stores.freeze_of(agent),
+        _ => None,
+    };
+    let default_mode = ctx.render.default_approval_mode;
+    let standing = match freeze {
         Some(freeze) => Standing::Frozen(freeze.to_string()),
-        None if still_required(request, agent.as_ref(), ctx.render.default_approval_mode) => {
+        None if policy
+            .as_ref()
+            .is_some_and(|p| p.still_requires(request, default_mode)) =>
+        {
             Standing::Open
         }
         None => Standing::Withdrawn,
@@ -414,7 +559,7 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     if changed {
         apply_status(&api, request, &status).await?;
         if current.phase != Some(evaluation.phase) || newly_finished {
-            announce(ctx, request, agent.as_ref(), &evaluation, current.phase).await;
+            announce(ctx, request, policy.as_ref(), &evaluation, current.phase).await;
         }
     }
 
@@ -423,7 +568,14 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     let notify_at = if changed {
         None
     } else {
-        notifier::deliver(ctx, request, evaluation.phase, agent.as_ref(), now).await
+        notifier::deliver(
+            ctx,
+            request,
+            evaluation.phase,
+            policy.as_ref().map(Policy::labels),
+            now,
+        )
+        .await
     };
 
     let finished_at = finished_at(
@@ -434,7 +586,7 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
     let next = match evaluation.phase {
         Phase::Pending => Some(request.spec.expires_at.0),
         phase => {
-            let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(agent.as_ref()))
+            let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(policy.as_ref()))
             else {
                 return Ok(notify_at.map_or_else(Action::await_change, |at| due_in(until(now, at))));
             };
@@ -469,21 +621,20 @@ fn until(now: Timestamp, at: Timestamp) -> Duration {
     Duration::try_from(wait).unwrap_or_default() + Duration::from_secs(1)
 }
 
-/// Adds an owner reference to the Agent (so the request goes with it) unless one is there.
-async fn adopt(api: &Api<ApprovalRequest>, request: &ApprovalRequest, agent: &Agent) -> Result<()> {
-    let Some(uid) = agent.uid() else {
-        return Ok(());
-    };
-    if request.owner_references().iter().any(|o| o.uid == uid) {
+/// Adds `owner` (its Agent or ToolGate) to the request's owner references, so that it goes
+/// with it, unless it is there.
+async fn adopt(
+    api: &Api<ApprovalRequest>,
+    request: &ApprovalRequest,
+    owner: OwnerReference,
+) -> Result<()> {
+    if request
+        .owner_references()
+        .iter()
+        .any(|o| o.uid == owner.uid)
+    {
         return Ok(());
     }
-    let owner = OwnerReference {
-        api_version: Agent::api_version(&()).into_owned(),
-        kind: Agent::kind(&()).into_owned(),
-        name: agent.name_any(),
-        uid,
-        ..Default::default()
-    };
     let patch = json!({
         "apiVersion": ApprovalRequest::api_version(&()),
         "kind": ApprovalRequest::kind(&()),
@@ -494,11 +645,11 @@ async fn adopt(api: &Api<ApprovalRequest>, request: &ApprovalRequest, agent: &Ag
     Ok(())
 }
 
-/// Publishes the phase change on the request and its Agent, and counts the outcome.
+/// Publishes the phase change on the request and its Agent or ToolGate, and counts the outcome.
 async fn announce(
     ctx: &Context,
     request: &ApprovalRequest,
-    agent: Option<&Agent>,
+    policy: Option<&Policy>,
     evaluation: &Evaluation,
     previous: Option<Phase>,
 ) {
@@ -532,7 +683,7 @@ async fn announce(
         evaluation.message
     );
     let mut targets = vec![request.object_ref(&())];
-    targets.extend(agent.map(|a| a.object_ref(&())));
+    targets.extend(policy.map(Policy::object_ref));
     ctx.publish(type_, reason, note, "Decide", &targets).await;
 }
 

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use kube::Client;
 use kube::api::ListParams;
 
+use super::token_review::TokenReviewBinding;
 use super::watches::api;
 use crate::api::{Agent, ApprovalMode};
 use crate::cidr::Cidr;
@@ -116,6 +117,14 @@ pub struct ControllerArgs {
     /// (CIDRs, comma-separated or repeated; default: none). Anything else is allowed.
     #[arg(long, env = "NOTIFIER_ALLOW_CIDRS", value_delimiter = ',')]
     pub notifier_allow_cidrs: Vec<Cidr>,
+    /// The ClusterRoleBinding the controller keeps, binding the ServiceAccount of every
+    /// ToolGate's gate to `--token-review-role` (TokenReview, to verify its callers). Unset:
+    /// none is kept, and ToolGates' gates can verify no caller unless bound otherwise.
+    #[arg(long, env = "TOKEN_REVIEW_BINDING", requires = "token_review_role")]
+    pub token_review_binding: Option<String>,
+    /// The ClusterRole (create on tokenreviews) that `--token-review-binding` binds.
+    #[arg(long, env = "TOKEN_REVIEW_ROLE", requires = "token_review_binding")]
+    pub token_review_role: Option<String>,
 }
 
 impl ControllerArgs {
@@ -141,6 +150,14 @@ impl ControllerArgs {
     }
 
     /// The renderer's settings these flags choose.
+    /// The ClusterRoleBinding of ToolGates' gates to keep, if one is set.
+    pub(super) fn token_review(&self) -> Option<TokenReviewBinding> {
+        Some(TokenReviewBinding {
+            name: self.token_review_binding.clone()?,
+            role: self.token_review_role.clone()?,
+        })
+    }
+
     pub(super) fn render_options(&self) -> RenderOptions {
         RenderOptions {
             default_approval_mode: self.default_approval_mode,

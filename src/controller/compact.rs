@@ -30,7 +30,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::api::agent::AgentStatus;
-use crate::api::approval_request::Phase;
+use crate::api::approval_request::{Phase, PolicyKind};
 use crate::api::{Agent, ApprovalRequest};
 
 /// A kind whose objects are cached as [`Compact`].
@@ -86,11 +86,12 @@ pub fn status_digest(status: &AgentStatus) -> u64 {
     hasher.finish()
 }
 
-/// What is read of every cached ApprovalRequest: the Agent that made it and its phase (the
-/// index of requests by Agent, which also counts them for the pending gauge).
+/// What is read of every cached ApprovalRequest: the Agent or ToolGate that made it and its
+/// phase (the index of requests by Agent, which also counts them for the pending gauge).
 #[derive(Clone, Debug)]
 pub struct RequestIndex {
     agent: Box<str>,
+    kind: PolicyKind,
     phase: Option<Phase>,
 }
 
@@ -101,6 +102,7 @@ impl Compactable for ApprovalRequest {
     fn take_index(&mut self) -> Self::Index {
         RequestIndex {
             agent: self.spec.agent_ref.name.as_str().into(),
+            kind: self.spec.agent_ref.kind(),
             phase: self.status.as_ref().and_then(|status| status.phase),
         }
     }
@@ -177,9 +179,14 @@ impl CachedAgent {
 }
 
 impl CachedRequest {
-    /// The name of the Agent that made it (`spec.agentRef.name`).
+    /// The name of the Agent or ToolGate that made it (`spec.agentRef.name`).
     pub fn agent_name(&self) -> &str {
         &self.index.agent
+    }
+
+    /// Whether an Agent or a ToolGate made it (`spec.agentRef.kind`).
+    pub fn policy_kind(&self) -> PolicyKind {
+        self.index.kind
     }
 
     /// Whether the recorded status still waits for a decision (no phase yet, or Pending).

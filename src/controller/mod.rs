@@ -14,12 +14,15 @@ pub mod malloc;
 pub mod metrics;
 pub mod model_config;
 pub mod notifier;
+pub mod owned;
 pub mod ref_index;
 pub mod remote_mcp_server;
 pub mod rendered;
 pub mod requests_by_agent;
 pub mod run;
 pub mod slack;
+pub mod token_review;
+pub mod tool_gate;
 pub mod watches;
 
 use std::collections::{BTreeSet, HashMap};
@@ -47,7 +50,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::api::common::{ValueSource, ValueSourceType};
 use crate::api::freeze::Freeze;
-use crate::api::{Agent, ApprovalNotifier, ModelConfig, RemoteMCPServer};
+use crate::api::{Agent, ApprovalNotifier, ModelConfig, RemoteMCPServer, ToolGate};
 use crate::egress::destination::{Destinations, RestrictedClient};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
@@ -114,6 +117,8 @@ pub struct Stores {
     pub model_configs: Store<ModelConfig>,
     /// Every RemoteMCPServer being watched.
     pub remote_mcp_servers: Store<RemoteMCPServer>,
+    /// Every ToolGate being watched.
+    pub tool_gates: Store<ToolGate>,
     /// The namespace the watches cover (`--namespace`), or none for every namespace.
     pub scope: Option<String>,
 }
@@ -233,6 +238,8 @@ pub struct Context {
     pub caches: CacheSync,
     /// Agents by the objects they reference.
     pub refs: RefIndex,
+    /// ToolGates by the objects they reference.
+    pub tool_gate_refs: RefIndex<ToolGate>,
     /// HTTP client for listing MCP servers' tools ([`crate::egress::client`]).
     pub http: reqwest::Client,
     /// HTTP client for notifier messages: refuses loopback, link-local and unspecified
@@ -275,6 +282,7 @@ impl Context {
             caches,
             stores,
             refs: RefIndex::default(),
+            tool_gate_refs: RefIndex::default(),
             http: crate::egress::client(),
             notify_http: RestrictedClient::new(Destinations::default()),
             discovery_failures: Backoff::default(),
@@ -651,6 +659,7 @@ mod tests {
             notifiers: reflector::store().0,
             model_configs: reflector::store().0,
             remote_mcp_servers: reflector::store().0,
+            tool_gates: reflector::store().0,
             scope: None,
         };
         let ctx = Context::new(

@@ -8,6 +8,7 @@
 //! outcome counts as failed and is retried after the backoff. Decisions never wait for any of
 //! it: the gate watches its own request.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +29,7 @@ use crate::api::approval_notifier::{
     ApprovalNotifierSpec, ApprovalNotifierStatus, ChannelType, Delivery,
 };
 use crate::api::approval_request::{ApprovalRequestStatus, NotificationRecord};
-use crate::api::{Agent, ApprovalNotifier, ApprovalRequest, Phase};
+use crate::api::{ApprovalNotifier, ApprovalRequest, Phase};
 use crate::apiserver::field_manager;
 use crate::apiserver::guarded::{Guarded, GuardedWrite};
 use crate::apiserver::{apply_status, new_condition, set_condition};
@@ -189,7 +190,8 @@ async fn reconcile_inner(notifier: &ApprovalNotifier, ctx: &Context) -> Result<A
 }
 
 /// Sends what is due for `request` (from the cache, which holds no arguments preview) in
-/// `phase`, whose Agent is `agent`: one attempt of one message per call, since each attempt's
+/// `phase`, made under an Agent or ToolGate with `labels` (which `agentSelector` matches;
+/// `None`: it is gone): one attempt of one message per call, since each attempt's
 /// record is a write that brings the next reconcile. Returns when to look again (a backoff
 /// ending, the next reminder), if ever. Failures are logged and retried, never returned: a
 /// channel never holds up the request's own reconcile.
@@ -197,11 +199,10 @@ pub async fn deliver(
     ctx: &Context,
     request: &ApprovalRequest,
     phase: Phase,
-    agent: Option<&Agent>,
+    labels: Option<&BTreeMap<String, String>>,
     now: Timestamp,
 ) -> Option<Timestamp> {
     let namespace = request.namespace()?;
-    let labels = agent.map(|a| a.labels());
     let mut notifiers: Vec<Arc<ApprovalNotifier>> = ctx
         .stores
         .notifiers

@@ -1,5 +1,6 @@
-//! Which Agents referenced which objects at their last reconcile, so a change of a
-//! RemoteMCPServer, ModelConfig, Service, Secret or ConfigMap requeues exactly those Agents.
+//! Which Agents (or ToolGates: one index per kind) referenced which objects at their last
+//! reconcile, so a change of a RemoteMCPServer, ModelConfig, Service, Secret or ConfigMap
+//! requeues exactly those.
 //!
 //! Every Agent is in it, and most reference the same few objects, so it is kept small: each
 //! Agent's name and each referenced object is held once, behind an `Arc` both maps share.
@@ -8,19 +9,29 @@
 //! (docs/performance-history.md#controller-caches-and-memory).
 
 use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 
 use super::compact::CachedAgent;
 
 /// `(kind, namespace, name)` of a referenced object.
 pub type RefKey = (&'static str, String, String);
 
-/// Agents by the objects they reference, and back.
-#[derive(Default)]
-pub struct RefIndex {
+/// Referrers of kind `K` (Agents unless told) by the objects they reference, and back.
+pub struct RefIndex<K = CachedAgent> {
     inner: Mutex<Inner>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Default for RefIndex<K> {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::default(),
+            kind: PhantomData,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -38,14 +49,14 @@ struct AgentName {
 }
 
 impl AgentName {
-    fn of(agent: &ObjectRef<CachedAgent>) -> Self {
+    fn of<K: Lookup<DynamicType = ()>>(agent: &ObjectRef<K>) -> Self {
         Self {
             namespace: agent.namespace.as_deref().unwrap_or_default().into(),
             name: agent.name.as_str().into(),
         }
     }
 
-    fn object_ref(&self) -> ObjectRef<CachedAgent> {
+    fn object_ref<K: Lookup<DynamicType = ()>>(&self) -> ObjectRef<K> {
         ObjectRef::new(&self.name).within(&self.namespace)
     }
 }
@@ -81,9 +92,9 @@ impl Inner {
     }
 }
 
-impl RefIndex {
+impl<K: Lookup<DynamicType = ()> + Clone + 'static> RefIndex<K> {
     /// Records that `agent` now references exactly `refs`.
-    pub fn set(&self, agent: &ObjectRef<CachedAgent>, refs: Vec<RefKey>) {
+    pub fn set(&self, agent: &ObjectRef<K>, refs: Vec<RefKey>) {
         let agent = AgentName::of(agent);
         let mut inner = self.inner.lock().expect("ref index lock");
         inner.forget(&agent);
@@ -107,15 +118,15 @@ impl RefIndex {
         inner.by_agent.insert(agent, referenced);
     }
 
-    /// The Agents that referenced `kind namespace/name` and still exist in `agents`; entries of
-    /// Agents that are gone are dropped.
+    /// The referrers that referenced `kind namespace/name` and still exist in `agents`; entries
+    /// of referrers that are gone are dropped.
     pub fn agents_for(
         &self,
         kind: &'static str,
         namespace: &str,
         name: &str,
-        agents: &Store<CachedAgent>,
-    ) -> Vec<ObjectRef<CachedAgent>> {
+        agents: &Store<K>,
+    ) -> Vec<ObjectRef<K>> {
         let key = Referenced {
             kind,
             namespace: namespace.into(),
@@ -161,7 +172,7 @@ mod tests {
     fn maps_references_to_live_agents_and_forgets_the_rest() {
         let (store, mut writer) = reflector::store::<CachedAgent>();
         writer.apply_watcher_event(&watcher::Event::Apply(agent("a").into()));
-        let index = RefIndex::default();
+        let index = RefIndex::<CachedAgent>::default();
         let (a, b) = (
             ObjectRef::from_obj(&CachedAgent::new(agent("a"))),
             ObjectRef::from_obj(&CachedAgent::new(agent("b"))),
@@ -189,7 +200,7 @@ mod tests {
 
     #[test]
     fn holds_each_referenced_object_once() {
-        let index = RefIndex::default();
+        let index = RefIndex::<CachedAgent>::default();
         for name in ["a", "b", "c"] {
             let agent = ObjectRef::from_obj(&CachedAgent::new(agent(name)));
             index.set(&agent, vec![secret("shared"), secret(name)]);
@@ -208,7 +219,7 @@ mod tests {
 
     #[test]
     fn dropping_the_last_reference_removes_the_object() {
-        let index = RefIndex::default();
+        let index = RefIndex::<CachedAgent>::default();
         let a = ObjectRef::from_obj(&CachedAgent::new(agent("a")));
         index.set(&a, vec![secret("s1")]);
         index.set(&a, Vec::new());

@@ -1,6 +1,6 @@
 //! What the controller caches of the objects it renders: not the objects, but for each its
-//! name, the Agent controlling it (a digest of its uid, and its name only where it is not a
-//! prefix of the object's), a digest of the fields it applied ([`crate::apiserver::applied`]), and
+//! name, the Agent or ToolGate controlling it (its kind, a digest of its uid, and its name only
+//! where it is not a prefix of the object's), a digest of the fields it applied ([`crate::apiserver::applied`]), and
 //! the little a reconciler reads beyond that (a Deployment's readiness, whether a Secret holds a
 //! usable binding key). A cached Deployment took kilobytes; kube-runtime's reflector store of
 //! these summaries (its key copies name and namespace again) and a hash map of names per
@@ -10,7 +10,7 @@
 //!
 //! [`Summaries`] is fed by a watch ([`Summaries::apply`]) as a reflector store would be: a
 //! relist is buffered until it is complete, then replaces the contents, and what it no longer
-//! holds is gone. Each event names the Agents to requeue.
+//! holds is gone. Each event names the owners (Agents, ToolGates) to requeue.
 
 mod names;
 
@@ -23,16 +23,18 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Resource, ResourceExt};
 
 use super::compact::CachedAgent;
-use crate::api::Agent;
+use crate::api::ToolGate;
+use crate::api::approval_request::PolicyKind;
 use crate::apiserver::Applicable;
 use crate::apiserver::applied::observed_digest;
 use crate::contract::binding_key::BindingKey;
 use crate::contract::mounts::BINDING_KEY_ITEM;
+use crate::render::objects::GateOwner;
 use names::Names;
 
 /// A kind the controller renders, and what its cache keeps of an object beyond the digest.
@@ -62,10 +64,10 @@ impl<F> Summary<F> {
         &self.facts
     }
 
-    /// Whether `agent` is the object's controller.
-    pub fn controlled_by(&self, agent: &Agent) -> bool {
-        match (self.controller, agent.uid()) {
-            (Some(controller), Some(uid)) => controller == uid_digest(&uid),
+    /// Whether `owner` is the object's controller.
+    pub fn controlled_by(&self, owner: &GateOwner) -> bool {
+        match self.controller {
+            Some(controller) if !owner.uid.is_empty() => controller == uid_digest(&owner.uid),
             _ => false,
         }
     }
@@ -122,27 +124,32 @@ struct Entry<F> {
     facts: F,
 }
 
-/// The Agent controlling an object: a digest of its uid (to tell whether an Agent controls
-/// it) and its name (to requeue it).
+/// The Agent or ToolGate controlling an object: its kind and name (to requeue it) and a
+/// digest of its uid (to tell whether it controls the object).
 enum Controller {
-    /// No Agent controls the object.
+    /// No Agent or ToolGate controls the object.
     None,
-    /// A rendered object is named after its Agent (`<agent>`, `<agent>-gate`,
-    /// `<agent>-binding-key`, …): the Agent's name is the first `len` bytes of the object's.
-    Prefix { uid: u64, len: u16 },
-    /// An Agent the object is not named after.
-    Other(Box<(u64, Box<str>)>),
+    /// A rendered object is named after its owner (`<agent>`, `<agent>-gate`,
+    /// `<agent>-binding-key`, `<toolgate>-gate`, …): the owner's name is the first `len` bytes
+    /// of the object's.
+    Prefix {
+        uid: u64,
+        len: u16,
+        kind: PolicyKind,
+    },
+    /// An owner the object is not named after.
+    Other(Box<(u64, Box<str>, PolicyKind)>),
 }
 
 impl Controller {
-    fn new(uid: u64, controller: &str, object: &str) -> Self {
+    fn new(uid: u64, kind: PolicyKind, controller: &str, object: &str) -> Self {
         match u16::try_from(controller.len()) {
-            Ok(len) if object.starts_with(controller) => Self::Prefix { uid, len },
-            _ => Self::Other(Box::new((uid, controller.into()))),
+            Ok(len) if object.starts_with(controller) => Self::Prefix { uid, len, kind },
+            _ => Self::Other(Box::new((uid, controller.into(), kind))),
         }
     }
 
-    /// The digest of the Agent's uid.
+    /// The digest of the owner's uid.
     fn uid(&self) -> Option<u64> {
         match self {
             Self::None => None,
@@ -151,12 +158,39 @@ impl Controller {
         }
     }
 
-    /// The Agent's name, given the object's.
-    fn name<'a>(&'a self, object: &'a str) -> Option<&'a str> {
+    /// The owner's kind and name, given the object's.
+    fn owner<'a>(&'a self, object: &'a str) -> Option<(PolicyKind, &'a str)> {
         match self {
             Self::None => None,
-            Self::Prefix { len, .. } => Some(&object[..usize::from(*len)]),
-            Self::Other(other) => Some(&other.1),
+            Self::Prefix { len, kind, .. } => Some((*kind, &object[..usize::from(*len)])),
+            Self::Other(other) => Some((other.2, &other.1)),
+        }
+    }
+}
+
+/// The owner to reconcile again after a change of one of its rendered objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// An Agent.
+    Agent(ObjectRef<CachedAgent>),
+    /// A ToolGate.
+    ToolGate(ObjectRef<ToolGate>),
+}
+
+impl Requeue {
+    /// The Agent to requeue, if it is one.
+    pub fn agent(self) -> Option<ObjectRef<CachedAgent>> {
+        match self {
+            Self::Agent(agent) => Some(agent),
+            Self::ToolGate(_) => None,
+        }
+    }
+
+    /// The ToolGate to requeue, if it is one.
+    pub fn tool_gate(self) -> Option<ObjectRef<ToolGate>> {
+        match self {
+            Self::ToolGate(tool_gate) => Some(tool_gate),
+            Self::Agent(_) => None,
         }
     }
 }
@@ -170,10 +204,13 @@ impl<F: Copy> Entry<F> {
         }
     }
 
-    /// The Agent to requeue when the object `namespace/name` changes.
-    fn requeue(&self, namespace: &str, name: &str) -> Option<ObjectRef<CachedAgent>> {
-        let agent = self.controller.name(name)?;
-        Some(ObjectRef::new(agent).within(namespace))
+    /// The owner to requeue when the object `namespace/name` changes.
+    fn requeue(&self, namespace: &str, name: &str) -> Option<Requeue> {
+        let (kind, owner) = self.controller.owner(name)?;
+        Some(match kind {
+            PolicyKind::Agent => Requeue::Agent(ObjectRef::new(owner).within(namespace)),
+            PolicyKind::ToolGate => Requeue::ToolGate(ObjectRef::new(owner).within(namespace)),
+        })
     }
 }
 
@@ -184,14 +221,16 @@ fn entry_of<K: RenderedKind>(object: &K) -> (&str, &str, Entry<K::Facts>) {
     let controller = object
         .owner_references()
         .iter()
-        .find(|owner| {
-            owner.controller == Some(true)
-                && owner.kind == Agent::kind(&())
-                && owner.api_version == Agent::api_version(&())
+        .filter(|owner| owner.controller == Some(true))
+        .find_map(|owner| {
+            let kind = [PolicyKind::Agent, PolicyKind::ToolGate]
+                .into_iter()
+                .find(|kind| owner.kind == kind.as_str())?;
+            let ours =
+                owner.api_version == format!("{}/{}", crate::api::GROUP, crate::api::VERSION);
+            ours.then(|| Controller::new(uid_digest(&owner.uid), kind, &owner.name, name))
         })
-        .map_or(Controller::None, |owner| {
-            Controller::new(uid_digest(&owner.uid), &owner.name, name)
-        });
+        .unwrap_or(Controller::None);
     let entry = Entry {
         controller,
         applied: observed_digest(object, meta),
@@ -206,13 +245,13 @@ fn uid_digest(uid: &str) -> u64 {
     hasher.finish()
 }
 
-/// Inserts `entry` as `namespace/name`; the Agent to requeue.
+/// Inserts `entry` as `namespace/name`; the owner to requeue.
 fn insert<F: Copy>(
     table: &mut Table<F>,
     namespace: &str,
     name: &str,
     entry: Entry<F>,
-) -> Option<ObjectRef<CachedAgent>> {
+) -> Option<Requeue> {
     let requeue = entry.requeue(namespace, name);
     let names = match table.get_mut(namespace) {
         Some(names) => names,
@@ -234,10 +273,10 @@ impl<K: RenderedKind> Summaries<K> {
         summaries
     }
 
-    /// Applies a watch event, as a reflector store would; returns the Agents to requeue: the
+    /// Applies a watch event, as a reflector store would; returns the owners to requeue: the
     /// controller of an object applied, listed or deleted, and at the end of a relist the
     /// controllers of the objects it no longer holds (deleted while the watch was down).
-    pub fn apply(&self, event: watcher::Event<K>) -> Vec<ObjectRef<CachedAgent>> {
+    pub fn apply(&self, event: watcher::Event<K>) -> Vec<Requeue> {
         let mut inner = self.inner.write().expect("summaries lock");
         match event {
             watcher::Event::Init => {
@@ -290,16 +329,16 @@ impl<K: RenderedKind> Summaries<K> {
         inner.live.get(namespace)?.get(name).map(Entry::summary)
     }
 
-    /// The names of the cached objects in `agent`'s namespace that `agent` controls, sorted.
-    pub fn controlled_by(&self, agent: &Agent) -> Vec<String> {
-        let Some(uid) = agent.uid() else {
+    /// The names of the cached objects in `owner`'s namespace that `owner` controls, sorted.
+    pub fn controlled_by(&self, owner: &GateOwner) -> Vec<String> {
+        if owner.uid.is_empty() {
             return Vec::new();
-        };
-        let uid = uid_digest(&uid);
+        }
+        let uid = uid_digest(&owner.uid);
         let inner = self.inner.read().expect("summaries lock");
         inner
             .live
-            .get(agent.namespace().unwrap_or_default().as_str())
+            .get(owner.namespace.as_str())
             .into_iter()
             .flat_map(Names::iter)
             .filter(|(_, entry)| entry.controller.uid() == Some(uid))
@@ -419,7 +458,9 @@ impl Confirmed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Agent;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::Resource;
 
     /// ServiceAccount `namespace/name`, controlled by Agent `agent` (uid `<agent>-uid`) if any.
     fn account(namespace: &str, name: &str, agent: Option<&str>) -> ServiceAccount {
@@ -439,20 +480,59 @@ mod tests {
         object
     }
 
-    fn agent(namespace: &str, name: &str) -> Agent {
+    fn agent(namespace: &str, name: &str) -> GateOwner {
         let mut agent = Agent::new(name, Default::default());
         agent.metadata.namespace = Some(namespace.into());
         agent.metadata.uid = Some(format!("{name}-uid"));
-        agent
+        GateOwner::agent(&agent)
     }
 
-    fn requeued(agents: Vec<ObjectRef<CachedAgent>>) -> Vec<String> {
-        let mut agents: Vec<String> = agents
-            .iter()
-            .map(|a| format!("{}/{}", a.namespace.as_deref().unwrap_or_default(), a.name))
+    /// The owners to requeue, `namespace/name` (a ToolGate's `ToolGate namespace/name`).
+    fn requeued(owners: Vec<Requeue>) -> Vec<String> {
+        let mut owners: Vec<String> = owners
+            .into_iter()
+            .map(|owner| match owner {
+                Requeue::Agent(a) => {
+                    format!("{}/{}", a.namespace.as_deref().unwrap_or_default(), a.name)
+                }
+                Requeue::ToolGate(t) => format!(
+                    "ToolGate {}/{}",
+                    t.namespace.as_deref().unwrap_or_default(),
+                    t.name
+                ),
+            })
             .collect();
-        agents.sort();
-        agents
+        owners.sort();
+        owners
+    }
+
+    #[test]
+    fn a_tool_gates_objects_requeue_the_tool_gate_and_are_controlled_by_it() {
+        let mut gate_account = account("a", "x-gate", None);
+        gate_account.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: ToolGate::api_version(&()).into(),
+            kind: ToolGate::kind(&()).into(),
+            name: "x".into(),
+            uid: "x-uid".into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        let cache = Summaries::<ServiceAccount>::default();
+        cache.apply(watcher::Event::Init);
+        let listed = cache.apply(watcher::Event::InitApply(gate_account.clone()));
+        cache.apply(watcher::Event::InitDone);
+        assert_eq!(requeued(listed), ["ToolGate a/x"]);
+        let owner = GateOwner {
+            kind: PolicyKind::ToolGate,
+            name: "x".into(),
+            namespace: "a".into(),
+            uid: "x-uid".into(),
+        };
+        assert!(cache.get("a", "x-gate").unwrap().controlled_by(&owner));
+        assert_eq!(cache.controlled_by(&owner), ["x-gate"]);
+        assert!(cache.controlled_by(&agent("a", "y")).is_empty());
+        let deleted = cache.apply(watcher::Event::Delete(gate_account));
+        assert_eq!(requeued(deleted), ["ToolGate a/x"]);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The ApprovalRequests each Agent made, kept up to date from the request watch, so that an
+//! The ApprovalRequests each Agent (or ToolGate) made, kept up to date from the request watch, so that an
 //! Agent reconcile (counting `pendingApprovals`) and a changed Agent (requeueing its requests)
 //! look up that Agent's requests instead of passing over every cached one. Those passes made
 //! a cold start quadratic, a large share of its CPU at 10 000 Agents
@@ -18,9 +18,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 use super::compact::CachedRequest;
+use crate::api::approval_request::PolicyKind;
 
-/// ApprovalRequests by the Agent that made them (`spec.agentRef`, in the request's namespace).
-/// Clones share one index.
+/// ApprovalRequests by the Agent or ToolGate that made them (`spec.agentRef`, in the request's
+/// namespace). Clones share one index.
 #[derive(Clone, Default)]
 pub struct RequestsByAgent(Arc<Mutex<State>>);
 
@@ -31,9 +32,10 @@ struct State {
     relisting: Option<Index>,
 }
 
-/// Every request as `namespace/agent/request`, with whether it waits for a decision, in one
-/// ordered map: an Agent's requests are the range its `namespace/agent/` prefix starts
-/// (Kubernetes names hold no `/`). One allocation per request (`cargo test --bench controller`
+/// Every request as `namespace/agent/request` (`namespace/ToolGate:name/request` for a
+/// ToolGate's), with whether it waits for a decision, in one ordered map: an Agent's requests
+/// are the range its `namespace/agent/` prefix starts (Kubernetes names hold no `/`, `:` or
+/// capital letters). One allocation per request (`cargo test --bench controller`
 /// prints its size); a map per namespace of each Agent's requests, tried first, held more
 /// (docs/performance-history.md#controller-caches-and-memory).
 #[derive(Default)]
@@ -74,13 +76,14 @@ impl Index {
         }
     }
 
-    /// The requests of Agent `namespace/agent`: each one's name, and whether it waits.
+    /// The requests of `kind` `namespace/agent`: each one's name, and whether it waits.
     fn of<'a>(
         &'a self,
         namespace: &str,
+        kind: PolicyKind,
         agent: &str,
     ) -> impl Iterator<Item = (&'a str, bool)> + use<'a> {
-        let prefix = format!("{namespace}/{agent}/");
+        let prefix = format!("{}/", owner_key(namespace, kind, agent));
         self.requests
             .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
             .map_while(move |(key, waits)| Some((key.strip_prefix(prefix.as_str())?, *waits)))
@@ -91,7 +94,17 @@ impl Index {
 fn key(request: &CachedRequest) -> Option<String> {
     let meta = request.meta();
     let (namespace, name) = (meta.namespace.as_deref()?, meta.name.as_deref()?);
-    Some(format!("{namespace}/{}/{name}", request.agent_name()))
+    let owner = owner_key(namespace, request.policy_kind(), request.agent_name());
+    Some(format!("{owner}/{name}"))
+}
+
+/// `namespace/agent`, or `namespace/ToolGate:name`: a ToolGate's requests never count as an
+/// Agent's of the same name.
+fn owner_key(namespace: &str, kind: PolicyKind, name: &str) -> String {
+    match kind {
+        PolicyKind::Agent => format!("{namespace}/{name}"),
+        PolicyKind::ToolGate => format!("{namespace}/{}:{name}", kind.as_str()),
+    }
 }
 
 impl RequestsByAgent {
@@ -132,7 +145,7 @@ impl RequestsByAgent {
         let state = self.lock();
         state
             .current
-            .of(namespace, agent)
+            .of(namespace, PolicyKind::Agent, agent)
             .filter(|(_, waits)| *waits)
             .count()
     }
@@ -142,12 +155,17 @@ impl RequestsByAgent {
         self.lock().current.waiting
     }
 
-    /// The requests Agent `namespace/agent` made.
-    pub fn made_by(&self, namespace: &str, agent: &str) -> Vec<ObjectRef<CachedRequest>> {
+    /// The requests the `kind` (Agent or ToolGate) `namespace/agent` made.
+    pub fn made_by(
+        &self,
+        namespace: &str,
+        kind: PolicyKind,
+        agent: &str,
+    ) -> Vec<ObjectRef<CachedRequest>> {
         let state = self.lock();
         state
             .current
-            .of(namespace, agent)
+            .of(namespace, kind, agent)
             .map(|(name, _)| ObjectRef::new(name).within(namespace))
             .collect()
     }
@@ -202,12 +220,46 @@ mod tests {
         assert_eq!(index.pending("other", "a"), 1);
         assert_eq!(index.pending("ns", "nobody"), 0);
         assert_eq!(index.pending("nowhere", "a"), 0);
-        assert_eq!(names(index.made_by("ns", "a")), ["ns/r1", "ns/r2", "ns/r3"]);
-        assert_eq!(names(index.made_by("other", "a")), ["other/r5"]);
-        assert_eq!(names(index.made_by("ns", "ab")), ["ns/r6"]);
-        assert_eq!(names(index.made_by("ns", "a-b")), ["ns/r7"]);
-        assert!(index.made_by("ns", "nobody").is_empty());
+        assert_eq!(
+            names(index.made_by("ns", PolicyKind::Agent, "a")),
+            ["ns/r1", "ns/r2", "ns/r3"]
+        );
+        assert_eq!(
+            names(index.made_by("other", PolicyKind::Agent, "a")),
+            ["other/r5"]
+        );
+        assert_eq!(
+            names(index.made_by("ns", PolicyKind::Agent, "ab")),
+            ["ns/r6"]
+        );
+        assert_eq!(
+            names(index.made_by("ns", PolicyKind::Agent, "a-b")),
+            ["ns/r7"]
+        );
+        assert!(index.made_by("ns", PolicyKind::Agent, "nobody").is_empty());
         assert_eq!(index.waiting(), 6);
+    }
+
+    #[test]
+    fn a_tool_gates_requests_are_not_those_of_an_agent_of_the_same_name() {
+        let mut through_gate = request("ns", "r2", "a", Some(Phase::Pending));
+        let mut object = through_gate.object().unwrap();
+        object.spec.agent_ref.kind = Some(PolicyKind::ToolGate);
+        through_gate = CachedRequest::new(object);
+        let index = RequestsByAgent::listed(&[
+            request("ns", "r1", "a", Some(Phase::Pending)),
+            through_gate,
+        ]);
+        assert_eq!(index.pending("ns", "a"), 1);
+        assert_eq!(
+            names(index.made_by("ns", PolicyKind::Agent, "a")),
+            ["ns/r1"]
+        );
+        assert_eq!(
+            names(index.made_by("ns", PolicyKind::ToolGate, "a")),
+            ["ns/r2"]
+        );
+        assert_eq!(index.waiting(), 2, "the gauge counts both");
     }
 
     #[test]
@@ -225,12 +277,18 @@ mod tests {
             Some(Phase::Denied),
         )));
         assert_eq!((index.pending("ns", "a"), index.waiting()), (1, 1));
-        assert_eq!(names(index.made_by("ns", "a")), ["ns/r0", "ns/r1"]);
+        assert_eq!(
+            names(index.made_by("ns", PolicyKind::Agent, "a")),
+            ["ns/r0", "ns/r1"]
+        );
         index.observe(&watcher::Event::Delete(request("ns", "r0", "a", None)));
         assert_eq!(index.pending("ns", "a"), 0);
-        assert_eq!(names(index.made_by("ns", "a")), ["ns/r1"]);
+        assert_eq!(
+            names(index.made_by("ns", PolicyKind::Agent, "a")),
+            ["ns/r1"]
+        );
         index.observe(&watcher::Event::Delete(request("ns", "r1", "a", None)));
-        assert!(index.made_by("ns", "a").is_empty());
+        assert!(index.made_by("ns", PolicyKind::Agent, "a").is_empty());
         assert!(
             index.lock().current.requests.is_empty(),
             "deleted entries are removed"
@@ -255,14 +313,17 @@ mod tests {
         index.observe(&watcher::Event::InitDone);
         assert_eq!(index.waiting(), 1);
         // A request deleted while the watch was down is gone.
-        assert_eq!(names(index.made_by("ns", "a")), ["ns/kept"]);
+        assert_eq!(
+            names(index.made_by("ns", PolicyKind::Agent, "a")),
+            ["ns/kept"]
+        );
         // A relist that starts over drops what the abandoned one had taken in.
         index.observe(&watcher::Event::Init);
         index.observe(&watcher::Event::InitApply(request("ns", "x", "b", None)));
         index.observe(&watcher::Event::Init);
         index.observe(&watcher::Event::InitDone);
-        assert!(index.made_by("ns", "b").is_empty());
-        assert!(index.made_by("ns", "a").is_empty());
+        assert!(index.made_by("ns", PolicyKind::Agent, "b").is_empty());
+        assert!(index.made_by("ns", PolicyKind::Agent, "a").is_empty());
         assert_eq!(index.waiting(), 0);
     }
 }

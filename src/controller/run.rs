@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use kube::Client;
 use tokio::sync::watch;
 
@@ -12,7 +13,7 @@ use super::leader::{SHUTDOWN_GRACE, grace_over, lead, stop_on_termination, stopp
 use super::watches::Watches;
 use super::{
     Context, ControllerArgs, Metrics, SystemClock, agent, approval_request, model_config, notifier,
-    remote_mcp_server, slack,
+    remote_mcp_server, slack, token_review, tool_gate,
 };
 use crate::Result;
 use crate::cli::logging;
@@ -40,7 +41,8 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
     lead(&client, &args, &health, stop_tx, stop_rx, controllers).await
 }
 
-/// Makes every watch once ([`Watches`]), builds the five controllers on them and runs them
+/// Makes every watch once ([`Watches`]), builds the six controllers on them (and the keeper of
+/// the ToolGates' TokenReview binding) and runs them
 /// until `stop` turns true.
 async fn run_controllers(
     client: Client,
@@ -68,12 +70,28 @@ async fn run_controllers(
         )
         .with_notifier_destinations(Destinations::new(args.notifier_allow_cidrs.clone())),
     );
-    let controllers = futures::future::join5(
-        agent::controller(watches.agent, ctx.clone(), stopped(&stop)),
-        approval_request::controller(watches.approval_request, ctx.clone(), stopped(&stop)),
-        model_config::controller(watches.model_config, ctx.clone(), stopped(&stop)),
-        remote_mcp_server::controller(watches.remote_mcp_server, ctx.clone(), stopped(&stop)),
-        notifier::controller(watches.notifier, ctx.clone(), stopped(&stop)),
+    // The ClusterRoleBinding of the ToolGates' gates, when one is set: it follows the set of
+    // ToolGates, so it is kept beside their controller, not by it.
+    let token_review_binding = match args.token_review() {
+        Some(binding) => token_review::keep(
+            binding,
+            ctx.clone(),
+            watches.tool_gates_changed.clone(),
+            stopped(&stop),
+        )
+        .boxed(),
+        None => futures::future::ready(()).boxed(),
+    };
+    let controllers = futures::future::join3(
+        futures::future::join5(
+            agent::controller(watches.agent, ctx.clone(), stopped(&stop)),
+            approval_request::controller(watches.approval_request, ctx.clone(), stopped(&stop)),
+            model_config::controller(watches.model_config, ctx.clone(), stopped(&stop)),
+            remote_mcp_server::controller(watches.remote_mcp_server, ctx.clone(), stopped(&stop)),
+            notifier::controller(watches.notifier, ctx.clone(), stopped(&stop)),
+        ),
+        tool_gate::controller(watches.tool_gate, ctx.clone(), stopped(&stop)),
+        token_review_binding,
     );
 
     let trimming = tokio::spawn(super::malloc::trim_free_memory());

@@ -23,13 +23,16 @@ use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
 use kube::runtime::{WatchStreamExt, reflector::reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
 
 use super::compact::{CachedAgent, CachedRequest, Compact};
 use super::fan_out::fan_out;
-use super::rendered::{RenderedKind, Summaries};
+use super::rendered::{RenderedKind, Requeue, Summaries};
 use super::{CacheSync, MANAGED_SELECTOR, RESYNC, RequestsByAgent, Stores};
 use crate::api::freeze::FREEZE_ANNOTATION;
-use crate::api::{Agent, ApprovalNotifier, ApprovalRequest, ModelConfig, RemoteMCPServer};
+use crate::api::{
+    Agent, ApprovalNotifier, ApprovalRequest, ModelConfig, RemoteMCPServer, ToolGate,
+};
 use crate::apiserver::backoff::BackoffWhileFailing;
 use crate::apiserver::paging::paged;
 
@@ -53,10 +56,16 @@ pub struct Watches {
     pub remote_mcp_server: RemoteMcpServerWatches,
     /// What reconciles an ApprovalNotifier.
     pub notifier: NotifierWatches,
+    /// What reconciles a ToolGate.
+    pub tool_gate: ToolGateWatches,
+    /// Notified on every change of the ToolGates (created, changed, deleted, listed): the
+    /// ClusterRoleBinding of their gates follows the set ([`super::token_review`]).
+    pub tool_gates_changed: Arc<Notify>,
     /// Drives the shared watches (Agents, ApprovalRequests, ApprovalNotifiers, ModelConfigs,
-    /// RemoteMCPServers), logging their failures; it ends only if one of them ends.
+    /// RemoteMCPServers, ToolGates), logging their failures; it ends only if one of them ends.
     pub shared: BoxFuture<'static, ()>,
-    /// Drives the metadata watches of Services, Secrets and ConfigMaps.
+    /// Drives the metadata watches of Services, Secrets and ConfigMaps, and the watches of the
+    /// rendered objects (whose changes go to the Agent and the ToolGate controllers).
     pub metadata: BoxFuture<'static, ()>,
 }
 
@@ -92,6 +101,24 @@ pub struct ApprovalRequestWatches {
     pub notifiers: BoxStream<'static, Arc<ApprovalNotifier>>,
     /// Agents that changed, for the requests they made.
     pub agents: ReflectHandle<CachedAgent>,
+    /// ToolGates that changed, for the requests made through them.
+    pub tool_gates: ReflectHandle<ToolGate>,
+    /// Every [`RESYNC`].
+    pub resync: BoxStream<'static, ()>,
+}
+
+/// The triggers of the ToolGate controller.
+pub struct ToolGateWatches {
+    /// ToolGates that changed (the controller's own objects).
+    pub tool_gates: ReflectHandle<ToolGate>,
+    /// ToolGates whose rendered objects changed.
+    pub rendered: BoxStream<'static, ObjectRef<ToolGate>>,
+    /// RemoteMCPServers that changed, for the ToolGates naming them.
+    pub remote_mcp_servers: ReflectHandle<RemoteMCPServer>,
+    /// Secrets that changed, for the ToolGates naming them (headersFrom).
+    pub secrets: MetadataChanges<Secret>,
+    /// ConfigMaps that changed, for the ToolGates naming them (headersFrom).
+    pub config_maps: MetadataChanges<ConfigMap>,
     /// Every [`RESYNC`].
     pub resync: BoxStream<'static, ()>,
 }
@@ -170,8 +197,38 @@ impl Watches {
             [model_configs_for_agents, model_configs_for_model_configs],
             model_config_root,
         ) = shared(client, namespace, &caches, paged(), slimmed, |_| ());
-        let (servers, [servers_for_agents, servers_for_servers], server_root) =
-            shared(client, namespace, &caches, paged(), slimmed, |_| ());
+        let (
+            servers,
+            [
+                servers_for_agents,
+                servers_for_servers,
+                servers_for_tool_gates,
+            ],
+            server_root,
+        ) = shared(client, namespace, &caches, paged(), slimmed, |_| ());
+        // ToolGates: few, read whole by their reconciler, by the request reconciler (a
+        // request made through one) and for the ClusterRoleBinding of their gates.
+        let tool_gates_changed = Arc::new(Notify::new());
+        let (tool_gates, [tool_gates_for_tool_gates, tool_gates_for_requests], tool_gate_root) = {
+            let changed = tool_gates_changed.clone();
+            let observe = move |event: &watcher::Event<ToolGate>| {
+                if !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
+                    changed.notify_one();
+                }
+            };
+            shared(client, namespace, &caches, paged(), slimmed, observe)
+        };
+        // The rendered objects' changes, for their owners: Agents and ToolGates.
+        let (rendered_watch, [rendered_for_agents, rendered_for_tool_gates]) =
+            fan_out(futures::stream::select_all([
+                secret_events.boxed(),
+                service_account_events.boxed(),
+                role_events.boxed(),
+                role_binding_events.boxed(),
+                network_policy_events.boxed(),
+                deployment_events.boxed(),
+                service_events.boxed(),
+            ]));
         // Services, Secrets and ConfigMaps an Agent or a tool server names: one metadata watch
         // each, its changes handed to every controller that maps them.
         let (service_watch, [services_changed]) = metadata::<Service, 1>(client, namespace);
@@ -181,10 +238,17 @@ impl Watches {
                 secrets_for_agents,
                 secrets_for_model_configs,
                 secrets_for_servers,
+                secrets_for_tool_gates,
             ],
-        ) = metadata::<Secret, 3>(client, namespace);
-        let (config_map_watch, [config_maps_for_agents, config_maps_for_servers]) =
-            metadata::<ConfigMap, 2>(client, namespace);
+        ) = metadata::<Secret, 4>(client, namespace);
+        let (
+            config_map_watch,
+            [
+                config_maps_for_agents,
+                config_maps_for_servers,
+                config_maps_for_tool_gates,
+            ],
+        ) = metadata::<ConfigMap, 3>(client, namespace);
 
         Self {
             stores: Stores {
@@ -202,19 +266,16 @@ impl Watches {
                 notifiers,
                 model_configs,
                 remote_mcp_servers: servers,
+                tool_gates,
                 scope: namespace.map(str::to_string),
             },
             caches,
             agent: AgentWatches {
                 agents: agents_for_agents,
                 rendered_or_namespace: futures::stream::select_all([
-                    secret_events.boxed(),
-                    service_account_events.boxed(),
-                    role_events.boxed(),
-                    role_binding_events.boxed(),
-                    network_policy_events.boxed(),
-                    deployment_events.boxed(),
-                    service_events.boxed(),
+                    rendered_for_agents
+                        .filter_map(|owner| futures::future::ready(owner.agent()))
+                        .boxed(),
                     namespace_events.boxed(),
                 ]),
                 remote_mcp_servers: servers_for_agents,
@@ -230,6 +291,7 @@ impl Watches {
                 requests: requests_for_requests,
                 notifiers: spec_changed(notifiers_for_requests).boxed(),
                 agents: agents_for_requests,
+                tool_gates: tool_gates_for_requests,
                 resync: every(RESYNC).boxed(),
             },
             model_config: ModelConfigWatches {
@@ -244,18 +306,37 @@ impl Watches {
             notifier: NotifierWatches {
                 notifiers: notifiers_for_notifiers,
             },
-            shared: futures::future::join5(
-                drain_watch(agent_root),
-                drain_watch(approval_root),
-                drain_watch(notifier_root),
-                drain_watch(model_config_root),
-                drain_watch(server_root),
+            tool_gate: ToolGateWatches {
+                tool_gates: tool_gates_for_tool_gates,
+                rendered: rendered_for_tool_gates
+                    .filter_map(|owner| futures::future::ready(owner.tool_gate()))
+                    .boxed(),
+                remote_mcp_servers: servers_for_tool_gates,
+                secrets: secrets_for_tool_gates.boxed(),
+                config_maps: config_maps_for_tool_gates.boxed(),
+                resync: every(RESYNC).boxed(),
+            },
+            tool_gates_changed,
+            shared: futures::future::join(
+                futures::future::join5(
+                    drain_watch(agent_root),
+                    drain_watch(approval_root),
+                    drain_watch(notifier_root),
+                    drain_watch(model_config_root),
+                    drain_watch(server_root),
+                ),
+                drain_watch(tool_gate_root),
             )
             .map(drop)
             .boxed(),
-            metadata: futures::future::join3(service_watch, secret_watch, config_map_watch)
-                .map(drop)
-                .boxed(),
+            metadata: futures::future::join4(
+                service_watch,
+                secret_watch,
+                config_map_watch,
+                rendered_watch,
+            )
+            .map(drop)
+            .boxed(),
         }
     }
 }
@@ -345,16 +426,13 @@ fn cached_request(mut request: ApprovalRequest) -> CachedRequest {
 }
 
 /// A cached watch of the objects of kind `K` the controller renders (selected by label), kept
-/// as [`Summaries`], and the Agents to requeue when one changes or goes away. The cache counts
-/// as listed once it holds the first complete list.
+/// as [`Summaries`], and the owners (Agents, ToolGates) to requeue when one changes or goes
+/// away. The cache counts as listed once it holds the first complete list.
 fn owned<K>(
     client: &Client,
     namespace: Option<&str>,
     caches: &CacheSync,
-) -> (
-    Summaries<K>,
-    impl Stream<Item = ObjectRef<CachedAgent>> + Send + 'static,
-)
+) -> (Summaries<K>, impl Stream<Item = Requeue> + Send + 'static)
 where
     K: Watched + RenderedKind,
 {
@@ -612,7 +690,7 @@ mod owned_watch_tests {
         let caches = CacheSync::default();
         let (store, controllers) = owned::<Deployment>(&client, Some("demo"), &caches);
         let mut controllers = std::pin::pin!(controllers);
-        let agent = ObjectRef::<CachedAgent>::new("agent-1").within("demo");
+        let agent = Requeue::Agent(ObjectRef::<CachedAgent>::new("agent-1").within("demo"));
         let bound = Duration::from_secs(10);
 
         assert_eq!(

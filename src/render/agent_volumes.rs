@@ -1,5 +1,5 @@
 //! The Agent's own volumes and mounts (`spec.declarative.deployment.volumes`, `volumeMounts`)
-//! against the approval gate's ([`objects::gate_volumes`]): gate.json with the tool servers'
+//! against the approval gate's ([`objects::GateOwner::gate_volumes`]): gate.json with the tool servers'
 //! credentials, the binding key and the gate's ServiceAccount token are for the gate container
 //! alone. A volume reaches one of the gate's when it is that volume (its name, in the pod the
 //! gate runs in), when it carries the same Secret, or, in pods that run as the gate's
@@ -155,7 +155,7 @@ pub fn check(object: &str, agent: &Agent, placement: Option<GatePlacement>) -> R
         field: format!("{FIELD}.{field}"),
         message: format!("Forbidden: {why}; the agent container may not mount it"),
     };
-    let gate = objects::gate_volumes(agent);
+    let gate = objects::GateOwner::agent(agent).gate_volumes();
     let sharing = sharing(agent, placement);
     for (index, volume) in deployment.volumes.iter().enumerate() {
         for theirs in &gate {
@@ -213,7 +213,7 @@ pub fn check_reads(
     let Some(placement) = placement else {
         return Ok(());
     };
-    let gate = objects::gate_volumes(agent);
+    let gate = objects::GateOwner::agent(agent).gate_volumes();
     let forbidden = |field: String, secret: &str, key: Option<&str>, volume: &str| {
         let what = key.map_or_else(
             || format!("Secret {secret:?}"),
@@ -328,7 +328,7 @@ mod tests {
     #[test]
     fn each_gate_volume_may_be_neither_mounted_nor_declared_again_beside_the_gate() {
         let plain = agent("Sidecar", "{}");
-        let gate = objects::gate_volumes(&plain);
+        let gate = objects::GateOwner::agent(&plain).gate_volumes();
         assert_eq!(gate.len(), 3);
         for theirs in &gate {
             let name = &theirs.name;
@@ -368,7 +368,8 @@ mod tests {
     #[test]
     fn a_volume_of_a_gate_secret_is_refused_in_either_placement() {
         let plain = agent("Sidecar", "{}");
-        let secrets: Vec<(String, String)> = objects::gate_volumes(&plain)
+        let secrets: Vec<(String, String)> = objects::GateOwner::agent(&plain)
+            .gate_volumes()
             .into_iter()
             .filter_map(|v| Some((v.name, v.secret?.secret_name?)))
             .collect();

@@ -1,5 +1,6 @@
 //! Pure rendering: an Agent and the objects it references become config.json, gate.json and
-//! the Kubernetes objects the controller applies. No I/O, no clock: identical input gives
+//! the Kubernetes objects the controller applies; a ToolGate, gate.json and its gate's objects
+//! ([`tool_gate`]). No I/O, no clock: identical input gives
 //! byte-identical output.
 
 pub mod agent_volumes;
@@ -16,6 +17,7 @@ pub mod proxy;
 pub mod refs;
 pub mod rules;
 pub mod skills;
+pub mod tool_gate;
 pub mod tools;
 
 use std::collections::BTreeMap;
@@ -30,12 +32,13 @@ use crate::api::agent::{AgentType, ApprovalRule, ApprovalSettings};
 use crate::api::approval_request::PolicyKind;
 use crate::api::common::parse_duration_seconds;
 use crate::api::remote_mcp_server::McpProtocol;
+use crate::api::tool_gate::ToolGateApproval;
 use crate::api::{Agent, ApprovalMode, GatePlacement};
 use crate::cidr::Cidr;
 use crate::contract::agent_config::{AgentConfig, McpParams, McpToolServer, RemoteAgent};
 use crate::contract::gate_config::{
-    AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GATE_LISTEN, GATE_METRICS_LISTEN, GATE_PORT,
-    GATEWAY_LISTEN, GateApproval, GateConfig, GateServer,
+    AgentIdentity, DEFAULT_MAX_OPEN_REQUESTS, GATE_LISTEN, GATE_METRICS_LISTEN, GATEWAY_LISTEN,
+    GateApproval, GateConfig, GateServer,
 };
 use crate::contract::mounts::{AGENT_CARD_ITEM, AGENT_CONFIG_ITEM, GATE_CONFIG_ITEM};
 use crate::{Error, Result};
@@ -168,11 +171,49 @@ pub struct ApprovalTimings {
     pub ttl_after_finished: f64,
 }
 
-/// Reads the approval timings of an Agent's settings; `object` names the Agent in errors.
-pub fn approval_timings(
-    object: &str,
-    settings: Option<&ApprovalSettings>,
-) -> Result<ApprovalTimings> {
+/// The approval settings of an Agent (`spec.declarative.approval`) or a ToolGate
+/// (`spec.approval`) that both read alike, as written.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ApprovalFields<'a> {
+    /// Where they are written, for errors.
+    pub field: &'a str,
+    /// `timeout`.
+    pub timeout: Option<&'a String>,
+    /// `waitTimeout`.
+    pub wait_timeout: Option<&'a String>,
+    /// `ttlAfterFinished`.
+    pub ttl_after_finished: Option<&'a String>,
+    /// `maxOpenRequests`.
+    pub max_open_requests: Option<i32>,
+}
+
+impl<'a> ApprovalFields<'a> {
+    /// An Agent's.
+    pub fn of_agent(settings: Option<&'a ApprovalSettings>) -> Self {
+        Self {
+            field: "spec.declarative.approval",
+            timeout: settings.and_then(|s| s.timeout.as_ref()),
+            wait_timeout: settings.and_then(|s| s.wait_timeout.as_ref()),
+            ttl_after_finished: settings.and_then(|s| s.ttl_after_finished.as_ref()),
+            max_open_requests: settings.and_then(|s| s.max_open_requests),
+        }
+    }
+
+    /// A ToolGate's.
+    pub fn of_tool_gate(approval: Option<&'a ToolGateApproval>) -> Self {
+        Self {
+            field: "spec.approval",
+            timeout: approval.and_then(|a| a.timeout.as_ref()),
+            wait_timeout: approval.and_then(|a| a.wait_timeout.as_ref()),
+            ttl_after_finished: approval.and_then(|a| a.ttl_after_finished.as_ref()),
+            max_open_requests: approval.and_then(|a| a.max_open_requests),
+        }
+    }
+}
+
+/// Reads the approval timings of an Agent's or ToolGate's settings, defaults applied; `object`
+/// names the Agent or ToolGate in errors.
+pub fn approval_timings(object: &str, fields: &ApprovalFields<'_>) -> Result<ApprovalTimings> {
     let read = |field: &str, value: Option<&String>, default: f64| -> Result<f64> {
         match value {
             None => Ok(default),
@@ -180,60 +221,47 @@ pub fn approval_timings(
                 .filter(|seconds| *seconds > 0.0)
                 .ok_or_else(|| Error::InvalidSpec {
                     object: object.to_owned(),
-                    field: format!("spec.declarative.approval.{field}"),
+                    field: format!("{}.{field}", fields.field),
                     message: format!(
                         "Invalid value: {text:?}: must be a positive duration such as 30s, 5m or 1h"
                     ),
                 }),
         }
     };
-    let settings = settings.cloned().unwrap_or_default();
     let timings = ApprovalTimings {
-        timeout: read(
-            "timeout",
-            settings.timeout.as_ref(),
-            DEFAULT_APPROVAL_TIMEOUT,
-        )?,
-        wait_timeout: read(
-            "waitTimeout",
-            settings.wait_timeout.as_ref(),
-            DEFAULT_WAIT_TIMEOUT,
-        )?,
+        timeout: read("timeout", fields.timeout, DEFAULT_APPROVAL_TIMEOUT)?,
+        wait_timeout: read("waitTimeout", fields.wait_timeout, DEFAULT_WAIT_TIMEOUT)?,
         ttl_after_finished: read(
             "ttlAfterFinished",
-            settings.ttl_after_finished.as_ref(),
+            fields.ttl_after_finished,
             DEFAULT_TTL_AFTER_FINISHED,
         )?,
     };
     if timings.wait_timeout > timings.timeout {
         return Err(Error::InvalidSpec {
             object: object.to_owned(),
-            field: "spec.declarative.approval.waitTimeout".into(),
+            field: format!("{}.waitTimeout", fields.field),
             message: format!(
                 "Invalid value: {:?}: must not exceed timeout ({:?})",
-                settings.wait_timeout.unwrap_or_default(),
-                settings.timeout.unwrap_or_else(|| "1h".into())
+                fields.wait_timeout.cloned().unwrap_or_default(),
+                fields.timeout.cloned().unwrap_or_else(|| "1h".into())
             ),
         });
     }
     Ok(timings)
 }
 
-/// The cap on an Agent's open ApprovalRequests: its `maxOpenRequests` if it sets one, else
-/// `default` (the operator's); `object` names the Agent in errors.
-fn max_open_requests(
-    object: &str,
-    settings: Option<&ApprovalSettings>,
-    default: u32,
-) -> Result<u32> {
-    match settings.and_then(|s| s.max_open_requests) {
+/// The cap on open ApprovalRequests: the `maxOpenRequests` in `fields` if set, else `default`
+/// (the operator's); `object` names the Agent or ToolGate in errors.
+fn max_open_requests(object: &str, fields: &ApprovalFields<'_>, default: u32) -> Result<u32> {
+    match fields.max_open_requests {
         None => Ok(default),
         Some(cap) => u32::try_from(cap)
             .ok()
             .filter(|cap| *cap >= 1)
             .ok_or_else(|| Error::InvalidSpec {
                 object: object.to_owned(),
-                field: "spec.declarative.approval.maxOpenRequests".into(),
+                field: format!("{}.maxOpenRequests", fields.field),
                 message: format!("Invalid value: {cap}: must be at least 1"),
             }),
     }
@@ -288,12 +316,10 @@ pub fn render_agent(
         .as_ref()
         .and_then(|approval| approval.mode)
         .unwrap_or(options.default_approval_mode);
-    let timings = approval_timings(&object, declarative.approval.as_ref())?;
-    let max_open_requests = max_open_requests(
-        &object,
-        declarative.approval.as_ref(),
-        options.max_open_requests,
-    )?;
+    let approval_fields = ApprovalFields::of_agent(declarative.approval.as_ref());
+    let timings = approval_timings(&object, &approval_fields)?;
+    let max_open_requests =
+        max_open_requests(&object, &approval_fields, options.max_open_requests)?;
     let placement = gate_placement(&object, declarative, mode)?;
     agent_volumes::check(&object, agent, mode.uses_gate().then_some(placement))?;
     let approval_rules = declarative
@@ -492,7 +518,8 @@ pub fn render_agent(
 }
 
 /// The Agent's gate placement (default Sidecar). Refuses Gateway where no gate runs, and the
-/// label reserved for the gate pods on the agent pods (it would make them gate endpoints).
+/// labels reserved for the gate pods (an Agent's Gateway, a ToolGate) on the agent pods (they
+/// would make them gate endpoints).
 fn gate_placement(
     object: &str,
     declarative: &DeclarativeAgentSpec,
@@ -515,18 +542,19 @@ fn gate_placement(
             ),
         });
     }
-    let reserved = declarative
-        .deployment
-        .as_ref()
-        .is_some_and(|d| d.labels.contains_key(objects::GATE_POD_LABEL));
-    if reserved {
+    let reserved = [objects::GATE_POD_LABEL, objects::TOOL_GATE_LABEL]
+        .into_iter()
+        .find(|label| {
+            declarative
+                .deployment
+                .as_ref()
+                .is_some_and(|d| d.labels.contains_key(*label))
+        });
+    if let Some(label) = reserved {
         return Err(Error::InvalidSpec {
             object: object.to_owned(),
             field: "spec.declarative.deployment.labels".into(),
-            message: format!(
-                "Forbidden: {:?} is reserved for the approval gate's pods",
-                objects::GATE_POD_LABEL
-            ),
+            message: format!("Forbidden: {label:?} is reserved for the approval gate's pods"),
         });
     }
     Ok(placement)
@@ -537,11 +565,7 @@ fn gate_placement(
 fn gate_base_url(agent: &Agent, placement: GatePlacement) -> String {
     match placement {
         GatePlacement::Sidecar => format!("http://{GATE_LISTEN}"),
-        GatePlacement::Gateway => format!(
-            "http://{}.{}.svc:{GATE_PORT}",
-            objects::gate_name(agent),
-            agent.namespace().unwrap_or_default()
-        ),
+        GatePlacement::Gateway => objects::GateOwner::agent(agent).gate_url(),
     }
 }
 

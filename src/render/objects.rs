@@ -1,28 +1,31 @@
 //! The Kubernetes objects of an Agent: Secret, ServiceAccount, Role, RoleBinding, Deployment
 //! and Service. The approval gate runs as a native sidecar in the agent's pods (Sidecar
 //! placement) or as a Deployment and Service of its own behind two NetworkPolicies (Gateway).
+//! A gate of its own is built by the same functions for an Agent in Gateway placement and for
+//! a ToolGate ([`GateOwner`], [`GatePod`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection,
+    Affinity, Capabilities, ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection,
     DownwardAPIVolumeFile, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
     PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
     Secret, SecretVolumeSource, SecurityContext, Service, ServiceAccount,
-    ServiceAccountTokenProjection, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
-    VolumeProjection,
+    ServiceAccountTokenProjection, ServicePort, ServiceSpec, TCPSocketAction, Toleration, Volume,
+    VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use crate::api::agent::DeclarativeDeploymentSpec;
-use crate::api::{Agent, ApprovalMode, GatePlacement};
+use crate::api::approval_request::PolicyKind;
+use crate::api::{Agent, ApprovalMode, GatePlacement, ToolGate};
 use crate::apiserver::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::contract::gate_config::{GATE_METRICS_PORT, GATE_PORT};
 use crate::contract::mounts::{
@@ -40,6 +43,10 @@ pub const AGENT_PORT: i32 = 8080;
 pub const CONFIG_HASH_ANNOTATION: &str = "kagent.dev/config-hash";
 /// Label carrying the agent name on everything rendered (and the pod selector).
 pub const AGENT_LABEL: &str = "kagent.dev/agent";
+/// Label carrying the ToolGate name on everything rendered for it (and its gate pods'
+/// selector). Reserved like [`GATE_POD_LABEL`]: an Agent's pods carrying it would be
+/// endpoints of the ToolGate's Service, and see its callers' tokens.
+pub const TOOL_GATE_LABEL: &str = "kagent.dev/toolgate";
 /// Label carrying the agent name on the gate pods of Gateway placement (and their selector);
 /// they never carry [`AGENT_LABEL`], so neither the agent's Deployment nor its Service and
 /// NetworkPolicy selects them. Reserved: an Agent's `deployment.labels` may not set it.
@@ -146,6 +153,326 @@ impl AgentObjects {
     }
 }
 
+/// The object a gate works for, which owns the gate's objects: an Agent, or a ToolGate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateOwner {
+    /// Agent or ToolGate.
+    pub kind: PolicyKind,
+    /// Its name.
+    pub name: String,
+    /// Its namespace (that of every object it owns).
+    pub namespace: String,
+    /// Its uid, for the owner references.
+    pub uid: String,
+}
+
+impl GateOwner {
+    /// The Agent `agent`.
+    pub fn agent(agent: &Agent) -> Self {
+        Self {
+            kind: PolicyKind::Agent,
+            name: agent.name_any(),
+            namespace: agent.namespace().unwrap_or_default(),
+            uid: agent.uid().unwrap_or_default(),
+        }
+    }
+
+    /// The ToolGate `tool_gate`.
+    pub fn tool_gate(tool_gate: &ToolGate) -> Self {
+        Self {
+            kind: PolicyKind::ToolGate,
+            name: tool_gate.name_any(),
+            namespace: tool_gate.namespace().unwrap_or_default(),
+            uid: tool_gate.uid().unwrap_or_default(),
+        }
+    }
+
+    /// The controller owner reference every owned object carries.
+    pub fn owner_reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
+            kind: self.kind.as_str().to_owned(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    /// Name of the gate's own Deployment, Service and ServiceAccount: `<name>-gate`.
+    pub fn gate_name(&self) -> String {
+        format!("{}-gate", self.name)
+    }
+
+    /// The in-cluster base URL of the gate's Service: `http://<name>-gate.<namespace>.svc:8099`.
+    pub fn gate_url(&self) -> String {
+        format!(
+            "http://{}.{}.svc:{GATE_PORT}",
+            self.gate_name(),
+            self.namespace
+        )
+    }
+
+    /// The Secret holding gate.json (and, of an Agent, config.json), with `data`.
+    pub fn config_secret(&self, data: &BTreeMap<String, Vec<u8>>) -> Secret {
+        Secret {
+            metadata: self.metadata(self.config_secret_name(), self.labels()),
+            type_: Some("Opaque".to_owned()),
+            data: Some(
+                data.iter()
+                    .map(|(key, value)| (key.clone(), ByteString(value.clone())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    /// Name of the Secret holding gate.json: an Agent's own Secret (`<agent>`, beside
+    /// config.json), a ToolGate's `<name>-gate`.
+    pub fn config_secret_name(&self) -> String {
+        match self.kind {
+            PolicyKind::Agent => self.name.clone(),
+            PolicyKind::ToolGate => self.gate_name(),
+        }
+    }
+
+    /// Name of the Secret holding the binding key: `<agent>-binding-key`,
+    /// `<toolgate>-gate-binding-key`.
+    pub fn binding_key_secret_name(&self) -> String {
+        format!("{}-binding-key", self.config_secret_name())
+    }
+
+    /// Name of the Role and RoleBinding of the gate: `<agent>-approval-gate`, `<toolgate>-gate`.
+    pub fn role_name(&self) -> String {
+        match self.kind {
+            PolicyKind::Agent => format!("{}-approval-gate", self.name),
+            PolicyKind::ToolGate => self.gate_name(),
+        }
+    }
+
+    /// Labels of every object the owner renders (and its binding key): for an Agent its name
+    /// under [`AGENT_LABEL`] (the agent pods' selector), for a ToolGate under
+    /// [`TOOL_GATE_LABEL`].
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        let (app, label) = match self.kind {
+            PolicyKind::Agent => ("agent", AGENT_LABEL),
+            PolicyKind::ToolGate => ("approval-gate", TOOL_GATE_LABEL),
+        };
+        BTreeMap::from([
+            ("app.kubernetes.io/name".to_owned(), app.to_owned()),
+            ("app.kubernetes.io/instance".to_owned(), self.name.clone()),
+            (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+            (label.to_owned(), self.name.clone()),
+        ])
+    }
+
+    /// Metadata of an owned object `name` with `labels`.
+    fn metadata(&self, name: String, labels: BTreeMap<String, String>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(labels),
+            owner_references: Some(vec![self.owner_reference()]),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// The volumes the gate container mounts, and no other: gate.json from the owner's
+    /// Secret, the binding key and the token. In the agent's pods in Sidecar placement, in the
+    /// gate's own otherwise.
+    pub fn gate_volumes(&self) -> Vec<Volume> {
+        vec![
+            secret_items_volume(
+                GATE_CONFIG_VOLUME,
+                &self.config_secret_name(),
+                &[GATE_CONFIG_ITEM],
+            ),
+            secret_items_volume(
+                BINDING_KEY_VOLUME,
+                &self.binding_key_secret_name(),
+                &[BINDING_KEY_ITEM],
+            ),
+            gate_token_volume(),
+        ]
+    }
+
+    /// The gate's Role: what it may do with ApprovalRequests (and, with grants on, with
+    /// ApprovalGrants), and on its owner only, read it (a freeze) and the verb [`GATE_VERB`].
+    pub fn gate_role(&self, grants: bool) -> Role {
+        let rule = |resources: &str, names: Option<Vec<String>>, verbs: &[&str]| PolicyRule {
+            api_groups: Some(vec![crate::api::GROUP.to_owned()]),
+            resources: Some(vec![resources.to_owned()]),
+            resource_names: names,
+            verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+            ..PolicyRule::default()
+        };
+        let mut rules = vec![
+            rule(
+                "approvalrequests",
+                None,
+                &["create", "get", "list", "watch"],
+            ),
+            rule("approvalrequests/status", None, &["patch"]),
+            // Its own owner only: the gate watches it for a freeze (api::freeze), and the
+            // verb `gate` names it the owner's gate, the only writer of the uses of the
+            // owner's grants that the admission policy lets through.
+            rule(
+                self.kind.plural(),
+                Some(vec![self.name.clone()]),
+                &["get", "list", "watch", GATE_VERB],
+            ),
+        ];
+        if grants {
+            // Grants: read them, and record their uses (gate::grants). Never create them.
+            rules.extend([
+                rule("approvalgrants", None, &["get", "list"]),
+                rule("approvalgrants/status", None, &["patch"]),
+            ]);
+        }
+        Role {
+            metadata: self.metadata(self.role_name(), self.labels()),
+            rules: Some(rules),
+        }
+    }
+
+    /// Binds [`Self::gate_role`] to the ServiceAccount `service_account` the gate runs as.
+    pub fn gate_role_binding(&self, service_account: String) -> RoleBinding {
+        RoleBinding {
+            metadata: self.metadata(self.role_name(), self.labels()),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".to_owned(),
+                kind: "Role".to_owned(),
+                name: self.role_name(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".to_owned(),
+                name: service_account,
+                namespace: Some(self.namespace.clone()),
+                api_group: None,
+            }]),
+        }
+    }
+}
+
+/// The pods of a gate of its own (an Agent's Gateway, a ToolGate): what differs between
+/// owners; [`GatePod::deployment`], [`GatePod::service`] and [`GatePod::service_account`]
+/// build the rest alike.
+pub struct GatePod<'a> {
+    /// Whose gate it is.
+    pub owner: &'a GateOwner,
+    /// Labels of the Deployment, Service and ServiceAccount.
+    pub labels: BTreeMap<String, String>,
+    /// Selector of the gate pods (a subset of `pod_labels`).
+    pub selector: BTreeMap<String, String>,
+    /// Labels of the gate pods.
+    pub pod_labels: BTreeMap<String, String>,
+    /// Gate image.
+    pub image: &'a str,
+    /// Value of the config-hash annotation.
+    pub config_hash: &'a str,
+    /// Number of gate pods.
+    pub replicas: i32,
+    /// Resources of the gate container (its defaults when `None`).
+    pub resources: Option<ResourceRequirements>,
+    /// Pull secrets of the pods.
+    pub image_pull_secrets: Vec<k8s_openapi::api::core::v1::LocalObjectReference>,
+    /// Node selector of the pods.
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the pods.
+    pub tolerations: Vec<Toleration>,
+    /// Affinity of the pods.
+    pub affinity: Option<Affinity>,
+}
+
+impl GatePod<'_> {
+    /// The gate as a Deployment of its own: the same container as the sidecar, as the pod's
+    /// main container, serving MCP on [`GATE_PORT`] for the gate Service.
+    pub fn deployment(&self) -> Deployment {
+        let owner = self.owner;
+        let mut container = gate_container(self.image);
+        // restartPolicy is for init containers only; a main container restarts with its pod.
+        container.restart_policy = None;
+        if let Some(resources) = &self.resources {
+            container.resources = Some(resources.clone());
+        }
+        container.ports.get_or_insert_with(Vec::new).insert(
+            0,
+            ContainerPort {
+                name: Some("mcp".to_owned()),
+                container_port: GATE_PORT,
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            },
+        );
+        Deployment {
+            metadata: owner.metadata(owner.gate_name(), self.labels.clone()),
+            spec: Some(DeploymentSpec {
+                replicas: Some(self.replicas),
+                selector: LabelSelector {
+                    match_labels: Some(self.selector.clone()),
+                    match_expressions: None,
+                },
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(self.pod_labels.clone()),
+                        annotations: Some(BTreeMap::from([(
+                            CONFIG_HASH_ANNOTATION.to_owned(),
+                            self.config_hash.to_owned(),
+                        )])),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(PodSpec {
+                        service_account_name: Some(owner.gate_name()),
+                        automount_service_account_token: Some(false),
+                        containers: vec![container],
+                        volumes: Some(owner.gate_volumes()),
+                        image_pull_secrets: non_empty(self.image_pull_secrets.clone()),
+                        node_selector: non_empty_map(self.node_selector.clone()),
+                        tolerations: non_empty(self.tolerations.clone()),
+                        affinity: self.affinity.clone(),
+                        ..PodSpec::default()
+                    }),
+                },
+                ..DeploymentSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    /// The gate's MCP endpoint (ClientIP affinity: an MCP session lives in one gate process).
+    pub fn service(&self) -> Service {
+        Service {
+            metadata: self
+                .owner
+                .metadata(self.owner.gate_name(), self.labels.clone()),
+            spec: Some(ServiceSpec {
+                selector: Some(self.selector.clone()),
+                ports: Some(vec![ServicePort {
+                    name: Some("mcp".to_owned()),
+                    port: GATE_PORT,
+                    target_port: Some(IntOrString::Int(GATE_PORT)),
+                    protocol: Some("TCP".to_owned()),
+                    ..ServicePort::default()
+                }]),
+                session_affinity: Some("ClientIP".to_owned()),
+                ..ServiceSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    /// The gate pods' identity, the only one bound to the gate's Role.
+    pub fn service_account(&self) -> ServiceAccount {
+        ServiceAccount {
+            metadata: self
+                .owner
+                .metadata(self.owner.gate_name(), self.labels.clone()),
+            automount_service_account_token: Some(false),
+            ..ServiceAccount::default()
+        }
+    }
+}
+
 /// What [`build`] works from.
 pub struct ObjectInputs<'a> {
     /// The Agent.
@@ -176,7 +503,7 @@ impl ObjectInputs<'_> {
 /// Name of the gate's Deployment, Service, ServiceAccount and NetworkPolicy in Gateway
 /// placement: `<agent>-gate`.
 pub fn gate_name(agent: &Agent) -> String {
-    format!("{}-gate", agent.name_any())
+    GateOwner::agent(agent).gate_name()
 }
 
 /// The ServiceAccount the gate runs as: the agent pods' in Sidecar placement, its own in
@@ -201,33 +528,11 @@ pub fn service_account_name(agent: &Agent) -> String {
 
 /// Labels on every rendered object.
 pub fn common_labels(agent: &Agent) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".to_owned(), "agent".to_owned()),
-        ("app.kubernetes.io/instance".to_owned(), agent.name_any()),
-        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
-        (AGENT_LABEL.to_owned(), agent.name_any()),
-    ])
-}
-
-fn owner_reference(agent: &Agent) -> OwnerReference {
-    OwnerReference {
-        api_version: Agent::api_version(&()).into_owned(),
-        kind: Agent::kind(&()).into_owned(),
-        name: agent.name_any(),
-        uid: agent.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
+    GateOwner::agent(agent).labels()
 }
 
 fn metadata(agent: &Agent, name: String) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: agent.namespace(),
-        labels: Some(common_labels(agent)),
-        owner_references: Some(vec![owner_reference(agent)]),
-        ..ObjectMeta::default()
-    }
+    GateOwner::agent(agent).metadata(name, common_labels(agent))
 }
 
 fn selector_labels(agent: &Agent) -> BTreeMap<String, String> {
@@ -235,15 +540,13 @@ fn selector_labels(agent: &Agent) -> BTreeMap<String, String> {
 }
 
 /// Labels of the gate's own objects (Gateway placement): the Agent's, named `approval-gate`.
-fn gate_metadata(agent: &Agent) -> ObjectMeta {
-    let mut meta = metadata(agent, gate_name(agent));
-    if let Some(labels) = meta.labels.as_mut() {
-        labels.insert(
-            "app.kubernetes.io/name".to_owned(),
-            "approval-gate".to_owned(),
-        );
-    }
-    meta
+fn gate_labels(agent: &Agent) -> BTreeMap<String, String> {
+    let mut labels = common_labels(agent);
+    labels.insert(
+        "app.kubernetes.io/name".to_owned(),
+        "approval-gate".to_owned(),
+    );
+    labels
 }
 
 /// Selector of the gate pods (Gateway placement).
@@ -367,24 +670,9 @@ fn gate_token_volume() -> Volume {
     }
 }
 
-/// The volumes the gate container mounts, and no other: gate.json from the Agent's Secret, the
-/// binding key and the token. In the agent's pods in Sidecar placement, in the gate's own in
-/// Gateway placement.
-pub fn gate_volumes(agent: &Agent) -> Vec<Volume> {
-    vec![
-        secret_items_volume(GATE_CONFIG_VOLUME, &agent.name_any(), &[GATE_CONFIG_ITEM]),
-        secret_items_volume(
-            BINDING_KEY_VOLUME,
-            &binding_key_secret_name(agent),
-            &[BINDING_KEY_ITEM],
-        ),
-        gate_token_volume(),
-    ]
-}
-
 /// The gate sidecar: a native sidecar (init container with restartPolicy Always) so it is up
 /// before the agent starts, locked down to the restricted Pod Security profile.
-fn gate_container(inputs: &ObjectInputs<'_>) -> Container {
+fn gate_container(image: &str) -> Container {
     let probe = |failure_threshold| Probe {
         http_get: Some(HTTPGetAction {
             path: Some("/healthz".to_owned()),
@@ -397,7 +685,7 @@ fn gate_container(inputs: &ObjectInputs<'_>) -> Container {
     };
     Container {
         name: GATE_CONTAINER.to_owned(),
-        image: Some(inputs.options.gate_image.clone()),
+        image: Some(image.to_owned()),
         args: Some(vec![
             "gate".to_owned(),
             "--config".to_owned(),
@@ -577,8 +865,8 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
     volumes.extend(inputs.model.volumes.iter().cloned());
     let mut init_containers = Vec::new();
     if inputs.gate_placement() == Some(GatePlacement::Sidecar) {
-        volumes.extend(gate_volumes(agent));
-        init_containers.push(gate_container(inputs));
+        volumes.extend(GateOwner::agent(agent).gate_volumes());
+        init_containers.push(gate_container(&inputs.options.gate_image));
     }
     volumes.extend(spec.volumes.iter().cloned());
     if let Some(skills) = inputs.skills {
@@ -619,17 +907,12 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
     }
 }
 
-/// Name of the Secret holding the Agent's binding key.
-pub fn binding_key_secret_name(agent: &Agent) -> String {
-    format!("{}-binding-key", agent.name_any())
-}
-
-/// The Secret holding the Agent's binding key (`key`), which only the gate mounts. The
-/// controller creates it once with a random key and keeps it while the Agent exists, so every
-/// gate replica, and every restart, hashes a call alike.
-pub fn binding_key_secret(agent: &Agent, key: &[u8]) -> Secret {
+/// The Secret holding the binding key (`key`) of `owner`'s gate, which only the gate mounts.
+/// The controller creates it once with a random key and keeps it while the owner exists, so
+/// every gate replica, and every restart, hashes a call alike.
+pub fn binding_key_secret(owner: &GateOwner, key: &[u8]) -> Secret {
     Secret {
-        metadata: metadata(agent, binding_key_secret_name(agent)),
+        metadata: owner.metadata(owner.binding_key_secret_name(), owner.labels()),
         type_: Some("Opaque".to_owned()),
         data: Some(BTreeMap::from([(
             BINDING_KEY_ITEM.to_owned(),
@@ -640,78 +923,33 @@ pub fn binding_key_secret(agent: &Agent, key: &[u8]) -> Secret {
     }
 }
 
-/// The gate as a Deployment of its own: the same container as the sidecar, as the pod's main
-/// container, serving MCP on [`GATE_PORT`] for the gate Service.
-fn gate_deployment(inputs: &ObjectInputs<'_>) -> Deployment {
+/// The pods of Gateway placement.
+fn gate_pod<'a>(inputs: &'a ObjectInputs<'_>, owner: &'a GateOwner) -> GatePod<'a> {
     let agent = inputs.agent;
     let spec = deployment_spec(agent);
-    let mut container = gate_container(inputs);
-    // restartPolicy is for init containers only; a main container restarts with its pod.
-    container.restart_policy = None;
-    container.ports.get_or_insert_with(Vec::new).insert(
-        0,
-        ContainerPort {
-            name: Some("mcp".to_owned()),
-            container_port: GATE_PORT,
-            protocol: Some("TCP".to_owned()),
-            ..ContainerPort::default()
-        },
-    );
-    Deployment {
-        metadata: gate_metadata(agent),
-        spec: Some(DeploymentSpec {
-            replicas: Some(spec.replicas.unwrap_or(1)),
-            selector: LabelSelector {
-                match_labels: Some(gate_selector_labels(agent)),
-                match_expressions: None,
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(gate_pod_labels(agent)),
-                    annotations: Some(BTreeMap::from([(
-                        CONFIG_HASH_ANNOTATION.to_owned(),
-                        inputs.config_hash.to_owned(),
-                    )])),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: Some(gate_name(agent)),
-                    automount_service_account_token: Some(false),
-                    containers: vec![container],
-                    volumes: Some(gate_volumes(agent)),
-                    image_pull_secrets: non_empty(spec.image_pull_secrets),
-                    node_selector: non_empty_map(spec.node_selector),
-                    tolerations: non_empty(spec.tolerations),
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        }),
-        status: None,
+    GatePod {
+        owner,
+        labels: gate_labels(agent),
+        selector: gate_selector_labels(agent),
+        pod_labels: gate_pod_labels(agent),
+        image: &inputs.options.gate_image,
+        config_hash: inputs.config_hash,
+        replicas: spec.replicas.unwrap_or(1),
+        resources: None,
+        image_pull_secrets: spec.image_pull_secrets,
+        node_selector: spec.node_selector,
+        tolerations: spec.tolerations,
+        affinity: None,
     }
 }
 
 /// The objects of Gateway placement.
 fn gateway(inputs: &ObjectInputs<'_>) -> GatewayObjects {
     let agent = inputs.agent;
-    let service = Service {
-        metadata: gate_metadata(agent),
-        spec: Some(ServiceSpec {
-            selector: Some(gate_selector_labels(agent)),
-            ports: Some(vec![ServicePort {
-                name: Some("mcp".to_owned()),
-                port: GATE_PORT,
-                target_port: Some(IntOrString::Int(GATE_PORT)),
-                protocol: Some("TCP".to_owned()),
-                ..ServicePort::default()
-            }]),
-            session_affinity: Some("ClientIP".to_owned()),
-            ..ServiceSpec::default()
-        }),
-        status: None,
-    };
+    let owner = GateOwner::agent(agent);
+    let pod = gate_pod(inputs, &owner);
     let network_policies = network::policies(PolicyInputs {
-        gate_metadata: gate_metadata(agent),
+        gate_metadata: owner.metadata(owner.gate_name(), gate_labels(agent)),
         egress_metadata: metadata(agent, format!("{}-egress", agent.name_any())),
         agent_pods: selector_labels(agent),
         gate_pods: gate_selector_labels(agent),
@@ -720,13 +958,9 @@ fn gateway(inputs: &ObjectInputs<'_>) -> GatewayObjects {
         cluster_cidrs: &inputs.options.cluster_cidrs,
     });
     GatewayObjects {
-        service_account: ServiceAccount {
-            metadata: gate_metadata(agent),
-            automount_service_account_token: Some(false),
-            ..ServiceAccount::default()
-        },
-        deployment: gate_deployment(inputs),
-        service,
+        service_account: pod.service_account(),
+        deployment: pod.deployment(),
+        service: pod.service(),
         network_policies,
     }
 }
@@ -735,18 +969,7 @@ fn gateway(inputs: &ObjectInputs<'_>) -> GatewayObjects {
 pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
     let agent = inputs.agent;
     let name = agent.name_any();
-    let secret = Secret {
-        metadata: metadata(agent, name.clone()),
-        type_: Some("Opaque".to_owned()),
-        data: Some(
-            inputs
-                .secret_data
-                .iter()
-                .map(|(key, value)| (key.clone(), ByteString(value.clone())))
-                .collect(),
-        ),
-        ..Secret::default()
-    };
+    let secret = GateOwner::agent(agent).config_secret(&inputs.secret_data);
     let custom_service_account = agent
         .spec
         .declarative
@@ -773,73 +996,15 @@ pub fn build(inputs: &ObjectInputs<'_>) -> AgentObjects {
             ..ServiceAccount::default()
         }
     });
-    let (role, role_binding) = if let Some(placement) = inputs.gate_placement() {
-        let role = Role {
-            metadata: metadata(agent, format!("{name}-approval-gate")),
-            rules: Some(vec![
-                PolicyRule {
-                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
-                    resources: Some(vec!["approvalrequests".to_owned()]),
-                    verbs: ["create", "get", "list", "watch"]
-                        .map(str::to_owned)
-                        .to_vec(),
-                    ..PolicyRule::default()
-                },
-                PolicyRule {
-                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
-                    resources: Some(vec!["approvalrequests/status".to_owned()]),
-                    verbs: vec!["patch".to_owned()],
-                    ..PolicyRule::default()
-                },
-                // Its own Agent only: the gate watches it for a freeze (api::freeze), and the
-                // verb `gate` names it the Agent's gate, the only writer of the uses of the
-                // Agent's grants that the admission policy lets through.
-                PolicyRule {
-                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
-                    resources: Some(vec!["agents".to_owned()]),
-                    resource_names: Some(vec![agent.name_any()]),
-                    verbs: ["get", "list", "watch", GATE_VERB]
-                        .map(str::to_owned)
-                        .to_vec(),
-                    ..PolicyRule::default()
-                },
-            ]),
-        };
-        let mut role = role;
-        if inputs.options.grant_max_ttl.is_some() {
-            // Grants: read them, and record their uses (gate::grants). Never create them.
-            role.rules.get_or_insert_default().extend([
-                PolicyRule {
-                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
-                    resources: Some(vec!["approvalgrants".to_owned()]),
-                    verbs: ["get", "list"].map(str::to_owned).to_vec(),
-                    ..PolicyRule::default()
-                },
-                PolicyRule {
-                    api_groups: Some(vec![crate::api::GROUP.to_owned()]),
-                    resources: Some(vec!["approvalgrants/status".to_owned()]),
-                    verbs: vec!["patch".to_owned()],
-                    ..PolicyRule::default()
-                },
-            ]);
+    let (role, role_binding) = match inputs.gate_placement() {
+        Some(placement) => {
+            let owner = GateOwner::agent(agent);
+            (
+                Some(owner.gate_role(inputs.options.grant_max_ttl.is_some())),
+                Some(owner.gate_role_binding(gate_service_account_name(agent, placement))),
+            )
         }
-        let binding = RoleBinding {
-            metadata: metadata(agent, format!("{name}-approval-gate")),
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".to_owned(),
-                kind: "Role".to_owned(),
-                name: format!("{name}-approval-gate"),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".to_owned(),
-                name: gate_service_account_name(agent, placement),
-                namespace: agent.namespace(),
-                api_group: None,
-            }]),
-        };
-        (Some(role), Some(binding))
-    } else {
-        (None, None)
+        None => (None, None),
     };
     let service = Service {
         metadata: metadata(agent, name.clone()),

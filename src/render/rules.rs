@@ -72,16 +72,60 @@ pub fn check_rules(
                 format!("Invalid value: {:?}: must appear in {whose}", rule.tool),
             ));
         }
-        if let Some(when) = &rule.when {
-            Condition::compile(when).map_err(|why| {
-                invalid(
-                    format!("{field}.when"),
-                    format!("Invalid value: {when:?}: {why}"),
-                )
-            })?;
-        }
+        check_when(object, &field, rule)?;
     }
     Ok(())
+}
+
+/// Checks the rules of a ToolGate (`spec.approval.rules`): each `server`, when set, is the
+/// ToolGate's `server`, each `tool` is in its `tools`, and each `when` compiles.
+pub fn check_tool_gate_rules(
+    object: &str,
+    rules: &[ApprovalRule],
+    server: &str,
+    tools: &[String],
+) -> Result<()> {
+    for (index, rule) in rules.iter().enumerate() {
+        let field = format!("spec.approval.rules[{index}]");
+        let invalid = |field: String, message: String| Error::InvalidSpec {
+            object: object.to_owned(),
+            field,
+            message,
+        };
+        if let Some(name) = rule.server.as_ref().filter(|name| *name != server) {
+            return Err(invalid(
+                format!("{field}.server"),
+                format!(
+                    "Invalid value: {name:?}: must be unset or the ToolGate's server {server:?}"
+                ),
+            ));
+        }
+        if !tools.contains(&rule.tool) {
+            return Err(invalid(
+                format!("{field}.tool"),
+                format!(
+                    "Invalid value: {:?}: must appear in spec.toolNames",
+                    rule.tool
+                ),
+            ));
+        }
+        check_when(object, &field, rule)?;
+    }
+    Ok(())
+}
+
+/// Compiles the rule's `when` (at `field`), within its bounds; the error names the CEL error.
+fn check_when(object: &str, field: &str, rule: &ApprovalRule) -> Result<()> {
+    let Some(when) = &rule.when else {
+        return Ok(());
+    };
+    Condition::compile(when)
+        .map(drop)
+        .map_err(|why| Error::InvalidSpec {
+            object: object.to_owned(),
+            field: format!("{field}.when"),
+            message: format!("Invalid value: {when:?}: {why}"),
+        })
 }
 
 /// The rules that apply to `server`'s calls, in the Agent's order, as gate.json carries them.

@@ -54,13 +54,19 @@ pub struct ResolvedServer {
 }
 
 /// Connection settings taken from the server object.
-struct Endpoint {
-    protocol: McpProtocol,
-    url: String,
-    headers_from: Vec<ValueRef>,
-    timeout: Option<f64>,
-    sse_read_timeout: Option<f64>,
-    terminate_on_close: Option<bool>,
+pub struct Endpoint {
+    /// Transport.
+    pub protocol: McpProtocol,
+    /// URL of the server.
+    pub url: String,
+    /// Headers to send, as written (resolved by [`resolve_headers`]).
+    pub headers_from: Vec<ValueRef>,
+    /// Request timeout in seconds.
+    pub timeout: Option<f64>,
+    /// SSE read timeout in seconds.
+    pub sse_read_timeout: Option<f64>,
+    /// Close the session when the client disconnects.
+    pub terminate_on_close: Option<bool>,
 }
 
 /// Resolves every MCP server entry of an Agent (Agent tools are [`super::agents`]'). `object`
@@ -169,21 +175,13 @@ pub fn resolve_servers(
             &format!("spec.declarative.tools[{index}].headersFrom"),
             &mut headers,
         )?;
-        let url = match proxy.filter(|_| proxied) {
-            Some(proxy) => {
-                let (url, proxied_headers) =
-                    proxy
-                        .route(&endpoint.url, &headers)
-                        .ok_or_else(|| Error::InvalidSpec {
-                            object: format!("{} {namespace}/{}", kind.as_str(), server.name),
-                            field: "spec.url".into(),
-                            message: format!("Invalid value: {:?}: not a URL", endpoint.url),
-                        })?;
-                headers = proxied_headers;
-                url
-            }
-            None => endpoint.url,
-        };
+        let (url, headers) = route_through(
+            proxy.filter(|_| proxied),
+            &format!("{} {namespace}/{}", kind.as_str(), server.name),
+            "spec.url",
+            endpoint.url,
+            headers,
+        )?;
         servers.push(ResolvedServer {
             namespace,
             name: server.name.clone(),
@@ -200,6 +198,28 @@ pub fn resolve_servers(
         });
     }
     Ok(servers)
+}
+
+/// The URL and headers to reach a server at `url` with `headers`: through `proxy` when there
+/// is one (the caller passes it only for servers in the cluster), else as they are. `object`
+/// and `field` name where the URL is written, for the error when it is not one.
+pub fn route_through(
+    proxy: Option<&ProxyUrl>,
+    object: &str,
+    field: &str,
+    url: String,
+    headers: BTreeMap<String, String>,
+) -> Result<(String, BTreeMap<String, String>)> {
+    match proxy {
+        Some(proxy) => proxy
+            .route(&url, &headers)
+            .ok_or_else(|| Error::InvalidSpec {
+                object: object.to_owned(),
+                field: field.to_owned(),
+                message: format!("Invalid value: {url:?}: not a URL"),
+            }),
+        None => Ok((url, headers)),
+    }
 }
 
 fn not_found(object: &str, field: &str, kind: &str, namespace: &str, name: &str) -> Error {
@@ -237,7 +257,8 @@ fn server_kind(object: &str, field: &str, server: &McpServerTool) -> Result<Tool
     }
 }
 
-fn duration_field(object: &str, field: &str, value: &Option<String>) -> Result<Option<f64>> {
+/// Seconds of the duration `value` at `field` of `object`, if set.
+pub fn duration_field(object: &str, field: &str, value: &Option<String>) -> Result<Option<f64>> {
     value
         .as_deref()
         .map(|text| {
@@ -290,7 +311,8 @@ pub fn may_reference(
     }
 }
 
-fn remote_endpoint(namespace: &str, name: &str, remote: &RemoteMCPServer) -> Result<Endpoint> {
+/// The endpoint a RemoteMCPServer `namespace/name` describes.
+pub fn remote_endpoint(namespace: &str, name: &str, remote: &RemoteMCPServer) -> Result<Endpoint> {
     let server_object = format!("RemoteMCPServer {namespace}/{name}");
     let spec = &remote.spec;
     Ok(Endpoint {

@@ -217,6 +217,20 @@ fn without_envelope(object: &Value) -> Value {
     body
 }
 
+/// Adds to `body` what rules at the root may read of `object`'s metadata, as in the apiserver:
+/// its name and generateName.
+fn with_rule_metadata(body: &mut Value, object: &Value) {
+    let mut metadata = serde_json::Map::new();
+    for field in ["name", "generateName"] {
+        if let Some(value) = object.pointer(&format!("/metadata/{field}")) {
+            metadata.insert(field.to_owned(), value.clone());
+        }
+    }
+    if let Some(map) = body.as_object_mut() {
+        map.insert("metadata".to_owned(), Value::Object(metadata));
+    }
+}
+
 impl Schemas {
     /// Whether `kind` (in group kagent.dev) is one of ours.
     pub fn knows(&self, kind: &str) -> bool {
@@ -258,8 +272,10 @@ impl Schemas {
             let old_body = old.map(|old| {
                 let mut body = without_envelope(old);
                 schema::apply_defaults(schema, &mut body);
+                with_rule_metadata(&mut body, old);
                 body
             });
+            with_rule_metadata(&mut body, object);
             if let Err(failures) =
                 self.validator
                     .validate_compiled(compiled, &body, old_body.as_ref())

@@ -161,9 +161,10 @@ fn check_array(schema: &Value, items: &[Value], path: &str, errors: &mut Vec<Fie
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
         && (items.len() as u64) < min
     {
+        // kube-apiserver 1.36 prints the number of items as the value.
         errors.push(FieldError::invalid(
             path,
-            None,
+            Some(&Value::from(items.len())),
             format!("{path} in body should have at least {min} items"),
         ));
     }

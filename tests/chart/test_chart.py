@@ -125,6 +125,7 @@ def test_chart_ships_every_crd_kept_on_uninstall(chart):
         "approvalrequests.kagent.dev",
         "modelconfigs.kagent.dev",
         "remotemcpservers.kagent.dev",
+        "toolgates.kagent.dev",
     ]
     files = {f.name: yaml.safe_load(f.read_text()) for f in (CHART / "files" / "crds").glob("*.yaml")}
     for crd in crds:
@@ -170,13 +171,17 @@ def test_default_objects(chart):
             "ClusterRole",  # controller
             "ClusterRole",  # hitl-approver
             "ClusterRole",  # hitl-viewer
-            "ClusterRoleBinding",
+            "ClusterRole",  # token reviewer (the gates of ToolGates)
+            "ClusterRole",  # keeper of the token reviewer's binding
+            "ClusterRoleBinding",  # controller
+            "ClusterRoleBinding",  # keeper of the token reviewer's binding
             "CustomResourceDefinition",  # Agent
             "CustomResourceDefinition",  # ApprovalGrant
             "CustomResourceDefinition",  # ApprovalNotifier
             "CustomResourceDefinition",  # ApprovalRequest
             "CustomResourceDefinition",  # ModelConfig
             "CustomResourceDefinition",  # RemoteMCPServer
+            "CustomResourceDefinition",  # ToolGate
             "Deployment",
             "PodDisruptionBudget",
             "Role",  # leader election
@@ -219,6 +224,8 @@ def test_default_deployment(chart):
         "--agent-image": "cr.kagent.dev/kagent-dev/kagent/app:0.7.4",
         "--gate-image": "ghcr.io/hitl-operator/hitl-operator:0.1.0",
         "--cluster-cidrs": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16",
+        "--token-review-binding": f"{FULLNAME}-toolgate-token-review",
+        "--token-review-role": f"{FULLNAME}-token-reviewer",
         "--skills-init-image": "cr.kagent.dev/kagent-dev/kagent/skills-init:0.7.4",
         "--grant-max-ttl": "24h",
         "--default-max-open-requests": "50",
@@ -284,7 +291,9 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
         (("kagent.dev",), ("approvalrequests",), ("get", "list", "watch", "patch", "create", "delete")),
         (("kagent.dev",), ("agents/status", "remotemcpservers/status", "modelconfigs/status",
                            "approvalrequests/status", "approvalnotifiers/status"), ("patch",)),
-        (("kagent.dev",), ("agents/finalizers",), ("update",)),
+        (("kagent.dev",), ("toolgates",), ("get", "list", "watch", "gate")),
+        (("kagent.dev",), ("toolgates/status",), ("patch",)),
+        (("kagent.dev",), ("agents/finalizers", "toolgates/finalizers"), ("update",)),
         (("kagent.dev",), ("approvalgrants",), ("get", "list")),
         (("kagent.dev",), ("approvalgrants/status",), ("patch",)),
         (("kagent.dev",), ("agents",), ("gate",)),
@@ -308,9 +317,10 @@ def test_controller_rbac_is_cluster_wide_and_least_privilege(chart):
     for verb in ("get", "list"):
         assert allows(role, "kagent.dev", "approvalgrants", verb)
     assert allows(role, "kagent.dev", "approvalgrants/status", "patch")
-    # The gate watches its own Agent for a freeze, and holds the verb gate on it.
+    # The gate watches its own Agent (or ToolGate) for a freeze, and holds the verb gate on it.
     for verb in ("get", "list", "watch", "gate"):
         assert allows(role, "kagent.dev", "agents", verb)
+        assert allows(role, "kagent.dev", "toolgates", verb)
     # Every verb of every Role the controller renders for an Agent (the golden renderings), or
     # the apiserver refuses to let it create the Role (RBAC escalation rule).
     rendered = 0
@@ -456,8 +466,11 @@ def test_watch_namespace_uses_role_and_scoped_policies(chart):
     namespace_reader = one(docs, "ClusterRole", f"{FULLNAME}-agents-namespace")
     assert namespace_reader["rules"] == [{"apiGroups": [""], "resources": ["namespaces"],
                                           "resourceNames": ["agents"], "verbs": ["get", "list", "watch"]}]
-    [cluster_binding] = find(docs, "ClusterRoleBinding")
+    cluster_binding = one(docs, "ClusterRoleBinding", f"{FULLNAME}-agents-namespace")
     assert cluster_binding["roleRef"]["name"] == f"{FULLNAME}-agents-namespace"
+    # Besides it, only the keeper of the ToolGates' TokenReview binding (cluster-scoped).
+    assert sorted(b["metadata"]["name"] for b in find(docs, "ClusterRoleBinding")) == [
+        f"{FULLNAME}-agents-namespace", f"{FULLNAME}-token-review-keeper"]
     assert cluster_binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
     role = one(docs, "Role", f"{FULLNAME}-controller")
     assert role["metadata"]["namespace"] == "agents"
@@ -573,7 +586,8 @@ def test_user_roles_options(chart):
     decision = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-decision")
     assert "team-approver" in decision["spec"]["validations"][0]["messageExpression"]
     docs = objects(chart, {"rbac": {"userRoles": False}})
-    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"] == [f"{FULLNAME}-controller"]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"] == [
+        f"{FULLNAME}-controller", f"{FULLNAME}-token-reviewer", f"{FULLNAME}-token-review-keeper"]
 
 
 def test_existing_service_account(chart):
@@ -735,3 +749,26 @@ def test_slack_interactions_need_the_signing_secret(chart):
     values = {"slack": {"interactions": {"enabled": True, "users": {"U1": {"user": "a"}}}}}
     with pytest.raises(helm_python.HelmRenderError, match="signingSecret.name is required"):
         objects(chart, values)
+
+
+@pytest.mark.parametrize("values", [{}, {"watchNamespace": "agents"}], ids=["default", "namespaced"])
+def test_the_controller_may_keep_only_the_toolgates_token_review_binding(chart, values):
+    docs = objects(chart, values)
+    reviewer = one(docs, "ClusterRole", f"{FULLNAME}-token-reviewer")
+    assert rules_of(reviewer) == [(("authentication.k8s.io",), ("tokenreviews",), ("create",))]
+    keeper = one(docs, "ClusterRole", f"{FULLNAME}-token-review-keeper")
+    assert keeper["rules"] == [
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+         "resourceNames": [f"{FULLNAME}-token-reviewer"], "verbs": ["bind"]},
+        # A server-side apply that creates the binding is authorized as a create.
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"],
+         "resourceNames": [f"{FULLNAME}-toolgate-token-review"], "verbs": ["get", "patch", "create"]},
+    ]
+    binding = one(docs, "ClusterRoleBinding", f"{FULLNAME}-token-review-keeper")
+    assert binding["roleRef"]["name"] == f"{FULLNAME}-token-review-keeper"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+    args = args_map(controller(docs))
+    assert args["--token-review-binding"] == f"{FULLNAME}-toolgate-token-review"
+    assert args["--token-review-role"] == f"{FULLNAME}-token-reviewer"
+    # The binding itself is the controller's: the chart does not ship it.
+    assert not [d for d in docs if d["metadata"]["name"] == f"{FULLNAME}-toolgate-token-review"]

@@ -3,7 +3,7 @@
 use hitl_operator::api::agent::AgentStatus;
 use hitl_operator::api::{Agent, ApprovalRequest, ModelConfig, RemoteMCPServer};
 use hitl_operator::controller::agent::reconcile;
-use hitl_operator::render::objects::binding_key_secret;
+use hitl_operator::render::objects::{GateOwner, binding_key_secret};
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::{RenderOptions, render_agent};
 use http::Method;
@@ -115,7 +115,8 @@ fn assert_fresh_binding_key(body: &Value) {
     assert_eq!(bytes, 32, "{key}");
     assert_ne!(
         key,
-        serde_json::to_value(binding_key_secret(&agent(), &[7; 32])).unwrap()["data"]["key"]
+        serde_json::to_value(binding_key_secret(&GateOwner::agent(&agent()), &[7; 32])).unwrap()["data"]
+            ["key"]
     );
 }
 
@@ -151,7 +152,10 @@ fn ready_deployment(objects: &hitl_operator::render::AgentObjects) -> Deployment
 fn applied_cache(objects: &hitl_operator::render::AgentObjects, agent: &Agent) -> Cache {
     Cache {
         agents: vec![agent.clone()],
-        secrets: vec![objects.secret.clone(), binding_key_secret(agent, &[7; 32])],
+        secrets: vec![
+            objects.secret.clone(),
+            binding_key_secret(&GateOwner::agent(agent), &[7; 32]),
+        ],
         service_accounts: objects.service_account.iter().cloned().collect(),
         roles: objects.role.iter().cloned().collect(),
         role_bindings: objects.role_binding.iter().cloned().collect(),
@@ -1015,7 +1019,7 @@ async fn an_unusable_binding_key_is_replaced_and_a_concurrent_create_is_fine() {
     let objects = rendered(&agent, &server);
     let mut cache = applied_cache(&objects, &agent);
     // Someone put a 4-byte key there (the Secret is immutable, so it is deleted and made anew).
-    cache.secrets[1] = binding_key_secret(&agent, b"weak");
+    cache.secrets[1] = binding_key_secret(&GateOwner::agent(&agent), b"weak");
     agent.status = None;
     let key_path = "/api/v1/namespaces/ns/secrets/a-binding-key";
     let mut script = Vec::new();
@@ -1026,7 +1030,7 @@ async fn an_unusable_binding_key_is_replaced_and_a_concurrent_create_is_fine() {
         expect(
             Method::GET,
             key_path,
-            json_of(&binding_key_secret(&agent, &[9; 32])),
+            json_of(&binding_key_secret(&GateOwner::agent(&agent), &[9; 32])),
         ),
         expect(
             Method::PATCH,
@@ -1127,7 +1131,7 @@ async fn a_binding_key_someone_else_made_is_never_used() {
     let mut cache = applied_cache(&objects, &agent);
     cache.secrets.truncate(1);
     // Planted before the controller made one: a key its maker knows.
-    let mut planted = binding_key_secret(&agent, &[1; 32]);
+    let mut planted = binding_key_secret(&GateOwner::agent(&agent), &[1; 32]);
     planted.metadata.labels = None;
     planted.metadata.owner_references = None;
     let status = left_alone(

@@ -414,3 +414,93 @@ async fn executed_set_by_the_gate_is_recorded_once() {
     result.unwrap();
     assert!(requests.is_empty());
 }
+
+/// A ToolGate `a` (the name of the Agent of the other tests: its requests are not the
+/// Agent's) in front of RemoteMCPServer `fs`, requiring approval of `require_approval`.
+fn tool_gate(require_approval: &str) -> hitl_operator::api::ToolGate {
+    yaml(&format!(
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: ToolGate
+metadata: {{name: a, namespace: ns, uid: tool-gate-uid}}
+spec:
+  server: {{remoteMCPServer: fs}}
+  toolNames: [read_file, delete_file]
+  requireApproval: [{require_approval}]
+"#
+    ))
+}
+
+/// `request` made through ToolGate `a` (`spec.agentRef.kind`).
+fn through_tool_gate(mut request: ApprovalRequest) -> ApprovalRequest {
+    request.spec.agent_ref.kind = Some(hitl_operator::api::approval_request::PolicyKind::ToolGate);
+    request
+}
+
+#[tokio::test]
+async fn a_request_through_a_tool_gate_is_adopted_by_it_and_its_event_goes_on_it() {
+    let request = through_tool_gate(request("", "", false));
+    let mut script = vec![expect(
+        Method::PATCH,
+        &format!("{PATH}{APPLY}"),
+        serde_json::to_value(&request).unwrap(),
+    )];
+    script.push(status_patch(&request));
+    script.extend(events(2));
+    // An Agent of the same name that no longer asks: it has no say over the ToolGate's request.
+    let cache = Cache {
+        agents: vec![agent("read_file", "24h")],
+        tool_gates: vec![tool_gate("delete_file")],
+        approvals: vec![request.clone()],
+        ..Cache::default()
+    };
+    let (action, requests) = run_script(script, |client| {
+        reconcile(cached(request.clone()), cache.context(client, at(600)))
+    })
+    .await;
+    assert_eq!(action.unwrap(), Action::requeue(Duration::from_secs(3001)));
+    assert_eq!(
+        requests[0].body["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "kagent.dev/v1alpha2", "kind": "ToolGate", "name": "a", "uid": "tool-gate-uid"}])
+    );
+    assert_eq!(phase(&requests[1].body), "Pending");
+    assert_eq!(requests[3].body["regarding"]["kind"], "ToolGate");
+}
+
+#[tokio::test]
+async fn a_request_through_a_tool_gate_is_cancelled_when_it_no_longer_asks_or_is_gone() {
+    for tool_gates in [vec![tool_gate("read_file")], vec![]] {
+        let request = through_tool_gate(request("", "status: {phase: Pending}", false));
+        let mut script = Vec::new();
+        if !tool_gates.is_empty() {
+            script.push(expect(
+                Method::PATCH,
+                &format!("{PATH}{APPLY}"),
+                serde_json::to_value(&request).unwrap(),
+            ));
+        }
+        script.push(status_patch(&request));
+        script.extend(events(1 + tool_gates.len()));
+        // The Agent of the same name still asks: it has no say either.
+        let cache = Cache {
+            agents: vec![agent("delete_file", "24h")],
+            tool_gates: tool_gates.clone(),
+            ..Cache::default()
+        };
+        let (result, requests) = run_script(script, |client| {
+            reconcile(cached(request.clone()), cache.context(client, at(10)))
+        })
+        .await;
+        result.unwrap();
+        let body = &requests
+            .iter()
+            .find(|r| r.body["status"]["phase"].is_string())
+            .unwrap()
+            .body;
+        assert_eq!(phase(body), "Cancelled");
+        assert_eq!(
+            conditions(body),
+            vec![("Finished".into(), "True".into(), "PolicyChanged".into())]
+        );
+    }
+}

@@ -74,6 +74,7 @@ pub struct Cache {
     pub notifiers: Vec<hitl_operator::api::ApprovalNotifier>,
     pub model_configs: Vec<hitl_operator::api::ModelConfig>,
     pub remote_mcp_servers: Vec<hitl_operator::api::RemoteMCPServer>,
+    pub tool_gates: Vec<hitl_operator::api::ToolGate>,
     /// The namespace the watches cover (`--namespace`); none: every namespace.
     pub scope: Option<String>,
     /// Where notifier messages may go besides the default (`--notifier-allow-cidrs`).
@@ -99,6 +100,7 @@ impl Cache {
             notifiers: store_of(self.notifiers),
             model_configs: store_of(self.model_configs),
             remote_mcp_servers: store_of(self.remote_mcp_servers),
+            tool_gates: store_of(self.tool_gates),
             scope: self.scope,
         };
         Arc::new(

@@ -7,3 +7,4 @@ mod harness;
 mod model_config;
 mod notifier;
 mod remote_mcp_server;
+mod tool_gate;

@@ -1,0 +1,359 @@
+//! ToolGate reconciler, and the ClusterRoleBinding of the ToolGates' gates, against the mock
+//! API server.
+
+use hitl_operator::api::tool_gate::ToolGateStatus;
+use hitl_operator::api::{RemoteMCPServer, ToolGate};
+use hitl_operator::controller::token_review::{self, TokenReviewBinding};
+use hitl_operator::controller::tool_gate::reconcile;
+use hitl_operator::render::RenderOptions;
+use hitl_operator::render::objects::{GateOwner, binding_key_secret};
+use hitl_operator::render::refs::RefStore;
+use hitl_operator::render::tool_gate::{ToolGateObjects, render_tool_gate};
+use http::Method;
+use k8s_openapi::api::core::v1::Secret;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+const APPLY: &str = "?&force=true&fieldManager=hitl-operator";
+const TOKEN: &str = "/api/v1/namespaces/ns/secrets/ledger-token";
+
+fn tool_gate() -> ToolGate {
+    yaml(
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: ToolGate
+metadata: {name: pay, namespace: ns, uid: tg-uid, generation: 2}
+spec:
+  server: {remoteMCPServer: ledger}
+  toolNames: [get_balance, transfer_funds]
+  requireApproval: [transfer_funds]
+  callers: {groups: ["system:serviceaccounts:team-a"]}
+"#,
+    )
+}
+
+fn server() -> RemoteMCPServer {
+    yaml(
+        r#"
+apiVersion: kagent.dev/v1alpha2
+kind: RemoteMCPServer
+metadata: {name: ledger, namespace: ns}
+spec:
+  url: "http://ledger.ns:8080/mcp"
+  headersFrom: [{name: Authorization, valueFrom: {type: Secret, name: ledger-token, key: token}}]
+"#,
+    )
+}
+
+fn token() -> Secret {
+    yaml(
+        "{apiVersion: v1, kind: Secret, metadata: {name: ledger-token, namespace: ns}, stringData: {token: Bearer x}}",
+    )
+}
+
+fn rendered(tool_gate: &ToolGate) -> ToolGateObjects {
+    let mut refs = RefStore::default();
+    refs.insert_remote_mcp_server(server());
+    refs.insert_secret(token());
+    render_tool_gate(tool_gate, &refs, &RenderOptions::default())
+        .expect("fixture renders")
+        .objects
+}
+
+fn json_of<T: serde::Serialize>(object: &T) -> Value {
+    serde_json::to_value(object).unwrap()
+}
+
+/// A create of an object the cache does not hold: read first (404), then applied.
+fn created(path: &str) -> [Exchange; 2] {
+    [
+        not_found(path),
+        expect(Method::PATCH, &format!("{path}{APPLY}"), json!({})),
+    ]
+}
+
+/// The bodies of the writes among `requests`, in order.
+fn writes(requests: &[Recorded]) -> Vec<&Value> {
+    requests
+        .iter()
+        .filter(|r| r.is_write())
+        .map(|r| &r.body)
+        .collect()
+}
+
+/// A cache holding the ToolGate, its server and exactly what the renderer produces.
+fn applied_cache(tool_gate: &ToolGate, objects: &ToolGateObjects) -> Cache {
+    Cache {
+        tool_gates: vec![tool_gate.clone()],
+        remote_mcp_servers: vec![server()],
+        secrets: vec![
+            objects.secret.clone(),
+            binding_key_secret(&GateOwner::tool_gate(tool_gate), &[7; 32]),
+        ],
+        service_accounts: vec![objects.service_account.clone()],
+        roles: vec![objects.role.clone()],
+        role_bindings: vec![objects.role_binding.clone()],
+        deployments: vec![objects.deployment.clone()],
+        services: vec![objects.service.clone()],
+        ..Cache::default()
+    }
+}
+
+const STATUS: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/toolgates/pay/status";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events?";
+
+#[tokio::test]
+async fn a_new_tool_gate_applies_its_gate_and_reports_where_to_call_it() {
+    let tool_gate = tool_gate();
+    let objects = rendered(&tool_gate);
+    let mut script = vec![expect(Method::GET, TOKEN, json_of(&token()))];
+    script.extend(created("/api/v1/namespaces/ns/secrets/pay-gate"));
+    script.push(expect(
+        Method::POST,
+        "/api/v1/namespaces/ns/secrets?&fieldManager=hitl-operator",
+        json!({}),
+    ));
+    for path in [
+        "/api/v1/namespaces/ns/serviceaccounts/pay-gate",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/pay-gate",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings/pay-gate",
+        "/apis/apps/v1/namespaces/ns/deployments/pay-gate",
+        "/api/v1/namespaces/ns/services/pay-gate",
+    ] {
+        script.extend(created(path));
+    }
+    script.push(expect(
+        Method::PATCH,
+        &format!("{STATUS}{APPLY}"),
+        json_of(&tool_gate),
+    ));
+    script.push(expect(Method::POST, EVENTS, event_created()));
+    let cache = Cache {
+        tool_gates: vec![tool_gate.clone()],
+        remote_mcp_servers: vec![server()],
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            std::sync::Arc::new(tool_gate.clone()),
+            cache.context(client, at(0)),
+        )
+    })
+    .await;
+    result.expect("reconcile succeeds");
+
+    let written = writes(&requests);
+    assert_eq!(written[0], &json_of(&objects.secret));
+    let key = written[1];
+    assert_eq!(key["metadata"]["name"], "pay-gate-binding-key");
+    assert_eq!(key["metadata"]["ownerReferences"][0]["kind"], "ToolGate");
+    assert_eq!(key["metadata"]["ownerReferences"][0]["uid"], "tg-uid");
+    assert_eq!(key["immutable"], true);
+    assert_eq!(written[2], &json_of(&objects.service_account));
+    assert_eq!(written[3], &json_of(&objects.role));
+    assert_eq!(written[4], &json_of(&objects.role_binding));
+    assert_eq!(written[5], &json_of(&objects.deployment));
+    assert_eq!(written[6], &json_of(&objects.service));
+
+    let status = written[7];
+    assert_eq!(status["kind"], "ToolGate");
+    assert_eq!(status["metadata"], json!({"name": "pay"}));
+    assert_eq!(status["status"]["observedGeneration"], 2);
+    assert_eq!(status["status"]["url"], "http://pay-gate.ns.svc:8099");
+    assert_eq!(
+        status["status"]["route"],
+        "http://pay-gate.ns.svc:8099/servers/ns/ledger/mcp"
+    );
+    assert_eq!(
+        status["status"]["audiences"],
+        json!(["toolgate.kagent.dev/ns/pay"])
+    );
+    assert_eq!(
+        conditions(status),
+        vec![
+            ("Accepted".into(), "True".into(), "Reconciled".into()),
+            ("Ready".into(), "False".into(), "DeploymentNotReady".into()),
+        ]
+    );
+    let event = written[8];
+    assert_eq!(event["reason"], "Reconciled");
+    assert_eq!(event["regarding"]["kind"], "ToolGate");
+}
+
+#[tokio::test]
+async fn a_tool_gate_with_everything_in_place_makes_no_request() {
+    let mut tool_gate = tool_gate();
+    let objects = rendered(&tool_gate);
+
+    // 1: the objects are cached as applied: the Secret of the headers is read, the status
+    // written.
+    let script = vec![
+        expect(Method::GET, TOKEN, json_of(&token())),
+        expect(
+            Method::PATCH,
+            &format!("{STATUS}{APPLY}"),
+            json_of(&tool_gate),
+        ),
+        expect(Method::POST, EVENTS, event_created()),
+    ];
+    let cache = applied_cache(&tool_gate, &objects);
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            std::sync::Arc::new(tool_gate.clone()),
+            cache.context(client, at(0)),
+        )
+    })
+    .await;
+    result.expect("reconcile succeeds");
+    let status: ToolGateStatus =
+        serde_json::from_value(writes(&requests)[0]["status"].clone()).unwrap();
+
+    // 2: with that status, nothing is written; only the header Secret is read (a watch knows
+    // Secrets by name only).
+    tool_gate.status = Some(status);
+    let cache = applied_cache(&tool_gate, &objects);
+    let (result, requests) = run_script(
+        vec![expect(Method::GET, TOKEN, json_of(&token()))],
+        |client| {
+            reconcile(
+                std::sync::Arc::new(tool_gate.clone()),
+                cache.context(client, at(60)),
+            )
+        },
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    assert!(writes(&requests).is_empty(), "{requests:?}");
+}
+
+#[tokio::test]
+async fn a_missing_server_is_reported_in_accepted() {
+    let tool_gate = tool_gate();
+    let script = vec![
+        expect(
+            Method::PATCH,
+            &format!("{STATUS}{APPLY}"),
+            json_of(&tool_gate),
+        ),
+        expect(Method::POST, EVENTS, event_created()),
+    ];
+    let cache = Cache {
+        tool_gates: vec![tool_gate.clone()],
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            std::sync::Arc::new(tool_gate.clone()),
+            cache.context(client, at(0)),
+        )
+    })
+    .await;
+    result.expect("a missing reference is a state, not an error");
+    let status = writes(&requests)[0];
+    assert_eq!(
+        conditions(status)[0],
+        ("Accepted".into(), "False".into(), "RefNotFound".into())
+    );
+    assert_eq!(
+        condition_message(status, "Accepted"),
+        "ToolGate ns/pay: spec.server.remoteMCPServer: RemoteMCPServer ns/ledger not found"
+    );
+}
+
+const BINDING: &str =
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/hitl-toolgate-token-review";
+
+fn binding() -> TokenReviewBinding {
+    TokenReviewBinding {
+        name: "hitl-toolgate-token-review".into(),
+        role: "hitl-token-reviewer".into(),
+    }
+}
+
+fn tool_gate_in(namespace: &str, name: &str) -> ToolGate {
+    let mut tool_gate = tool_gate();
+    tool_gate.metadata.namespace = Some(namespace.into());
+    tool_gate.metadata.name = Some(name.into());
+    tool_gate
+}
+
+#[tokio::test]
+async fn the_token_review_binding_holds_every_gate_sorted_and_is_written_on_change_only() {
+    let store = store_of(vec![
+        tool_gate_in("team-b", "pay"),
+        tool_gate_in("team-a", "search"),
+        tool_gate_in("team-a", "files"),
+    ]);
+    // First: read, missing, applied.
+    let script = vec![
+        not_found(BINDING),
+        expect(Method::PATCH, &format!("{BINDING}{APPLY}"), json!({})),
+    ];
+    let (digest, requests) = run_script(script, |client| async move {
+        token_review::sync(&client, &binding(), &store, None).await
+    })
+    .await;
+    let digest = digest.expect("applied");
+    assert_eq!(
+        writes(&requests)[0],
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "hitl-toolgate-token-review",
+                         "labels": {"app.kubernetes.io/managed-by": "hitl-operator"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "hitl-token-reviewer"},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "files-gate", "namespace": "team-a"},
+                {"kind": "ServiceAccount", "name": "search-gate", "namespace": "team-a"},
+                {"kind": "ServiceAccount", "name": "pay-gate", "namespace": "team-b"},
+            ],
+        })
+    );
+    // Unchanged: no request at all.
+    let store = store_of(vec![
+        tool_gate_in("team-b", "pay"),
+        tool_gate_in("team-a", "search"),
+        tool_gate_in("team-a", "files"),
+    ]);
+    let (again, requests) = run_script(Vec::new(), |client| async move {
+        token_review::sync(&client, &binding(), &store, Some(digest)).await
+    })
+    .await;
+    assert_eq!(again.unwrap(), digest);
+    assert!(requests.is_empty());
+    // The last ToolGate gone: the subjects are emptied.
+    let store = store_of(Vec::<ToolGate>::new());
+    let script = vec![expect(
+        Method::PATCH,
+        &format!("{BINDING}{APPLY}"),
+        json!({}),
+    )];
+    let (emptied, requests) = run_script(script, |client| async move {
+        token_review::sync(&client, &binding(), &store, Some(digest)).await
+    })
+    .await;
+    assert_ne!(emptied.unwrap(), digest);
+    assert_eq!(writes(&requests)[0]["subjects"], json!([]));
+}
+
+#[tokio::test]
+async fn a_token_review_binding_already_in_place_is_not_written_at_start() {
+    let store = store_of(vec![tool_gate_in("team-a", "pay")]);
+    let existing = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "hitl-toolgate-token-review",
+                     "labels": {"app.kubernetes.io/managed-by": "hitl-operator"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "hitl-token-reviewer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "pay-gate", "namespace": "team-a"}],
+    });
+    let (result, requests) = run_script(
+        vec![expect(Method::GET, BINDING, existing)],
+        |client| async move { token_review::sync(&client, &binding(), &store, None).await },
+    )
+    .await;
+    result.expect("read");
+    assert!(writes(&requests).is_empty());
+}
