@@ -1,19 +1,21 @@
-//! The freeze switch: the annotation `hitl.kagent.dev/freeze` on an Agent or on its Namespace
-//! stops every call of the Agent's gated tools at once. The annotation's value is the reason
-//! (e.g. `incident 42`). The controller reports a freeze as the Agent's `Frozen` condition and
-//! cancels the Agent's pending requests; the gate refuses gated calls while it sees one.
+//! The freeze switch: the annotation `hitl.kagent.dev/freeze` on an Agent (or a ToolGate) or on
+//! its Namespace stops every call of its gated tools at once. The annotation's value is the
+//! reason (e.g. `incident 42`). The controller reports a freeze as the object's `Frozen`
+//! condition and cancels its pending requests; the gate refuses gated calls while it sees one.
 //!
-//! The gate reads only its own Agent: the Agent's annotation, and the `Frozen` condition with
-//! reason [`NAMESPACE_FROZEN`], which the controller sets from the Namespace's annotation.
+//! The gate reads only its own Agent or ToolGate ([`Freezable`]): the annotation, and the
+//! `Frozen` condition with reason [`NAMESPACE_FROZEN`], which the controller sets from the
+//! Namespace's annotation.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
-use super::Agent;
+use super::approval_request::PolicyKind;
+use super::{Agent, ToolGate};
 use crate::apiserver::conditions::find;
 use crate::apiserver::new_condition;
 
@@ -23,6 +25,8 @@ pub const FREEZE_ANNOTATION: &str = "hitl.kagent.dev/freeze";
 pub const FROZEN: &str = "Frozen";
 /// Reason of [`FROZEN`] when the Agent itself carries the annotation.
 pub const AGENT_FROZEN: &str = "AgentFrozen";
+/// Reason of [`FROZEN`] when the ToolGate itself carries the annotation.
+pub const TOOL_GATE_FROZEN: &str = "ToolGateFrozen";
 /// Reason of [`FROZEN`] when the Agent's Namespace carries the annotation.
 pub const NAMESPACE_FROZEN: &str = "NamespaceFrozen";
 /// Longest reason kept (the rest is cut): it goes into condition messages and refusals.
@@ -31,17 +35,44 @@ const MAX_REASON_CHARS: usize = 512;
 /// Where a freeze was declared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FreezeScope {
-    /// The Agent's own annotation.
-    Agent,
-    /// The annotation of the Agent's Namespace.
+    /// The object's own annotation: the Agent's, or the ToolGate's.
+    Own,
+    /// The annotation of the object's Namespace.
     Namespace,
 }
 
-/// An Agent's freeze: where it was declared, on what, and why.
+/// The kinds a freeze applies to: what their gate enforces can be frozen.
+pub trait Freezable: Resource<DynamicType = ()> {
+    /// Which kind it is.
+    const KIND: PolicyKind;
+
+    /// The object's status conditions (where the controller's `Frozen` condition is).
+    fn conditions(&self) -> &[Condition];
+}
+
+impl Freezable for Agent {
+    const KIND: PolicyKind = PolicyKind::Agent;
+
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
+}
+
+impl Freezable for ToolGate {
+    const KIND: PolicyKind = PolicyKind::ToolGate;
+
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
+}
+
+/// A freeze of an Agent or ToolGate: where it was declared, on what, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Freeze {
-    /// Agent or Namespace.
+    /// The object's own annotation, or its Namespace's.
     pub scope: FreezeScope,
+    /// The kind of the frozen object.
+    pub kind: PolicyKind,
     /// The name of the annotated object.
     pub object: String,
     /// The annotation's value.
@@ -51,7 +82,7 @@ pub struct Freeze {
 impl fmt::Display for Freeze {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.scope {
-            FreezeScope::Agent => "Agent",
+            FreezeScope::Own => self.kind.as_str(),
             FreezeScope::Namespace => "Namespace",
         };
         write!(
@@ -74,49 +105,56 @@ pub fn annotated_reason(annotations: &BTreeMap<String, String>) -> Option<String
 }
 
 impl Freeze {
-    /// The freeze the controller sees for `agent`: the Agent's own annotation first, else that
-    /// of its Namespace (`namespace_annotations`).
-    pub fn declared(
-        agent: &Agent,
+    /// The freeze the controller sees for `object` (an Agent or a ToolGate): its own
+    /// annotation first, else that of its Namespace (`namespace_annotations`).
+    pub fn declared<K: Freezable>(
+        object: &K,
         namespace_annotations: Option<&BTreeMap<String, String>>,
     ) -> Option<Self> {
-        if let Some(reason) = annotated_reason(agent.annotations()) {
+        let kind = K::KIND;
+        if let Some(reason) = annotated_reason(object.annotations()) {
             return Some(Self {
-                scope: FreezeScope::Agent,
-                object: agent.name_any(),
+                scope: FreezeScope::Own,
+                kind,
+                object: object.name_any(),
                 reason,
             });
         }
         let reason = annotated_reason(namespace_annotations?)?;
         Some(Self {
             scope: FreezeScope::Namespace,
-            object: agent.namespace().unwrap_or_default(),
+            kind,
+            object: object.namespace().unwrap_or_default(),
             reason,
         })
     }
 
-    /// The freeze the gate honours for `agent`, described, read from the Agent alone: its
+    /// The freeze the gate honours for `object`, described, read from the object alone: its
     /// annotation, else the controller's `Frozen` condition for its Namespace. The gate cannot
     /// read Namespaces, and the condition stays until the controller sees the Namespace lifted:
-    /// a controller that is down keeps the Agent frozen, never the other way round.
-    pub fn seen_by_gate(agent: &Agent) -> Option<String> {
-        if let Some(reason) = annotated_reason(agent.annotations()) {
+    /// a controller that is down keeps the object frozen, never the other way round.
+    pub fn seen_by_gate<K: Freezable>(object: &K) -> Option<String> {
+        if let Some(reason) = annotated_reason(object.annotations()) {
             let freeze = Self {
-                scope: FreezeScope::Agent,
-                object: agent.name_any(),
+                scope: FreezeScope::Own,
+                kind: K::KIND,
+                object: object.name_any(),
                 reason,
             };
             return Some(freeze.to_string());
         }
-        let condition = find(&agent.status.as_ref()?.conditions, FROZEN)?;
+        let condition = find(object.conditions(), FROZEN)?;
         (condition.status == "True" && condition.reason == NAMESPACE_FROZEN)
             .then(|| condition.message.clone())
     }
 
-    /// The Agent's `Frozen` condition for this freeze; its message describes it.
+    /// The object's `Frozen` condition for this freeze; its message describes it.
     pub fn condition(&self, generation: Option<i64>, now: Timestamp) -> Condition {
         let reason = match self.scope {
-            FreezeScope::Agent => AGENT_FROZEN,
+            FreezeScope::Own => match self.kind {
+                PolicyKind::Agent => AGENT_FROZEN,
+                PolicyKind::ToolGate => TOOL_GATE_FROZEN,
+            },
             FreezeScope::Namespace => NAMESPACE_FROZEN,
         };
         new_condition(FROZEN, true, reason, self.to_string(), generation, now)
@@ -164,7 +202,7 @@ mod tests {
         let frozen = frozen.unwrap();
         assert_eq!(
             (frozen.scope, frozen.reason.as_str()),
-            (FreezeScope::Agent, "incident 42")
+            (FreezeScope::Own, "incident 42")
         );
         assert_eq!(
             frozen.to_string(),

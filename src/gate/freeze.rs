@@ -1,8 +1,8 @@
-//! The gate's view of its Agent's freeze ([`crate::api::freeze`]): one watch of its own Agent
-//! (the rendered Role lets the Agent's ServiceAccount get, list and watch that Agent only),
+//! The gate's view of its Agent's (or ToolGate's) freeze ([`crate::api::freeze`]): one watch of
+//! that object (the rendered Role lets the gate's ServiceAccount get, list and watch it only),
 //! held in memory, so checking costs no request.
 //!
-//! Fail closed: until the watch has shown the Agent, while it fails, and after the Agent is
+//! Fail closed: until the watch has shown the object, while it fails, and after it is
 //! deleted, the state is unknown, and a gated call is refused as if frozen.
 
 use std::time::Duration;
@@ -12,8 +12,9 @@ use kube::Api;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-use crate::api::Agent;
-use crate::api::freeze::Freeze;
+use crate::api::approval_request::PolicyKind;
+use crate::api::freeze::{Freezable, Freeze};
+use crate::api::{Agent, ToolGate};
 use crate::apiserver::backoff::BackoffWhileFailing;
 
 /// What the gate knows of its Agent's freeze.
@@ -44,13 +45,29 @@ impl FreezeWatch {
         Self::new(watch::channel(state).1)
     }
 
-    /// Watches Agent `name` in `namespace` for as long as the runtime runs.
-    pub fn spawn(client: kube::Client, namespace: &str, name: &str) -> Self {
-        let subject = format!("Agent {namespace}/{name}");
+    /// Watches the Agent or ToolGate (`kind`) `name` in `namespace` for as long as the runtime
+    /// runs.
+    pub fn spawn(client: kube::Client, kind: PolicyKind, namespace: &str, name: &str) -> Self {
+        match kind {
+            PolicyKind::Agent => Self::spawn_for::<Agent>(client, namespace, name),
+            PolicyKind::ToolGate => Self::spawn_for::<ToolGate>(client, namespace, name),
+        }
+    }
+
+    fn spawn_for<K>(client: kube::Client, namespace: &str, name: &str) -> Self
+    where
+        K: Freezable<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + 'static,
+    {
+        let subject = format!("{} {namespace}/{name}", K::KIND.as_str());
         let (tx, rx) = watch::channel(FreezeState::Unknown(format!(
             "{subject} has not been read yet"
         )));
-        let api: Api<Agent> = Api::namespaced(client, namespace);
+        let api: Api<K> = Api::namespaced(client, namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let events = watcher(api, config).backoff_while_failing();
         tokio::spawn(async move {
@@ -62,9 +79,9 @@ impl FreezeWatch {
                         listed = false;
                         continue;
                     }
-                    Ok(watcher::Event::InitApply(agent) | watcher::Event::Apply(agent)) => {
+                    Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object)) => {
                         listed = true;
-                        state_of(&agent)
+                        state_of(&object)
                     }
                     Ok(watcher::Event::InitDone) if listed => continue,
                     Ok(watcher::Event::InitDone) => {
@@ -130,9 +147,9 @@ impl FreezeWatch {
     }
 }
 
-/// The state `agent` shows the gate.
-pub fn state_of(agent: &Agent) -> FreezeState {
-    match Freeze::seen_by_gate(agent) {
+/// The state `object` (the gate's Agent or ToolGate) shows the gate.
+pub fn state_of<K: Freezable>(object: &K) -> FreezeState {
+    match Freeze::seen_by_gate(object) {
         Some(freeze) => FreezeState::Frozen(freeze),
         None => FreezeState::Clear,
     }

@@ -227,7 +227,12 @@ async fn bind(addr: &str) -> Result<tokio::net::TcpListener> {
 /// `metrics_listen`, the in-cluster (or kubeconfig) Kubernetes client.
 pub async fn run(config: GateConfig, key: BindingKey) -> Result<()> {
     let client = crate::apiserver::client::nodelay_client().await?;
-    let freeze = FreezeWatch::spawn(client.clone(), &config.agent.namespace, &config.agent.name);
+    let freeze = FreezeWatch::spawn(
+        client.clone(),
+        config.agent.kind,
+        &config.agent.namespace,
+        &config.agent.name,
+    );
     let (router, metrics) = build(
         &config,
         key,
