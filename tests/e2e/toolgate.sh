@@ -106,13 +106,20 @@ if ! kubectl get namespace "$SYS_NS" >/dev/null 2>&1; then
 fi
 kubectl apply --server-side -n "$SYS_NS" -f "$WORK/chart/manifests.yaml" >/dev/null
 kubectl create namespace "$NS" >/dev/null
-# alice approves calls to this ToolGate and nothing else (docs/approvers.md).
+# Deciding needs two things (docs/approvers.md): writing requests and grants, and the verb
+# approve on the ToolGate. Here they are given apart, so that approve is scoped to one ToolGate:
+# alice approves calls to this ToolGate and nothing else.
+kubectl -n "$NS" create role decide-requests --verb=get,list,watch,patch \
+  --resource=approvalrequests.kagent.dev >/dev/null
+kubectl -n "$NS" create role give-grants --verb=get,list,watch,create,patch,delete \
+  --resource=approvalgrants.kagent.dev >/dev/null
 kubectl -n "$NS" create role approve-payments --verb=approve --resource=toolgates.kagent.dev \
   --resource-name="$TG" >/dev/null
-kubectl -n "$NS" create rolebinding alice-approves-payments --role=approve-payments --user=alice >/dev/null
-kubectl -n "$NS" create rolebinding alice-edits-requests --clusterrole=hitl-approver --user=alice >/dev/null
+for role in decide-requests give-grants approve-payments; do
+  kubectl -n "$NS" create rolebinding "alice-$role" --role="$role" --user=alice >/dev/null
+done
 e2e_users
-ok "chart installed; alice has approve on toolgates/$TG only (and hitl-approver's request rights)"
+ok "chart installed; alice may write requests and grants, and approve on toolgates/$TG only"
 
 # ---------------------------------------------------------------------------------------------
 step "2. the tool server: the Python SDK 2.x peer (MCP 2026-07-28)"
@@ -281,20 +288,22 @@ ok "$REQ_TS: agentRef ToolGate/$TG, caller $TS_USER, requestedBy the gate"
 out=$(KUBECONFIG=$ALICE kubectl hitl get "$REQ_TS" -n "$NS")
 expect_in "kubectl hitl get shows the caller" "$TS_USER" "$out"
 
+# refusal OUT: the line of a refused write that says why.
+refusal() { grep -m1 -E 'may not|cannot|forbidden' <<<"$1" | cut -c1-220; }
 if out=$(KUBECONFIG=$MALLORY kubectl hitl approve "$REQ_TS" -n "$NS" 2>&1); then
   fail "mallory approved $REQ_TS: $out"
 fi
-ok "mallory refused: $(tail -n1 <<<"$out" | cut -c1-160)"
+ok "mallory refused: $(refusal "$out")"
 # A team that may approve another ToolGate's calls only.
 kubectl -n "$NS" create role approve-other --verb=approve --resource=toolgates.kagent.dev --resource-name=other >/dev/null
 kubectl -n "$NS" create rolebinding mallory-approves-other --role=approve-other --user=mallory >/dev/null
-kubectl -n "$NS" create rolebinding mallory-edits-requests --clusterrole=hitl-approver --user=mallory >/dev/null
+kubectl -n "$NS" create rolebinding mallory-decide-requests --role=decide-requests --user=mallory >/dev/null
 wait_for "mallory's new rights" 10 kubectl --kubeconfig "$MALLORY" -n "$NS" auth can-i approve toolgates.kagent.dev/other
 if out=$(KUBECONFIG=$MALLORY kubectl hitl approve "$REQ_TS" -n "$NS" 2>&1); then
   fail "mallory (approve on toolgates/other only) approved $REQ_TS: $out"
 fi
-expect_in "approve scoped per ToolGate" "toolgates" "$out"
-ok "approve on toolgates/other does not decide toolgates/$TG's requests: $(tail -n1 <<<"$out" | cut -c1-160)"
+expect_in "approve scoped per ToolGate" "mallory may not decide: it needs the RBAC verb approve on toolgates.kagent.dev/$TG" "$out"
+ok "approve on toolgates/other does not decide toolgates/$TG's requests: $(refusal "$out")"
 
 KUBECONFIG=$ALICE kubectl hitl approve "$REQ_TS" -n "$NS" --reason "e2e: caller-ts may" >/dev/null
 finished ts-delete 30
@@ -308,15 +317,16 @@ py_bg py-delete '[{"op":"call","name":"delete_file","args":{"path":"/srv/a"}}]'
 await_request REQ_PY "$PY_USER"
 [ "$REQ_PY" != "$REQ_TS" ] || fail "caller-py's call shares caller-ts's request"
 ok "$REQ_PY: the identical call of another caller is a request of its own"
-kubectl -n "$NS" create rolebinding caller-py-approves --role=approve-payments --serviceaccount="$NS:caller-py" >/dev/null
-kubectl -n "$NS" create rolebinding caller-py-edits-requests --clusterrole=hitl-approver --serviceaccount="$NS:caller-py" >/dev/null
+for role in decide-requests approve-payments; do
+  kubectl -n "$NS" create rolebinding "caller-py-$role" --role="$role" --serviceaccount="$NS:caller-py" >/dev/null
+done
 kubeconfig_with_token "$WORK/caller-py.kubeconfig" "$(kubectl -n "$NS" create token caller-py --duration=1h)" "$NS"
 wait_for "caller-py's new rights" 10 kubectl --kubeconfig "$WORK/caller-py.kubeconfig" auth can-i approve toolgates.kagent.dev/$TG
 if out=$(KUBECONFIG=$WORK/caller-py.kubeconfig kubectl hitl approve "$REQ_PY" -n "$NS" 2>&1); then
   fail "caller-py approved its own call $REQ_PY: $out"
 fi
-expect_in "the caller cannot approve its own call" "caller" "$out"
-ok "caller-py, with approve on toolgates/$TG, cannot approve its own call: $(tail -n1 <<<"$out" | cut -c1-160)"
+expect_in "the caller cannot approve its own call" "the caller of a tool call (spec.caller) cannot decide it" "$out"
+ok "caller-py, with approve on toolgates/$TG, cannot approve its own call: $(refusal "$out")"
 KUBECONFIG=$ALICE kubectl hitl deny "$REQ_PY" -n "$NS" --reason "not this one" >/dev/null
 finished py-delete 30
 expect_in "the denial reaches the Python client" 'not this one' "$(cat "$WORK/py-delete.out")"
@@ -364,7 +374,14 @@ KAGENT_CRDS=1
 for crd in tests/e2e/kagent-v1alpha3/*.yaml.gz; do
   gunzip -c "$crd" | kubectl apply --server-side --force-conflicts -f - >/dev/null
 done
-kubectl wait --for=condition=Established --timeout=60s crd/sandboxagents.kagent.dev crd/remotemcpservers.kagent.dev >/dev/null
+# (kubectl wait errors out on a CRD whose status has no conditions yet: poll instead.)
+established() {
+  local crd
+  for crd in sandboxagents.kagent.dev remotemcpservers.kagent.dev; do
+    [ "$(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ] || return 1
+  done
+}
+wait_for "kagent's CRDs to be established" 60 established
 served() { kubectl get crd remotemcpservers.kagent.dev -o jsonpath='{.spec.versions[?(@.served==true)].name}'; }
 expect_in "kagent's RemoteMCPServer CRD" v1alpha3 "$(served)"
 sandbox_valid() { kubectl -n "$NS" apply --dry-run=server -f examples/kagent-v1alpha3/sandboxagent.yaml; }
