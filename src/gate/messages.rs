@@ -283,8 +283,11 @@ const NAME_BEARING: &[&str] = &["tools/call", "prompts/get", "resources/read"];
 /// method (or on a batch or a response, which have none); `Mcp-Name` other than the body's
 /// name or URI (or on a method that names none); an `Mcp-Param-*` header on anything but a
 /// `tools/call`, one its tool did not declare (as listed through the gate), one whose argument
-/// is absent, or one that differs from its argument. A header that is absent is not checked:
-/// the server decides whether it needs it. Only the request's headers are looked at, and only
+/// is absent, or one that differs from its argument; and, from a client that mirrors the method
+/// (`Mcp-Method`, MCP 2026-07-28 and later), a `tools/call` without a header its tool declares
+/// for an argument the body has, so that it is refused before an approval is asked for rather
+/// than by the server once the approval is spent. A header the tool's list has not shown
+/// through the gate is left to the server. Only the request's headers are looked at, and only
 /// those starting with `mcp-` are compared: the body is not read again.
 pub fn check_routing_headers(
     headers: &HeaderMap,
@@ -374,16 +377,34 @@ pub fn check_routing_headers(
             }
         }
     }
-    if params.is_empty() {
+    let call_arguments = match (route.method.as_deref(), arguments) {
+        (Some("tools/call"), Some(arguments)) => Some(arguments),
+        _ => None,
+    };
+    let must_mirror = method.is_some() && call_arguments.is_some();
+    if params.is_empty() && !must_mirror {
         return Ok(());
     }
-    let (Some("tools/call"), Some(arguments)) = (route.method.as_deref(), arguments) else {
+    let Some(arguments) = call_arguments else {
         return Err(format!(
             "header {} on a message that is not a tools/call: only a tool's arguments are mirrored",
             params[0].0
         ));
     };
     let declared = declared();
+    if must_mirror {
+        let missing = declared.iter().flat_map(|d| d.iter()).find(|param| {
+            !params.iter().any(|(key, _)| *key == param.header)
+                && argument_at(arguments, &param.path).is_some()
+        });
+        if let Some(param) = missing {
+            return Err(format!(
+                "header {} is missing: the tool declares it for the argument {:?}, which the body has",
+                param.header,
+                param.path.join(".")
+            ));
+        }
+    }
     for (key, value) in params {
         let Some(param) = declared
             .as_deref()
@@ -395,11 +416,7 @@ pub fn check_routing_headers(
             ));
         };
         let argument = param.path.join(".");
-        let mut at = Some(arguments);
-        for step in &param.path {
-            at = at.and_then(|v| v.get(step));
-        }
-        let Some(at) = at.filter(|v| !v.is_null()) else {
+        let Some(at) = argument_at(arguments, &param.path) else {
             return Err(format!(
                 "header {key} is present but the body's argument {argument:?} is absent"
             ));
@@ -416,6 +433,15 @@ pub fn check_routing_headers(
         }
     }
     Ok(())
+}
+
+/// The argument at `path` in a call's `arguments`, if present and not null.
+fn argument_at<'a>(arguments: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut at = Some(arguments);
+    for step in path {
+        at = at.and_then(|v| v.get(step));
+    }
+    at.filter(|v| !v.is_null())
 }
 
 /// Whether a decoded `Mcp-Param-*` value is the argument `at` as a client renders it: a string
@@ -524,6 +550,8 @@ mod tests {
                     ("mcp-name", "delete_file"),
                     ("mcp-param-path", "/tmp/x"),
                     ("Mcp-Param-N", "42"),
+                    ("mcp-param-f", "true"),
+                    ("mcp-param-deep", "d"),
                 ]
             ),
             Ok(())
@@ -686,6 +714,45 @@ mod tests {
                 || None,
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn a_client_that_mirrors_must_mirror_every_declared_argument_it_sends() {
+        let all = [
+            ("mcp-method", "tools/call"),
+            ("mcp-param-path", "/tmp/x"),
+            ("mcp-param-n", "42"),
+            ("mcp-param-f", "true"),
+            ("mcp-param-deep", "d"),
+        ];
+        assert_eq!(check(CALL, &all), Ok(()));
+        assert_eq!(
+            check(CALL, &[all[0], all[2], all[3], all[4]]).unwrap_err(),
+            r#"header mcp-param-path is missing: the tool declares it for the argument "path", which the body has"#
+        );
+        assert!(
+            check(CALL, &[all[0], all[1], all[2], all[3]])
+                .unwrap_err()
+                .contains("mcp-param-deep is missing")
+        );
+        // An argument the body does not have needs no header (`gone`); a client of an earlier
+        // revision, which sends no Mcp-Method, mirrors nothing and is left to the server.
+        assert_eq!(check(CALL, &[]), Ok(()));
+        assert_eq!(check(CALL, &[all[1]]), Ok(()));
+        // Nor can the gate ask for what no list through it declared.
+        let message = read(CALL);
+        let Incoming::ToolsCall(call) = &message.incoming else {
+            panic!("a call")
+        };
+        assert_eq!(
+            check_routing_headers(
+                &headers(&[("mcp-method", "tools/call")]),
+                &message.route,
+                Some(&call.arguments),
+                || None,
+            ),
+            Ok(())
         );
     }
 

@@ -16,7 +16,8 @@
 #     ToolGate are refused; alice approves with kubectl hitl: it runs once
 #  7. caller-py (Python SDK 2.x, 2026-07-28): the same call is a request of its own; the caller
 #     cannot approve its own call; alice denies it with a reason, which the client gets
-#  8. a grant remembered for caller-ts covers caller-ts only; caller-py is asked
+#  8. a grant remembered for caller-ts covers caller-ts only; caller-py is asked; alice's inbox
+#     (kubectl hitl ui) shows a request with its caller and approves it
 #  9. MCP 2026-07-28: routing headers that disagree with the body are refused before the server
 # 10. kagent v1alpha3: examples/kagent-v1alpha3/sandboxagent.yaml against kagent's own CRDs
 # 11. figures: TokenReviews per call (the cache), the calls that ran
@@ -353,6 +354,33 @@ KUBECONFIG=$ALICE kubectl hitl deny "$REQ_PY2" -n "$NS" --reason "e2e" >/dev/nul
 finished py-grant 30
 
 # ---------------------------------------------------------------------------------------------
+step "8b. the inbox (kubectl hitl ui) as alice: the request names its ToolGate and caller; approved there"
+py_bg py-inbox '[{"op":"call","name":"delete_file","args":{"path":"/srv/e"}}]'
+await_request REQ_PY3 "$PY_USER"
+INBOX_OUT=$WORK/inbox.out
+KUBECONFIG=$ALICE kubectl hitl -n "$NS" ui --no-open >"$INBOX_OUT" 2>&1 &
+E2E_PIDS[inbox]=$!
+track_log inbox "$INBOX_OUT"
+inbox_url() { grep -o 'http://127.0.0.1:[0-9]*/#token=[0-9a-f]*' "$INBOX_OUT"; }
+wait_for "alice's inbox to start" 15 inbox_url
+INBOX=$(inbox_url)
+INBOX_BASE=${INBOX%%/#*}
+INBOX_TOKEN=${INBOX##*token=}
+listed=$(curl -sN --max-time 3 "$INBOX_BASE/events?token=$INBOX_TOKEN" | grep -m1 '^data:' || true)
+expect_in "the inbox lists the request" "\"name\":\"$REQ_PY3\"" "$listed"
+expect_in "the inbox names the caller" "$PY_USER" "$listed"
+out=$(curl -s --max-time 10 -w '\n%{http_code}' -X POST "$INBOX_BASE/api/decisions" \
+  -H "Origin: $INBOX_BASE" -H "X-Hitl-Token: $INBOX_TOKEN" -H 'Content-Type: application/json' \
+  -d "{\"decision\":\"Approve\",\"requests\":[{\"namespace\":\"$NS\",\"name\":\"$REQ_PY3\"}]}")
+[ "${out##*$'\n'}" = 200 ] || fail "the inbox's approval: $out"
+finished py-inbox 30
+expect_in "the approved call's result" 'deleted /srv/e' "$(cat "$WORK/py-inbox.out")"
+[ "$(jp "approvalrequest/$REQ_PY3" '{.spec.decision.decidedBy}')" = alice ] || fail "$REQ_PY3 not decided by alice"
+[ "$(ran delete_file /srv/e)" = 1 ] || fail "delete_file /srv/e ran $(ran delete_file /srv/e) times, want 1"
+stop inbox
+ok "alice's inbox listed $REQ_PY3 with its caller and approved it; caller-py's call ran once"
+
+# ---------------------------------------------------------------------------------------------
 step "9. MCP 2026-07-28: routing headers that disagree with the body never reach the server"
 SESSION_HEADERS=$(mktemp)
 curl -s -D "$SESSION_HEADERS" -o /dev/null -H "Authorization: Bearer $PY_TOKEN" -H 'Content-Type: application/json' \
@@ -401,6 +429,6 @@ ok "this repository's RemoteMCPServer CRD restored"
 
 # ---------------------------------------------------------------------------------------------
 step "11. figures"
-figure "TokenReviews the apiserver answered (6 distinct tokens; 8 sessions with a valid one)" "$(($(token_reviews) - REVIEWS0))"
-figure "delete_file runs: /srv/a, /srv/b, /srv/c, /srv/d" "$(ran delete_file /srv/a), $(ran delete_file /srv/b), $(ran delete_file /srv/c), $(ran delete_file /srv/d)"
+figure "TokenReviews the apiserver answered (6 distinct tokens; 9 sessions with a valid one)" "$(($(token_reviews) - REVIEWS0))"
+figure "delete_file runs: /srv/a, /srv/b, /srv/c, /srv/d, /srv/e" "$(ran delete_file /srv/a), $(ran delete_file /srv/b), $(ran delete_file /srv/c), $(ran delete_file /srv/d), $(ran delete_file /srv/e)"
 cat "$WORK/figures"
