@@ -502,7 +502,7 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
 
     // A ToolGate has no freeze of its own (yet): its requests follow its policy only.
     let freeze = match &policy {
-        Some(Policy::Agent(agent)) => ctx.stores.freeze_of(agent),
+        Some(Policy::Agent(agent)) => ctx.stores.freeze_of(agent.as_ref()),
         _ => None,
     };
     let default_mode = ctx.render.default_approval_mode;
