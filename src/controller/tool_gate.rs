@@ -43,7 +43,7 @@ pub fn controller(
 ) -> impl Future<Output = ()> {
     let ToolGateWatches {
         tool_gates,
-        rendered,
+        rendered_or_namespace,
         remote_mcp_servers,
         secrets,
         config_maps,
@@ -51,7 +51,7 @@ pub fn controller(
     } = watches;
     let controller = Controller::for_shared_stream(tool_gates, ctx.stores.tool_gates.clone())
         .with_config(bounded())
-        .reconcile_on(rendered)
+        .reconcile_on(rendered_or_namespace)
         .watches_shared_stream(remote_mcp_servers, {
             let ctx = ctx.clone();
             move |server: Arc<crate::api::RemoteMCPServer>| {
