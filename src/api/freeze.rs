@@ -19,15 +19,16 @@ use super::{Agent, ToolGate};
 use crate::apiserver::conditions::find;
 use crate::apiserver::new_condition;
 
-/// Annotation that freezes an Agent, or every Agent of a Namespace; its value is the reason.
+/// Annotation that freezes an Agent or a ToolGate, or every one of a Namespace; its value is the
+/// reason.
 pub const FREEZE_ANNOTATION: &str = "hitl.kagent.dev/freeze";
-/// Agent condition: present, `True`, while the Agent is frozen.
+/// Condition of an Agent or a ToolGate: present, `True`, while it is frozen.
 pub const FROZEN: &str = "Frozen";
 /// Reason of [`FROZEN`] when the Agent itself carries the annotation.
 pub const AGENT_FROZEN: &str = "AgentFrozen";
 /// Reason of [`FROZEN`] when the ToolGate itself carries the annotation.
 pub const TOOL_GATE_FROZEN: &str = "ToolGateFrozen";
-/// Reason of [`FROZEN`] when the Agent's Namespace carries the annotation.
+/// Reason of [`FROZEN`] when the Namespace of the Agent or ToolGate carries the annotation.
 pub const NAMESPACE_FROZEN: &str = "NamespaceFrozen";
 /// Longest reason kept (the rest is cut): it goes into condition messages and refusals.
 const MAX_REASON_CHARS: usize = 512;

@@ -30,6 +30,7 @@ use super::remote_mcp_server::McpProtocol;
     printcolumn = r#"{"name": "URL", "type": "string", "description": "The MCP URL of the server through the gate", "jsonPath": ".status.route"}"#,
     printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"}"#,
     printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Frozen", "type": "string", "priority": 1, "description": "Why the ToolGate's gated tools are stopped (hitl.kagent.dev/freeze)", "jsonPath": ".status.conditions[?(@.type==\"Frozen\")].message"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     // On the root, where the ToolGate's own name is known: the server of an inline url is
     // named after the ToolGate.
@@ -185,8 +186,9 @@ pub struct ToolGateStatus {
     /// The generation the status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Accepted` (Reconciled, ReconcileFailed, InvalidSpec, RefNotFound, OwnedElsewhere) and
-    /// `Ready` (DeploymentReady, DeploymentNotReady).
+    /// `Accepted` (Reconciled, ReconcileFailed, InvalidSpec, RefNotFound, OwnedElsewhere),
+    /// `Ready` (DeploymentReady, DeploymentNotReady), and while the ToolGate is frozen `Frozen`
+    /// (ToolGateFrozen, NamespaceFrozen).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -16,6 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::compact::{CachedAgent, CachedRequest, status_digest};
+use super::freeze::{announce_freeze, frozen_condition};
 use super::owned::{
     apply_and_prune, apply_changed, ensure_binding_key, owned_named, ready_condition,
 };
@@ -24,7 +25,6 @@ use super::watches::AgentWatches;
 use super::{CACHE_SYNC_BOUND, Context, RefKey, bounded, drain, measured, retry_after_error};
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::approval_request::PolicyKind;
-use crate::api::freeze::FROZEN;
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
 use crate::apiserver::conditions::{ConditionChange, find};
 use crate::apiserver::{apply_status, new_condition};
@@ -213,10 +213,9 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
     update.set(ready_condition(&deployments, generation, now));
 
     let freeze = ctx.stores.freeze_of(agent);
-    match &freeze {
-        Some(freeze) => update.set(freeze.condition(generation, now)),
-        None => update.remove(FROZEN),
-    }
+    update
+        .conditions
+        .push(frozen_condition(freeze.as_ref(), generation, now));
 
     // Unchanged (the cache kept only the status's digest, and it matches): nothing to write
     // or announce.
@@ -233,11 +232,7 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
         if accepted_changed {
             announce(ctx, agent, &accepted).await;
         }
-        let frozen_before = find(&current.conditions, FROZEN).map(|c| c.message.clone());
-        let frozen_now = freeze.as_ref().map(ToString::to_string);
-        if frozen_before != frozen_now {
-            announce_freeze(ctx, agent, frozen_now).await;
-        }
+        announce_freeze(ctx, agent, &current.conditions, freeze.as_ref()).await;
     }
     match failure {
         Some(error) => Err(error),
@@ -546,24 +541,6 @@ fn tools_available(
         generation,
         now,
     )
-}
-
-/// Publishes a freeze, or its lifting, on the Agent.
-async fn announce_freeze(ctx: &Context, agent: &Agent, freeze: Option<String>) {
-    let (type_, reason, note) = match freeze {
-        Some(freeze) => (
-            EventType::Warning,
-            FROZEN,
-            format!("{freeze}: its gated tool calls are refused and its pending ApprovalRequests cancelled"),
-        ),
-        None => (
-            EventType::Normal,
-            "Unfrozen",
-            "freeze lifted: gated tool calls ask for approval again; nothing refused or cancelled runs by itself".to_string(),
-        ),
-    };
-    let targets = [agent.object_ref(&())];
-    ctx.publish(type_, reason, note, "Freeze", &targets).await;
 }
 
 /// Publishes an Event when the Accepted condition changes.

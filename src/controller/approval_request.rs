@@ -29,7 +29,7 @@ use crate::Result;
 use crate::api::agent::{ApprovalRule, RuleAction};
 use crate::api::approval_request::{ApprovalRequestStatus, PolicyKind};
 use crate::api::common::parse_duration_seconds;
-use crate::api::freeze::FROZEN;
+use crate::api::freeze::{FROZEN, Freeze};
 use crate::api::{Agent, ApprovalMode, ApprovalNotifier, ApprovalRequest, Phase, ToolGate};
 use crate::apiserver::conditions::find;
 use crate::apiserver::{apply_params, apply_status, new_condition, set_condition};
@@ -43,14 +43,14 @@ pub const POLICY_CHANGED: &str = "PolicyChanged";
 /// Kept when the Agent does not say (`ttlAfterFinished`).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// What the Agent says now about a request that is still open.
+/// What the Agent or ToolGate says now about a request that is still open.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Standing {
     /// Its tool still needs approval: it goes on.
     Open,
-    /// Approval is no longer required for its tool, or its Agent is gone: cancel it.
+    /// Approval is no longer required for its tool, or its Agent or ToolGate is gone: cancel it.
     Withdrawn,
-    /// Its Agent is frozen (the freeze, described): cancel it.
+    /// Its Agent or ToolGate is frozen (the freeze, described): cancel it.
     Frozen(String),
 }
 
@@ -165,8 +165,8 @@ fn rule_still_asks<'a>(
 }
 
 /// Computes the phase of `request` at `now` ([`ApprovalRequest::phase_at`]) under what its
-/// Agent says now: an undecided or approved-but-unused request is Cancelled when its tool no
-/// longer needs approval, its Agent is gone, or its Agent is frozen.
+/// Agent or ToolGate says now: an undecided or approved-but-unused request is Cancelled when
+/// its tool no longer needs approval, its Agent or ToolGate is gone, or is frozen.
 pub fn evaluate(request: &ApprovalRequest, standing: &Standing, now: Timestamp) -> Evaluation {
     let status = request.status.clone().unwrap_or_default();
     if let Some(phase) = status.phase.filter(|p| p.is_terminal()) {
@@ -391,6 +391,14 @@ impl Policy {
         }
     }
 
+    /// The freeze it is under ([`Stores::freeze_of`](super::Stores::freeze_of)).
+    fn freeze(&self, ctx: &Context) -> Option<Freeze> {
+        match self {
+            Self::Agent(agent) => ctx.stores.freeze_of(agent.as_ref()),
+            Self::ToolGate(tool_gate) => ctx.stores.freeze_of(tool_gate.as_ref()),
+        }
+    }
+
     /// Its `ttlAfterFinished`, if it sets one.
     fn ttl_after_finished(&self) -> Option<&str> {
         match self {
@@ -500,11 +508,7 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         adopt(&api, request, owner).await?;
     }
 
-    // A ToolGate has no freeze of its own (yet): its requests follow its policy only.
-    let freeze = match &policy {
-        Some(Policy::Agent(agent)) => ctx.stores.freeze_of(agent),
-        _ => None,
-    };
+    let freeze = policy.as_ref().and_then(|policy| policy.freeze(ctx));
     let default_mode = ctx.render.default_approval_mode;
     let standing = match freeze {
         Some(freeze) => Standing::Frozen(freeze.to_string()),

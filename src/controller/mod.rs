@@ -8,6 +8,7 @@ pub mod compact;
 pub mod discovery;
 pub mod events;
 pub mod fan_out;
+pub mod freeze;
 pub mod health;
 pub mod leader;
 pub mod malloc;
@@ -49,8 +50,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::api::common::{ValueSource, ValueSourceType};
-use crate::api::freeze::Freeze;
-use crate::api::{Agent, ApprovalNotifier, ModelConfig, RemoteMCPServer, ToolGate};
+use crate::api::freeze::{Freezable, Freeze};
+use crate::api::{ApprovalNotifier, ModelConfig, RemoteMCPServer, ToolGate};
 use crate::egress::destination::{Destinations, RestrictedClient};
 use crate::render::RenderOptions;
 use crate::render::refs::RefStore;
@@ -130,13 +131,14 @@ impl Stores {
         self.scope.as_deref().is_none_or(|scope| scope == namespace)
     }
 
-    /// The freeze `agent` is under: its own annotation, else its Namespace's.
-    pub fn freeze_of(&self, agent: &Agent) -> Option<Freeze> {
+    /// The freeze `object` (an Agent or a ToolGate) is under: its own annotation, else its
+    /// Namespace's, as the cache of Namespaces holds it.
+    pub fn freeze_of<K: Freezable>(&self, object: &K) -> Option<Freeze> {
         let namespace = self
             .namespaces
-            .get(&ObjectRef::new(&agent.namespace().unwrap_or_default()));
+            .get(&ObjectRef::new(&object.namespace().unwrap_or_default()));
         Freeze::declared(
-            agent,
+            object,
             namespace
                 .as_deref()
                 .and_then(|n| n.metadata.annotations.as_ref()),
@@ -528,6 +530,7 @@ async fn drain<K: Resource, E: std::error::Error + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Agent;
     use kube::runtime::reflector;
     use serde_json::json;
 

@@ -168,7 +168,8 @@ impl Controller {
     }
 }
 
-/// The owner to reconcile again after a change of one of its rendered objects.
+/// An Agent or a ToolGate to reconcile again: after a change of one of the objects it renders,
+/// or of its Namespace (its freeze).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Requeue {
     /// An Agent.

@@ -1,6 +1,7 @@
 //! ToolGate reconciler: fetch the server the ToolGate names (from the caches, Secrets of its
 //! headers by GET), render (validate + build, pure), apply each rendered object that differs
-//! from the cached one, and write the status when it changed. A reconcile with nothing to
+//! from the cached one, and write the status (with the `Frozen` condition while the ToolGate or
+//! its Namespace is frozen, [`super::freeze`]) when it changed. A reconcile with nothing to
 //! change makes no API writes. The ClusterRoleBinding of the gates' ServiceAccounts is kept
 //! apart ([`super::token_review`]), since it follows the set of ToolGates, not one.
 
@@ -16,6 +17,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::agent::{ACCEPTED, fetch_into};
+use super::freeze::{announce_freeze, frozen_condition};
 use super::owned::{apply_changed, ensure_binding_key, owned_named, ready_condition};
 use super::watches::ToolGateWatches;
 use super::{CACHE_SYNC_BOUND, Context, bounded, drain, measured, retry_after_error};
@@ -41,7 +43,7 @@ pub fn controller(
 ) -> impl Future<Output = ()> {
     let ToolGateWatches {
         tool_gates,
-        rendered,
+        rendered_or_namespace,
         remote_mcp_servers,
         secrets,
         config_maps,
@@ -49,7 +51,7 @@ pub fn controller(
     } = watches;
     let controller = Controller::for_shared_stream(tool_gates, ctx.stores.tool_gates.clone())
         .with_config(bounded())
-        .reconcile_on(rendered)
+        .reconcile_on(rendered_or_namespace)
         .watches_shared_stream(remote_mcp_servers, {
             let ctx = ctx.clone();
             move |server: Arc<crate::api::RemoteMCPServer>| {
@@ -153,6 +155,8 @@ async fn reconcile_inner(tool_gate: &ToolGate, ctx: &Context) -> Result<Action> 
         &mut status.conditions,
         ready_condition(&[(name.as_str(), readiness.as_ref())], generation, now),
     );
+    let freeze = ctx.stores.freeze_of(tool_gate);
+    frozen_condition(freeze.as_ref(), generation, now).apply(&mut status.conditions);
 
     if status != current {
         let api: Api<ToolGate> = Api::namespaced(
@@ -167,6 +171,7 @@ async fn reconcile_inner(tool_gate: &ToolGate, ctx: &Context) -> Result<Action> 
         if accepted_changed {
             announce(ctx, tool_gate, &accepted).await;
         }
+        announce_freeze(ctx, tool_gate, &current.conditions, freeze.as_ref()).await;
     }
     match failure {
         Some(error) => Err(error),

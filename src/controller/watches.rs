@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::stream::{BoxStream, SelectAll};
+use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
@@ -74,7 +74,7 @@ pub struct AgentWatches {
     /// Agents that changed (the controller's own objects).
     pub agents: ReflectHandle<CachedAgent>,
     /// Agents whose rendered objects, or whose Namespace (its freeze), changed.
-    pub rendered_or_namespace: SelectAll<BoxStream<'static, ObjectRef<CachedAgent>>>,
+    pub rendered_or_namespace: BoxStream<'static, ObjectRef<CachedAgent>>,
     /// RemoteMCPServers that changed, for the Agents naming them.
     pub remote_mcp_servers: ReflectHandle<RemoteMCPServer>,
     /// ModelConfigs that changed, for the Agents naming them.
@@ -111,8 +111,8 @@ pub struct ApprovalRequestWatches {
 pub struct ToolGateWatches {
     /// ToolGates that changed (the controller's own objects).
     pub tool_gates: ReflectHandle<ToolGate>,
-    /// ToolGates whose rendered objects changed.
-    pub rendered: BoxStream<'static, ObjectRef<ToolGate>>,
+    /// ToolGates whose rendered objects, or whose Namespace (its freeze), changed.
+    pub rendered_or_namespace: BoxStream<'static, ObjectRef<ToolGate>>,
     /// RemoteMCPServers that changed, for the ToolGates naming them.
     pub remote_mcp_servers: ReflectHandle<RemoteMCPServer>,
     /// Secrets that changed, for the ToolGates naming them (headersFrom).
@@ -183,7 +183,6 @@ impl Watches {
         let (role_bindings, role_binding_events) = owned::<RoleBinding>(client, namespace, &caches);
         let (network_policies, network_policy_events) =
             owned::<NetworkPolicy>(client, namespace, &caches);
-        let (namespaces, namespace_events) = namespaces(client, namespace, agents.clone(), &caches);
         // ApprovalNotifiers: read by the request reconciler when it delivers; a new or changed
         // notifier requeues the open requests of its namespace.
         let (notifiers, [notifiers_for_notifiers, notifiers_for_requests], notifier_root) =
@@ -218,9 +217,18 @@ impl Watches {
             };
             shared(client, namespace, &caches, paged(), slimmed, observe)
         };
-        // The rendered objects' changes, for their owners: Agents and ToolGates.
+        let (namespaces, namespace_events) = namespaces(
+            client,
+            namespace,
+            agents.clone(),
+            tool_gates.clone(),
+            &caches,
+        );
+        // The rendered objects' changes, for their owners, and the Namespaces' (their freeze),
+        // for the Agents and ToolGates in them.
         let (rendered_watch, [rendered_for_agents, rendered_for_tool_gates]) =
             fan_out(futures::stream::select_all([
+                namespace_events.boxed(),
                 secret_events.boxed(),
                 service_account_events.boxed(),
                 role_events.boxed(),
@@ -272,12 +280,9 @@ impl Watches {
             caches,
             agent: AgentWatches {
                 agents: agents_for_agents,
-                rendered_or_namespace: futures::stream::select_all([
-                    rendered_for_agents
-                        .filter_map(|owner| futures::future::ready(owner.agent()))
-                        .boxed(),
-                    namespace_events.boxed(),
-                ]),
+                rendered_or_namespace: rendered_for_agents
+                    .filter_map(|owner| futures::future::ready(owner.agent()))
+                    .boxed(),
                 remote_mcp_servers: servers_for_agents,
                 model_configs: model_configs_for_agents,
                 services: services_changed.boxed(),
@@ -308,7 +313,7 @@ impl Watches {
             },
             tool_gate: ToolGateWatches {
                 tool_gates: tool_gates_for_tool_gates,
-                rendered: rendered_for_tool_gates
+                rendered_or_namespace: rendered_for_tool_gates
                     .filter_map(|owner| futures::future::ready(owner.tool_gate()))
                     .boxed(),
                 remote_mcp_servers: servers_for_tool_gates,
@@ -580,17 +585,18 @@ fn every(period: Duration) -> impl Stream<Item = ()> + Send + 'static {
 }
 
 /// A cached watch of the Namespaces the controller watches (every one, or only `namespace`),
-/// each kept with its name and freeze annotation only, and the Agents to requeue when one
-/// changes: a Namespace's freeze reaches its Agents' `Frozen` condition, and from there their
-/// gates and pending requests.
+/// each kept with its name and freeze annotation only, and the Agents and ToolGates to requeue
+/// when one changes: a Namespace's freeze reaches their `Frozen` condition, and from there
+/// their gates and pending requests.
 fn namespaces(
     client: &Client,
     namespace: Option<&str>,
     agents: Store<CachedAgent>,
+    tool_gates: Store<ToolGate>,
     caches: &CacheSync,
 ) -> (
     Store<PartialObjectMeta<Namespace>>,
-    impl Stream<Item = ObjectRef<CachedAgent>> + Send + 'static,
+    impl Stream<Item = Requeue> + Send + 'static,
 ) {
     let (reader, writer) = reflector::store();
     let config = match namespace {
@@ -606,7 +612,7 @@ fn namespaces(
         .modify(keep_freeze_only)
         .backoff_while_failing(),
     );
-    let agents_there = caches
+    let there = caches
         .track("Namespace", events)
         .touched_objects()
         .filter_map(|namespace| async move {
@@ -616,14 +622,18 @@ fn namespaces(
         })
         .flat_map(move |namespace| {
             let name = namespace.name_any();
-            let agents: Vec<ObjectRef<CachedAgent>> = agents
-                .state_filter(|a| a.meta().namespace.as_ref() == Some(&name))
-                .iter()
-                .map(|a| ObjectRef::from_obj(a.as_ref()))
-                .collect();
-            futures::stream::iter(agents)
+            let in_it = |meta: &ObjectMeta| meta.namespace.as_deref() == Some(name.as_str());
+            let agents = agents
+                .state_filter(|a| in_it(a.meta()))
+                .into_iter()
+                .map(|a| Requeue::Agent(ObjectRef::from_obj(a.as_ref())));
+            let tool_gates = tool_gates
+                .state_filter(|t| in_it(t.meta()))
+                .into_iter()
+                .map(|t| Requeue::ToolGate(ObjectRef::from_obj(t.as_ref())));
+            futures::stream::iter(agents.chain(tool_gates).collect::<Vec<_>>())
         });
-    (reader, agents_there)
+    (reader, there)
 }
 
 /// What the cache of Namespaces keeps: the name and the freeze annotation.
@@ -785,5 +795,94 @@ mod owned_watch_tests {
         })
         .await;
         assert_eq!(names, "/api/v1/secrets?&limit=100");
+    }
+}
+
+#[cfg(test)]
+mod namespace_watch_tests {
+    use super::*;
+    use hitl_test_kit::FakeApi;
+    use serde_json::{Value, json};
+
+    /// A listed store of `objects`, each as the cache keeps it (`cache`).
+    fn listed<K, C>(objects: Vec<K>, cache: fn(K) -> C) -> Store<C>
+    where
+        C: reflector::Lookup<DynamicType = ()> + Clone + 'static,
+    {
+        let (reader, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(cache(object)));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        reader
+    }
+
+    fn object<K: DeserializeOwned>(kind: &str, namespace: &str, name: &str, spec: Value) -> K {
+        serde_json::from_value(json!({
+            "apiVersion": "kagent.dev/v1alpha2", "kind": kind,
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_namespaces_freeze_requeues_its_agents_and_tool_gates_only() {
+        crate::tls::install_provider();
+        let api = FakeApi::start().await;
+        let namespace = |annotations: Value| {
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": "demo", "annotations": annotations}})
+        };
+        api.put("/api/v1/namespaces", namespace(json!({})));
+        let agent = |namespace: &str| -> Agent {
+            object("Agent", namespace, "ops", json!({"type": "Declarative"}))
+        };
+        let tool_gate = |namespace: &str| -> ToolGate {
+            object(
+                "ToolGate",
+                namespace,
+                "pay",
+                json!({"server": {"url": "http://ledger:8080/mcp"}, "toolNames": ["transfer"]}),
+            )
+        };
+        let agents = listed(vec![agent("demo"), agent("other")], cached_agent);
+        let tool_gates = listed(vec![tool_gate("demo"), tool_gate("other")], slimmed);
+        let caches = CacheSync::default();
+        let (store, requeued) =
+            namespaces(&api.client(), Some("demo"), agents, tool_gates, &caches);
+        let mut requeued = std::pin::pin!(requeued);
+        let expected = [
+            Requeue::Agent(ObjectRef::new("ops").within("demo")),
+            Requeue::ToolGate(ObjectRef::new("pay").within("demo")),
+        ];
+        let mut next_two = async || {
+            let bound = Duration::from_secs(10);
+            let mut two = Vec::new();
+            for _ in 0..2 {
+                two.push(
+                    tokio::time::timeout(bound, requeued.next())
+                        .await
+                        .unwrap()
+                        .unwrap(),
+                );
+            }
+            two
+        };
+        assert_eq!(next_two().await, expected, "listed");
+        api.put(
+            "/api/v1/namespaces",
+            namespace(json!({FREEZE_ANNOTATION: "incident 42", "other": "kept out"})),
+        );
+        assert_eq!(next_two().await, expected, "frozen");
+        let cached = store.get(&ObjectRef::new("demo")).expect("cached");
+        assert_eq!(
+            cached.metadata.annotations,
+            Some(BTreeMap::from([(
+                FREEZE_ANNOTATION.to_string(),
+                "incident 42".to_string()
+            )])),
+            "the cache keeps the freeze annotation only"
+        );
     }
 }

@@ -504,3 +504,69 @@ async fn a_request_through_a_tool_gate_is_cancelled_when_it_no_longer_asks_or_is
         );
     }
 }
+
+#[tokio::test]
+async fn a_frozen_tool_gates_pending_request_is_cancelled_and_the_event_goes_on_it() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::PartialObjectMeta;
+
+    let freeze =
+        |reason: &str| Some([("hitl.kagent.dev/freeze".to_string(), reason.to_string())].into());
+    let mut annotated = tool_gate("delete_file");
+    annotated.metadata.annotations = freeze("incident 42");
+    let mut frozen_namespace = PartialObjectMeta::<Namespace>::default();
+    frozen_namespace.metadata.name = Some("ns".into());
+    frozen_namespace.metadata.annotations = freeze("drill");
+    for (tool_gate, namespaces, why) in [
+        (
+            annotated,
+            vec![],
+            "ToolGate a is frozen (hitl.kagent.dev/freeze: incident 42)",
+        ),
+        (
+            tool_gate("delete_file"),
+            vec![frozen_namespace],
+            "Namespace ns is frozen (hitl.kagent.dev/freeze: drill)",
+        ),
+    ] {
+        let request = through_tool_gate(request("", "status: {phase: Pending}", false));
+        let mut script = vec![expect(
+            Method::PATCH,
+            &format!("{PATH}{APPLY}"),
+            serde_json::to_value(&request).unwrap(),
+        )];
+        script.push(status_patch(&request));
+        script.extend(events(2));
+        // The Agent of the same name is not frozen: it has no say over the ToolGate's request.
+        let cache = Cache {
+            agents: vec![agent("delete_file", "24h")],
+            tool_gates: vec![tool_gate],
+            namespaces,
+            ..Cache::default()
+        };
+        let (result, requests) = run_script(script, |client| {
+            reconcile(cached(request.clone()), cache.context(client, at(10)))
+        })
+        .await;
+        result.unwrap();
+        let body = &requests[1].body;
+        assert_eq!(phase(body), "Cancelled");
+        assert_eq!(
+            conditions(body),
+            vec![("Finished".into(), "True".into(), "Frozen".into())]
+        );
+        assert_eq!(
+            body["status"]["message"],
+            format!(
+                "cancelled: {why}; nothing runs when the freeze is lifted, the call must be made again"
+            )
+        );
+        for event in &requests[2..] {
+            assert_eq!(
+                (&event.body["type"], &event.body["reason"]),
+                (&json!("Warning"), &json!("Frozen"))
+            );
+        }
+        assert_eq!(requests[3].body["regarding"]["kind"], "ToolGate");
+    }
+}

@@ -1,6 +1,7 @@
 //! ToolGate reconciler, and the ClusterRoleBinding of the ToolGates' gates, against the mock
 //! API server.
 
+use hitl_operator::api::freeze::FREEZE_ANNOTATION;
 use hitl_operator::api::tool_gate::ToolGateStatus;
 use hitl_operator::api::{RemoteMCPServer, ToolGate};
 use hitl_operator::controller::token_review::{self, TokenReviewBinding};
@@ -10,7 +11,10 @@ use hitl_operator::render::objects::{GateOwner, binding_key_secret};
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::tool_gate::{ToolGateObjects, render_tool_gate};
 use http::Method;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::PartialObjectMeta;
+use kube::core::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -181,13 +185,9 @@ async fn a_new_tool_gate_applies_its_gate_and_reports_where_to_call_it() {
     assert_eq!(event["regarding"]["kind"], "ToolGate");
 }
 
-#[tokio::test]
-async fn a_tool_gate_with_everything_in_place_makes_no_request() {
-    let mut tool_gate = tool_gate();
-    let objects = rendered(&tool_gate);
-
-    // 1: the objects are cached as applied: the Secret of the headers is read, the status
-    // written.
+/// `tool_gate` with the status its first reconcile writes at `at(0)`, its objects cached as
+/// applied: the Secret of the headers is read, the status written, `Reconciled` announced.
+async fn settled(mut tool_gate: ToolGate) -> ToolGate {
     let script = vec![
         expect(Method::GET, TOKEN, json_of(&token())),
         expect(
@@ -197,7 +197,7 @@ async fn a_tool_gate_with_everything_in_place_makes_no_request() {
         ),
         expect(Method::POST, EVENTS, event_created()),
     ];
-    let cache = applied_cache(&tool_gate, &objects);
+    let cache = applied_cache(&tool_gate, &rendered(&tool_gate));
     let (result, requests) = run_script(script, |client| {
         reconcile(
             std::sync::Arc::new(tool_gate.clone()),
@@ -208,23 +208,17 @@ async fn a_tool_gate_with_everything_in_place_makes_no_request() {
     result.expect("reconcile succeeds");
     let status: ToolGateStatus =
         serde_json::from_value(writes(&requests)[0]["status"].clone()).unwrap();
-
-    // 2: with that status, nothing is written; only the header Secret is read (a watch knows
-    // Secrets by name only).
     tool_gate.status = Some(status);
-    let cache = applied_cache(&tool_gate, &objects);
-    let (result, requests) = run_script(
-        vec![expect(Method::GET, TOKEN, json_of(&token()))],
-        |client| {
-            reconcile(
-                std::sync::Arc::new(tool_gate.clone()),
-                cache.context(client, at(60)),
-            )
-        },
-    )
-    .await;
-    result.expect("reconcile succeeds");
-    assert!(writes(&requests).is_empty(), "{requests:?}");
+    tool_gate
+}
+
+#[tokio::test]
+async fn a_tool_gate_with_everything_in_place_makes_no_request() {
+    // With its status settled, nothing is written; only the header Secret is read (a watch
+    // knows Secrets by name only).
+    let tool_gate = settled(tool_gate()).await;
+    let writes = reconciled(&tool_gate, namespace(None), 60, &[]).await;
+    assert!(writes.is_empty(), "{writes:?}");
 }
 
 #[tokio::test]
@@ -259,6 +253,158 @@ async fn a_missing_server_is_reported_in_accepted() {
         condition_message(status, "Accepted"),
         "ToolGate ns/pay: spec.server.remoteMCPServer: RemoteMCPServer ns/ledger not found"
     );
+}
+
+/// A Namespace `ns` as the cache of Namespaces holds it, with the freeze annotation `reason`.
+fn namespace(reason: Option<&str>) -> PartialObjectMeta<Namespace> {
+    PartialObjectMeta {
+        metadata: ObjectMeta {
+            name: Some("ns".into()),
+            annotations: reason.map(|r| [(FREEZE_ANNOTATION.to_string(), r.to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        ..PartialObjectMeta::default()
+    }
+}
+
+/// The exact status apply of `tool_gate` whose status is `status`.
+fn status_apply(status: &ToolGateStatus) -> Value {
+    json!({
+        "apiVersion": "kagent.dev/v1alpha2",
+        "kind": "ToolGate",
+        "metadata": {"name": "pay"},
+        "status": json_of(status),
+    })
+}
+
+/// One reconcile of `tool_gate` at `at(seconds)`, its objects cached as applied and its
+/// Namespace as `namespace`, expecting the read of the header Secret, then `writes` (a status
+/// apply, Events): the writes made.
+async fn reconciled(
+    tool_gate: &ToolGate,
+    namespace: PartialObjectMeta<Namespace>,
+    seconds: i64,
+    writes_expected: &[(&str, Value)],
+) -> Vec<Value> {
+    let mut script = vec![expect(Method::GET, TOKEN, json_of(&token()))];
+    for (path, answer) in writes_expected {
+        let method = if path.starts_with(EVENTS) {
+            Method::POST
+        } else {
+            Method::PATCH
+        };
+        script.push(expect(method, path, answer.clone()));
+    }
+    let cache = Cache {
+        namespaces: vec![namespace],
+        ..applied_cache(tool_gate, &rendered(tool_gate))
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            std::sync::Arc::new(tool_gate.clone()),
+            cache.context(client, at(seconds)),
+        )
+    })
+    .await;
+    result.expect("reconcile succeeds");
+    writes(&requests).into_iter().cloned().collect()
+}
+
+/// The condition `Frozen` as the reconcile at `at(seconds)` sets it.
+fn frozen(reason: &str, message: &str, seconds: i64) -> Condition {
+    Condition {
+        type_: "Frozen".into(),
+        status: "True".into(),
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: Some(2),
+        last_transition_time: Time(at(seconds)),
+    }
+}
+
+/// A freeze of `tool_gate` (its own annotation, or its Namespace's as `namespace`) at `at(60)`:
+/// exactly one status apply, the settled status with `condition` added, and a Warning Event on
+/// the ToolGate; still frozen at `at(120)`: nothing written; lifted at `at(180)`: the settled
+/// status again, and a Normal Event.
+async fn frozen_then_lifted(
+    frozen_gate: ToolGate,
+    namespace: Option<&str>,
+    lifted_gate: ToolGate,
+    condition: Condition,
+) {
+    let settled_status = lifted_gate.status.clone().unwrap();
+    let status = format!("{STATUS}{APPLY}");
+    let writes = reconciled(
+        &frozen_gate,
+        self::namespace(namespace),
+        60,
+        &[(&status, json_of(&frozen_gate)), (EVENTS, event_created())],
+    )
+    .await;
+    let mut frozen_status = settled_status.clone();
+    frozen_status.conditions.push(condition.clone());
+    assert_eq!(writes[0], status_apply(&frozen_status));
+    let event = &writes[1];
+    assert_eq!(
+        (&event["type"], &event["reason"], &event["action"]),
+        (&json!("Warning"), &json!("Frozen"), &json!("Freeze"))
+    );
+    assert_eq!(
+        (&event["regarding"]["kind"], &event["regarding"]["name"]),
+        (&json!("ToolGate"), &json!("pay"))
+    );
+    assert_eq!(
+        event["note"],
+        format!(
+            "{}: its gated tool calls are refused and its pending ApprovalRequests cancelled",
+            condition.message
+        )
+    );
+
+    let mut still = frozen_gate.clone();
+    still.status = Some(frozen_status);
+    let writes = reconciled(&still, self::namespace(namespace), 120, &[]).await;
+    assert!(writes.is_empty(), "{writes:?}");
+
+    let mut lifted = lifted_gate;
+    lifted.status = still.status.clone();
+    let writes = reconciled(
+        &lifted,
+        self::namespace(None),
+        180,
+        &[(&status, json_of(&lifted)), (EVENTS, event_created())],
+    )
+    .await;
+    assert_eq!(writes[0], status_apply(&settled_status));
+    assert_eq!(
+        (&writes[1]["type"], &writes[1]["reason"]),
+        (&json!("Normal"), &json!("Unfrozen"))
+    );
+}
+
+#[tokio::test]
+async fn a_tool_gates_own_freeze_is_its_frozen_condition_until_lifted() {
+    let settled = settled(tool_gate()).await;
+    let mut annotated = settled.clone();
+    annotated.metadata.annotations =
+        Some([(FREEZE_ANNOTATION.to_string(), "incident 42".to_string())].into());
+    let condition = frozen(
+        "ToolGateFrozen",
+        "ToolGate pay is frozen (hitl.kagent.dev/freeze: incident 42)",
+        60,
+    );
+    frozen_then_lifted(annotated, None, settled, condition).await;
+}
+
+#[tokio::test]
+async fn a_namespace_freeze_is_the_tool_gates_frozen_condition_until_lifted() {
+    let settled = settled(tool_gate()).await;
+    let condition = frozen(
+        "NamespaceFrozen",
+        "Namespace ns is frozen (hitl.kagent.dev/freeze: drill)",
+        60,
+    );
+    frozen_then_lifted(settled.clone(), Some("drill"), settled, condition).await;
 }
 
 const BINDING: &str =

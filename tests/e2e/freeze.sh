@@ -9,6 +9,10 @@
 #     an approval after that runs nothing
 #  4. lifted: nothing that was refused or cancelled runs by itself; the call, made again, asks
 #     for a new approval
+#  5. a ToolGate (the controller's side only: no gate of it runs): its own annotation sets its
+#     Frozen condition (ToolGateFrozen, shown by -o wide, a Frozen Event) and cancels its
+#     pending request (reason Frozen); lifted, the condition goes (an Unfrozen Event); the
+#     Namespace's annotation sets it too (NamespaceFrozen) until lifted
 #
 # The gate runs as a local process with the Agent's ServiceAccount token, so it watches its
 # Agent with exactly the rights the rendered Role gives it. Environment: HITL_E2E_BIN (default
@@ -105,6 +109,53 @@ kubectl hitl deny "$NEW" -n "$NS" --reason "e2e: not this one" >/dev/null
 expect_in "the call made again" "was denied" "$(finished again)"
 [ "$(runs delete_file /frozen/2)" = 0 ] || fail "delete_file(/frozen/2) ran"
 ok "after the lift nothing ran; the call made again asked anew ($NEW) and was denied"
+
+# ---------------------------------------------------------------------------------------------
+step "5. a ToolGate frozen, lifted, frozen by its Namespace (the controller's side)"
+TG=frozen-tool-gate
+kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ToolGate
+metadata: {name: $TG}
+spec:
+  server: {url: "http://127.0.0.1:$RECORDER_PORT/mcp"}
+  toolNames: [delete_file]
+  requireApproval: [delete_file]
+---
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata: {name: $TG-call}
+spec:
+  agentRef: {name: $TG, kind: ToolGate}
+  toolServer: {kind: RemoteMCPServer, name: $TG, namespace: $NS}
+  toolName: delete_file
+  argumentsSha256: "$(printf '%064d' 5)"
+  argumentsBytes: 2
+  requestedBy: system:serviceaccount:$NS:$TG-gate
+  expiresAt: "2099-01-01T00:00:00Z"
+YAML
+tg_condition() { jp "toolgate/$TG" "{.status.conditions[?(@.type==\"$1\")].$2}"; }
+tg_events() { kubectl -n "$NS" get events --field-selector "involvedObject.kind=ToolGate,involvedObject.name=$TG" -o jsonpath='{.items[*].reason}'; }
+wait_for "ToolGate $TG Accepted" 20 eval '[ "$(tg_condition Accepted status)" = True ]'
+wait_for "request $TG-call Pending" 20 eval '[ "$(phase "$TG-call")" = Pending ]'
+kubectl -n "$NS" annotate "toolgate/$TG" "$FREEZE=incident 43" >/dev/null
+wait_for "the ToolGate's Frozen condition" 20 eval '[ "$(tg_condition Frozen reason)" = ToolGateFrozen ]'
+expect_in "kubectl get toolgate -o wide" "ToolGate $TG is frozen ($FREEZE: incident 43)" \
+  "$(kubectl -n "$NS" get "toolgate/$TG" -o wide)"
+wait_for "request $TG-call Cancelled" 20 eval '[ "$(phase "$TG-call")" = Cancelled ]'
+[ "$(jp "approvalrequest/$TG-call" '{.status.conditions[?(@.type=="Finished")].reason}')" = Frozen ] ||
+  fail "request $TG-call: Finished reason $(jp "approvalrequest/$TG-call" '{.status.conditions[?(@.type=="Finished")].reason}'), want Frozen"
+wait_for "the ToolGate's Frozen Event" 10 eval 'grep -qw Frozen <<<"$(tg_events)"'
+kubectl -n "$NS" annotate "toolgate/$TG" "$FREEZE-" >/dev/null
+wait_for "the ToolGate's Frozen condition to go" 20 eval '[ -z "$(tg_condition Frozen reason)" ]'
+wait_for "the ToolGate's Unfrozen Event" 10 eval 'grep -qw Unfrozen <<<"$(tg_events)"'
+[ "$(phase "$TG-call")" = Cancelled ] || fail "request $TG-call is $(phase "$TG-call") after the lift, want Cancelled"
+kubectl annotate namespace "$NS" "$FREEZE=drill 2" >/dev/null
+wait_for "the ToolGate's Frozen condition from its Namespace" 20 eval '[ "$(tg_condition Frozen reason)" = NamespaceFrozen ]'
+expect_in "the ToolGate's Frozen message" "Namespace $NS is frozen ($FREEZE: drill 2)" "$(tg_condition Frozen message)"
+kubectl annotate namespace "$NS" "$FREEZE-" >/dev/null
+wait_for "the ToolGate's Frozen condition to go" 20 eval '[ -z "$(tg_condition Frozen reason)" ]'
+ok "ToolGate $TG: Frozen=ToolGateFrozen, $TG-call Cancelled (Frozen), lifted; Frozen=NamespaceFrozen from $NS, lifted; Events $(tg_events)"
 
 echo
 echo "PASS: freeze"
