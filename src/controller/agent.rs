@@ -11,10 +11,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use super::accepted;
 use super::compact::{CachedAgent, CachedRequest, status_digest};
 use super::freeze::{announce_freeze, frozen_condition};
 use super::owned::{
@@ -23,6 +23,7 @@ use super::owned::{
 use super::rendered::Readiness;
 use super::watches::AgentWatches;
 use super::{CACHE_SYNC_BOUND, Context, RefKey, bounded, drain, measured, retry_after_error};
+use crate::Result;
 use crate::api::agent::{AgentStatus, ToolServerKind};
 use crate::api::approval_request::PolicyKind;
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
@@ -32,12 +33,9 @@ use crate::render::isolation::Isolation;
 use crate::render::objects::GateOwner;
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
 use crate::render::{RenderedAgent, render_agent};
-use crate::{Error, Result};
 
 /// Name of this controller in metrics.
 pub const CONTROLLER: &str = "agent";
-/// Condition: whether the Agent's objects are rendered and applied.
-pub const ACCEPTED: &str = "Accepted";
 /// Condition: whether the Deployments (the agent's, and the gate's in Gateway placement) have
 /// all replicas available.
 pub const READY: &str = "Ready";
@@ -157,46 +155,27 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
                 .iter()
                 .map(|d| d.name_any())
                 .collect();
-            match apply_objects(ctx, agent, &rendered).await {
-                Ok(()) => {
-                    update.config_hash = Some(rendered.config_hash.clone());
-                    update.set(tools_available(agent, &refs, generation, now));
-                    match &rendered.isolation {
-                        Some(isolation) => update.set(gate_isolated(isolation, generation, now)),
-                        None => update.remove(GATE_ISOLATED),
-                    }
-                    let message = if rendered.warnings.is_empty() {
-                        "rendered and applied".to_string()
-                    } else {
-                        format!(
-                            "rendered and applied; warnings: {}",
-                            rendered.warnings.join("; ")
-                        )
-                    };
-                    new_condition(ACCEPTED, true, "Reconciled", message, generation, now)
+            let applied = apply_objects(ctx, agent, &rendered).await.map(|()| {
+                update.config_hash = Some(rendered.config_hash.clone());
+                update.set(tools_available(agent, &refs, generation, now));
+                match &rendered.isolation {
+                    Some(isolation) => update.set(gate_isolated(isolation, generation, now)),
+                    None => update.remove(GATE_ISOLATED),
                 }
-                Err(error) => {
-                    // Another controller's object is a lasting state, named as such.
-                    let reason = match error {
-                        Error::OwnedElsewhere { .. } => error.reason(),
-                        _ => "ReconcileFailed",
-                    };
-                    let condition =
-                        new_condition(ACCEPTED, false, reason, error.to_string(), generation, now);
-                    failure = Some(error);
-                    condition
+                if rendered.warnings.is_empty() {
+                    "rendered and applied".to_string()
+                } else {
+                    format!(
+                        "rendered and applied; warnings: {}",
+                        rendered.warnings.join("; ")
+                    )
                 }
-            }
+            });
+            let (condition, error) = accepted::after_apply(applied, generation, now);
+            failure = error;
+            condition
         }
-        Err(error @ (Error::InvalidSpec { .. } | Error::RefNotFound { .. })) => new_condition(
-            ACCEPTED,
-            false,
-            error.reason(),
-            error.to_string(),
-            generation,
-            now,
-        ),
-        Err(error) => return Err(error),
+        Err(error) => accepted::refused(error, generation, now)?,
     };
     update.set(accepted.clone());
     let deployments: Vec<(String, Option<Readiness>)> = deployments
@@ -225,13 +204,7 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
             let api: Api<Agent> = Api::namespaced(ctx.client.clone(), &namespace);
             apply_status(&api, agent, &status).await?;
         }
-        let accepted_changed = find(&current.conditions, ACCEPTED).is_none_or(|old| {
-            (&old.status, &old.reason, &old.message)
-                != (&accepted.status, &accepted.reason, &accepted.message)
-        });
-        if accepted_changed {
-            announce(ctx, agent, &accepted).await;
-        }
+        accepted::announce(ctx, agent, &current.conditions, &accepted).await;
         announce_freeze(ctx, agent, &current.conditions, freeze.as_ref()).await;
     }
     match failure {
@@ -541,22 +514,4 @@ fn tools_available(
         generation,
         now,
     )
-}
-
-/// Publishes an Event when the Accepted condition changes.
-async fn announce(ctx: &Context, agent: &Agent, accepted: &Condition) {
-    let type_ = if accepted.status == "True" {
-        EventType::Normal
-    } else {
-        EventType::Warning
-    };
-    let targets = [agent.object_ref(&())];
-    ctx.publish(
-        type_,
-        &accepted.reason,
-        accepted.message.clone(),
-        "Reconcile",
-        &targets,
-    )
-    .await;
 }

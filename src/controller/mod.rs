@@ -1,6 +1,7 @@
 //! `hitl-operator controller`: one reconciler per kind, each following
 //! fetch refs -> validate -> build -> server-side apply -> status, sharing one [`Context`].
 
+pub mod accepted;
 pub mod agent;
 pub mod approval_request;
 pub mod args;

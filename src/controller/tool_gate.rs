@@ -9,28 +9,27 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::agent::{ACCEPTED, fetch_into};
+use super::accepted;
+use super::agent::fetch_into;
 use super::freeze::{announce_freeze, frozen_condition};
 use super::owned::{apply_changed, ensure_binding_key, owned_named, ready_condition};
 use super::watches::ToolGateWatches;
 use super::{CACHE_SYNC_BOUND, Context, bounded, drain, measured, retry_after_error};
+use crate::Result;
 use crate::api::ToolGate;
 use crate::api::tool_gate::ToolGateStatus;
-use crate::apiserver::conditions::{find, set_condition};
-use crate::apiserver::{apply_status, new_condition};
+use crate::apiserver::apply_status;
+use crate::apiserver::conditions::set_condition;
 use crate::render::objects::GateOwner;
 use crate::render::refs::{ObjectKey, RefStore};
 use crate::render::tool_gate::{
     RenderedToolGate, missing_tool_gate_refs, render_tool_gate, tool_gate_references,
 };
-use crate::{Error, Result};
 
 /// Name of this controller in metrics.
 pub const CONTROLLER: &str = "toolgate";
@@ -111,41 +110,18 @@ async fn reconcile_inner(tool_gate: &ToolGate, ctx: &Context) -> Result<Action> 
 
     let mut failure = None;
     let accepted = match render_tool_gate(tool_gate, &refs, &ctx.render) {
-        Ok(rendered) => match apply_objects(ctx, &owner, &rendered).await {
-            Ok(()) => {
+        Ok(rendered) => {
+            let applied = apply_objects(ctx, &owner, &rendered).await.map(|()| {
                 status.url = Some(rendered.url);
                 status.route = Some(rendered.route);
                 status.audiences = rendered.audiences;
-                new_condition(
-                    ACCEPTED,
-                    true,
-                    "Reconciled",
-                    "rendered and applied".to_string(),
-                    generation,
-                    now,
-                )
-            }
-            Err(error) => {
-                // Another owner's object is a lasting state, named as such.
-                let reason = match error {
-                    Error::OwnedElsewhere { .. } => error.reason(),
-                    _ => "ReconcileFailed",
-                };
-                let condition =
-                    new_condition(ACCEPTED, false, reason, error.to_string(), generation, now);
-                failure = Some(error);
-                condition
-            }
-        },
-        Err(error @ (Error::InvalidSpec { .. } | Error::RefNotFound { .. })) => new_condition(
-            ACCEPTED,
-            false,
-            error.reason(),
-            error.to_string(),
-            generation,
-            now,
-        ),
-        Err(error) => return Err(error),
+                "rendered and applied".to_string()
+            });
+            let (condition, error) = accepted::after_apply(applied, generation, now);
+            failure = error;
+            condition
+        }
+        Err(error) => accepted::refused(error, generation, now)?,
     };
     set_condition(&mut status.conditions, accepted.clone());
     let name = owner.gate_name();
@@ -164,13 +140,7 @@ async fn reconcile_inner(tool_gate: &ToolGate, ctx: &Context) -> Result<Action> 
             &tool_gate.namespace().unwrap_or_default(),
         );
         apply_status(&api, tool_gate, &status).await?;
-        let accepted_changed = find(&current.conditions, ACCEPTED).is_none_or(|old| {
-            (&old.status, &old.reason, &old.message)
-                != (&accepted.status, &accepted.reason, &accepted.message)
-        });
-        if accepted_changed {
-            announce(ctx, tool_gate, &accepted).await;
-        }
+        accepted::announce(ctx, tool_gate, &current.conditions, &accepted).await;
         announce_freeze(ctx, tool_gate, &current.conditions, freeze.as_ref()).await;
     }
     match failure {
@@ -231,22 +201,4 @@ async fn apply_objects(
     apply_changed(ctx, owner, &objects.deployment, &stores.deployments).await?;
     apply_changed(ctx, owner, &objects.service, &stores.services).await?;
     Ok(())
-}
-
-/// Publishes an Event on the ToolGate when its Accepted condition changes.
-async fn announce(ctx: &Context, tool_gate: &ToolGate, accepted: &Condition) {
-    let type_ = if accepted.status == "True" {
-        EventType::Normal
-    } else {
-        EventType::Warning
-    };
-    let targets = [tool_gate.object_ref(&())];
-    ctx.publish(
-        type_,
-        &accepted.reason,
-        accepted.message.clone(),
-        "Reconcile",
-        &targets,
-    )
-    .await;
 }
