@@ -215,6 +215,28 @@ e2e_users() {
   done
 }
 
+# start_chart_controller NAME LOG POD METRICS_PORT KUBECONFIG: starts $BIN as the chart's
+# controller container runs it (the args and env in CONTROLLER_ARGS and CONTROLLER_ENV, from
+# tests/e2e/container.py), as the "pod" POD in $SYS_NS, /metrics on 127.0.0.1:METRICS_PORT.
+start_chart_controller() {
+  local name=$1 log=$2 pod=$3 port=$4 args=() envs=(KUBECONFIG="$5") a v
+  for a in "${CONTROLLER_ARGS[@]}"; do
+    case $a in
+      --metrics-addr=*) args+=("--metrics-addr=127.0.0.1:$port") ;;
+      *) args+=("$a") ;;
+    esac
+  done
+  for v in "${CONTROLLER_ENV[@]}"; do
+    case ${v#*=} in
+      fieldRef:metadata.name) envs+=("${v%%=*}=$pod") ;;
+      fieldRef:metadata.namespace) envs+=("${v%%=*}=$SYS_NS") ;;
+      fieldRef:*) fail "unsupported downward-API env $v" ;;
+      *) envs+=("$v") ;;
+    esac
+  done
+  start "$name" "$log" env "${envs[@]}" "$BIN" "${args[@]}"
+}
+
 # throwaway PREFIX: sets NS (PREFIX-<epoch>, not created yet) and WORK (a new directory), and
 # on exit stops the suite's processes, deletes NS and WORK (HITL_E2E_KEEP=1 keeps both).
 throwaway() {

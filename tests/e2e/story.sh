@@ -163,22 +163,9 @@ declare -A METRICS_PORT=([a]=$(free_port) [b]=$(free_port))
 # start_controller REPLICA: the chart's container args and env; the "pod" name is
 # <deployment>-e2e-REPLICA and /metrics listens on a port of its own.
 start_controller() {
-  local replica=$1 pod=$DEPLOY_NAME-e2e-$1 args=() envs=(KUBECONFIG="$WORK/controller.kubeconfig") a v
-  for a in "${CONTROLLER_ARGS[@]}"; do
-    case $a in
-      --metrics-addr=*) args+=("--metrics-addr=127.0.0.1:${METRICS_PORT[$replica]}") ;;
-      *) args+=("$a") ;;
-    esac
-  done
-  for v in "${CONTROLLER_ENV[@]}"; do
-    case ${v#*=} in
-      fieldRef:metadata.name) envs+=("${v%%=*}=$pod") ;;
-      fieldRef:metadata.namespace) envs+=("${v%%=*}=$SYS_NS") ;;
-      fieldRef:*) fail "unsupported downward-API env $v" ;;
-      *) envs+=("$v") ;;
-    esac
-  done
-  start "controller-$replica" "$WORK/controller-$replica.log" env "${envs[@]}" "$BIN" "${args[@]}"
+  local replica=$1 pod=$DEPLOY_NAME-e2e-$1
+  start_chart_controller "controller-$replica" "$WORK/controller-$replica.log" "$pod" \
+    "${METRICS_PORT[$replica]}" "$WORK/controller.kubeconfig"
   note "controller-$replica: POD_NAME=$pod, /metrics on 127.0.0.1:${METRICS_PORT[$replica]}, log $WORK/controller-$replica.log"
 }
 readyz() { http_ok "http://127.0.0.1:${METRICS_PORT[$1]}/readyz"; }

@@ -140,23 +140,8 @@ step "3. the controller as the chart runs it; the ToolGate is rendered"
 kubeconfig_with_token "$WORK/controller.kubeconfig" \
   "$(kubectl -n "$SYS_NS" create token "$CONTROLLER_SA" --duration=2h)" "$SYS_NS"
 METRICS_PORT=$(free_port)
-args=()
-envs=(KUBECONFIG="$WORK/controller.kubeconfig")
-for a in "${CONTROLLER_ARGS[@]}"; do
-  case $a in
-    --metrics-addr=*) args+=("--metrics-addr=127.0.0.1:$METRICS_PORT") ;;
-    *) args+=("$a") ;;
-  esac
-done
-for v in "${CONTROLLER_ENV[@]}"; do
-  case ${v#*=} in
-    fieldRef:metadata.name) envs+=("${v%%=*}=$RELEASE-hitl-operator-e2e") ;;
-    fieldRef:metadata.namespace) envs+=("${v%%=*}=$SYS_NS") ;;
-    fieldRef:*) fail "unsupported downward-API env $v" ;;
-    *) envs+=("$v") ;;
-  esac
-done
-start controller "$WORK/controller.log" env "${envs[@]}" "$BIN" "${args[@]}"
+start_chart_controller controller "$WORK/controller.log" "$RELEASE-hitl-operator-e2e" "$METRICS_PORT" \
+  "$WORK/controller.kubeconfig"
 wait_for "the controller's /readyz" 60 http_ok "http://127.0.0.1:$METRICS_PORT/readyz"
 
 kubectl -n "$NS" apply -f - >/dev/null <<EOF
