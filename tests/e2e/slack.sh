@@ -12,6 +12,9 @@
 #     would grant it; nothing decided
 #  5. alice: approved as alice (decidedBy alice, through impersonation), the waiting call runs
 #     once; the same signed request again is refused as a replay
+#  6. a ToolGate's request (a shared gate's, with its caller): the message names the ToolGate
+#     and the caller; mallory's press is refused for want of approve on the ToolGate; alice's
+#     approves it (the shared gate itself is exercised by tests/e2e/toolgate.sh)
 #
 # Environment: HITL_E2E_BIN (default target/debug/hitl-operator). Prints SKIP without a cluster.
 set -euo pipefail
@@ -157,5 +160,43 @@ out=$(send_press)
 [ "$(status_of "$out")" = 401 ] || fail "a replay got $out"
 expect_in "replay" "already received" "$out"
 ok "approved as alice through impersonation (managedFields: $(kubectl -n "$NS" get "approvalrequest/$REQ" --show-managed-fields -o jsonpath='{.metadata.managedFields[?(@.manager=="kubectl-hitl")].manager}')); the call ran once; the replay refused"
+
+# ---------------------------------------------------------------------------------------------
+step "6. a ToolGate's request: the message names its caller; approve on the ToolGate decides"
+kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ToolGate
+metadata: {name: shared}
+spec:
+  server: {url: "http://127.0.0.1:9/mcp"}
+  toolNames: [delete_file]
+  requireApproval: [delete_file]
+YAML
+BOT=system:serviceaccount:$NS:bot
+kubectl -n "$NS" create -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata: {name: shared-call}
+spec:
+  agentRef: {kind: ToolGate, name: shared}
+  toolServer: {kind: RemoteMCPServer, name: shared, namespace: $NS}
+  toolName: delete_file
+  argumentsSha256: "$(printf '%064d' 0)"
+  argumentsBytes: 2
+  requestedBy: $(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')
+  caller: {username: "$BOT"}
+  expiresAt: "$(date -u -d '+10 min' +%Y-%m-%dT%H:%M:%SZ)"
+YAML
+shared_message() { received /slack | grep -F "$NS/shared-call"; }
+wait_for "the Slack message of shared-call" 30 shared_message
+expect_in "the message names the caller" "$BOT" "$(shared_message | head -1)"
+expect_in "the message names the ToolGate" "shared" "$(shared_message | head -1)"
+out=$(press U0MALLORY hitl_approve "$NS/shared-call")
+expect_in "mallory" "needs the RBAC verb approve on toolgates.kagent.dev/shared" "$out"
+undecided shared-call || fail "decided: $(decision shared-call)"
+out=$(press U0ALICE hitl_approve "$NS/shared-call")
+expect_in "alice" "approvalrequest/shared-call approved (decidedBy alice)" "$out"
+[ "$(decision shared-call)" = "Approve alice" ] || fail "decision: $(decision shared-call)"
+ok "shared-call (ToolGate shared, caller $BOT): the message names both; mallory refused for want of approve on toolgates/shared; alice approved it from Slack"
 echo
 echo "PASS: slack"
