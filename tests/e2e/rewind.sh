@@ -116,7 +116,21 @@ YAML
 ok "grant revoked: any number of uses, revoked"
 # A shared gate's request and grant (spec.caller set, agentRef a ToolGate), as cluster-admin and
 # alice create them: no shared gate runs in this suite, so their replay runs nothing and prints
-# 0 runs; their spec.caller must survive every generated write.
+# 0 runs; their spec.caller must survive every generated write. Their ToolGate exists (for one
+# that is gone the controller would cancel the request), and alice denies the request, so that
+# it is finished by its write-once decidedAt: a request finished by nothing write-once (a
+# Pending one a status writer cancels) ends by its Finished condition's time, which a status
+# writer can backdate, and the controller would delete it, rightly, before the attacks were
+# through.
+kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ToolGate
+metadata: {name: shared}
+spec:
+  server: {remoteMCPServer: recorder}
+  toolNames: [delete_file]
+  requireApproval: [delete_file]
+YAML
 ADMIN_USER=$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')
 kubectl -n "$NS" create -f - >/dev/null <<YAML
 apiVersion: kagent.dev/v1alpha2
@@ -145,7 +159,10 @@ spec:
   reason: e2e rewind
   grantedBy: alice
 YAML
-ok "a shared gate's request shared-call and grant shared-grant, each with spec.caller"
+KUBECONFIG=$ALICE kubectl hitl deny shared-call -n "$NS" --reason "e2e rewind" >/dev/null
+shared_call_decided() { [ -n "$(jp approvalrequest/shared-call '{.status.decidedAt}')" ]; }
+wait_for "shared-call's decidedAt" 30 shared_call_decided
+ok "a shared gate's request shared-call (denied by alice) and grant shared-grant, each with spec.caller"
 
 IDENTITIES=(admin="$KUBECONFIG" controller="$GATES_CONTROLLER_KUBECONFIG" agent="$WORK/agent.kubeconfig"
   other="$WORK/other.kubeconfig" alice="$ALICE" mallory="$MALLORY")
