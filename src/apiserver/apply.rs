@@ -44,6 +44,20 @@ pub async fn apply<K: Applicable>(client: &Client, object: &K) -> Result<K> {
         .await?)
 }
 
+/// Server-side applies `object` without taking over fields: where another field manager set a
+/// field to another value, the apiserver refuses with 409 Conflict. For an object believed not
+/// to exist yet, whose apply must not silently take over one that does.
+pub async fn apply_unforced<K: Applicable>(client: &Client, object: &K) -> kube::Result<K> {
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+    api.patch(
+        &object.name_any(),
+        &PatchParams::apply(field_manager::CONTROLLER),
+        &Patch::Apply(object),
+    )
+    .await
+}
+
 /// Server-side applies `status` to the `/status` subresource of `object`.
 pub async fn apply_status<K>(api: &Api<K>, object: &K, status: &impl Serialize) -> Result<K>
 where

@@ -13,5 +13,5 @@ pub mod guarded;
 pub mod ownership;
 pub mod paging;
 
-pub use apply::{Applicable, apply, apply_params, apply_status, is_applied};
+pub use apply::{Applicable, apply, apply_params, apply_status, apply_unforced, is_applied};
 pub use conditions::{new_condition, set_condition};

@@ -147,6 +147,9 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
     let mut failure = None;
     // The Deployments Ready waits for: the rendered ones, else (nothing renders) the agent's.
     let mut deployments = vec![agent.name_any()];
+    // Whether they were applied now: one the cache does not hold yet then exists, its rollout
+    // not observed yet (the cache catches up with the watch's next event).
+    let mut applied_now = false;
     let accepted = match render_agent(agent, &refs, &ctx.render) {
         Ok(rendered) => {
             deployments = rendered
@@ -156,6 +159,7 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
                 .map(|d| d.name_any())
                 .collect();
             let applied = apply_objects(ctx, agent, &rendered).await.map(|()| {
+                applied_now = true;
                 update.config_hash = Some(rendered.config_hash.clone());
                 update.set(tools_available(agent, &refs, generation, now));
                 match &rendered.isolation {
@@ -182,7 +186,10 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
         .into_iter()
         .map(|name| {
             let cached = owned_named(&ctx.stores.deployments, &owner, &name);
-            (name, cached.map(|cached| *cached.facts()))
+            let readiness = cached
+                .map(|cached| *cached.facts())
+                .or_else(|| applied_now.then(Readiness::default));
+            (name, readiness)
         })
         .collect();
     let deployments: Vec<(&str, Option<&Readiness>)> = deployments
@@ -202,7 +209,8 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
         let status = update.applied_to(&current);
         if status != current {
             let api: Api<Agent> = Api::namespaced(ctx.client.clone(), &namespace);
-            apply_status(&api, agent, &status).await?;
+            let written = apply_status(&api, agent, &status).await?;
+            ctx.written_statuses.record(&written);
         }
         accepted::announce(ctx, agent, &current.conditions, &accepted).await;
         announce_freeze(ctx, agent, &current.conditions, freeze.as_ref()).await;
@@ -260,15 +268,24 @@ impl StatusUpdate {
     }
 }
 
-/// The status `update` applies to, of which the cache keeps only its `digest`: `None` when
-/// `update` would leave it as it is, else the status read from the API server (a read only
-/// when something changed, which a write follows); an empty one when the Agent has none yet.
+/// The status `update` applies to, of which the cache keeps only its `digest`: the one this
+/// controller wrote last if the cache does not hold it yet; `None` when `update` would leave
+/// it as it is; else the status read from the API server (a read only when something changed,
+/// which a write follows); an empty one when the Agent has none yet.
 async fn current_status(
     ctx: &Context,
     agent: &Agent,
     digest: Option<u64>,
     update: &StatusUpdate,
 ) -> Result<Option<AgentStatus>> {
+    let written = ctx.written_statuses.newer_than(
+        &agent.namespace().unwrap_or_default(),
+        &agent.name_any(),
+        agent.meta().resource_version.as_deref(),
+    );
+    if written.is_some() {
+        return Ok(written);
+    }
     let Some(digest) = digest else {
         return Ok(Some(AgentStatus::default()));
     };

@@ -26,6 +26,7 @@ pub mod slack;
 pub mod token_review;
 pub mod tool_gate;
 pub mod watches;
+pub mod written_statuses;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
@@ -60,6 +61,7 @@ use crate::{Error, Result};
 use compact::{CachedAgent, CachedRequest};
 use events::{EVENTS_PER_RECORDER, Events};
 use rendered::{Confirmed, Summaries};
+use written_statuses::WrittenStatuses;
 
 pub use args::ControllerArgs;
 pub use metrics::Metrics;
@@ -72,6 +74,9 @@ pub const REPORTER: &str = "hitl-operator";
 
 /// Label selector of the objects the controller renders (they are watched and cached).
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=hitl-operator";
+/// Label selector of the objects of the rendered kinds that are not ours (their names are
+/// watched, so that an apply never runs into one unread).
+pub const UNMANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by!=hitl-operator";
 
 /// Source of the current time, injected so reconcilers are deterministic under test.
 pub trait Clock: Send + Sync {
@@ -254,6 +259,8 @@ pub struct Context {
     pub reconcile_failures: Backoff,
     /// Rendered objects read back as applied although their digests differ.
     pub confirmed: Confirmed,
+    /// Agent statuses written that the cache of Agents may not hold yet.
+    pub written_statuses: WrittenStatuses,
 }
 
 impl Context {
@@ -291,6 +298,7 @@ impl Context {
             discovery_failures: Backoff::default(),
             reconcile_failures: Backoff::default(),
             confirmed: Confirmed::default(),
+            written_statuses: WrittenStatuses::default(),
         }
     }
 

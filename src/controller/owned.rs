@@ -15,7 +15,7 @@ use super::rendered::{HoldsBindingKey, Readiness, RenderedKind, Summaries, Summa
 use crate::apiserver::applied::{desired_digest, observed_digest};
 use crate::apiserver::field_manager;
 use crate::apiserver::ownership::foreign_owner;
-use crate::apiserver::{apply, is_applied, new_condition};
+use crate::apiserver::{apply, apply_unforced, is_applied, new_condition};
 use crate::contract::binding_key::BindingKey;
 use crate::render::objects::{GateOwner, binding_key_secret};
 use crate::{Error, Result};
@@ -52,11 +52,14 @@ pub async fn ensure_binding_key(ctx: &Context, owner: &GateOwner) -> Result<()> 
 }
 
 /// Applies `desired` unless it is applied: the digest of the fields we applied, as cached,
-/// matches it (or matched it when last read back). Otherwise the object is read: one the cache
-/// does not hold (it caches only what carries our managed-by label), or holds as another
-/// owner's, that exists and is another controller's or owner's (kagent's, or an Agent's of
-/// the same name as a ToolGate's) is left alone, and the error says whose it is; one that
-/// holds `desired` already (the apiserver defaulted a field inside one we set) is not written.
+/// matches it (or matched it when last read back). An object no watch knows of (a new Agent's)
+/// is applied unread, without taking over fields: should one of that name exist after all
+/// (created since the watches last heard), a field of it set otherwise is a conflict, and the
+/// object is read as below. Otherwise the object is read: one the cache does not hold (it
+/// caches only what carries our managed-by label), or holds as another owner's, that exists and
+/// is another controller's or owner's (kagent's, or an Agent's of the same name as a
+/// ToolGate's) is left alone, and the error says whose it is; one that holds `desired` already
+/// (the apiserver defaulted a field inside one we set) is not written.
 pub async fn apply_changed<K: RenderedKind>(
     ctx: &Context,
     owner: &GateOwner,
@@ -64,13 +67,31 @@ pub async fn apply_changed<K: RenderedKind>(
     store: &Summaries<K>,
 ) -> Result<()> {
     let namespace = desired.namespace().unwrap_or_default();
-    let cached = store.get(&namespace, &desired.name_any());
+    let name = desired.name_any();
+    let cached = store.get(&namespace, &name);
     let wanted = desired_digest(desired);
     if let Some(cached) = &cached
         && cached.controlled_by(owner)
         && ctx.confirmed.holds(wanted, cached.applied())
     {
         return Ok(());
+    }
+    if ctx.stores.cover(&namespace) && !store.knows_of(&namespace, &name) {
+        match apply_unforced(&ctx.client, desired).await {
+            Ok(applied) => {
+                ctx.confirmed
+                    .record(wanted, observed_digest(&applied, applied.meta()));
+                return Ok(());
+            }
+            Err(kube::Error::Api(status)) if status.is_conflict() => {
+                tracing::debug!(
+                    kind = %K::kind(&()),
+                    name = %name,
+                    "an object no watch knew of exists; reading it"
+                );
+            }
+            Err(error) => return Err(error.into()),
+        }
     }
     if cached.is_some() {
         tracing::debug!(
@@ -80,7 +101,7 @@ pub async fn apply_changed<K: RenderedKind>(
         );
     }
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-    if let Some(existing) = api.get_opt(&desired.name_any()).await? {
+    if let Some(existing) = api.get_opt(&name).await? {
         if !cached.is_some_and(|cached| cached.controlled_by(owner)) {
             refuse_foreign(&existing, owner)?;
         }

@@ -11,6 +11,10 @@
 //! [`Summaries`] is fed by a watch ([`Summaries::apply`]) as a reflector store would be: a
 //! relist is buffered until it is complete, then replaces the contents, and what it no longer
 //! holds is gone. Each event names the owners (Agents, ToolGates) to requeue.
+//!
+//! Beside them it keeps the names, and nothing else, of the objects of the kind that are not
+//! ours ([`Summaries::apply_other`]): a name neither list holds is free, so the first apply of a
+//! new Agent's objects need not read each of them first ([`super::owned::apply_changed`]).
 
 mod names;
 
@@ -24,6 +28,7 @@ use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
+use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
@@ -103,6 +108,9 @@ struct Inner<F> {
     live: Table<F>,
     /// A relist in progress (from `Init` to `InitDone`).
     relist: Option<Table<F>>,
+    /// The names of the objects of the kind that do not carry our managed-by label, from a
+    /// watch of their metadata ([`Summaries::apply_other`]).
+    others: OtherNames,
 }
 
 impl<F> Default for Inner<F> {
@@ -110,8 +118,63 @@ impl<F> Default for Inner<F> {
         Self {
             live: Table::default(),
             relist: None,
+            others: OtherNames::default(),
         }
     }
+}
+
+/// Names by namespace of the objects of a kind that are not ours, as a watch of their
+/// metadata lists them: what an apply must not run into unread.
+#[derive(Default)]
+struct OtherNames {
+    live: HashMap<Box<str>, Names<()>>,
+    relist: Option<HashMap<Box<str>, Names<()>>>,
+}
+
+impl OtherNames {
+    fn apply<K>(&mut self, event: watcher::Event<PartialObjectMeta<K>>) {
+        let insert = |table: &mut HashMap<Box<str>, Names<()>>, object: &PartialObjectMeta<K>| {
+            let (namespace, name) = namespace_and_name(&object.metadata);
+            match table.get_mut(namespace) {
+                Some(names) => names.insert(name, ()),
+                None => table.entry(namespace.into()).or_default().insert(name, ()),
+            }
+        };
+        match event {
+            watcher::Event::Init => self.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(object) => {
+                insert(self.relist.get_or_insert_default(), &object);
+            }
+            watcher::Event::InitDone => {
+                let mut listed = self.relist.take().unwrap_or_default();
+                listed.values_mut().for_each(Names::shrink_to_fit);
+                self.live = listed;
+            }
+            watcher::Event::Apply(object) => insert(&mut self.live, &object),
+            watcher::Event::Delete(object) => {
+                let (namespace, name) = namespace_and_name(&object.metadata);
+                if let Some(names) = self.live.get_mut(namespace) {
+                    names.remove(name);
+                    if names.is_empty() {
+                        self.live.remove(namespace);
+                    }
+                }
+            }
+        }
+    }
+
+    fn contains(&self, namespace: &str, name: &str) -> bool {
+        self.live
+            .get(namespace)
+            .is_some_and(|names| names.contains(name))
+    }
+}
+
+fn namespace_and_name(meta: &ObjectMeta) -> (&str, &str) {
+    (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
 }
 
 /// Entries by namespace, then name: a namespace's name is held once, not once per object.
@@ -324,6 +387,42 @@ impl<K: RenderedKind> Summaries<K> {
         }
     }
 
+    /// `self` with the names of the objects of the kind that are not ours listed as `names`
+    /// (namespace, name), as after a list of them.
+    pub fn with_others<'a>(self, names: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self
+    where
+        K: Default,
+    {
+        self.apply_other(watcher::Event::Init);
+        for (namespace, name) in names {
+            let mut object = PartialObjectMeta::<K>::default();
+            object.metadata.namespace = Some(namespace.into());
+            object.metadata.name = Some(name.into());
+            self.apply_other(watcher::Event::InitApply(object));
+        }
+        self.apply_other(watcher::Event::InitDone);
+        self
+    }
+
+    /// Applies a watch event of the objects of the kind that are not ours (their metadata).
+    pub fn apply_other(&self, event: watcher::Event<PartialObjectMeta<K>>) {
+        let mut inner = self.inner.write().expect("summaries lock");
+        inner.others.apply(event);
+    }
+
+    /// Whether an object `namespace/name` exists as far as the watches know: ours (cached),
+    /// or another's (its name is listed). Where the watches cover the namespace and have
+    /// listed, an object they do not know of does not exist (or was created so recently that
+    /// its watch event has not arrived).
+    pub fn knows_of(&self, namespace: &str, name: &str) -> bool {
+        let inner = self.inner.read().expect("summaries lock");
+        inner
+            .live
+            .get(namespace)
+            .is_some_and(|names| names.contains(name))
+            || inner.others.contains(namespace, name)
+    }
+
     /// The cached object `namespace/name`.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Summary<K::Facts>> {
         let inner = self.inner.read().expect("summaries lock");
@@ -505,6 +604,44 @@ mod tests {
             .collect();
         owners.sort();
         owners
+    }
+
+    /// A watch event's object of the other ServiceAccounts: metadata only.
+    fn other(namespace: &str, name: &str) -> PartialObjectMeta<ServiceAccount> {
+        let mut object = PartialObjectMeta::<ServiceAccount>::default();
+        object.metadata.namespace = Some(namespace.into());
+        object.metadata.name = Some(name.into());
+        object
+    }
+
+    #[test]
+    fn a_name_is_known_while_ours_or_anothers_exists_and_a_relist_replaces_the_others() {
+        let store = Summaries::listed([account("a", "ours", Some("x"))])
+            .with_others([("a", "theirs"), ("b", "ours")]);
+        assert!(store.knows_of("a", "ours"), "ours, cached");
+        assert!(store.knows_of("a", "theirs"), "another's, listed");
+        assert!(
+            store.knows_of("b", "ours"),
+            "the same name elsewhere is another object"
+        );
+        assert!(!store.knows_of("a", "new"), "no watch lists it: free");
+
+        store.apply_other(watcher::Event::Apply(other("a", "new")));
+        assert!(store.knows_of("a", "new"), "made by someone else since");
+        store.apply_other(watcher::Event::Delete(other("a", "theirs")));
+        assert!(!store.knows_of("a", "theirs"), "deleted (or labelled ours)");
+
+        // A relist is complete only at its end: until then the names listed before stand.
+        store.apply_other(watcher::Event::Init);
+        store.apply_other(watcher::Event::InitApply(other("c", "late")));
+        assert!(store.knows_of("a", "new") && !store.knows_of("c", "late"));
+        store.apply_other(watcher::Event::InitDone);
+        assert!(store.knows_of("c", "late"));
+        assert!(
+            !store.knows_of("a", "new") && !store.knows_of("b", "ours"),
+            "gone by then"
+        );
+        assert!(store.knows_of("a", "ours"), "our own are another list");
     }
 
     #[test]

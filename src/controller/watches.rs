@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use super::compact::{CachedAgent, CachedRequest, Compact};
 use super::fan_out::fan_out;
 use super::rendered::{RenderedKind, Requeue, Summaries};
-use super::{CacheSync, MANAGED_SELECTOR, RESYNC, RequestsByAgent, Stores};
+use super::{CacheSync, MANAGED_SELECTOR, RESYNC, RequestsByAgent, Stores, UNMANAGED_SELECTOR};
 use crate::api::freeze::FREEZE_ANNOTATION;
 use crate::api::{
     Agent, ApprovalNotifier, ApprovalRequest, ModelConfig, RemoteMCPServer, ToolGate,
@@ -432,7 +432,9 @@ fn cached_request(mut request: ApprovalRequest) -> CachedRequest {
 
 /// A cached watch of the objects of kind `K` the controller renders (selected by label), kept
 /// as [`Summaries`], and the owners (Agents, ToolGates) to requeue when one changes or goes
-/// away. The cache counts as listed once it holds the first complete list.
+/// away; with it, a watch of the names of the other objects of the kind (their metadata), which
+/// the same [`Summaries`] keep. The cache counts as listed once both hold their first complete
+/// list.
 fn owned<K>(
     client: &Client,
     namespace: Option<&str>,
@@ -464,7 +466,28 @@ where
             };
             futures::stream::iter(agents)
         });
-    (summaries, controllers)
+    let writer = summaries.clone();
+    let listing = caches.listing(&format!("{} (others)", K::kind(&())));
+    let others = watcher(
+        api::<PartialObjectMeta<K>>(client, namespace),
+        paged().labels(UNMANAGED_SELECTOR),
+    )
+    .modify(keep_name_only)
+    .backoff_while_failing()
+    .filter_map(move |event| {
+        match event {
+            Ok(event) => {
+                let done = matches!(event, watcher::Event::InitDone);
+                writer.apply_other(event);
+                if done {
+                    listing.listed();
+                }
+            }
+            Err(error) => tracing::warn!(%error, "watch failed; retrying with backoff"),
+        }
+        futures::future::ready(None)
+    });
+    (summaries, futures::stream::select(controllers, others))
 }
 
 /// One watch of every `K` (selected by `config`, each object turned by `cache` into what the

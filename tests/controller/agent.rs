@@ -15,6 +15,8 @@ use crate::harness::*;
 const MC: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/modelconfigs/default-model-config";
 const RMCP: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/remotemcpservers/fs";
 const APPLY: &str = "?&force=true&fieldManager=hitl-operator";
+/// The apply of an object believed new: without force, so one that exists after all conflicts.
+const APPLY_NEW: &str = "?&fieldManager=hitl-operator";
 
 fn agent() -> Agent {
     yaml(
@@ -83,13 +85,13 @@ fn rendered(agent: &Agent, server: &RemoteMCPServer) -> hitl_operator::render::A
         .objects
 }
 
-/// A create of an object the cache does not hold: the controller reads it first (404: nobody
-/// else's), then applies it.
-fn created(path: &str) -> [Exchange; 2] {
-    [
-        not_found(path),
-        expect(Method::PATCH, &format!("{path}{APPLY}"), json!({})),
-    ]
+/// A create of an object no watch knows of: applied unread, without taking over fields.
+fn created(path: &str) -> [Exchange; 1] {
+    [expect(
+        Method::PATCH,
+        &format!("{path}{APPLY_NEW}"),
+        json!({}),
+    )]
 }
 
 /// The bodies of the writes among `requests`, in order.
@@ -631,10 +633,9 @@ async fn failed_apply_reports_reconcile_failed() {
     let server = server(&[]);
     let agent = agent();
     let mut script = Vec::new();
-    script.push(not_found("/api/v1/namespaces/ns/secrets/a"));
     script.push(failure(
         Method::PATCH,
-        &format!("/api/v1/namespaces/ns/secrets/a{APPLY}"),
+        &format!("/api/v1/namespaces/ns/secrets/a{APPLY_NEW}"),
         http::StatusCode::FORBIDDEN,
     ));
     script.push(expect(
@@ -847,9 +848,10 @@ async fn gateway_placement_applies_the_gate_its_service_account_and_network_poli
         "False".into(),
         "DeploymentNotReady".into()
     )));
+    // Just applied, not in the cache yet: they exist, their rollouts not observed yet.
     assert_eq!(
         condition_message(status, "Ready"),
-        "Deployment a does not exist yet; Deployment a-gate does not exist yet"
+        "Deployment a rollout not observed yet; Deployment a-gate rollout not observed yet"
     );
 }
 
@@ -1106,6 +1108,8 @@ async fn objects_another_controller_made_are_left_alone() {
         .as_mut()
         .unwrap()
         .insert("app.kubernetes.io/managed-by".into(), "kagent".into());
+    // The watch of the Deployments that are not ours lists it: it is read, never applied.
+    cache.others = vec![("Deployment", "ns", "a")];
     let status = left_alone(
         cache,
         vec![expect(
@@ -1119,6 +1123,83 @@ async fn objects_another_controller_made_are_left_alone() {
     assert_eq!(
         condition_message(&status, "Accepted"),
         "Deployment ns/a exists and is not hitl-operator's (app.kubernetes.io/managed-by=kagent); it was left alone: delete it, or hand the Agent to hitl-operator as docs/kagent.md says"
+    );
+}
+
+#[tokio::test]
+async fn an_object_made_since_the_watches_last_heard_is_read_not_taken_over() {
+    let server = server(&["delete_file", "read_file"]);
+    let mut agent = agent();
+    agent.status = None;
+    let objects = rendered(&agent, &server);
+    let mut cache = applied_cache(&objects, &agent);
+    cache.deployments.clear();
+    let mut kagents: Deployment = objects.deployment.clone();
+    kagents
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("app.kubernetes.io/managed-by".into(), "kagent".into());
+    // No watch knows of it yet: the apply, without force, conflicts with kagent's fields;
+    // the object is then read, and left alone.
+    let status = left_alone(
+        cache,
+        vec![
+            failure(
+                Method::PATCH,
+                &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY_NEW}"),
+                http::StatusCode::CONFLICT,
+            ),
+            expect(
+                Method::GET,
+                "/apis/apps/v1/namespaces/ns/deployments/a",
+                json_of(&kagents),
+            ),
+        ],
+        &agent,
+    )
+    .await;
+    assert!(condition_message(&status, "Accepted").starts_with(
+        "Deployment ns/a exists and is not hitl-operator's (app.kubernetes.io/managed-by=kagent)"
+    ));
+}
+
+#[tokio::test]
+async fn the_reconcile_after_a_status_write_neither_reads_nor_rewrites_it() {
+    let server = server(&["delete_file", "read_file"]);
+    let mut agent = agent();
+    agent.status = None;
+    agent.metadata.resource_version = Some("41".into());
+    let objects = rendered(&agent, &server);
+    let mut returned = settled(&agent, &server, applied_cache(&objects, &agent)).await;
+    returned.metadata.resource_version = Some("42".into());
+    let script = vec![
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&returned),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ];
+    // The second reconcile follows the first (its objects' watch events) while the cache still
+    // holds the Agent at version 41, without a status: it takes the status written at 42.
+    let cache = applied_cache(&objects, &agent);
+    let (result, requests) = run_script(script, |client| async move {
+        let ctx = with_refs(cache, &server).context(client, at(0));
+        reconcile(cached(agent.clone()), ctx.clone()).await?;
+        reconcile(cached(agent), ctx).await
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(
+        requests.len(),
+        2,
+        "one status write, one Event: {requests:?}"
     );
 }
 

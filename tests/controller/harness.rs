@@ -53,9 +53,19 @@ where
 }
 
 /// A listed store of the cached summaries of rendered `objects`, each as the apiserver holds it
-/// after our server-side apply of exactly the object (managedFields name all its fields ours).
-pub fn rendered_store_of<K: RenderedKind>(objects: Vec<K>) -> Summaries<K> {
-    Summaries::listed(objects.into_iter().map(applied_by_us))
+/// after our server-side apply of exactly the object (managedFields name all its fields ours),
+/// with the names of the `others` of its kind: (kind, namespace, name).
+pub fn rendered_store_of<K: RenderedKind + Default>(
+    objects: Vec<K>,
+    others: &[(&str, &str, &str)],
+) -> Summaries<K> {
+    let kind = K::kind(&());
+    Summaries::listed(objects.into_iter().map(applied_by_us)).with_others(
+        others
+            .iter()
+            .filter(|(of, _, _)| *of == kind)
+            .map(|(_, namespace, name)| (*namespace, *name)),
+    )
 }
 
 /// Cached objects for a test: everything empty unless set.
@@ -79,6 +89,9 @@ pub struct Cache {
     pub scope: Option<String>,
     /// Where notifier messages may go besides the default (`--notifier-allow-cidrs`).
     pub notifier_destinations: Destinations,
+    /// Objects of the rendered kinds that are not ours, as the watches of their names list
+    /// them: (kind, namespace, name).
+    pub others: Vec<(&'static str, &'static str, &'static str)>,
 }
 
 impl Cache {
@@ -89,13 +102,13 @@ impl Cache {
             agents: store_of(self.agents.into_iter().map(Compact::new).collect()),
             requests_by_agent: RequestsByAgent::listed(&approvals),
             approvals: store_of(approvals),
-            deployments: rendered_store_of(self.deployments),
-            services: rendered_store_of(self.services),
-            secrets: rendered_store_of(self.secrets),
-            service_accounts: rendered_store_of(self.service_accounts),
-            roles: rendered_store_of(self.roles),
-            role_bindings: rendered_store_of(self.role_bindings),
-            network_policies: rendered_store_of(self.network_policies),
+            deployments: rendered_store_of(self.deployments, &self.others),
+            services: rendered_store_of(self.services, &self.others),
+            secrets: rendered_store_of(self.secrets, &self.others),
+            service_accounts: rendered_store_of(self.service_accounts, &self.others),
+            roles: rendered_store_of(self.roles, &self.others),
+            role_bindings: rendered_store_of(self.role_bindings, &self.others),
+            network_policies: rendered_store_of(self.network_policies, &self.others),
             namespaces: store_of(self.namespaces),
             notifiers: store_of(self.notifiers),
             model_configs: store_of(self.model_configs),

@@ -69,12 +69,13 @@ fn json_of<T: serde::Serialize>(object: &T) -> Value {
     serde_json::to_value(object).unwrap()
 }
 
-/// A create of an object the cache does not hold: read first (404), then applied.
-fn created(path: &str) -> [Exchange; 2] {
-    [
-        not_found(path),
-        expect(Method::PATCH, &format!("{path}{APPLY}"), json!({})),
-    ]
+/// A create of an object no watch knows of: applied unread, without taking over fields.
+fn created(path: &str) -> [Exchange; 1] {
+    [expect(
+        Method::PATCH,
+        &format!("{path}?&fieldManager=hitl-operator"),
+        json!({}),
+    )]
 }
 
 /// The bodies of the writes among `requests`, in order.

@@ -69,18 +69,39 @@ done
 kubectl -n "$NS" apply --server-side -f "$WORK/agents.yaml" >/dev/null
 ok "$N Agents applied; no controller running"
 
+# cpu_ticks PID: the CPU time (user + system, clock ticks) process PID has used so far.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+CONTROL_PLANE=(kube-apiserver etcd kube-controller-manager)
+declare -A CP_PID CP_BEFORE CP_AFTER
+for name in "${CONTROL_PLANE[@]}"; do
+  CP_PID[$name]=$(pgrep -o -f "(^|/)$name( |$)" || true)
+  CP_BEFORE[$name]=$(cpu_ticks "${CP_PID[$name]:-0}")
+done
+
 counters >"$WORK/before"
 PORT=$(free_port)
 T=$(now)
 start controller "$WORK/controller.log" "$BIN" controller --namespace "$NS" \
   --leader-election=false --metrics-addr="127.0.0.1:$PORT" --log-format json
+# Polled cheaply, so that the polling takes little of the CPU the cold start runs on: the
+# Deployments are counted from a one-item list (remainingItemCount); the Agents' statuses are
+# read only once every Deployment exists (each Agent's status is written after its Deployment).
+deployments() {
+  local page
+  page=$(kubectl get --raw "/apis/apps/v1/namespaces/$NS/deployments?limit=1")
+  case $page in *'"items":[]'*) echo 0 ;; *) echo $((1 + $(grep -o '"remainingItemCount":[0-9]*' <<<"$page" | cut -d: -f2 || echo 0))) ;; esac
+}
 rendered() {
-  [ "$(kubectl -n "$NS" get deployments -o name | wc -l)" -ge "$N" ] &&
+  [ "$(deployments)" -ge "$N" ] &&
     [ "$(kubectl -n "$NS" get agents -o jsonpath='{range .items[*]}{.status.observedGeneration}{"\n"}{end}' |
       grep -c .)" -ge "$N" ]
 }
 wait_for "every Agent rendered, with a status" 900 rendered
 SECONDS_TAKEN=$(elapsed "$T")
+CONTROLLER_TICKS=$(cpu_ticks "${E2E_PIDS[controller]}")
+for name in "${CONTROL_PLANE[@]}"; do
+  CP_AFTER[$name]=$(cpu_ticks "${CP_PID[$name]:-0}")
+done
 # The last Agents' writes may still be in flight when the last status appears: settle.
 sleep 3
 counters >"$WORK/after"
@@ -93,15 +114,35 @@ join -a 2 -e 0 -o '0,1.2,2.2' <(keyed "$WORK/before") <(keyed "$WORK/after") |
   awk -v n="$N" -v not_ours="$not_ours" '
     { split($1, k, "|"); d = $3 - $2; if (d <= 0) next
       line = k[1] " " k[2] " " k[3]
+      if (k[1] != "WATCH" && k[1] != "LIST") everyone += d
       if (line ~ not_ours || (k[3] == "deployments" && k[4] == "status") || (k[2] == "authorization.k8s.io") || (k[2] == "authentication.k8s.io")) next
       name = k[1] " " k[3] (k[4] == "-" ? "" : "/" k[4])
       if (k[1] == "WATCH") next
       if (k[1] == "LIST") { once = once sprintf("       %-34s %6d\n", name, d); next }
       per[name] += d; verb[k[1]] += d; total += d }
     END {
-      printf "     apiserver requests per Agent (the controller'\''s; %d Agents): %.2f\n", n, total / n
+      printf "     apiserver requests per Agent (the controller'\''s; %d Agents): %.2f (of %.2f by everyone, kube-controller-manager'\''s and the apiserver'\''s own included)\n", n, total / n, everyone / n
       for (v in verb) printf "       %-8s %6.2f\n", v, verb[v] / n
       print "     by verb and resource (per Agent, total):"
       for (r in per) printf "       %-34s %6.2f %6d\n", r, per[r] / n, per[r]
       if (once != "") { print "     lists (per controller, not per Agent; agents and deployments include this script'\''s polling):"; printf "%s", once }
     }'
+
+# Where the CPU went while the Agents were rendered (the two cores are shared by all of them).
+HZ=$(getconf CLK_TCK)
+cpu_line="     CPU seconds over the cold start: controller $(awk -v t="$CONTROLLER_TICKS" -v hz="$HZ" 'BEGIN { printf "%.1f", t / hz }')"
+for name in "${CONTROL_PLANE[@]}"; do
+  [ -n "${CP_PID[$name]}" ] || continue
+  cpu_line+=", $name $(awk -v a="${CP_BEFORE[$name]}" -v b="${CP_AFTER[$name]}" -v hz="$HZ" 'BEGIN { printf "%.1f", (b - a) / hz }')"
+done
+echo "$cpu_line (wall ${SECONDS_TAKEN} s, $(nproc) cores)"
+# The ceiling the control plane sets: at its CPU per Agent in this run, the machine's cores
+# render at most this many Agents a second, with a controller that cost nothing.
+plane_ticks=0
+for name in "${CONTROL_PLANE[@]}"; do
+  [ -n "${CP_PID[$name]}" ] && plane_ticks=$((plane_ticks + CP_AFTER[$name] - CP_BEFORE[$name]))
+done
+awk -v t="$plane_ticks" -v c="$CONTROLLER_TICKS" -v hz="$HZ" -v n="$N" -v s="$SECONDS_TAKEN" -v cores="$(nproc)" 'BEGIN {
+  plane = t / hz / n; ours = c / hz / n
+  printf "     CPU per Agent: control plane %.1f ms, controller %.1f ms; the control plane alone allows at most %.0f Agents/s on %d cores: this run reached %.2f of that\n",
+    plane * 1000, ours * 1000, cores / plane, cores, (n / s) / (cores / plane) }'
