@@ -12,9 +12,12 @@
 //! relist is buffered until it is complete, then replaces the contents, and what it no longer
 //! holds is gone. Each event names the owners (Agents, ToolGates) to requeue.
 //!
-//! Beside them it keeps the names, and nothing else, of the objects of the kind that are not
-//! ours ([`Summaries::apply_other`]): a name neither list holds is free, so the first apply of a
-//! new Agent's objects need not read each of them first ([`super::owned::apply_changed`]).
+//! Beside them it knows the names of the objects of the kind that are not ours (without our
+//! managed-by label): as entries with no controller and no applied fields, when the watch selects
+//! every object of the kind, or as names and nothing else, from a watch of their metadata
+//! ([`Summaries::apply_other`]; Secrets, whose data is not read). A name it does not know is
+//! free, so the first apply of a new Agent's objects need not read each of them first
+//! ([`super::owned::apply_changed`]).
 
 mod names;
 
@@ -37,6 +40,7 @@ use crate::api::ToolGate;
 use crate::api::approval_request::PolicyKind;
 use crate::apiserver::Applicable;
 use crate::apiserver::applied::observed_digest;
+use crate::apiserver::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::contract::binding_key::BindingKey;
 use crate::contract::mounts::BINDING_KEY_ITEM;
 use crate::render::objects::GateOwner;
@@ -278,13 +282,21 @@ impl<F: Copy> Entry<F> {
     }
 }
 
-/// The entry caching `object`, and where: its namespace and name.
+/// The entry caching `object`, and where: its namespace and name. An object without our
+/// managed-by label has no controller here, whatever owns it: kagent's Deployment of the same
+/// Agent names that Agent as its controller, and is still not ours.
 fn entry_of<K: RenderedKind>(object: &K) -> (&str, &str, Entry<K::Facts>) {
     let meta = object.meta();
     let name = meta.name.as_deref().unwrap_or_default();
+    let ours = meta
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(MANAGED_BY_LABEL))
+        .is_some_and(|value| value == MANAGED_BY);
     let controller = object
         .owner_references()
         .iter()
+        .filter(|_| ours)
         .filter(|owner| owner.controller == Some(true))
         .find_map(|owner| {
             let kind = [PolicyKind::Agent, PolicyKind::ToolGate]
@@ -567,6 +579,7 @@ mod tests {
         let mut object = ServiceAccount::default();
         object.metadata.name = Some(name.into());
         object.metadata.namespace = Some(namespace.into());
+        object.metadata.labels = Some([(MANAGED_BY_LABEL.into(), MANAGED_BY.into())].into());
         object.metadata.owner_references = agent.map(|agent| {
             vec![OwnerReference {
                 api_version: Agent::api_version(&()).into(),
@@ -642,6 +655,24 @@ mod tests {
             "gone by then"
         );
         assert!(store.knows_of("a", "ours"), "our own are another list");
+    }
+
+    #[test]
+    fn an_object_without_our_label_is_known_by_name_and_controlled_by_no_one() {
+        // kagent's ServiceAccount of the same Agent: its controller reference names that Agent.
+        let mut kagents = account("a", "x", Some("x"));
+        kagents.metadata.labels = Some([(MANAGED_BY_LABEL.into(), "kagent".into())].into());
+        let store = Summaries::default();
+        store.apply(watcher::Event::Init);
+        assert!(requeued(store.apply(watcher::Event::InitApply(kagents.clone()))).is_empty());
+        store.apply(watcher::Event::InitDone);
+        assert!(store.knows_of("a", "x"));
+        assert!(!store.get("a", "x").unwrap().controlled_by(&agent("a", "x")));
+        assert!(
+            store.controlled_by(&agent("a", "x")).is_empty(),
+            "never pruned"
+        );
+        assert!(requeued(store.apply(watcher::Event::Apply(kagents))).is_empty());
     }
 
     #[test]

@@ -265,15 +265,16 @@ mod wiring_tests {
             "/apis/kagent.dev/v1alpha2/namespaces/demo/approvalrequests?",
             "/apis/kagent.dev/v1alpha2/namespaces/demo/remotemcpservers?",
             "/apis/kagent.dev/v1alpha2/namespaces/demo/modelconfigs?",
-            "/apis/apps/v1/namespaces/demo/deployments?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
+            "/apis/apps/v1/namespaces/demo/deployments?&limit=",
             "/api/v1/namespaces/demo/secrets?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
-            "/apis/rbac.authorization.k8s.io/v1/namespaces/demo/rolebindings?&labelSelector=",
-            "/apis/networking.k8s.io/v1/namespaces/demo/networkpolicies?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator",
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/demo/rolebindings?&limit=",
+            "/apis/networking.k8s.io/v1/namespaces/demo/networkpolicies?&limit=",
         ] {
             assert!(listed(path, false), "{path} not requested; saw {seen:#?}");
         }
         for path in [
             "/api/v1/namespaces/demo/secrets?",
+            "/api/v1/namespaces/demo/secrets?&labelSelector=app.kubernetes.io%2Fmanaged-by%21%3Dhitl-operator",
             "/api/v1/namespaces/demo/configmaps?",
             "/api/v1/namespaces/demo/services?",
         ] {

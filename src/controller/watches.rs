@@ -174,15 +174,20 @@ impl Watches {
             shared(client, namespace, &caches, paged(), cached_request, observe)
         };
 
-        let (deployments, deployment_events) = owned::<Deployment>(client, namespace, &caches);
-        let (services, service_events) = owned::<Service>(client, namespace, &caches);
-        let (secrets, secret_events) = owned::<Secret>(client, namespace, &caches);
+        // The objects the controller renders, and the names of the others of their kinds (so
+        // that a new Agent's objects are applied unread: controller::owned).
+        let all = Others::InTheWatch;
+        let (deployments, deployment_events) = owned::<Deployment>(client, namespace, &caches, all);
+        let (services, service_events) = owned::<Service>(client, namespace, &caches, all);
+        let (secrets, secret_events) =
+            owned::<Secret>(client, namespace, &caches, Others::NamesWatched);
         let (service_accounts, service_account_events) =
-            owned::<ServiceAccount>(client, namespace, &caches);
-        let (roles, role_events) = owned::<Role>(client, namespace, &caches);
-        let (role_bindings, role_binding_events) = owned::<RoleBinding>(client, namespace, &caches);
+            owned::<ServiceAccount>(client, namespace, &caches, all);
+        let (roles, role_events) = owned::<Role>(client, namespace, &caches, all);
+        let (role_bindings, role_binding_events) =
+            owned::<RoleBinding>(client, namespace, &caches, all);
         let (network_policies, network_policy_events) =
-            owned::<NetworkPolicy>(client, namespace, &caches);
+            owned::<NetworkPolicy>(client, namespace, &caches, all);
         // ApprovalNotifiers: read by the request reconciler when it delivers; a new or changed
         // notifier requeues the open requests of its namespace.
         let (notifiers, [notifiers_for_notifiers, notifiers_for_requests], notifier_root) =
@@ -430,23 +435,38 @@ fn cached_request(mut request: ApprovalRequest) -> CachedRequest {
     Compact::new(request)
 }
 
-/// A cached watch of the objects of kind `K` the controller renders (selected by label), kept
-/// as [`Summaries`], and the owners (Agents, ToolGates) to requeue when one changes or goes
-/// away; with it, a watch of the names of the other objects of the kind (their metadata), which
-/// the same [`Summaries`] keep. The cache counts as listed once both hold their first complete
-/// list.
+/// How a cache of a rendered kind learns the names of the objects of the kind that are not
+/// ours ([`Summaries::knows_of`]).
+#[derive(Clone, Copy)]
+enum Others {
+    /// Its watch selects every object of the kind, the others kept as a name and no more.
+    InTheWatch,
+    /// Its watch selects ours only (by label); a second watch, of the others' metadata, lists
+    /// their names. For Secrets: the others' data is never read.
+    NamesWatched,
+}
+
+/// A cached watch of the objects of kind `K` (all of them, or those the controller renders,
+/// selected by label, as `others` says), kept as [`Summaries`], and the owners (Agents,
+/// ToolGates) to requeue when one of theirs changes or goes away; with `Others::NamesWatched`,
+/// a watch of the names of the other objects of the kind, which the same [`Summaries`] keep.
+/// The cache counts as listed once it holds its first complete list (of both watches).
 fn owned<K>(
     client: &Client,
     namespace: Option<&str>,
     caches: &CacheSync,
+    others: Others,
 ) -> (Summaries<K>, impl Stream<Item = Requeue> + Send + 'static)
 where
-    K: Watched + RenderedKind,
+    K: Watched + RenderedKind + Default,
 {
     let summaries = Summaries::default();
     let writer = summaries.clone();
     let listing = caches.listing(&K::kind(&()));
-    let config = paged().labels(MANAGED_SELECTOR);
+    let config = match others {
+        Others::InTheWatch => paged(),
+        Others::NamesWatched => paged().labels(MANAGED_SELECTOR),
+    };
     let controllers = watcher(api::<K>(client, namespace), config)
         .backoff_while_failing()
         .flat_map(move |event| {
@@ -466,9 +486,27 @@ where
             };
             futures::stream::iter(agents)
         });
-    let writer = summaries.clone();
+    let other_names = match others {
+        Others::InTheWatch => None,
+        Others::NamesWatched => Some(other_names(client, namespace, caches, summaries.clone())),
+    };
+    let other_names = futures::stream::iter(other_names).flatten();
+    (summaries, futures::stream::select(controllers, other_names))
+}
+
+/// A watch of the metadata of the objects of kind `K` that are not ours, their names kept in
+/// `summaries`; it yields nothing.
+fn other_names<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    caches: &CacheSync,
+    summaries: Summaries<K>,
+) -> impl Stream<Item = Requeue> + Send + 'static
+where
+    K: Watched + RenderedKind + Default,
+{
     let listing = caches.listing(&format!("{} (others)", K::kind(&())));
-    let others = watcher(
+    watcher(
         api::<PartialObjectMeta<K>>(client, namespace),
         paged().labels(UNMANAGED_SELECTOR),
     )
@@ -478,7 +516,7 @@ where
         match event {
             Ok(event) => {
                 let done = matches!(event, watcher::Event::InitDone);
-                writer.apply_other(event);
+                summaries.apply_other(event);
                 if done {
                     listing.listed();
                 }
@@ -486,8 +524,7 @@ where
             Err(error) => tracing::warn!(%error, "watch failed; retrying with backoff"),
         }
         futures::future::ready(None)
-    });
-    (summaries, futures::stream::select(controllers, others))
+    })
 }
 
 /// One watch of every `K` (selected by `config`, each object turned by `cache` into what the
@@ -721,7 +758,8 @@ mod owned_watch_tests {
         api.put(DEPLOYMENTS, deployment("agent:1"));
         let client = api.client();
         let caches = CacheSync::default();
-        let (store, controllers) = owned::<Deployment>(&client, Some("demo"), &caches);
+        let (store, controllers) =
+            owned::<Deployment>(&client, Some("demo"), &caches, Others::InTheWatch);
         let mut controllers = std::pin::pin!(controllers);
         let agent = Requeue::Agent(ObjectRef::<CachedAgent>::new("agent-1").within("demo"));
         let bound = Duration::from_secs(10);
@@ -783,16 +821,47 @@ mod owned_watch_tests {
     #[tokio::test]
     async fn the_controllers_watches_list_a_page_at_a_time() {
         let rendered = first_list_request(|client| {
-            owned::<Deployment>(&client, Some("team-a"), &CacheSync::default())
-                .1
+            owned::<Deployment>(
+                &client,
+                Some("team-a"),
+                &CacheSync::default(),
+                Others::InTheWatch,
+            )
+            .1
+            .map(drop)
+            .boxed()
+        })
+        .await;
+        assert_eq!(
+            rendered,
+            "/apis/apps/v1/namespaces/team-a/deployments?&limit=100"
+        );
+        let secrets = first_list_request(|client| {
+            owned::<Secret>(
+                &client,
+                Some("team-a"),
+                &CacheSync::default(),
+                Others::NamesWatched,
+            )
+            .1
+            .map(drop)
+            .boxed()
+        })
+        .await;
+        assert_eq!(
+            secrets,
+            "/api/v1/namespaces/team-a/secrets?\
+             &labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator&limit=100"
+        );
+        let other_secrets = first_list_request(|client| {
+            other_names::<Secret>(&client, None, &CacheSync::default(), Summaries::default())
                 .map(drop)
                 .boxed()
         })
         .await;
         assert_eq!(
-            rendered,
-            "/apis/apps/v1/namespaces/team-a/deployments?\
-             &labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator&limit=100"
+            other_secrets,
+            "/api/v1/secrets?&labelSelector=app.kubernetes.io%2Fmanaged-by%21%3Dhitl-operator&limit=100"
         );
         let specs = first_list_request(|client| {
             shared::<crate::api::ModelConfig, _, 1>(
