@@ -12,13 +12,15 @@
 
 use std::time::Duration;
 
+use http::Request;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use kube::client::ConfigExt;
+use kube::client::{Body, ConfigExt};
 use kube::{Client, Config};
 use tower::{BoxError, ServiceBuilder};
 
+use super::request_kind::RequestKind;
 use crate::Result;
 
 /// How long a connection may stay silent before TCP keepalive probes look for a dead peer.
@@ -29,6 +31,13 @@ const KEEPALIVE_PROBES: (Duration, u32) = (Duration::from_secs(10), 3);
 /// A client for the inferred configuration (in-cluster, or `KUBECONFIG`) whose connections
 /// set TCP_NODELAY and TCP keepalive.
 pub async fn nodelay_client() -> Result<Client> {
+    counted_client(|_| {}).await
+}
+
+/// [`nodelay_client`], which hands `count` the kind of every request it sends.
+pub async fn counted_client(
+    count: impl Fn(RequestKind) + Clone + Send + Sync + 'static,
+) -> Result<Client> {
     let config = Config::infer().await.map_err(kube::Error::InferConfig)?;
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -39,6 +48,10 @@ pub async fn nodelay_client() -> Result<Client> {
     http.set_connect_timeout(config.connect_timeout);
     let https = config.rustls_https_connector_with_connector(http)?;
     let service = ServiceBuilder::new()
+        .map_request(move |request: Request<Body>| {
+            count(RequestKind::of(&request));
+            request
+        })
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)

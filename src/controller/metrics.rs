@@ -11,6 +11,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::RequestsByAgent;
+use crate::apiserver::request_kind::RequestKind;
 
 /// Labels naming a controller.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,6 +36,15 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of a request to the apiserver ([`RequestKind`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// GET, LIST, WATCH, POST, PUT, PATCH, APPLY or DELETE.
+    pub verb: &'static str,
+    /// The resource, with its subresource (`agents/status`).
+    pub resource: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric the controller exports.
@@ -50,6 +60,7 @@ pub struct Metrics {
     decisions: Family<OutcomeLabels, Counter>,
     decision_latency: Histogram,
     notifications: Family<OutcomeLabels, Counter>,
+    api_requests: Family<RequestLabels, Counter>,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -68,6 +79,7 @@ impl Default for Metrics {
         // 1 s .. ~9 h
         let decision_latency = Histogram::new(exponential_buckets(1.0, 2.0, 16));
         let notifications = Family::<OutcomeLabels, Counter>::default();
+        let api_requests = Family::<RequestLabels, Counter>::default();
         registry.register("reconcile", "Reconciles by controller", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -99,8 +111,14 @@ impl Default for Metrics {
             "Attempts to deliver ApprovalNotifier messages by outcome (delivered, failed, given_up)",
             notifications.clone(),
         );
+        registry.register(
+            "apiserver_requests",
+            "Requests the controller sent to the apiserver, by verb and resource",
+            api_requests.clone(),
+        );
         Self {
             registry,
+            api_requests,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -114,6 +132,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one request sent to the apiserver.
+    pub fn api_request(&self, kind: RequestKind) {
+        self.api_requests
+            .get_or_create(&RequestLabels {
+                verb: kind.verb,
+                resource: kind.resource,
+            })
+            .inc();
+    }
+
     /// Records one reconcile of `controller` that took `elapsed` and failed with `error`, if any.
     pub fn reconciled(
         &self,
@@ -236,6 +264,10 @@ mod tests {
         metrics.count_pending_in(Some(requests_in(&[None, Some("Pending"), Some("Denied")])));
         metrics.decided("approved", Some(Duration::from_secs(5)));
         metrics.notified("delivered");
+        metrics.api_request(RequestKind {
+            verb: "APPLY",
+            resource: "agents/status".into(),
+        });
         let text = metrics.encode();
         for line in [
             "hitl_reconcile_total{controller=\"agent\"} 1",
@@ -245,6 +277,7 @@ mod tests {
             "hitl_decisions_total{outcome=\"approved\"} 1",
             "hitl_decision_latency_seconds_count 1",
             "hitl_notifications_total{outcome=\"delivered\"} 1",
+            "hitl_apiserver_requests_total{verb=\"APPLY\",resource=\"agents/status\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

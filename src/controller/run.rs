@@ -23,9 +23,12 @@ use crate::egress::destination::Destinations;
 pub async fn run(args: ControllerArgs) -> Result<()> {
     crate::tls::install_provider();
     logging::init(args.log_format);
-    let client = crate::apiserver::client::nodelay_client().await?;
-    args.check_agent_selector(&client).await?;
     let metrics = Arc::new(Metrics::default());
+    let client = {
+        let metrics = metrics.clone();
+        crate::apiserver::client::counted_client(move |kind| metrics.api_request(kind)).await?
+    };
+    args.check_agent_selector(&client).await?;
     let health = Arc::new(Health::default());
     health::serve(args.metrics_addr, metrics.clone(), health.clone()).await?;
     slack::serve(&args).await?;

@@ -820,36 +820,21 @@ mod owned_watch_tests {
 
     #[tokio::test]
     async fn the_controllers_watches_list_a_page_at_a_time() {
-        let rendered = first_list_request(|client| {
-            owned::<Deployment>(
-                &client,
-                Some("team-a"),
-                &CacheSync::default(),
-                Others::InTheWatch,
-            )
-            .1
-            .map(drop)
-            .boxed()
-        })
-        .await;
+        async fn first_owned_list<K: Watched + RenderedKind + Default>(others: Others) -> String {
+            first_list_request(|client| {
+                owned::<K>(&client, Some("team-a"), &CacheSync::default(), others)
+                    .1
+                    .map(drop)
+                    .boxed()
+            })
+            .await
+        }
         assert_eq!(
-            rendered,
+            first_owned_list::<Deployment>(Others::InTheWatch).await,
             "/apis/apps/v1/namespaces/team-a/deployments?&limit=100"
         );
-        let secrets = first_list_request(|client| {
-            owned::<Secret>(
-                &client,
-                Some("team-a"),
-                &CacheSync::default(),
-                Others::NamesWatched,
-            )
-            .1
-            .map(drop)
-            .boxed()
-        })
-        .await;
         assert_eq!(
-            secrets,
+            first_owned_list::<Secret>(Others::NamesWatched).await,
             "/api/v1/namespaces/team-a/secrets?\
              &labelSelector=app.kubernetes.io%2Fmanaged-by%3Dhitl-operator&limit=100"
         );

@@ -1092,6 +1092,18 @@ async fn left_alone(cache: Cache, script_middle: Vec<Exchange>, agent: &Agent) -
     status
 }
 
+/// The Deployment kagent renders for the same Agent: the same name, its own managed-by label.
+fn kagents_deployment(objects: &hitl_operator::render::AgentObjects) -> Deployment {
+    let mut kagents = objects.deployment.clone();
+    kagents
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("app.kubernetes.io/managed-by".into(), "kagent".into());
+    kagents
+}
+
 #[tokio::test]
 async fn objects_another_controller_made_are_left_alone() {
     let server = server(&["delete_file", "read_file"]);
@@ -1101,13 +1113,7 @@ async fn objects_another_controller_made_are_left_alone() {
     // kagent rendered Deployment a for the same Agent (same name, its own managed-by label).
     let mut cache = applied_cache(&objects, &agent);
     cache.deployments.clear();
-    let mut kagents: Deployment = objects.deployment.clone();
-    kagents
-        .metadata
-        .labels
-        .as_mut()
-        .unwrap()
-        .insert("app.kubernetes.io/managed-by".into(), "kagent".into());
+    let kagents = kagents_deployment(&objects);
     // The watch of the Deployments that are not ours lists it: it is read, never applied.
     cache.others = vec![("Deployment", "ns", "a")];
     let status = left_alone(
@@ -1134,13 +1140,7 @@ async fn an_object_made_since_the_watches_last_heard_is_read_not_taken_over() {
     let objects = rendered(&agent, &server);
     let mut cache = applied_cache(&objects, &agent);
     cache.deployments.clear();
-    let mut kagents: Deployment = objects.deployment.clone();
-    kagents
-        .metadata
-        .labels
-        .as_mut()
-        .unwrap()
-        .insert("app.kubernetes.io/managed-by".into(), "kagent".into());
+    let kagents = kagents_deployment(&objects);
     // No watch knows of it yet: the apply, without force, conflicts with kagent's fields;
     // the object is then read, and left alone.
     let status = left_alone(
