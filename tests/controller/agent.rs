@@ -1111,58 +1111,35 @@ async fn objects_another_controller_made_are_left_alone() {
     agent.status = None;
     let objects = rendered(&agent, &server);
     // kagent rendered Deployment a for the same Agent (same name, its own managed-by label).
-    let mut cache = applied_cache(&objects, &agent);
-    cache.deployments.clear();
     let kagents = kagents_deployment(&objects);
-    // The watch of the Deployments that are not ours lists it: it is read, never applied.
-    cache.others = vec![("Deployment", "ns", "a")];
-    let status = left_alone(
-        cache,
-        vec![expect(
+    let read = || {
+        expect(
             Method::GET,
             "/apis/apps/v1/namespaces/ns/deployments/a",
             json_of(&kagents),
-        )],
-        &agent,
-    )
-    .await;
-    assert_eq!(
-        condition_message(&status, "Accepted"),
-        "Deployment ns/a exists and is not hitl-operator's (app.kubernetes.io/managed-by=kagent); it was left alone: delete it, or hand the Agent to hitl-operator as docs/kagent.md says"
+        )
+    };
+    // The watch of the Deployments lists it: it is read, never applied. No watch knows of it
+    // yet (made since they last heard): the apply, without force, conflicts with kagent's
+    // fields, and it is read then.
+    let conflict = failure(
+        Method::PATCH,
+        &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY_NEW}"),
+        http::StatusCode::CONFLICT,
     );
-}
-
-#[tokio::test]
-async fn an_object_made_since_the_watches_last_heard_is_read_not_taken_over() {
-    let server = server(&["delete_file", "read_file"]);
-    let mut agent = agent();
-    agent.status = None;
-    let objects = rendered(&agent, &server);
-    let mut cache = applied_cache(&objects, &agent);
-    cache.deployments.clear();
-    let kagents = kagents_deployment(&objects);
-    // No watch knows of it yet: the apply, without force, conflicts with kagent's fields;
-    // the object is then read, and left alone.
-    let status = left_alone(
-        cache,
-        vec![
-            failure(
-                Method::PATCH,
-                &format!("/apis/apps/v1/namespaces/ns/deployments/a{APPLY_NEW}"),
-                http::StatusCode::CONFLICT,
-            ),
-            expect(
-                Method::GET,
-                "/apis/apps/v1/namespaces/ns/deployments/a",
-                json_of(&kagents),
-            ),
-        ],
-        &agent,
-    )
-    .await;
-    assert!(condition_message(&status, "Accepted").starts_with(
-        "Deployment ns/a exists and is not hitl-operator's (app.kubernetes.io/managed-by=kagent)"
-    ));
+    for (listed, script) in [(true, vec![read()]), (false, vec![conflict, read()])] {
+        let mut cache = applied_cache(&objects, &agent);
+        cache.deployments.clear();
+        if listed {
+            cache.others = vec![("Deployment", "ns", "a")];
+        }
+        let status = left_alone(cache, script, &agent).await;
+        assert_eq!(
+            condition_message(&status, "Accepted"),
+            "Deployment ns/a exists and is not hitl-operator's (app.kubernetes.io/managed-by=kagent); it was left alone: delete it, or hand the Agent to hitl-operator as docs/kagent.md says",
+            "listed: {listed}"
+        );
+    }
 }
 
 #[tokio::test]
