@@ -55,11 +55,11 @@ pub async fn ensure_binding_key(ctx: &Context, owner: &GateOwner) -> Result<()> 
 /// matches it (or matched it when last read back). An object no watch knows of (a new Agent's)
 /// is applied unread, without taking over fields: should one of that name exist after all
 /// (created since the watches last heard), a field of it set otherwise is a conflict, and the
-/// object is read as below. Otherwise the object is read: one the cache does not hold (it
-/// caches only what carries our managed-by label), or holds as another owner's, that exists and
-/// is another controller's or owner's (kagent's, or an Agent's of the same name as a
-/// ToolGate's) is left alone, and the error says whose it is; one that holds `desired` already
-/// (the apiserver defaulted a field inside one we set) is not written.
+/// object is read as below. Otherwise the object is read: one the cache does not hold as ours
+/// (an object without our managed-by label is held with no owner), or holds as another
+/// owner's, that exists and is another controller's or owner's (kagent's, or an Agent's of the
+/// same name as a ToolGate's) is left alone, and the error says whose it is; one that holds
+/// `desired` already (the apiserver defaulted a field inside one we set) is not written.
 pub async fn apply_changed<K: RenderedKind>(
     ctx: &Context,
     owner: &GateOwner,
