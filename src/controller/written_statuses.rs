@@ -50,8 +50,11 @@ impl WrittenStatuses {
         name: &str,
         cached: Option<&str>,
     ) -> Option<AgentStatus> {
-        let key = (namespace.to_string(), name.to_string());
         let mut written = self.written.lock().expect("written statuses lock");
+        if written.is_empty() {
+            return None;
+        }
+        let key = (namespace.to_string(), name.to_string());
         let (written_version, status) = written.get(&key)?;
         if version(cached).is_some_and(|cached| cached < *written_version) {
             return Some(status.clone());

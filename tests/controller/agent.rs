@@ -14,9 +14,6 @@ use crate::harness::*;
 
 const MC: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/modelconfigs/default-model-config";
 const RMCP: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/remotemcpservers/fs";
-const APPLY: &str = "?&force=true&fieldManager=hitl-operator";
-/// The apply of an object believed new: without force, so one that exists after all conflicts.
-const APPLY_NEW: &str = "?&fieldManager=hitl-operator";
 
 fn agent() -> Agent {
     yaml(
@@ -85,24 +82,6 @@ fn rendered(agent: &Agent, server: &RemoteMCPServer) -> hitl_operator::render::A
         .objects
 }
 
-/// A create of an object no watch knows of: applied unread, without taking over fields.
-fn created(path: &str) -> [Exchange; 1] {
-    [expect(
-        Method::PATCH,
-        &format!("{path}{APPLY_NEW}"),
-        json!({}),
-    )]
-}
-
-/// The bodies of the writes among `requests`, in order.
-fn writes(requests: &[Recorded]) -> Vec<&Value> {
-    requests
-        .iter()
-        .filter(|r| r.is_write())
-        .map(|r| &r.body)
-        .collect()
-}
-
 /// Where the controller creates the binding-key Secret.
 const KEY_CREATE: &str = "/api/v1/namespaces/ns/secrets?&fieldManager=hitl-operator";
 
@@ -125,10 +104,6 @@ fn assert_fresh_binding_key(body: &Value) {
 /// Length of the bytes a standard base64 text encodes.
 fn base64_len(text: &str) -> usize {
     text.trim_end_matches('=').len() * 3 / 4
-}
-
-fn json_of<T: serde::Serialize>(object: &T) -> Value {
-    serde_json::to_value(object).unwrap()
 }
 
 /// `cache` with the ModelConfig and `server` the Agent names, as the watches cache them.

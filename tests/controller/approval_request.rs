@@ -11,7 +11,6 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 const PATH: &str = "/apis/kagent.dev/v1alpha2/namespaces/ns/approvalrequests/r1";
-const APPLY: &str = "?&force=true&fieldManager=hitl-operator";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events?";
 
 fn agent(require_approval: &str, ttl: &str) -> Agent {

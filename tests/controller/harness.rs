@@ -28,6 +28,34 @@ impl Clock for FixedClock {
     }
 }
 
+/// The query of the controller's server-side apply: its field manager, taking over fields.
+pub const APPLY: &str = "?&force=true&fieldManager=hitl-operator";
+/// The apply of an object believed new: without force, so one that exists after all conflicts.
+pub const APPLY_NEW: &str = "?&fieldManager=hitl-operator";
+
+/// A create of an object no watch knows of: applied unread, without taking over fields.
+pub fn created(path: &str) -> [Exchange; 1] {
+    [expect(
+        http::Method::PATCH,
+        &format!("{path}{APPLY_NEW}"),
+        json!({}),
+    )]
+}
+
+/// The bodies of the writes among `requests`, in order.
+pub fn writes(requests: &[Recorded]) -> Vec<&Value> {
+    requests
+        .iter()
+        .filter(|r| r.is_write())
+        .map(|r| &r.body)
+        .collect()
+}
+
+/// `object` as JSON.
+pub fn json_of<T: serde::Serialize>(object: &T) -> Value {
+    serde_json::to_value(object).unwrap()
+}
+
 /// A fixed instant, `seconds` after a base time.
 pub fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + seconds).unwrap()

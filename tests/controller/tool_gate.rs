@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-const APPLY: &str = "?&force=true&fieldManager=hitl-operator";
 const TOKEN: &str = "/api/v1/namespaces/ns/secrets/ledger-token";
 
 fn tool_gate() -> ToolGate {
@@ -63,28 +62,6 @@ fn rendered(tool_gate: &ToolGate) -> ToolGateObjects {
     render_tool_gate(tool_gate, &refs, &RenderOptions::default())
         .expect("fixture renders")
         .objects
-}
-
-fn json_of<T: serde::Serialize>(object: &T) -> Value {
-    serde_json::to_value(object).unwrap()
-}
-
-/// A create of an object no watch knows of: applied unread, without taking over fields.
-fn created(path: &str) -> [Exchange; 1] {
-    [expect(
-        Method::PATCH,
-        &format!("{path}?&fieldManager=hitl-operator"),
-        json!({}),
-    )]
-}
-
-/// The bodies of the writes among `requests`, in order.
-fn writes(requests: &[Recorded]) -> Vec<&Value> {
-    requests
-        .iter()
-        .filter(|r| r.is_write())
-        .map(|r| &r.body)
-        .collect()
 }
 
 /// A cache holding the ToolGate, its server and exactly what the renderer produces.
