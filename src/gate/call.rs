@@ -209,7 +209,7 @@ async fn answer_on_stream<T: Transport>(
 async fn continued<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Response<Body> {
     let up = t.upstream();
     let metrics = &up.shared.metrics;
-    let binding = match hash::digest(&up.shared.key, &call.arguments) {
+    let binding = match hash::digest(&up.shared.key, call.arguments.value()) {
         Ok(d) => d.binding,
         Err(e) => {
             metrics.call(Outcome::error);
@@ -399,7 +399,7 @@ async fn gated(
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> GatedResult {
     let metrics = &up.shared.metrics;
-    let digest = match hash::digest(&up.shared.key, &call.arguments) {
+    let digest = match hash::digest(&up.shared.key, call.arguments.value()) {
         Ok(d) => d,
         Err(e) => {
             metrics.call(Outcome::error);
@@ -423,7 +423,7 @@ async fn gated(
             required_approvals: asked.required_approvals,
         },
         digest,
-        preview: redact::preview(&call.arguments),
+        preview: redact::preview(call.arguments.value()),
         rule: asked.rule,
         context: CallContext {
             session_id: session.map(|s| s.chars().take(256).collect()),

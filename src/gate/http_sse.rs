@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri, header};
 use bytes::Bytes;
@@ -210,7 +209,7 @@ pub async fn message(
     Query(q): Query<MessageQuery>,
     caller: Option<Extension<Arc<Caller>>>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response<Body> {
     let caller = caller.map(|Extension(c)| c);
     let Some(session) = route
@@ -228,7 +227,7 @@ pub async fn message(
             .body(Body::from(format!("approval gate: {why}")))
             .expect("static response parts are valid");
     }
-    let body = match message_body(body) {
+    let body = match message_body(body).await {
         Ok(body) => body,
         Err((status, why)) => {
             return Response::builder()
@@ -253,7 +252,7 @@ pub async fn message(
             .expect("static response parts are valid");
     }
     // From here on only the message as the gate wrote it is forwarded.
-    let body = Bytes::from(message.body);
+    let body = message.body;
     let post = SsePost {
         route,
         session,

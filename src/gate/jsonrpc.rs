@@ -4,7 +4,9 @@
 //! upstream only as the gate wrote it out again after reading it, never as the client's bytes.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
+use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
@@ -19,8 +21,8 @@ pub struct ToolCall {
     pub id: Value,
     /// Tool name.
     pub name: String,
-    /// Full arguments (`{}` when absent).
-    pub arguments: Value,
+    /// Full arguments (`{}` when absent or null).
+    pub arguments: Arguments,
     /// `params._meta.progressToken`, when the client asked for progress.
     pub progress_token: Option<Value>,
     /// `params.requestState`: the server's state, echoed by a client retrying a call whose
@@ -29,6 +31,58 @@ pub struct ToolCall {
     pub request_state: Option<Box<Value>>,
     /// Whether `params` has `inputResponses`: the client's answers in such a retry.
     pub input_responses: bool,
+}
+
+/// The arguments of a `tools/call` as the gate wrote them into the message it forwards. They
+/// are checked with the rest of the message as it is read (no key repeated, none equal to
+/// another ignoring case), but become a [`Value`] only when something decides on them: a rule's
+/// condition, the hash and preview of a call held for approval, a header mirroring one. An
+/// ungated call of a tool without rules forwards them without building that value.
+#[derive(Clone, Debug)]
+pub struct Arguments {
+    /// The JSON the gate wrote, a slice of the message it forwards.
+    written: Bytes,
+    /// The value, once asked for (boxed: most calls never ask, and every call carries this).
+    value: OnceLock<Box<Value>>,
+}
+
+impl Arguments {
+    /// Arguments as the gate wrote them (`written`: JSON of its own writing).
+    fn written(written: Bytes) -> Self {
+        Self {
+            written,
+            value: OnceLock::new(),
+        }
+    }
+
+    /// Absent or null arguments: `{}`.
+    fn empty() -> Self {
+        Self::written(Bytes::from_static(b"{}"))
+    }
+
+    /// The arguments as a [`Value`], parsed the first time they are asked for. They parse as
+    /// the message around them did: the gate wrote them from that parse, nested less deeply.
+    pub fn value(&self) -> &Value {
+        self.value.get_or_init(|| {
+            Box::new(serde_json::from_slice(&self.written).expect("the gate's own JSON parses"))
+        })
+    }
+}
+
+impl From<Value> for Arguments {
+    fn from(value: Value) -> Self {
+        let written = serde_json::to_vec(&value).expect("a Value is written as JSON");
+        Self {
+            written: written.into(),
+            value: OnceLock::from(Box::new(value)),
+        }
+    }
+}
+
+impl PartialEq for Arguments {
+    fn eq(&self, other: &Self) -> bool {
+        self.value() == other.value()
+    }
 }
 
 impl ToolCall {
@@ -399,7 +453,7 @@ mod tests {
             Ok(Incoming::ToolsCall(ToolCall {
                 id: json!("c1"),
                 name: "echo".into(),
-                arguments: json!({"message": "hi"}),
+                arguments: json!({"message": "hi"}).into(),
                 progress_token: Some(json!(5)),
                 request_state: None,
                 input_responses: false,
@@ -408,7 +462,7 @@ mod tests {
         let call =
             classify(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}"#);
         assert!(
-            matches!(call, Ok(Incoming::ToolsCall(ToolCall { ref arguments, progress_token: None, .. })) if *arguments == json!({}))
+            matches!(call, Ok(Incoming::ToolsCall(ToolCall { ref arguments, progress_token: None, .. })) if *arguments.value() == json!({}))
         );
     }
 
@@ -434,6 +488,36 @@ mod tests {
     }
 
     #[test]
+    fn a_calls_arguments_are_parsed_only_when_asked_for() {
+        let call = |body: &[u8]| match read(body) {
+            Ok(Message {
+                incoming: Incoming::ToolsCall(call),
+                ..
+            }) => call,
+            other => panic!("a call: {other:?}"),
+        };
+        let read = call(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi","n":[1,{"k":null}]}}}"#,
+        );
+        assert!(read.arguments.value.get().is_none(), "read, not parsed");
+        assert_eq!(
+            &*read.arguments.written,
+            br#"{"message":"hi","n":[1,{"k":null}]}"#
+        );
+        assert_eq!(
+            read.arguments.value(),
+            &json!({"message": "hi", "n": [1, {"k": null}]})
+        );
+        assert!(read.arguments.value.get().is_some(), "parsed once asked");
+        for absent in [
+            &br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#[..],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":null}}"#,
+        ] {
+            assert_eq!(call(absent).arguments.value(), &json!({}));
+        }
+    }
+
+    #[test]
     fn a_call_as_read_carries_exactly_the_hashed_arguments() {
         let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"b\u0061nk","amount":100000000000000000000001,"n":9007199254740993}}}"#;
         let Ok(Message {
@@ -445,9 +529,9 @@ mod tests {
             panic!("a call")
         };
         let parsed: Value = serde_json::from_slice(&forwarded).unwrap();
-        assert_eq!(parsed["params"]["arguments"], call.arguments);
+        assert_eq!(&parsed["params"]["arguments"], call.arguments.value());
         assert_eq!(
-            String::from_utf8(forwarded).unwrap(),
+            String::from_utf8(forwarded.to_vec()).unwrap(),
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"bank","amount":1.0000000000000001e+23,"n":9007199254740993}}}"#
         );
     }
@@ -471,7 +555,7 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                String::from_utf8(read(body.as_bytes()).unwrap().body).unwrap(),
+                String::from_utf8(read(body.as_bytes()).unwrap().body.to_vec()).unwrap(),
                 written
             );
         }
@@ -511,7 +595,7 @@ mod tests {
             Ok(Incoming::ToolsCall(ToolCall {
                 id: json!(1),
                 name: "echo".into(),
-                arguments: json!({"name": "n", "x": {"name": [1.5, -2, 18446744073709551615u64, null, true]}}),
+                arguments: json!({"name": "n", "x": {"name": [1.5, -2, 18446744073709551615u64, null, true]}}).into(),
                 progress_token: None,
                 request_state: None,
                 input_responses: false,

@@ -5,34 +5,38 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use base64::Engine as _;
 use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::Value;
 
-use super::jsonrpc::{self, Filtered, Incoming, Message, Route};
+use super::jsonrpc::{self, Arguments, Filtered, Incoming, Message, Route};
 use super::upstream::Upstream;
 use crate::sse;
 
 /// The longest message a client may POST, 4 MiB; a longer one gets HTTP 413 and is not read.
 pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 
-/// The client's message body, or the answer to one the gate would not read (too long, or cut
-/// off): HTTP 413 or 400 with a JSON-RPC error.
-pub fn message_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, (StatusCode, String)> {
-    body.map_err(|rejection| {
-        let status = rejection.status();
-        let why = if status == StatusCode::PAYLOAD_TOO_LARGE {
+/// The client's message body, read whole, or the answer to one the gate would not read: longer
+/// than [`MAX_MESSAGE_BYTES`] (HTTP 413, read no further) or cut off (HTTP 400), with the text of
+/// a JSON-RPC error.
+pub async fn message_body(body: Body) -> Result<Bytes, (StatusCode, String)> {
+    match Limited::new(body, MAX_MESSAGE_BYTES).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "approval gate: messages may be at most {} MiB",
                 MAX_MESSAGE_BYTES >> 20
-            )
-        } else {
-            format!("approval gate: the message could not be read: {rejection}")
-        };
-        (status, why)
-    })
+            ),
+        )),
+        Err(e) => Err((
+            StatusCode::BAD_REQUEST,
+            format!("approval gate: the message could not be read: {e}"),
+        )),
+    }
 }
 
 /// Refuses a message body that another parser could decode differently from the gate, which
@@ -110,17 +114,10 @@ pub fn filter_event(up: &Upstream, event: Bytes, request: Option<&Value>) -> Opt
     }
 }
 
-/// [`jsonrpc::filter_tools`] with this server's tools, for a message that may hold a tool list:
-/// one that has `tool` in any ASCII case (every key that case-folds to `tools` has it) or a
-/// `\u` escape (which could spell it). Other messages, most answers, are not parsed.
+/// [`jsonrpc::filter_tools`] with this server's tools, for a message that may hold a tool list
+/// ([`may_list_tools`]). Other messages, most answers, are not parsed.
 pub fn filter_message(up: &Upstream, message: &[u8]) -> Filtered {
-    let may_list_tools = memchr::memchr3_iter(b't', b'T', b'\\', message).any(|i| {
-        let rest = &message[i..];
-        rest.get(..4)
-            .is_some_and(|w| w.eq_ignore_ascii_case(b"tool"))
-            || rest.get(1) == Some(&b'u')
-    });
-    if !may_list_tools {
+    if !may_list_tools(message) {
         return Filtered::Unchanged;
     }
     jsonrpc::filter_tools(
@@ -128,6 +125,46 @@ pub fn filter_message(up: &Upstream, message: &[u8]) -> Filtered {
         |t| up.policy.offers(t),
         |tool, schema| up.param_headers.learn(tool, schema),
     )
+}
+
+/// Whether some parser could find a tool list in `message`: it has a `\u` escape (which could
+/// spell anything), or `tools` in any case (`ſ` too, which folds to `s`; no other character
+/// folds to a letter of `tools`) followed by what makes it a key, a colon (after a closing
+/// quote and spaces, if any), unless that key's value is an object. Neither `tools` in running
+/// text nor a key holding an object (`"tools":{"listChanged":true}`, the capability in an
+/// `initialize` answer) is a list to any parser, strict or lenient; everything else that could
+/// be one is parsed, and refused if it is not JSON the gate reads unambiguously. The scan stops
+/// at each `l` and backslash, rarer in answers than the `t` of `"type"`, `"text"` and `"result"`.
+fn may_list_tools(message: &[u8]) -> bool {
+    memchr::memchr3_iter(b'l', b'L', b'\\', message).any(|i| {
+        if message[i] == b'\\' {
+            return message.get(i + 1) == Some(&b'u');
+        }
+        if i < 3 || !message[i - 3..i].eq_ignore_ascii_case(b"too") {
+            return false;
+        }
+        let rest = match &message[i + 1..] {
+            [b's' | b'S', rest @ ..] => rest,
+            [0xC5, 0xBF, rest @ ..] => rest,
+            _ => return false,
+        };
+        keys_other_than_an_object(rest)
+    })
+}
+
+/// Whether `rest`, what follows `tools`, makes it a key (a closing quote, double or single, if
+/// any, then a colon, with JSON whitespace around) whose value does not begin as an object.
+fn keys_other_than_an_object(rest: &[u8]) -> bool {
+    let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let rest = match rest {
+        [b'"' | b'\'', rest @ ..] => rest,
+        _ => rest,
+    };
+    let rest = &rest[rest.iter().take_while(|b| space(b)).count()..];
+    let Some(rest) = rest.strip_prefix(b":") else {
+        return false;
+    };
+    rest.iter().find(|b| !space(b)) != Some(&b'{')
 }
 
 /// [`check_routing_headers`] of a client `message` for server `up` (whose tool lists said which
@@ -292,7 +329,7 @@ const NAME_BEARING: &[&str] = &["tools/call", "prompts/get", "resources/read"];
 pub fn check_routing_headers(
     headers: &HeaderMap,
     route: &Route,
-    arguments: Option<&Value>,
+    arguments: Option<&Arguments>,
     declared: impl FnOnce() -> Option<Arc<[ParamHeader]>>,
 ) -> Result<(), String> {
     let mut protocol = None;
@@ -395,7 +432,7 @@ pub fn check_routing_headers(
     if must_mirror {
         let missing = declared.iter().flat_map(|d| d.iter()).find(|param| {
             !params.iter().any(|(key, _)| *key == param.header)
-                && argument_at(arguments, &param.path).is_some()
+                && argument_at(arguments.value(), &param.path).is_some()
         });
         if let Some(param) = missing {
             return Err(format!(
@@ -416,7 +453,7 @@ pub fn check_routing_headers(
             ));
         };
         let argument = param.path.join(".");
-        let Some(at) = argument_at(arguments, &param.path) else {
+        let Some(at) = argument_at(arguments.value(), &param.path) else {
             return Err(format!(
                 "header {key} is present but the body's argument {argument:?} is absent"
             ));
@@ -783,5 +820,129 @@ mod tests {
         assert_eq!(learned.of("t").unwrap().len(), 2);
         learned.learn("t", &json!({}));
         assert_eq!(learned.of("t"), None);
+    }
+
+    #[tokio::test]
+    async fn a_message_is_read_whole_up_to_its_limit_and_no_further() {
+        let chunks = |sizes: &[usize]| {
+            let chunks: Vec<Result<Bytes, std::io::Error>> = sizes
+                .iter()
+                .map(|&n| Ok(Bytes::from(vec![b' '; n])))
+                .collect();
+            Body::from_stream(futures::stream::iter(chunks))
+        };
+        let whole = message_body(chunks(&[MAX_MESSAGE_BYTES - 1, 1])).await;
+        assert_eq!(whole.map(|b| b.len()), Ok(MAX_MESSAGE_BYTES));
+        assert_eq!(
+            message_body(chunks(&[MAX_MESSAGE_BYTES, 1])).await,
+            Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "approval gate: messages may be at most 4 MiB".into()
+            ))
+        );
+        let cut_off = futures::stream::iter(vec![
+            Ok(Bytes::from_static(b"{")),
+            Err(std::io::Error::other("connection reset")),
+        ]);
+        let (status, why) = message_body(Body::from_stream(cut_off)).await.unwrap_err();
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            why.starts_with("approval gate: the message could not be read: ")
+                && why.contains("connection reset"),
+            "{why}"
+        );
+    }
+
+    /// The answers scanned for a tool list, compared with the plain definition: a backslash
+    /// followed by `u`, or `tools` in any case (or with `ſ`) followed by a colon (after a quote,
+    /// double or single, and spaces, if any) and then anything but an object.
+    #[test]
+    fn a_message_is_parsed_when_it_may_spell_a_tool_list() {
+        let keyed_other =
+            regex::Regex::new(r#"^["']?[ \t\n\r]*:[ \t\n\r]*([^ \t\n\r{]|$)"#).unwrap();
+        let plain = |message: &[u8]| {
+            let text = String::from_utf8_lossy(message);
+            let folded: String = text
+                .chars()
+                .map(|c| match c {
+                    'ſ' => 's',
+                    c => c.to_ascii_lowercase(),
+                })
+                .collect();
+            text.contains("\\u")
+                || folded.match_indices("tools").any(|(at, _)| {
+                    // The same place in the text: folding kept every character but `ſ`,
+                    // whose two bytes became one.
+                    let before = folded[..at].chars().count();
+                    let rest: String = text.chars().skip(before + 5).collect();
+                    keyed_other.is_match(&rest)
+                })
+        };
+        let cases: [&[u8]; 23] = [
+            br#"{"result":{"content":[{"type":"text","text":"Echo: hello"}]},"jsonrpc":"2.0","id":2}"#,
+            br#"{"result":{"capabilities":{"tools":{"listChanged":true}}},"id":1}"#,
+            br#"{"result":{"capabilities":{"tools" :	{"listChanged":true}}},"id":1}"#,
+            br#"{"result":{"tools":[]}}"#,
+            br#"{"result":{"tools":{},"tools":[]}}"#,
+            br#"{"result":{"TOOLS":[]}}"#,
+            br#"{"result":{"ToOlS" : []}}"#,
+            "{\"result\":{\"toolſ\":[]}}".as_bytes(),
+            "{\"result\":{\"toolſ\":{}}}".as_bytes(),
+            br#"{"result":{'tools':{}}}"#,
+            br#"{"result":{'tools':[]}}"#,
+            br#"{result:{tools:{}}}"#,
+            br#"{result:{tools :[]}}"#,
+            br#"{"instructions":"These tools echo. Available tools: echo"}"#,
+            br#"{"result":{"tools":null}}"#,
+            br#"{"result":{"\u0074ools":[]}}"#,
+            br#"{"text":"all the tools: [x]"}"#,
+            br#"{"text":"a \"tools\": {} b"}"#,
+            br#"{"toolName":"x","tool_use":[]}"#,
+            br#"{"a":"\\"}"#,
+            b"tools",
+            b"tools\"",
+            b"",
+        ];
+        for case in cases {
+            assert_eq!(
+                may_list_tools(case),
+                plain(case),
+                "{}",
+                String::from_utf8_lossy(case)
+            );
+        }
+        // Every arrangement of the letters of "tools", the quotes, colon, space, brace and
+        // bracket around them, and a backslash.
+        let alphabet: [&[u8]; 12] = [
+            b"t",
+            b"O",
+            b"l",
+            b"s",
+            "ſ".as_bytes(),
+            b"\"",
+            b"'",
+            b":",
+            b" ",
+            b"{",
+            b"[",
+            b"\\u",
+        ];
+        let mut message = Vec::new();
+        for n in 0..6u32 {
+            for mut code in 0..alphabet.len().pow(n) {
+                message.clear();
+                message.extend_from_slice(b"too");
+                for _ in 0..n {
+                    message.extend_from_slice(alphabet[code % alphabet.len()]);
+                    code /= alphabet.len();
+                }
+                assert_eq!(
+                    may_list_tools(&message),
+                    plain(&message),
+                    "{}",
+                    String::from_utf8_lossy(&message)
+                );
+            }
+        }
     }
 }

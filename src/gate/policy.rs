@@ -14,6 +14,7 @@ use crate::api::agent::RuleAction;
 use crate::api::approval_request::MAX_APPROVALS;
 use crate::condition::{Activation, CallFacts, Condition};
 use crate::contract::gate_config::{AgentIdentity, GateRule, GateServer};
+use crate::gate::jsonrpc::Arguments;
 
 /// The decision for one call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,8 +47,8 @@ pub enum PolicyVerdict {
 pub struct PolicyCall<'a> {
     /// The tool.
     pub tool: &'a str,
-    /// Its arguments (`{}` when absent).
-    pub args: &'a serde_json::Value,
+    /// Its arguments (`{}` when absent), parsed only if a rule's condition reads them.
+    pub args: &'a Arguments,
     /// Size in bytes of the call's message as the gate read it (bounds CEL's input).
     pub message_bytes: usize,
     /// The MCP session id, when known.
@@ -165,7 +166,7 @@ impl ServerPolicy {
     /// What conditions (of rules and of grants) see of `call`.
     pub fn facts<'a>(&'a self, call: &PolicyCall<'a>) -> CallFacts<'a> {
         CallFacts {
-            args: call.args,
+            args: call.args.value(),
             args_bytes: call.message_bytes,
             agent: &self.agent,
             namespace: &self.namespace,
@@ -264,10 +265,11 @@ mod tests {
     }
 
     fn decide(policy: &ServerPolicy, tool: &str, args: serde_json::Value) -> PolicyVerdict {
+        let message_bytes = args.to_string().len();
         policy.decide(&PolicyCall {
             tool,
-            args: &args,
-            message_bytes: args.to_string().len(),
+            args: &args.into(),
+            message_bytes,
             session: None,
         })
     }

@@ -15,15 +15,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use futures::future::BoxFuture;
-use tower::{Layer, Service};
+use tower::Service;
 
 use super::callers::Callers;
 use super::http_sse::{self, SseRoute};
-use super::messages::MAX_MESSAGE_BYTES;
 use super::streamable_http;
 use super::upstream::{Upstream, drop_connection_options, is_credential};
 
@@ -45,11 +44,12 @@ pub struct Dispatch {
     callers: Option<Arc<Callers>>,
 }
 
-/// The gate's MCP service: [`Dispatch`] with the longest message a client may POST,
-/// [`MAX_MESSAGE_BYTES`], as the body limit. Serve it with `axum::serve`.
+/// The gate's MCP service, [`Dispatch`]: serve it with `axum::serve`. Each transport reads a
+/// message body itself, within [`super::messages::MAX_MESSAGE_BYTES`]
+/// ([`super::messages::message_body`]).
 #[derive(Clone)]
 pub struct McpRoutes {
-    inner: <DefaultBodyLimit as Layer<Dispatch>>::Service,
+    inner: Dispatch,
 }
 
 impl std::fmt::Debug for McpRoutes {
@@ -99,9 +99,7 @@ impl McpRoutesBuilder {
             routes: Arc::new(self.routes),
             callers: self.callers,
         };
-        McpRoutes {
-            inner: DefaultBodyLimit::max(MAX_MESSAGE_BYTES).layer(dispatch),
-        }
+        McpRoutes { inner: dispatch }
     }
 }
 
@@ -181,7 +179,7 @@ impl Service<Request> for Dispatch {
 impl Service<Request> for McpRoutes {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = <<DefaultBodyLimit as Layer<Dispatch>>::Service as Service<Request>>::Future;
+    type Future = <Dispatch as Service<Request>>::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)

@@ -7,7 +7,7 @@ use std::io;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri, header};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -86,8 +86,7 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             &format!("approval gate: {why}"),
         );
     }
-    let body = Bytes::from_request(Request::from_parts(parts, body), &()).await;
-    let body = match message_body(body) {
+    let body = match message_body(body).await {
         Ok(body) => body,
         Err((status, why)) => return error_status(status, &Value::Null, -32600, &why),
     };
@@ -100,7 +99,7 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
         return error_status(StatusCode::BAD_REQUEST, &id, HEADER_MISMATCH, &why);
     }
     // From here on only the message as the gate wrote it is forwarded.
-    let body = Bytes::from(message.body);
+    let body = message.body;
     match message.incoming {
         Incoming::Other => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => relay_filtered(resp, None, up.clone(), None).await,

@@ -272,9 +272,14 @@ await checkGate();
 // Warm every path up (JIT, connection pools) before anything is measured.
 await round(1, Math.min(calls, 300));
 
+/** Issue 44's two ratios per client level, printed last: the gate's CPU per call over nginx's
+ * (HTTP relay), and the p50 the gate adds to a direct call over what nginx adds, each per round. */
+const headlines = [];
+
 for (const clients of levels) {
   const figures = Object.fromEntries(paths.slice(1).map(({ name }) => [name, []]));
   const cpuVsReference = Object.fromEntries(references.map(({ name }) => [name, []]));
+  const addedP50 = { gate: [], nginx: [] };
   const machine = Object.fromEntries(paths.map(({ name }) => [name, []]));
   for (let r = 1; r <= rounds; r++) {
     const results = await round(clients, calls);
@@ -292,6 +297,10 @@ for (const clients of levels) {
       const relayed = against(direct, reference);
       figures[name].push(relayed);
       cpuVsReference[name].push(gate.cpuPerCall / reference.cpuPerCall);
+      if (name === "nginx") {
+        addedP50.gate.push(gate.p50 - direct.p50);
+        addedP50.nginx.push(reference.p50 - direct.p50);
+      }
       line +=
         `; ${name} p50 ${reference.p50.toFixed(3)} ms, ratio ${relayed.p50.toFixed(3)}, ` +
         `throughput ratio ${relayed.throughput.toFixed(3)}, ` +
@@ -322,6 +331,17 @@ for (const clients of levels) {
   for (const [name, ratios] of Object.entries(cpuVsReference)) {
     console.log(`summary clients ${clients}: gate CPU per call / ${name}'s ${summary(ratios)}`);
   }
+  if (addedP50.nginx.length > 0) {
+    const ms = (xs) => `${(median(xs) * 1000).toFixed(0)} us (${xs.map((x) => (x * 1000).toFixed(0)).join(", ")})`;
+    // A ratio only where nginx added time: a round in which it added none has no ratio to give.
+    const ratios = addedP50.gate.flatMap((g, i) => (addedP50.nginx[i] > 0 ? [g / addedP50.nginx[i]] : []));
+    headlines.push(
+      `headline clients ${clients}: gate CPU per call / nginx's ${summary(cpuVsReference.nginx)} ` +
+        `(target <= 1); gate added p50 / nginx's added p50 ` +
+        (ratios.length > 0 ? summary(ratios) : "n/a (nginx added nothing)") +
+        ` (target <= 1; added p50: gate ${ms(addedP50.gate)}, nginx ${ms(addedP50.nginx)})`,
+    );
+  }
   for (const [name, rows] of Object.entries(machine)) {
     console.log(
       `summary clients ${clients} machine, ${name}: ` +
@@ -333,3 +353,4 @@ for (const clients of levels) {
     );
   }
 }
+for (const line of headlines) console.log(line);

@@ -1,20 +1,22 @@
 //! Reading a client message in one pass: the parser's output is checked (no object repeats a
 //! key, nor holds two keys equal ignoring case), written out again as the bytes the gate
 //! forwards, and the fields the gate decides on are noted on the way. Only the values the gate
-//! keeps (`id`, `method`, and the params' `name`, `arguments` and progress token) become
-//! [`Value`]s; the rest goes from the parser straight into the written message, so an ungated
-//! call builds no maps for the message around its arguments.
+//! keeps (`id`, `method`, and the params' `name` and progress token) become [`Value`]s; the
+//! rest goes from the parser straight into the written message, the arguments included (the
+//! call keeps where they were written: [`Arguments`]), so an ungated call builds no maps.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 
+use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{
-    Incoming, MESSAGE_FIELDS, PARAMS_FIELDS, PROTOCOL_VERSION_META, Rejected, Route, ToolCall,
-    UniqueKeys, case_folded,
+    Arguments, Incoming, MESSAGE_FIELDS, PARAMS_FIELDS, PROTOCOL_VERSION_META, Rejected, Route,
+    ToolCall, UniqueKeys, case_folded,
 };
 
 /// A client message as the gate read it.
@@ -28,7 +30,7 @@ pub struct Message {
     /// and shown to the approver (a number a double cannot hold, say
     /// `100000000000000000000001`, arrives as the double the approver saw, not as digits they
     /// never saw).
-    pub body: Vec<u8>,
+    pub body: Bytes,
     /// What the MCP 2026-07-28 routing headers (`Mcp-Method`, `Mcp-Name`) may mirror of it.
     pub route: Route,
 }
@@ -49,6 +51,7 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     // As `serde_json::from_slice`: nothing but whitespace may follow the value.
     .and_then(|noted| json.end().map(|()| noted))
     .map_err(|e| Rejected::Parse(e.to_string()))?;
+    let body = Bytes::from(out);
     let mut route = Route::default();
     let incoming = match noted {
         Noted::Batch(messages) => {
@@ -61,14 +64,14 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
             Incoming::Other
         }
         one => {
-            let fields = one.into_message();
+            let mut fields = one.into_message();
             let kind = fields.kind()?;
             route = fields.route();
             match kind {
                 Kind::ToolsList => Incoming::ToolsList {
                     id: fields.id.unwrap_or(Value::Null),
                 },
-                Kind::ToolsCall => Incoming::ToolsCall(fields.into_call()?),
+                Kind::ToolsCall => Incoming::ToolsCall(fields.into_call(&body)?),
                 Kind::Initialize => Incoming::Initialize,
                 Kind::Other => Incoming::Other,
             }
@@ -76,7 +79,7 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     };
     Ok(Message {
         incoming,
-        body: out,
+        body,
         route,
     })
 }
@@ -156,7 +159,8 @@ struct Params {
     name: Option<Value>,
     /// `uri`, which `Mcp-Name` mirrors for `resources/read`.
     uri: Option<Value>,
-    arguments: Option<Value>,
+    /// Where `arguments` were written in the message.
+    arguments: Option<Range<usize>>,
     /// `_meta.progressToken`, when `_meta` is an object holding one.
     progress_token: Option<Value>,
     /// `_meta`'s protocol version (the 2026-07-28 request envelope).
@@ -197,28 +201,30 @@ impl Fields {
     /// What the routing headers may mirror of this message: its method, if a string, and the
     /// param that `Mcp-Name` names for it (`name` of `tools/call` and `prompts/get`, `uri` of
     /// `resources/read`).
-    fn route(&self) -> Route {
-        let Some(Value::String(method)) = &self.method else {
+    /// The method and protocol version move into the route: nothing after [`Self::kind`]
+    /// reads them.
+    fn route(&mut self) -> Route {
+        let Some(Value::String(method)) = self.method.take() else {
             return Route::default();
         };
-        let params = self.params.as_ref();
+        let params = self.params.as_mut();
         let name = match method.as_str() {
-            "tools/call" | "prompts/get" => params.and_then(|p| p.name.clone()),
-            "resources/read" => params.and_then(|p| p.uri.clone()),
+            "tools/call" | "prompts/get" => params.as_ref().and_then(|p| p.name.clone()),
+            "resources/read" => params.as_ref().and_then(|p| p.uri.clone()),
             _ => None,
         };
         Route {
-            method: Some(method.clone()),
+            method: Some(method),
             name,
-            protocol_version: params.and_then(|p| p.protocol_version.clone()),
+            protocol_version: params.and_then(|p| p.protocol_version.take()),
             batch: false,
         }
     }
 
-    /// The `tools/call` this message is: its params must be an object with a string `name`;
-    /// absent or null `arguments` are `{}`; a progress token counts if it is a string or a
-    /// number.
-    fn into_call(self) -> Result<ToolCall, Rejected> {
+    /// The `tools/call` this message is, `body` the message as written: its params must be an
+    /// object with a string `name`; absent or null `arguments` are `{}`; a progress token
+    /// counts if it is a string or a number.
+    fn into_call(self, body: &Bytes) -> Result<ToolCall, Rejected> {
         let Some(params) = self.params else {
             return Err(Rejected::InvalidParams("params must be an object".into()));
         };
@@ -231,8 +237,8 @@ impl Fields {
             id: self.id.unwrap_or(Value::Null),
             name,
             arguments: match params.arguments {
-                None | Some(Value::Null) => json!({}),
-                Some(arguments) => arguments,
+                Some(at) if &body[at.clone()] != b"null" => Arguments::written(body.slice(at)),
+                _ => Arguments::empty(),
             },
             progress_token: params
                 .progress_token
@@ -382,7 +388,13 @@ impl<'de> Visitor<'de> for Writer<'_> {
                     }
                 }
                 (Place::Params, "name") => params.name = Some(self.keep(&mut map)?),
-                (Place::Params, "arguments") => params.arguments = Some(self.keep(&mut map)?),
+                (Place::Params, "arguments") => {
+                    // Written and checked as any other value, and not built into a `Value`:
+                    // the call holds them as written ([`Arguments`]).
+                    let start = self.out.len();
+                    map.next_value_seed(self.at(Place::Other))?;
+                    params.arguments = Some(start..self.out.len());
+                }
                 (Place::Params, "uri") => params.uri = Some(self.keep(&mut map)?),
                 (Place::Params, "requestState") => {
                     params.request_state = Some(self.keep(&mut map)?)
@@ -521,6 +533,7 @@ impl<'de> Keys<'de> {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+    use serde_json::json;
 
     use super::super::parse_unique;
     use super::*;
@@ -543,7 +556,7 @@ mod tests {
             }
         }
         let msg = parse_unique(body, true)?;
-        let body = serde_json::to_vec(&msg).unwrap();
+        let body = Bytes::from(serde_json::to_vec(&msg).unwrap());
         let incoming = if let Value::Array(batch) = &msg {
             for m in batch {
                 if matches!(method(m)?, Some("tools/list" | "tools/call")) {
@@ -568,7 +581,8 @@ mod tests {
                     let arguments = match params.get("arguments") {
                         None | Some(Value::Null) => json!({}),
                         Some(v) => v.clone(),
-                    };
+                    }
+                    .into();
                     let progress_token = params
                         .get("_meta")
                         .and_then(|m| m.get("progressToken"))
