@@ -36,20 +36,14 @@ enum Target {
     SseMessages(Arc<SseRoute>),
 }
 
-/// The routes of every server, by path: the service inside [`McpRoutes`].
+/// The gate's MCP service: the routes of every server, by path. Serve it with `axum::serve`.
+/// Each transport reads a message body itself, within
+/// [`super::messages::MAX_MESSAGE_BYTES`] ([`super::messages::message_body`]).
 #[derive(Clone)]
-pub struct Dispatch {
+pub struct McpRoutes {
     routes: Arc<HashMap<String, Target>>,
     /// A shared gate's callers, who must authenticate every request.
     callers: Option<Arc<Callers>>,
-}
-
-/// The gate's MCP service, [`Dispatch`]: serve it with `axum::serve`. Each transport reads a
-/// message body itself, within [`super::messages::MAX_MESSAGE_BYTES`]
-/// ([`super::messages::message_body`]).
-#[derive(Clone)]
-pub struct McpRoutes {
-    inner: Dispatch,
 }
 
 impl std::fmt::Debug for McpRoutes {
@@ -95,11 +89,10 @@ impl McpRoutesBuilder {
 
     /// The routes as a service.
     pub fn build(self) -> McpRoutes {
-        let dispatch = Dispatch {
+        McpRoutes {
             routes: Arc::new(self.routes),
             callers: self.callers,
-        };
-        McpRoutes { inner: dispatch }
+        }
     }
 }
 
@@ -118,7 +111,7 @@ fn not_allowed(allow: &'static str) -> Response<Body> {
     resp
 }
 
-impl Service<Request> for Dispatch {
+impl Service<Request> for McpRoutes {
     type Response = Response<Body>;
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
@@ -173,20 +166,6 @@ impl Service<Request> for Dispatch {
                 }
             })
         })
-    }
-}
-
-impl Service<Request> for McpRoutes {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = <Dispatch as Service<Request>>::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        self.inner.call(request)
     }
 }
 

@@ -33,12 +33,6 @@ else
   throwaway hitl-bench
 fi
 
-# rss_mib PID: resident memory, and of it the anonymous memory (heap, stacks); the rest is the
-# executable's code and read-only data, file-backed and reclaimable.
-rss_mib() {
-  awk '/^VmRSS/ { rss = $2 } /^RssAnon/ { anon = $2 }
-       END { printf "%.1f MiB (anonymous %.1f MiB)", rss / 1024, anon / 1024 }' "/proc/$1/status"
-}
 # anon_split PID: of the anonymous memory, how much is malloc's main heap (the brk area, where
 # the caches live) and how much the rest (thread stacks, blocks malloc mapped on their own).
 anon_split() {

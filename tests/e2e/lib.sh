@@ -254,6 +254,12 @@ throwaway_cleanup() {
   rm -rf "$WORK"
 }
 
+# rss_mib PID: resident memory, and of it the anonymous memory (heap, stacks); the rest is the
+# executable's code and read-only data, file-backed and reclaimable.
+rss_mib() {
+  awk '/^VmRSS/ { rss = $2 } /^RssAnon/ { anon = $2 }
+       END { printf "%.1f MiB (anonymous %.1f MiB)", rss / 1024, anon / 1024 }' "/proc/$1/status"
+}
 # bench_agent I: the Agent agent-I that the benches apply by the thousand (Gate mode, the
 # RemoteMCPServer `tools` with delete_file gated), as one YAML document.
 bench_agent() {
