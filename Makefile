@@ -34,9 +34,10 @@ $(UI_STAMP): tests/ui/package-lock.json
 	touch $@
 
 ## Unit, golden, schema/CEL, compatibility, integration, browser and Helm chart tests. Installs
-## the pinned npm and Python MCP peers, playwright-core and the chart tests' Python venv first, so
-## every test runs (the browser test also needs Debian's `chromium`; .ci/run installs it).
-test: $(PEERS_STAMP) $(PY_PEERS_STAMP) $(UI_STAMP) $(CHART_STAMP)
+## the pinned npm and Python MCP peers, kagent's agent runtime (mk/runtime.mk), playwright-core
+## and the chart tests' Python venv first, so every test runs (the browser test also needs
+## Debian's `chromium`; .ci/run installs it).
+test: $(PEERS_STAMP) $(PY_PEERS_STAMP) $(RUNTIME_STAMPS) $(UI_STAMP) $(CHART_STAMP)
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 	$(MAKE) chart-pytest
 

@@ -713,7 +713,7 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Accepted` (Reconciled, ReconcileFailed, InvalidSpec, RefNotFound), `Ready`
-    /// (DeploymentReady, DeploymentNotReady), and while the Agent is frozen `Frozen`
+    /// (DeploymentReady, DeploymentNotReady, NoSessionApi), and while the Agent is frozen `Frozen`
     /// (AgentFrozen, NamespaceFrozen).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

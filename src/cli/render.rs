@@ -17,6 +17,7 @@ use crate::manifest::{self, Document};
 use crate::render::network::default_cluster_cidrs;
 use crate::render::proxy::ProxyUrl;
 use crate::render::refs::RefStore;
+use crate::render::session_api::KagentUrl;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
 use crate::render::tool_gate::render_tool_gate;
 use crate::render::{
@@ -65,6 +66,14 @@ pub struct RenderArgs {
     /// kagent's proxy for in-cluster tool servers and agents (the controller's --proxy-url).
     #[arg(long)]
     pub proxy_url: Option<ProxyUrl>,
+    /// A kagent controller that serves the runtime's sessions and tasks (the controller's
+    /// --kagent-url); unset: the Agent's gate serves them.
+    #[arg(long)]
+    pub kagent_url: Option<KagentUrl>,
+    /// kagent's gRPC controller API, rendered as KAGENT_GRPC_URL (the controller's
+    /// --kagent-grpc-url).
+    #[arg(long)]
+    pub kagent_grpc_url: Option<String>,
     /// Image of the init container that fetches skills (the controller's --skills-init-image).
     #[arg(long, default_value = DEFAULT_SKILLS_INIT_IMAGE)]
     pub skills_init_image: String,
@@ -298,6 +307,8 @@ pub fn run(args: &RenderArgs) -> u8 {
         skills_init_image: args.skills_init_image.clone(),
         grant_max_ttl: args.grant_max_ttl.0,
         max_open_requests: args.default_max_open_requests,
+        kagent_url: args.kagent_url.clone(),
+        kagent_grpc_url: args.kagent_grpc_url.clone(),
     };
     let documents = match manifest::load(&args.paths, args.recursive) {
         Ok(documents) => documents,

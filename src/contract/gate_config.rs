@@ -40,6 +40,10 @@ pub struct GateConfig {
     /// verifies; absent on an Agent's gate, whose only caller is the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callers: Option<CallerPolicy>,
+    /// Whether the gate serves the agent runtime's sessions and tasks (kagent's session API,
+    /// the agent container's `KAGENT_URL`); never on a shared gate.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub session_store: bool,
 }
 
 /// How a shared gate knows, and limits, who calls.

@@ -32,6 +32,7 @@ use crate::apiserver::{apply_status, new_condition};
 use crate::render::isolation::Isolation;
 use crate::render::objects::GateOwner;
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
+use crate::render::session_api::NO_SESSION_API_REASON;
 use crate::render::{RenderedAgent, render_agent};
 
 /// Name of this controller in metrics.
@@ -150,8 +151,14 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
     // Whether they were applied now: one the cache does not hold yet then exists, its rollout
     // not observed yet (the cache catches up with the watch's next event).
     let mut applied_now = false;
+    // Why the agent cannot serve a turn whatever its Deployment does (nothing serves its
+    // session API), if so.
+    let mut not_servable = None;
     let accepted = match render_agent(agent, &refs, &ctx.render) {
         Ok(rendered) => {
+            not_servable = rendered
+                .session_api
+                .missing_message(rendered.mode, rendered.placement);
             deployments = rendered
                 .objects
                 .deployments()
@@ -196,7 +203,17 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
         .iter()
         .map(|(name, cached)| (name.as_str(), cached.as_ref()))
         .collect();
-    update.set(ready_condition(&deployments, generation, now));
+    update.set(match not_servable {
+        Some(message) => new_condition(
+            READY,
+            false,
+            NO_SESSION_API_REASON,
+            message,
+            generation,
+            now,
+        ),
+        None => ready_condition(&deployments, generation, now),
+    });
 
     let freeze = ctx.stores.freeze_of(agent);
     update

@@ -13,6 +13,7 @@ use crate::cli::logging::LogFormat;
 use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
 use crate::render::network::default_cluster_cidrs;
 use crate::render::proxy::ProxyUrl;
+use crate::render::session_api::KagentUrl;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
 use crate::render::{
     DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, DEFAULT_GRANT_MAX_TTL, GrantMaxTtl, RenderOptions,
@@ -58,6 +59,16 @@ pub struct ControllerArgs {
     /// to servers use it; config.json keeps pointing gated servers at the gate.
     #[arg(long, env = "PROXY_URL")]
     pub proxy_url: Option<ProxyUrl>,
+    /// A kagent controller that serves the agent runtime's sessions and tasks (its
+    /// `KAGENT_URL`), such as `http://kagent-controller.kagent:8083`. Unset: each Agent's
+    /// gate serves them (docs/kagent.md, "Sessions and tasks"); then Agents in approval mode
+    /// Runtime, which run no gate, report `Ready=False` (NoSessionApi).
+    #[arg(long, env = "KAGENT_CONTROLLER_URL")]
+    pub kagent_url: Option<KagentUrl>,
+    /// kagent's gRPC controller API (`host:port`), rendered as `KAGENT_GRPC_URL` for the
+    /// runtimes that need it (kagent-adk 0.10 and later). Unset: not rendered.
+    #[arg(long, env = "KAGENT_CONTROLLER_GRPC_URL")]
+    pub kagent_grpc_url: Option<String>,
     /// Image of the init container that fetches an Agent's skills.
     #[arg(long, env = "SKILLS_INIT_IMAGE", default_value = DEFAULT_SKILLS_INIT_IMAGE)]
     pub skills_init_image: String,
@@ -168,6 +179,8 @@ impl ControllerArgs {
             skills_init_image: self.skills_init_image.clone(),
             grant_max_ttl: self.grant_max_ttl.0,
             max_open_requests: self.default_max_open_requests,
+            kagent_url: self.kagent_url.clone(),
+            kagent_grpc_url: self.kagent_grpc_url.clone(),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::render::agent_volumes::{Reach, Sharing, reach};
 use crate::render::network::host_in_cluster;
 use crate::render::objects::{AGENT_CONTAINER, AgentObjects, GATE_CONTAINER};
 use crate::render::proxy::PROXY_HOST_HEADER;
+use crate::render::session_api::kagent_token_volume;
 
 /// The verdict for the `GateIsolated` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,7 +84,13 @@ fn gate_volume_in_agent(objects: &AgentObjects) -> Option<(String, String, Reach
         same_identity: agent_pod.service_account_name == gate_pod.service_account_name,
     };
     let theirs = mounted(gate_pod, gate);
-    mounted(agent_pod, agent).into_iter().find_map(|mine| {
+    // The runtime's own token (audience kagent) is no credential the gate holds: the
+    // Kubernetes API refuses it.
+    let runtime_token = kagent_token_volume();
+    let mut agent_volumes = mounted(agent_pod, agent)
+        .into_iter()
+        .filter(|volume| **volume != runtime_token);
+    agent_volumes.find_map(|mine| {
         theirs.iter().find_map(|gate_volume| {
             reach(mine, gate_volume, sharing)
                 .map(|(_, how)| (mine.name.clone(), gate_volume.name.clone(), how))
@@ -254,6 +261,8 @@ mod tests {
         }
     }
 
+    use crate::render::session_api::SessionApi;
+
     /// The objects of a plain Agent `a` whose gate runs in `placement`.
     fn rendered(placement: GatePlacement) -> AgentObjects {
         let agent: Agent = serde_saphyr::from_str(
@@ -269,6 +278,7 @@ mod tests {
             skills: None,
             secret_data: BTreeMap::new(),
             config_hash: "h",
+            session_api: &SessionApi::Gate("http://127.0.0.1:8099".into()),
         })
     }
 

@@ -16,6 +16,8 @@ pub mod prompt;
 pub mod proxy;
 pub mod refs;
 pub mod rules;
+pub mod runtime_version;
+pub mod session_api;
 pub mod skills;
 pub mod tool_gate;
 pub mod tools;
@@ -46,6 +48,7 @@ use isolation::Isolation;
 pub use objects::AgentObjects;
 use proxy::ProxyUrl;
 use refs::{DEFAULT_MODEL_CONFIG, RefStore};
+use session_api::{KagentUrl, SessionApi};
 use tools::ResolvedServer;
 
 /// Default agent runtime image (kagent's ADK runtime).
@@ -85,6 +88,11 @@ pub struct RenderOptions {
     pub grant_max_ttl: Option<SignedDuration>,
     /// Open ApprovalRequests an Agent that sets no `maxOpenRequests` may hold.
     pub max_open_requests: u32,
+    /// A kagent controller that serves the runtime's sessions and tasks for every Agent
+    /// (`--kagent-url`); `None`: the Agent's gate serves them.
+    pub kagent_url: Option<KagentUrl>,
+    /// kagent's gRPC controller API for the runtimes that need it (`--kagent-grpc-url`).
+    pub kagent_grpc_url: Option<String>,
 }
 
 /// Default longest lifetime of an ApprovalGrant: one day.
@@ -134,6 +142,8 @@ impl Default for RenderOptions {
                 .ok()
                 .and_then(|t| t.0),
             max_open_requests: DEFAULT_MAX_OPEN_REQUESTS,
+            kagent_url: None,
+            kagent_grpc_url: None,
         }
     }
 }
@@ -158,6 +168,8 @@ pub struct RenderedAgent {
     /// Whether the agent can reach gated servers only through the gate; `None` without a
     /// gate or without gated tools.
     pub isolation: Option<Isolation>,
+    /// Who serves the runtime's sessions and tasks.
+    pub session_api: SessionApi,
 }
 
 /// The Agent's approval settings with defaults applied, in seconds.
@@ -446,6 +458,12 @@ pub fn render_agent(
         config.instruction = render_prompt(&object, agent, template, &config, refs)?;
     }
     let service_account = objects::gate_service_account_name(agent, placement);
+    let session_api = SessionApi::of(options.kagent_url.as_ref(), mode, &gate_url);
+    warnings.extend(
+        session_api
+            .missing_message(mode, placement)
+            .map(|message| format!("{object}: {message}")),
+    );
     let gate = mode.uses_gate().then(|| GateConfig {
         agent: AgentIdentity {
             kind: PolicyKind::Agent,
@@ -473,6 +491,7 @@ pub fn render_agent(
             .iter()
             .map(|server| gate_server(server, approval_rules))
             .collect(),
+        session_store: session_api.served_by_gate(),
     });
     let agent_card = agent_card(agent, stream);
 
@@ -495,7 +514,21 @@ pub fn render_agent(
         skills: skills_pod.as_ref(),
         secret_data,
         config_hash: &config_hash,
+        session_api: &session_api,
     });
+    let agent_image = (objects.deployment.spec.as_ref())
+        .and_then(|spec| spec.template.spec.as_ref())
+        .and_then(|pod| {
+            pod.containers
+                .iter()
+                .find(|c| c.name == objects::AGENT_CONTAINER)
+        })
+        .and_then(|container| container.image.as_deref());
+    if let Some(warning) =
+        agent_image.and_then(|image| runtime_version::model_warning(image, &config.model))
+    {
+        warnings.push(format!("{object}: {warning}"));
+    }
     let isolation = gate.as_ref().and_then(|gate| {
         isolation::isolation(
             placement,
@@ -514,6 +547,7 @@ pub fn render_agent(
         objects,
         warnings,
         isolation,
+        session_api,
     })
 }
 

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
     DownwardAPIVolumeFile, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
     PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
     Secret, SecretVolumeSource, SecurityContext, Service, ServiceAccount,
-    ServiceAccountTokenProjection, ServicePort, ServiceSpec, TCPSocketAction, Toleration, Volume,
-    VolumeMount, VolumeProjection,
+    ServiceAccountTokenProjection, ServicePort, ServiceSpec, Toleration, Volume, VolumeMount,
+    VolumeProjection,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -35,6 +35,7 @@ use crate::contract::mounts::{
 use crate::render::RenderOptions;
 use crate::render::model::RenderedModel;
 use crate::render::network::{self, PolicyInputs};
+use crate::render::session_api::{SessionApi, kagent_token_mount, kagent_token_volume};
 use crate::render::skills::SkillsPod;
 
 /// Port of the agent runtime (A2A).
@@ -491,6 +492,8 @@ pub struct ObjectInputs<'a> {
     pub secret_data: BTreeMap<String, Vec<u8>>,
     /// Value of the config-hash annotation.
     pub config_hash: &'a str,
+    /// Who serves the runtime's sessions and tasks.
+    pub session_api: &'a SessionApi,
 }
 
 impl ObjectInputs<'_> {
@@ -776,9 +779,14 @@ fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
             ..EnvVar::default()
         },
     ];
+    env.extend(
+        inputs
+            .session_api
+            .env(inputs.options.kagent_grpc_url.as_deref()),
+    );
     env.extend(inputs.model.env.iter().cloned());
     env.extend(deployment.env);
-    let mut volume_mounts = vec![mount("config", CONFIG_DIR)];
+    let mut volume_mounts = vec![mount("config", CONFIG_DIR), kagent_token_mount()];
     volume_mounts.extend(inputs.model.volume_mounts.iter().cloned());
     volume_mounts.extend(deployment.volume_mounts);
     let mut security_context = deployment.security_context;
@@ -832,12 +840,16 @@ fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
                     ..ResourceRequirements::default()
                 }),
         ),
+        // kagent's probe: the runtime serves its agent card once it serves A2A.
         readiness_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction {
-                port: IntOrString::Int(AGENT_PORT),
-                host: None,
+            http_get: Some(HTTPGetAction {
+                path: Some("/.well-known/agent-card.json".to_owned()),
+                port: IntOrString::String("http".to_owned()),
+                ..HTTPGetAction::default()
             }),
-            period_seconds: Some(10),
+            initial_delay_seconds: Some(15),
+            timeout_seconds: Some(15),
+            period_seconds: Some(15),
             ..Probe::default()
         }),
         security_context,
@@ -862,6 +874,7 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
         &name,
         &[AGENT_CONFIG_ITEM, AGENT_CARD_ITEM],
     )];
+    volumes.push(kagent_token_volume());
     volumes.extend(inputs.model.volumes.iter().cloned());
     let mut init_containers = Vec::new();
     if inputs.gate_placement() == Some(GatePlacement::Sidecar) {

@@ -246,6 +246,18 @@ def test_proxy_url_is_passed_to_the_controller(chart):
     assert args_map(controller(docs))["--proxy-url"] == "http://proxy.kagent.svc.cluster.local:8080"
 
 
+def test_kagent_session_api_is_passed_to_the_controller(chart):
+    args = args_map(controller(objects(chart)))
+    assert "--kagent-url" not in args and "--kagent-grpc-url" not in args
+    docs = objects(
+        chart,
+        {"kagent": {"url": "http://kagent-controller.kagent:8083", "grpcUrl": "kagent-controller.kagent:8084"}},
+    )
+    args = args_map(controller(docs))
+    assert args["--kagent-url"] == "http://kagent-controller.kagent:8083"
+    assert args["--kagent-grpc-url"] == "kagent-controller.kagent:8084"
+
+
 def test_restricted_security_context(chart):
     docs = objects(chart)
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
@@ -639,6 +651,8 @@ def test_notes_name_next_commands(chart):
         ({"quota": {"approvalRequests": {"namespaces": ["Team_A"]}}}, "namespaces"),
         ({"quota": {"approvalRequests": {"namespaces": "team-a"}}}, "namespaces"),
         ({"quota": {"grants": {}}}, "grants"),
+        ({"kagent": {"url": "http://kagent-controller.kagent:8083/api"}}, "url"),
+        ({"kagent": {"grpcUrl": "http://kagent-controller.kagent:8084"}}, "grpcUrl"),
     ],
 )
 def test_schema_rejects_bad_values(chart, values, message):

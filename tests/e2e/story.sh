@@ -325,47 +325,7 @@ ok "drift is put back (kubectl scale --replicas=3 -> 1)"
 step "7. the gate, run as in the pod: gate.json from the Secret, the Agent's ServiceAccount token"
 kubeconfig_with_token "$WORK/agent.kubeconfig" "$(kubectl -n "$NS" create token "$AGENT" --duration=1h)" "$NS"
 AGENT_USER=system:serviceaccount:$NS:$AGENT
-# start_gate: (re)starts the gate with the Secret's current gate.json and the Deployment's
-# approval-gate container args and env, like a rolled pod.
-start_gate() {
-  stop gate
-  jp "secret/$AGENT" '{.data.gate\.json}' | base64 -d >"$WORK/gate.json"
-  jp "secret/$AGENT-binding-key" '{.data.key}' | base64 -d >"$WORK/binding-key"
-  jp "deployment/$AGENT" '{.spec.template.spec.initContainers[?(@.name=="approval-gate")]}' >"$WORK/gate-container.json"
-  [ -s "$WORK/gate-container.json" ] || fail "no approval-gate container in Deployment $AGENT"
-  python3 tests/e2e/container.py args "$WORK/gate-container.json" >"$WORK/gate.args" || fail "gate container args"
-  python3 tests/e2e/container.py env "$WORK/gate-container.json" >"$WORK/gate.env" || fail "gate container env"
-  GATE_LISTEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("listen","127.0.0.1:8099"))' "$WORK/gate.json")
-  GATE_METRICS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("metrics_listen","0.0.0.0:9099"))' "$WORK/gate.json")
-  ! http_up "http://$GATE_LISTEN/" || fail "something already listens on $GATE_LISTEN (the gate's MCP address)"
-  ! http_up "http://127.0.0.1:${GATE_METRICS##*:}/" || fail "something already listens on port ${GATE_METRICS##*:} (the gate's metrics)"
-  local args=() envs=(KUBECONFIG="$WORK/agent.kubeconfig") a v mount key_mount
-  mount_of() { python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print([m["mountPath"] for m in c["volumeMounts"] if m["name"]==sys.argv[2]][0])' "$WORK/gate-container.json" "$1"; }
-  mount=$(mount_of gate-config)
-  key_mount=$(mount_of binding-key)
-  while IFS= read -r a; do
-    case $a in
-      "$mount/gate.json") a=$WORK/gate.json ;;
-      "--config=$mount/gate.json") a=--config=$WORK/gate.json ;;
-      "$key_mount/key") a=$WORK/binding-key ;;
-      "--binding-key=$key_mount/key") a=--binding-key=$WORK/binding-key ;;
-    esac
-    args+=("$a")
-  done <"$WORK/gate.args"
-  while IFS= read -r v; do
-    case ${v#*=} in
-      fieldRef:metadata.name) envs+=("${v%%=*}=$AGENT-e2e-gate") ;;
-      fieldRef:metadata.namespace) envs+=("${v%%=*}=$NS") ;;
-      fieldRef:*) fail "unsupported downward-API env $v" ;;
-      *) envs+=("$v") ;;
-    esac
-  done <"$WORK/gate.env"
-  start gate "$WORK/gate.log" env "${envs[@]}" "$BIN" "${args[@]}"
-  wait_for "the gate's /healthz" 15 http_ok "http://127.0.0.1:${GATE_METRICS##*:}/healthz"
-  alive "${E2E_PIDS[gate]}" || fail "the gate exited"
-  note "gate: ${args[*]} (POD_NAME=$AGENT-e2e-gate), MCP on $GATE_LISTEN"
-}
-start_gate
+start_pod_gate
 route() { echo "http://$GATE_LISTEN/servers/$NS/$1/mcp"; }
 
 # mcp SERVER OPS: the SDK client (tests/mcp-peers/client.mjs) through the gate, bounded.
@@ -510,7 +470,7 @@ kubectl -n "$NS" patch agent "$AGENT" --type merge \
   -p '{"spec":{"declarative":{"approval":{"timeout":"5s","waitTimeout":"5s"}}}}' >/dev/null
 gate_json_has_short_timeout() { jp "secret/$AGENT" '{.data.gate\.json}' | base64 -d | grep -q '"timeout_seconds":5.0'; }
 wait_for "gate.json with timeout_seconds 5" 10 gate_json_has_short_timeout
-start_gate # the config hash changed: the pod would roll, so the gate restarts with the new gate.json
+start_pod_gate # the config hash changed: the pod would roll, so the gate restarts with the new gate.json
 out=$(mcp recorder '[{"op":"call","name":"delete_file","args":{"path":"/data/late.csv"}}]')
 LATE=$(request_for delete_file '@.spec.argumentsPreview.path=="/data/late.csv"')
 [ -n "$LATE" ] || fail "no ApprovalRequest for delete_file(/data/late.csv)"

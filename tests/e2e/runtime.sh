@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# kagent's own agent runtime next to the gate, on a real control plane: an Agent from examples/
+# (filesystem-agent.yaml, its model from model-openai.yaml), rendered by the controller; its gate
+# and kagent-adk 0.7.4 (the chart's default agentImage) started exactly as the rendered
+# Deployment starts them (args, env and mounted files from the objects in the cluster:
+# tests/kagent-runtime/agent_pod.py); a scripted OpenAI-compatible model
+# (tests/kagent-runtime/model.py); the npm recorder as the Streamable HTTP tool server and
+# server-everything as an SSE one. Through A2A `message/send`:
+#  1. an ungated tool runs straight through (the baseline turn);
+#  2. the gated delete_file waits as an ApprovalRequest, `kubectl hitl approve` lets it run once,
+#     the answer carries the tool's result;
+#  3. a denial's reason reaches the model, and nothing runs;
+#  4. waitTimeout passes: the model gets the "pending" answer; after the approval, the retry of
+#     the same call runs it once, and a third call asks again;
+#  5. the SSE tool server: ungated and gated;
+#  6. the runtime's token (audience kagent) is no Kubernetes credential; an Agent whose runtime
+#     has no session API (approval mode Runtime, no --kagent-url) says so in Ready.
+# Figures: message/send -> ApprovalRequest, approval -> A2A answer, against the ungated turn.
+#
+# Needs: the binaries (run.sh builds them), the npm peers and the runtime's venv
+# (make peers runtime-peers; HITL_E2E_RUNTIME_VENV overrides it), root (unshare, bind mounts),
+# ports 8080 and 8099 free (the pod's own ports). Prints SKIP without a cluster.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source tests/e2e/lib.sh
+source tests/e2e/gates.sh
+gates_begin
+
+RUNTIME=$PWD/tests/kagent-runtime
+VENV=${HITL_E2E_RUNTIME_VENV:-$RUNTIME/.venv-0.7.4}
+[ -x "$VENV/bin/kagent-adk" ] || fail "no kagent-adk in $VENV: make runtime-peers"
+[ "$(id -u)" = 0 ] || fail "the runtime's mounts need root (unshare, mount --bind)"
+AGENT=file-agent
+AGENT_URL=http://127.0.0.1:8080/
+throwaway hitl-e2e-runtime
+FIGURES=$WORK/figures
+figure() { printf '%-64s %s\n' "$1" "$2" | tee -a "$FIGURES"; }
+for port in 8080 8099; do
+  ! http_up "http://127.0.0.1:$port/" || fail "port $port is taken: the agent pod's ports must be free"
+done
+
+step "1. peers, the controller, and the examples applied"
+kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev crd/approvalrequests.kagent.dev >/dev/null
+kubectl create namespace "$NS" >/dev/null
+RECORDER_PORT=$(free_port)
+SSE_PORT=$(free_port)
+MODEL_PORT=$(free_port)
+start recorder "$WORK/recorder.log" env PORT="$RECORDER_PORT" node "$PEERS/recorder.mjs"
+start everything "$WORK/everything.log" env PORT="$SSE_PORT" \
+  node "$PEERS/node_modules/@modelcontextprotocol/server-everything/dist/index.js" sse
+start model "$WORK/model.log" python3 "$RUNTIME/model.py" "$MODEL_PORT" "$WORK/model.jsonl"
+wait_for "the recorder" 20 http_ok "http://127.0.0.1:$RECORDER_PORT/calls"
+wait_for "server-everything (SSE)" 20 http_up "http://127.0.0.1:$SSE_PORT/sse"
+wait_for "the scripted model" 20 http_up "http://127.0.0.1:$MODEL_PORT/"
+CONTROLLER_PORT=$(free_port)
+start controller "$WORK/controller.log" "$BIN" controller --namespace "$NS" \
+  --leader-election=false --metrics-addr="127.0.0.1:$CONTROLLER_PORT"
+wait_for "the controller's /readyz" 30 http_ok "http://127.0.0.1:$CONTROLLER_PORT/readyz"
+
+sed "s|^  openAI:\$|  openAI:\n    baseUrl: http://127.0.0.1:$MODEL_PORT/v1|" examples/model-openai.yaml |
+  kubectl -n "$NS" apply -f - >/dev/null
+sed "s|url: http://filesystem-mcp:3000/mcp|url: http://127.0.0.1:$RECORDER_PORT/mcp|" examples/filesystem-agent.yaml |
+  kubectl -n "$NS" apply -f - >/dev/null
+kubectl -n "$NS" apply -f - >/dev/null <<EOF
+apiVersion: kagent.dev/v1alpha2
+kind: RemoteMCPServer
+metadata: {name: everything-sse}
+spec: {url: "http://127.0.0.1:$SSE_PORT/sse", protocol: SSE, timeout: 30s}
+EOF
+kubectl -n "$NS" patch agent "$AGENT" --type json -p '[{"op": "add", "path": "/spec/declarative/tools/-", "value":
+  {"type": "McpServer", "mcpServer": {"name": "everything-sse", "toolNames": ["echo", "get-sum"], "requireApproval": ["get-sum"]}}}]' >/dev/null
+sse_rendered() { jp "secret/$AGENT" '{.data.gate\.json}' | base64 -d | grep -q everything-sse; }
+wait_for "the Agent's Secret with both tool servers" 20 sse_rendered
+wait_for "ServiceAccount $AGENT" 10 kubectl -n "$NS" get "serviceaccount/$AGENT"
+ok "examples/filesystem-agent.yaml and examples/model-openai.yaml applied; SSE server added; rendered"
+
+step "2. the pod: the gate and kagent-adk $("$VENV/bin/pip" show kagent-adk | sed -n 's/^Version: //p') as the Deployment runs them"
+kubeconfig_with_token "$WORK/agent.kubeconfig" "$(kubectl -n "$NS" create token "$AGENT" --duration=1h)" "$NS"
+start_pod_gate
+container_env() { jp "deployment/$AGENT" "{.spec.template.spec.containers[?(@.name==\"agent\")].env[?(@.name==\"$1\")].value}"; }
+[ "$(container_env KAGENT_URL)" = "http://$GATE_LISTEN" ] || fail "KAGENT_URL is '$(container_env KAGENT_URL)', not the gate's http://$GATE_LISTEN"
+start agent "$WORK/agent.log" python3 "$RUNTIME/agent_pod.py" "$NS" "$AGENT" "$VENV" "$WORK/pod"
+wait_for "the runtime's /health" 90 http_ok "http://127.0.0.1:8080/health"
+alive "${E2E_PIDS[agent]}" || fail "the runtime exited: $(tail -20 "$WORK/agent.log")"
+curl -fsS http://127.0.0.1:8080/.well-known/agent-card.json >"$WORK/card.json" ||
+  curl -fsS http://127.0.0.1:8080/.well-known/agent.json >"$WORK/card.json" || fail "no agent card"
+grep -q '"name"' "$WORK/card.json" || fail "the agent card has no name: $(cat "$WORK/card.json")"
+ok "runtime up: $(head -1 "$WORK/agent.log"); KAGENT_URL=http://$GATE_LISTEN (the gate's session store)"
+
+# send NAME TEXT [CONTEXT]: message/send in the background; reply NAME waits for its answer.
+send() { start "$1" "$WORK/$1.out" python3 "$RUNTIME/a2a_send.py" "$AGENT_URL" "$2" ${3:+"$3"}; }
+reply() {
+  local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 120))
+  while alive "$pid"; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "message $1 unanswered after 120 s"
+    sleep 0.02
+  done
+  unset "E2E_PIDS[$1]"
+  wait "$pid" || fail "message $1 failed: $(cat "$WORK/$1.out"); runtime log: $(tail -30 "$WORK/agent.log")"
+  tail -1 "$WORK/$1.out"
+}
+field() { python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+expect_answer() { # expect_answer ANSWER WANT
+  [ "$(field "$1" state)" = completed ] || fail "the task did not complete: $1"
+  expect_in "the A2A answer" "$2" "$(field "$1" text)"
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+step "3. ungated: read_file runs straight through (5 turns, the baseline)"
+for i in 1 2 3 4 5; do
+  send "read-$i" "CALL read_file {\"path\": \"/data/notes-$i.txt\"}"
+  answer=$(reply "read-$i")
+  expect_answer "$answer" "TOOL RESULT: contents of /data/notes-$i.txt"
+  field "$answer" seconds >>"$WORK/ungated.s"
+done
+[ "$(runs read_file /data/notes-1.txt)" = 1 ] || fail "read_file ran $(runs read_file /data/notes-1.txt) times"
+UNGATED=$(median <"$WORK/ungated.s")
+[ -z "$(kubectl -n "$NS" get approvalrequests -o name)" ] || fail "an ungated call made an ApprovalRequest"
+figure "ungated turn (message/send -> answer), median of 5" "$UNGATED s"
+ok "5 turns with read_file answered with its result, no ApprovalRequest"
+
+step "4. gated: delete_file waits for kubectl hitl approve, then runs once"
+T_SEND=$(now)
+send approve "CALL delete_file {\"path\": \"/data/report.csv\"}"
+the_request REQ /data/report.csv
+T_REQUEST=$(now)
+[ "$(runs delete_file /data/report.csv)" = 0 ] || fail "delete_file ran before the approval"
+T_APPROVE=$(now)
+kubectl hitl approve "$REQ" -n "$NS" --reason "e2e: the report may go" >/dev/null
+answer=$(reply approve)
+T_ANSWER=$(now)
+expect_answer "$answer" "TOOL RESULT: deleted /data/report.csv"
+[ "$(runs delete_file /data/report.csv)" = 1 ] || fail "delete_file ran $(runs delete_file /data/report.csv) times"
+wait_for "request $REQ Executed" 10 eval '[ "$(jp "approvalrequest/$REQ" "{.status.phase}")" = Executed ]'
+figure "gated: message/send -> ApprovalRequest" "$(elapsed "$T_SEND" "$T_REQUEST") s"
+figure "gated: approval (kubectl hitl approve) -> A2A answer" "$(elapsed "$T_APPROVE" "$T_ANSWER") s"
+ok "ApprovalRequest $REQ; approved; the answer carries 'deleted /data/report.csv'; ran once; Executed"
+
+step "5. denied: the reason reaches the model, nothing runs"
+send deny "CALL delete_file {\"path\": \"/data/keep.csv\"}"
+the_request DENIED /data/keep.csv
+kubectl hitl deny "$DENIED" -n "$NS" --reason "e2e: keep.csv stays" >/dev/null
+answer=$(reply deny)
+expect_answer "$answer" "e2e: keep.csv stays"
+expect_in "the tool result the model got" "e2e: keep.csv stays" "$(tail -1 "$WORK/model.jsonl")"
+[ "$(runs delete_file /data/keep.csv)" = 0 ] || fail "a denied delete_file ran"
+ok "denied with a reason: the model read it ($(field "$answer" text | head -c 160)...), nothing ran"
+
+step "6. waitTimeout: the pending answer, then the model's retry after the approval runs once"
+send pending "CALL delete_file {\"path\": \"/data/later.csv\"}"
+the_request LATER /data/later.csv
+answer=$(reply pending)
+expect_answer "$answer" "$LATER"
+CONTEXT=$(field "$answer" context_id)
+kubectl hitl approve "$LATER" -n "$NS" --reason "e2e: later is fine" >/dev/null
+send retry "CALL delete_file {\"path\": \"/data/later.csv\"}" "$CONTEXT"
+answer=$(reply retry)
+expect_answer "$answer" "TOOL RESULT: deleted /data/later.csv"
+[ "$(runs delete_file /data/later.csv)" = 1 ] || fail "the retried call ran $(runs delete_file /data/later.csv) times"
+send again "CALL delete_file {\"path\": \"/data/later.csv\"}" "$CONTEXT"
+the_request AGAIN /data/later.csv "$LATER"
+[ "$(runs delete_file /data/later.csv)" = 1 ] || fail "a used approval let a third call run"
+kubectl hitl deny "$AGAIN" -n "$NS" --reason "e2e: once is enough" >/dev/null
+reply again >/dev/null
+ok "pending answer named $LATER; after approval the retry in the same session ran once; a third call asked again ($AGAIN)"
+
+step "7. the SSE tool server: echo straight through, get-sum approved"
+send echo "CALL echo {\"message\": \"over SSE\"}"
+expect_answer "$(reply echo)" "Echo: over SSE"
+send sum "CALL get-sum {\"a\": 2, \"b\": 3}"
+sum_request() { kubectl -n "$NS" get approvalrequests -l kagent.dev/tool=get-sum -o name | head -1; }
+wait_for "the get-sum ApprovalRequest" 15 eval '[ -n "$(sum_request)" ]'
+kubectl hitl approve "$(sum_request)" -n "$NS" --reason "e2e: sums are harmless" >/dev/null
+expect_answer "$(reply sum)" "5"
+ok "SSE: echo answered, get-sum ran after approval"
+
+step "8. the runtime's token and an Agent without a session API"
+TOKEN=$WORK/pod/volumes/kagent-token/kagent-token
+[ -s "$TOKEN" ] || fail "no kagent-token was mounted"
+if kubectl --token "$(cat "$TOKEN")" --kubeconfig /dev/null --server "$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')" \
+  --insecure-skip-tls-verify auth whoami >"$WORK/whoami" 2>&1; then
+  fail "the runtime's token (audience kagent) authenticates to the Kubernetes API: $(cat "$WORK/whoami")"
+fi
+kubectl -n "$NS" apply -f - >/dev/null <<EOF
+apiVersion: kagent.dev/v1alpha2
+kind: Agent
+metadata: {name: runtime-only}
+spec:
+  type: Declarative
+  declarative: {systemMessage: "No gate.", approval: {mode: Runtime}}
+EOF
+ready_reason() { jp agent/runtime-only '{.status.conditions[?(@.type=="Ready")].reason}'; }
+wait_for "Agent runtime-only Ready=False NoSessionApi" 20 eval '[ "$(ready_reason)" = NoSessionApi ]'
+expect_in "its Ready message" "--kagent-url (chart value kagent.url)" \
+  "$(jp agent/runtime-only '{.status.conditions[?(@.type=="Ready")].message}')"
+ok "the kagent-audience token is refused by the apiserver; approval mode Runtime without --kagent-url: Ready=False, NoSessionApi"
+
+echo
+cat "$FIGURES"
+echo "PASS: runtime e2e"
