@@ -167,6 +167,7 @@ fn gate_config(upstream: &str) -> GateConfig {
             allowed_headers: vec![],
             rules: vec![],
         }],
+        session_store: false,
     }
 }
 

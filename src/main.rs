@@ -18,7 +18,8 @@ struct Cli {
 enum Command {
     /// Validate manifests offline (schema + CEL, apiserver-style messages) and print every
     /// object the controller would apply for the Agents among them.
-    Render(cli::render::RenderArgs),
+    // Boxed, as the controller's: its flags mirror the controller's rendering flags.
+    Render(Box<cli::render::RenderArgs>),
     /// Print every CustomResourceDefinition as YAML (or write them with --output-dir).
     Crds(cli::crds::CrdsArgs),
     /// Run the approval gate sidecar: an MCP proxy that holds gated tool calls for approval.

@@ -51,7 +51,8 @@ start everything "$WORK/everything.log" env PORT="$SSE_PORT" \
   node "$PEERS/node_modules/@modelcontextprotocol/server-everything/dist/index.js" sse
 start model "$WORK/model.log" python3 "$RUNTIME/model.py" "$MODEL_PORT" "$WORK/model.jsonl"
 wait_for "the recorder" 20 http_ok "http://127.0.0.1:$RECORDER_PORT/calls"
-wait_for "server-everything (SSE)" 20 http_up "http://127.0.0.1:$SSE_PORT/sse"
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; } # an SSE stream never ends
+wait_for "server-everything (SSE)" 20 port_open "$SSE_PORT"
 wait_for "the scripted model" 20 http_up "http://127.0.0.1:$MODEL_PORT/"
 CONTROLLER_PORT=$(free_port)
 start controller "$WORK/controller.log" "$BIN" controller --namespace "$NS" \
