@@ -14,11 +14,12 @@
 #     the same call runs it once, and a third call asks again;
 #  5. the SSE tool server: ungated and gated;
 #  6. the runtime's token (audience kagent) is no Kubernetes credential; an Agent whose runtime
-#     has no session API (approval mode Runtime, no --kagent-url) says so in Ready.
+#     has no session API (approval mode Runtime, no --kagent-url) says so in Ready;
+#  7. the newest release (kagent-adk 0.10.4) in the same pod: ungated, and gated approved.
 # Figures: message/send -> ApprovalRequest, approval -> A2A answer, against the ungated turn.
 #
 # Needs: the binaries (run.sh builds them), the npm peers and the runtime's venv
-# (make peers runtime-peers; HITL_E2E_RUNTIME_VENV overrides it), root (unshare, bind mounts),
+# (make peers runtime-peers; HITL_E2E_RUNTIME_VENV and HITL_E2E_NEWEST_RUNTIME_VENV override them), root (unshare, bind mounts),
 # ports 8080 and 8099 free (the pod's own ports). Prints SKIP without a cluster.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,7 +29,10 @@ gates_begin
 
 RUNTIME=$PWD/tests/kagent-runtime
 VENV=${HITL_E2E_RUNTIME_VENV:-$RUNTIME/.venv-0.7.4}
-[ -x "$VENV/bin/kagent-adk" ] || fail "no kagent-adk in $VENV: make runtime-peers"
+NEWEST=${HITL_E2E_NEWEST_RUNTIME_VENV:-$RUNTIME/.venv-0.10.4}
+for venv in "$VENV" "$NEWEST"; do
+  [ -x "$venv/bin/kagent-adk" ] || fail "no kagent-adk in $venv: make runtime-peers"
+done
 [ "$(id -u)" = 0 ] || fail "the runtime's mounts need root (unshare, mount --bind)"
 AGENT=file-agent
 AGENT_URL=http://127.0.0.1:8080/
@@ -196,6 +200,19 @@ wait_for "Agent runtime-only Ready=False NoSessionApi" 20 eval '[ "$(ready_reaso
 expect_in "its Ready message" "--kagent-url (chart value kagent.url)" \
   "$(jp agent/runtime-only '{.status.conditions[?(@.type=="Ready")].message}')"
 ok "the kagent-audience token is refused by the apiserver; approval mode Runtime without --kagent-url: Ready=False, NoSessionApi"
+
+step "9. the newest release, kagent-adk $("$NEWEST/bin/pip" show kagent-adk | sed -n 's/^Version: //p'), in the same pod"
+stop agent
+start agent "$WORK/agent-newest.log" python3 "$RUNTIME/agent_pod.py" "$NS" "$AGENT" "$NEWEST" "$WORK/pod-newest"
+wait_for "the newest runtime's /health" 90 http_ok "http://127.0.0.1:8080/health"
+send newest-read "CALL read_file {\"path\": \"/data/newest.txt\"}"
+expect_answer "$(reply newest-read)" "TOOL RESULT: contents of /data/newest.txt"
+send newest-delete "CALL delete_file {\"path\": \"/data/newest.csv\"}"
+the_request NEWEST_REQ /data/newest.csv
+kubectl hitl approve "$NEWEST_REQ" -n "$NS" --reason "e2e: the newest runtime too" >/dev/null
+expect_answer "$(reply newest-delete)" "TOOL RESULT: deleted /data/newest.csv"
+[ "$(runs delete_file /data/newest.csv)" = 1 ] || fail "delete_file ran $(runs delete_file /data/newest.csv) times"
+ok "the newest runtime: read_file straight through, delete_file approved and run once"
 
 echo
 cat "$FIGURES"
