@@ -40,8 +40,9 @@ pub struct GateConfig {
     /// verifies; absent on an Agent's gate, whose only caller is the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callers: Option<CallerPolicy>,
-    /// Whether the gate serves the agent runtime's sessions and tasks (kagent's session API,
-    /// the agent container's `KAGENT_URL`); never on a shared gate.
+    /// Whether the gate serves the agent runtime's session and task store (kagent's
+    /// `/api/sessions` and `/api/tasks`, `KAGENT_URL` pointing at the gate) on `listen`:
+    /// an Agent's gate only, never a shared one (docs/gate.md, "The agent's session store").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub session_store: bool,
 }

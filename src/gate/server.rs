@@ -15,6 +15,7 @@ use super::callers::Callers;
 use super::decision::{Clock, SystemClock};
 use super::freeze::FreezeWatch;
 use super::http_sse::SseRoute;
+use super::kagent_store::KagentStore;
 use super::metrics::Metrics;
 use super::open_requests::OpenRequests;
 use super::policy::ServerPolicy;
@@ -45,6 +46,16 @@ fn seconds(field: &str, s: f64) -> Result<Duration> {
     Duration::try_from_secs_f64(s).map_err(|e| invalid(field, format!("{s}: {e}")))
 }
 
+/// Whether `listen` (`host:port`) is a loopback address.
+fn loopback(listen: &str) -> bool {
+    listen
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|addr| addr.ip().is_loopback())
+        || listen
+            .rsplit_once(':')
+            .is_some_and(|(host, _)| host == "localhost")
+}
+
 /// How the gate connects to upstreams, one for all servers: `http` and `https` (rustls with
 /// ring, the platform's verifier and so the system's trust roots, as reqwest had), TCP_NODELAY,
 /// TCP keepalive, no proxies; the TCP settings are reqwest's defaults, which the gate used
@@ -70,7 +81,8 @@ pub fn connector() -> Result<Connector> {
 /// Kubernetes client and the view of the Agent's freeze. The count of the agent's open
 /// requests watches through the client from the first call that would create one. A shared
 /// gate (`agent.kind: ToolGate`) must have `callers`, and only it may: its every request is
-/// then authenticated ([`super::callers`]).
+/// then authenticated ([`super::callers`]). Only an Agent's gate may serve its agent's
+/// session store (`session_store`, [`super::kagent_store`]).
 pub fn build(
     config: &GateConfig,
     key: BindingKey,
@@ -106,6 +118,22 @@ pub fn build(
             ));
         }
     };
+    if config.session_store && (callers.is_some() || config.agent.kind != PolicyKind::Agent) {
+        return Err(invalid(
+            "session_store",
+            "true on a shared gate: only an Agent's gate serves its agent's session store",
+        ));
+    }
+    if config.session_store && !loopback(&config.listen) {
+        return Err(invalid(
+            "session_store",
+            format!(
+                "true with listen {:?}: the session store has no authentication of its own, so \
+                 the gate must listen on a loopback address, reachable by its pod only",
+                config.listen
+            ),
+        ));
+    }
     let settings = ApprovalSettings {
         timeout: seconds("approval.timeout_seconds", config.approval.timeout_seconds)?,
         wait: seconds(
@@ -136,6 +164,9 @@ pub fn build(
         callers: callers.clone(),
     };
     let mut routes = McpRoutesBuilder::new(callers);
+    if config.session_store {
+        routes.session_store(KagentStore::new(&config.agent));
+    }
     for (i, server) in config.servers.iter().enumerate() {
         let taken = match server.protocol {
             McpProtocol::StreamableHttp => routes.has(&server.route),

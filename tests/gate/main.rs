@@ -1,7 +1,8 @@
 //! The approval gate: in process between real and stub MCP peers and a fake apiserver, and as
 //! the real `hitl-operator gate` binary. The tests with the npm peers fail when
 //! tests/mcp-peers/node_modules is missing, those with the Python peers when
-//! tests/mcp-peers-py/.venv is (`make peers`): a test that did not run never reports a pass.
+//! tests/mcp-peers-py/.venv is, the one with kagent-adk's clients when tests/kagent-adk/.venv
+//! is (`make peers`): a test that did not run never reports a pass.
 
 mod harness;
 mod stub;
@@ -10,7 +11,9 @@ mod binary;
 mod callers;
 mod config_errors;
 mod freeze;
+mod kagent_adk;
 mod npm_peers;
 mod python_peers;
 mod rules;
+mod session_store;
 mod stub_upstream;

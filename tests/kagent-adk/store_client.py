@@ -1,0 +1,170 @@
+"""Drives the gate's session store with kagent-adk 0.7.4's own clients: KAgentSessionService
+(kagent/adk/_session_service.py), KAgentTaskStore (kagent/core/a2a/_task_store.py) and the
+token service's request hook (kagent/adk/_token.py) that adds X-Agent-Name and the bearer token,
+on one httpx client as the runtime builds it (kagent/adk/_a2a.py).
+
+Usage: store_client.py BASE_URL APP_NAME. Prints one line per check; exits non-zero on the
+first failure. The three modules are loaded from their files, so that the packages' __init__
+(the whole runtime, with its telemetry and STS dependencies) need not be installed.
+"""
+
+import asyncio
+import importlib.util
+import os
+import sys
+import tempfile
+
+import httpx
+import kagent
+from a2a.types import Message, Part, Task, TaskState, TaskStatus, TextPart
+from google.adk.events import Event, EventActions
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.genai import types
+
+
+def load(relative):
+    for base in kagent.__path__:
+        path = os.path.join(base, relative)
+        if os.path.exists(path):
+            spec = importlib.util.spec_from_file_location(relative.replace("/", "_"), path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise SystemExit(f"kagent/{relative} is not installed")
+
+
+session_service = load("adk/_session_service.py")
+task_store = load("core/a2a/_task_store.py")
+token = load("adk/_token.py")
+
+
+def check(what, condition):
+    if not condition:
+        raise SystemExit(f"FAILED: {what}")
+    print(f"ok: {what}")
+
+
+def text_event(invocation, author, text, delta=None):
+    return Event(
+        invocation_id=invocation,
+        author=author,
+        content=types.Content(role="user" if author == "user" else "model", parts=[types.Part(text=text)]),
+        actions=EventActions(state_delta=delta or {}),
+    )
+
+
+async def main(base_url, app_name):
+    with tempfile.NamedTemporaryFile("w", suffix=".token", delete=False) as f:
+        f.write("projected-token\n")
+    token.KAGENT_TOKEN_PATH = f.name
+    tokens = token.KAgentTokenService(app_name)
+    tokens.token = await tokens._read_kagent_token()
+    client = httpx.AsyncClient(base_url=base_url, event_hooks=tokens.event_hooks())
+    sessions = session_service.KAgentSessionService(client)
+    tasks = task_store.KAgentTaskStore(client)
+
+    # The executor's _prepare_session: get, then create when there is none.
+    got = await sessions.get_session(app_name=app_name, user_id="alice", session_id="ctx-1")
+    check("an unknown session is None", got is None)
+    created = await sessions.create_session(
+        app_name=app_name, user_id="alice", state={"session_name": "hello"}, session_id="ctx-1"
+    )
+    check("create_session keeps the id and user", (created.id, created.user_id) == ("ctx-1", "alice"))
+
+    # A turn: the runner appends the user's message, a function call and response, the answer.
+    session = await sessions.get_session(app_name=app_name, user_id="alice", session_id="ctx-1")
+    check("the new session has no events", session is not None and session.events == [])
+    call = Event(
+        invocation_id="inv-1",
+        author="agent",
+        content=types.Content(
+            role="model",
+            parts=[types.Part(function_call=types.FunctionCall(id="fc-1", name="read_file", args={"path": "/etc/x"}))],
+        ),
+    )
+    response = Event(
+        invocation_id="inv-1",
+        author="agent",
+        content=types.Content(
+            role="user",
+            parts=[
+                types.Part(
+                    function_response=types.FunctionResponse(id="fc-1", name="read_file", response={"text": "é \"quoted\"\n"})
+                )
+            ],
+        ),
+    )
+    sent = [
+        text_event("inv-1", "user", "read /etc/x", {"turns": 1}),
+        call,
+        response,
+        text_event("inv-1", "agent", "done", {"app:last": "read_file"}),
+    ]
+    for event in sent:
+        await sessions.append_event(session, event)
+
+    again = await sessions.get_session(app_name=app_name, user_id="alice", session_id="ctx-1")
+    # The 0.7.4 client builds the session from the events it read, then appends each one again
+    # (BaseSessionService.append_event): every event is there twice, in the order read.
+    check(
+        "the events come back in the order appended",
+        [e.id for e in again.events] == [e.id for e in sent] * 2,
+    )
+    check(
+        "each event comes back equal to the one sent",
+        [e.model_dump() for e in again.events[: len(sent)]] == [e.model_dump() for e in sent],
+    )
+    check("the state deltas replay into the state", again.state == {"turns": 1, "app:last": "read_file"})
+    recent = await sessions.get_session(
+        app_name=app_name, user_id="alice", session_id="ctx-1", config=GetSessionConfig(num_recent_events=2)
+    )
+    check(
+        "num_recent_events keeps the last events",
+        [e.id for e in recent.events] == [e.id for e in sent[2:]] * 2,
+    )
+
+    # Users are apart.
+    other = await sessions.get_session(app_name=app_name, user_id="bob", session_id="ctx-1")
+    check("another user does not see the session", other is None)
+    listed = await sessions.list_sessions(app_name=app_name, user_id="alice")
+    check("list_sessions lists the user's session", [s.id for s in listed.sessions] == ["ctx-1"])
+    listed = await sessions.list_sessions(app_name=app_name, user_id="bob")
+    check("list_sessions of a user with none is empty", listed.sessions == [])
+
+    # A session with no id gets one; another agent's is refused.
+    fresh = await sessions.create_session(app_name=app_name, user_id="alice")
+    check("a session created without an id gets one", bool(fresh.id) and fresh.id != "ctx-1")
+    try:
+        await sessions.create_session(app_name="other__NS__agent", user_id="alice", session_id="x")
+        check("another agent's session is refused", False)
+    except httpx.HTTPStatusError as e:
+        check("another agent's session is refused", e.response.status_code == 400)
+
+    await sessions.delete_session(app_name=app_name, user_id="alice", session_id="ctx-1")
+    gone = await sessions.get_session(app_name=app_name, user_id="alice", session_id="ctx-1")
+    check("a deleted session is None", gone is None)
+
+    # The A2A task store.
+    check("an unknown task is None", await tasks.get("task-1") is None)
+    task = Task(
+        id="task-1",
+        context_id="ctx-2",
+        status=TaskStatus(state=TaskState.working),
+        history=[Message(role="user", message_id="m-1", parts=[Part(root=TextPart(text="hi"))])],
+        metadata={"kagent_user_id": "alice"},
+    )
+    await tasks.save(task)
+    check("a saved task comes back equal", await tasks.get("task-1") == task)
+    task.status = TaskStatus(state=TaskState.input_required)
+    await tasks.save(task)
+    check("a task saved again is replaced", (await tasks.get("task-1")).status.state == TaskState.input_required)
+    await tasks.delete("task-1")
+    check("a deleted task is None", await tasks.get("task-1") is None)
+
+    await client.aclose()
+    os.unlink(f.name)
+    print("all passed")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
