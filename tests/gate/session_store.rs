@@ -294,6 +294,27 @@ async fn sessions_and_events_in_kagents_shapes() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body.unwrap(), json!({"error": "agent_ref is required"}));
 
+    // An id the client chose, percent-encoded in the path as httpx writes it.
+    let (status, _, _) = send(
+        &gate,
+        Method::POST,
+        "/api/sessions",
+        Some("alice"),
+        Some(json!({"agent_ref": AGENT, "id": "ctx a/é"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body, _) = send(
+        &gate,
+        Method::POST,
+        "/api/sessions/ctx%20a%2F%C3%A9/events?user_id=alice",
+        Some("alice"),
+        Some(json!({"id": "e1", "data": "{}"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(body.unwrap()["data"]["session_id"], json!("ctx a/é"));
+
     // delete_session: 200 with `{}`; then it is gone.
     let (status, body, _) = send(
         &gate,

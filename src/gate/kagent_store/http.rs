@@ -80,13 +80,25 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
 }
 
 fn ok<T: Serialize>(status: StatusCode, data: Option<T>, message: &str) -> Response<Body> {
+    ok_sized(status, data, message, 0)
+}
+
+/// [`ok`] written into a buffer of `capacity` bytes at first: a large answer written without
+/// growing its buffer step by step, which would hold the old and the new buffer at once.
+fn ok_sized<T: Serialize>(
+    status: StatusCode,
+    data: Option<T>,
+    message: &str,
+    capacity: usize,
+) -> Response<Body> {
     let envelope = Envelope {
         error: false,
         data,
         message,
     };
-    match serde_json::to_vec(&envelope) {
-        Ok(body) => json(status, body),
+    let mut body = Vec::with_capacity(capacity);
+    match serde_json::to_writer(&mut body, &envelope) {
+        Ok(()) => json(status, body),
         Err(e) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("Error marshalling JSON response: {e}"),
@@ -173,10 +185,25 @@ async fn decode<T: for<'de> Deserialize<'de>>(request: Request) -> Result<T, Res
     })
 }
 
-/// Answers `request`, whose path begins with [`PREFIX`], from `store`.
+/// Answers `request`, whose path begins with [`PREFIX`], from `store`. Each segment of the
+/// path is percent-decoded, as kagent's router does (a session's id is the A2A context id,
+/// which a client chooses).
 pub async fn serve(store: &KagentStore, request: Request) -> Response<Body> {
-    let path = request.uri().path()[PREFIX.len()..].to_owned();
-    let segments: Vec<&str> = path.split('/').collect();
+    let Ok(segments) = request.uri().path()[PREFIX.len()..]
+        .split('/')
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(String::from)
+        })
+        .collect::<Result<Vec<String>, _>>()
+    else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "Not found: the path is not UTF-8 once decoded",
+        );
+    };
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     let method = request.method().clone();
     match segments.as_slice() {
         ["sessions"] => match method {
@@ -286,11 +313,18 @@ fn get_session(store: &KagentStore, request: &Request, id: &str) -> Response<Bod
         }
     }
     match store.get_session(user, id, events) {
-        Ok((session, events)) => ok(
-            StatusCode::OK,
-            Some(SessionResponse { session, events }),
-            "Successfully retrieved session",
-        ),
+        Ok((session, events)) => {
+            // Each event's data written out as a JSON string (a quarter more for escapes), and
+            // its other fields.
+            let data: usize = events.iter().map(|e| e.data.len()).sum();
+            let capacity = 1024 + data + data / 4 + 512 * events.len();
+            ok_sized(
+                StatusCode::OK,
+                Some(SessionResponse { session, events }),
+                "Successfully retrieved session",
+                capacity,
+            )
+        }
         Err(e) => failed(&e),
     }
 }
