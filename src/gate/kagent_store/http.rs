@@ -116,7 +116,10 @@ fn failed(e: &StoreError) -> Response<Body> {
         StoreError::BadRequest(_) => StatusCode::BAD_REQUEST,
         StoreError::Forbidden(_) => StatusCode::FORBIDDEN,
         StoreError::NotFound(_) => StatusCode::NOT_FOUND,
-        StoreError::Full(_) => StatusCode::INSUFFICIENT_STORAGE,
+        StoreError::Full(why) => {
+            tracing::warn!(why = %why, "session store full: write refused");
+            StatusCode::INSUFFICIENT_STORAGE
+        }
     };
     error(status, e.message())
 }
