@@ -1,8 +1,8 @@
 //! The agent's session and task store: what kagent's controller keeps for the agents it runs
-//! (ADK sessions, their events, A2A tasks), kept here in the gate's memory for the one agent of
-//! its pod, and served on the gate's loopback listener in kagent's HTTP API ([`http`]), so
-//! that the agent runtime's `KAGENT_URL` can point at the gate (docs/gate.md, "The agent's
-//! session store"). kagent's controller serves that API only for Agents it reconciles itself.
+//! (ADK sessions, their events, A2A tasks), kept here in the gate's memory for the gate's one
+//! agent, and served on the gate's MCP listener in kagent's HTTP API ([`http`]), so that the
+//! agent runtime's `KAGENT_URL` can point at the gate (docs/gate.md, "The agent's session
+//! store"). kagent's controller serves that API only for Agents it reconciles itself.
 //!
 //! Sessions are a user's: each is found by its user id and its id, and no request reads or
 //! changes another user's session. Every session belongs to the gate's agent: creating one for

@@ -46,16 +46,6 @@ fn seconds(field: &str, s: f64) -> Result<Duration> {
     Duration::try_from_secs_f64(s).map_err(|e| invalid(field, format!("{s}: {e}")))
 }
 
-/// Whether `listen` (`host:port`) is a loopback address.
-fn loopback(listen: &str) -> bool {
-    listen
-        .parse::<std::net::SocketAddr>()
-        .is_ok_and(|addr| addr.ip().is_loopback())
-        || listen
-            .rsplit_once(':')
-            .is_some_and(|(host, _)| host == "localhost")
-}
-
 /// How the gate connects to upstreams, one for all servers: `http` and `https` (rustls with
 /// ring, the platform's verifier and so the system's trust roots, as reqwest had), TCP_NODELAY,
 /// TCP keepalive, no proxies; the TCP settings are reqwest's defaults, which the gate used
@@ -122,16 +112,6 @@ pub fn build(
         return Err(invalid(
             "session_store",
             "true on a shared gate: only an Agent's gate serves its agent's session store",
-        ));
-    }
-    if config.session_store && !loopback(&config.listen) {
-        return Err(invalid(
-            "session_store",
-            format!(
-                "true with listen {:?}: the session store has no authentication of its own, so \
-                 the gate must listen on a loopback address, reachable by its pod only",
-                config.listen
-            ),
         ));
     }
     let settings = ApprovalSettings {

@@ -17,7 +17,8 @@
 //! `{"error": "<text>"}` with kagent's status for it, or 507 when the store is full
 //! ([`StoreError`]). The user is the `user_id` query parameter, else the `X-User-ID` header,
 //! else `admin@kagent.dev`, as kagent's controller takes it; the `Authorization` header is not
-//! looked at (only the pod's containers reach the gate's listener).
+//! looked at: only the agent's pods reach the gate's listener (loopback in Sidecar placement,
+//! the gate's NetworkPolicy in Gateway placement), as for its MCP routes.
 
 use axum::body::Body;
 use axum::extract::Request;
