@@ -93,7 +93,8 @@ curl -fsS http://127.0.0.1:8080/.well-known/agent-card.json >"$WORK/card.json" |
 grep -q '"name"' "$WORK/card.json" || fail "the agent card has no name: $(cat "$WORK/card.json")"
 ok "runtime up: $(head -1 "$WORK/agent.log"); KAGENT_URL=http://$GATE_LISTEN (the gate's session store)"
 
-# send NAME TEXT [CONTEXT]: message/send in the background; reply NAME waits for its answer.
+# send NAME TEXT [CONTEXT]: message/send in the background; reply NAME waits for its answer and
+# puts it in ANSWER (not in a subshell: only this shell can wait for what it started).
 send() { start "$1" "$WORK/$1.out" python3 "$RUNTIME/a2a_send.py" "$AGENT_URL" "$2" ${3:+"$3"}; }
 reply() {
   local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 120))
@@ -103,7 +104,7 @@ reply() {
   done
   unset "E2E_PIDS[$1]"
   wait "$pid" || fail "message $1 failed: $(cat "$WORK/$1.out"); runtime log: $(tail -30 "$WORK/agent.log")"
-  tail -1 "$WORK/$1.out"
+  ANSWER=$(tail -1 "$WORK/$1.out")
 }
 field() { python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 expect_answer() { # expect_answer ANSWER WANT
@@ -115,9 +116,9 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 step "3. ungated: read_file runs straight through (5 turns, the baseline)"
 for i in 1 2 3 4 5; do
   send "read-$i" "CALL read_file {\"path\": \"/data/notes-$i.txt\"}"
-  answer=$(reply "read-$i")
-  expect_answer "$answer" "TOOL RESULT: contents of /data/notes-$i.txt"
-  field "$answer" seconds >>"$WORK/ungated.s"
+  reply "read-$i"
+  expect_answer "$ANSWER" "contents of /data/notes-$i.txt"
+  field "$ANSWER" seconds >>"$WORK/ungated.s"
 done
 [ "$(runs read_file /data/notes-1.txt)" = 1 ] || fail "read_file ran $(runs read_file /data/notes-1.txt) times"
 UNGATED=$(median <"$WORK/ungated.s")
@@ -133,9 +134,9 @@ T_REQUEST=$(now)
 [ "$(runs delete_file /data/report.csv)" = 0 ] || fail "delete_file ran before the approval"
 T_APPROVE=$(now)
 kubectl hitl approve "$REQ" -n "$NS" --reason "e2e: the report may go" >/dev/null
-answer=$(reply approve)
+reply approve
 T_ANSWER=$(now)
-expect_answer "$answer" "TOOL RESULT: deleted /data/report.csv"
+expect_answer "$ANSWER" "deleted /data/report.csv"
 [ "$(runs delete_file /data/report.csv)" = 1 ] || fail "delete_file ran $(runs delete_file /data/report.csv) times"
 wait_for "request $REQ Executed" 10 eval '[ "$(jp "approvalrequest/$REQ" "{.status.phase}")" = Executed ]'
 figure "gated: message/send -> ApprovalRequest" "$(elapsed "$T_SEND" "$T_REQUEST") s"
@@ -146,38 +147,40 @@ step "5. denied: the reason reaches the model, nothing runs"
 send deny "CALL delete_file {\"path\": \"/data/keep.csv\"}"
 the_request DENIED /data/keep.csv
 kubectl hitl deny "$DENIED" -n "$NS" --reason "e2e: keep.csv stays" >/dev/null
-answer=$(reply deny)
-expect_answer "$answer" "e2e: keep.csv stays"
+reply deny
+expect_answer "$ANSWER" "e2e: keep.csv stays"
 expect_in "the tool result the model got" "e2e: keep.csv stays" "$(tail -1 "$WORK/model.jsonl")"
 [ "$(runs delete_file /data/keep.csv)" = 0 ] || fail "a denied delete_file ran"
-ok "denied with a reason: the model read it ($(field "$answer" text | head -c 160)...), nothing ran"
+ok "denied with a reason: the model read it ($(field "$ANSWER" text | head -c 160)...), nothing ran"
 
 step "6. waitTimeout: the pending answer, then the model's retry after the approval runs once"
 send pending "CALL delete_file {\"path\": \"/data/later.csv\"}"
 the_request LATER /data/later.csv
-answer=$(reply pending)
-expect_answer "$answer" "$LATER"
-CONTEXT=$(field "$answer" context_id)
+reply pending
+expect_answer "$ANSWER" "$LATER"
+CONTEXT=$(field "$ANSWER" context_id)
 kubectl hitl approve "$LATER" -n "$NS" --reason "e2e: later is fine" >/dev/null
 send retry "CALL delete_file {\"path\": \"/data/later.csv\"}" "$CONTEXT"
-answer=$(reply retry)
-expect_answer "$answer" "TOOL RESULT: deleted /data/later.csv"
+reply retry
+expect_answer "$ANSWER" "deleted /data/later.csv"
 [ "$(runs delete_file /data/later.csv)" = 1 ] || fail "the retried call ran $(runs delete_file /data/later.csv) times"
 send again "CALL delete_file {\"path\": \"/data/later.csv\"}" "$CONTEXT"
 the_request AGAIN /data/later.csv "$LATER"
 [ "$(runs delete_file /data/later.csv)" = 1 ] || fail "a used approval let a third call run"
 kubectl hitl deny "$AGAIN" -n "$NS" --reason "e2e: once is enough" >/dev/null
-reply again >/dev/null
+reply again
 ok "pending answer named $LATER; after approval the retry in the same session ran once; a third call asked again ($AGAIN)"
 
 step "7. the SSE tool server: echo straight through, get-sum approved"
 send echo "CALL echo {\"message\": \"over SSE\"}"
-expect_answer "$(reply echo)" "Echo: over SSE"
+reply echo
+expect_answer "$ANSWER" "Echo: over SSE"
 send sum "CALL get-sum {\"a\": 2, \"b\": 3}"
-sum_request() { kubectl -n "$NS" get approvalrequests -l kagent.dev/tool=get-sum -o name | head -1; }
+sum_request() { kubectl -n "$NS" get approvalrequests -l kagent.dev/tool=get-sum -o jsonpath="{.items[0].metadata.name}" 2>/dev/null; }
 wait_for "the get-sum ApprovalRequest" 15 eval '[ -n "$(sum_request)" ]'
 kubectl hitl approve "$(sum_request)" -n "$NS" --reason "e2e: sums are harmless" >/dev/null
-expect_answer "$(reply sum)" "5"
+reply sum
+expect_answer "$ANSWER" "5"
 ok "SSE: echo answered, get-sum ran after approval"
 
 step "8. the runtime's token and an Agent without a session API"
@@ -206,11 +209,13 @@ stop agent
 start agent "$WORK/agent-newest.log" python3 "$RUNTIME/agent_pod.py" "$NS" "$AGENT" "$NEWEST" "$WORK/pod-newest"
 wait_for "the newest runtime's /health" 90 http_ok "http://127.0.0.1:8080/health"
 send newest-read "CALL read_file {\"path\": \"/data/newest.txt\"}"
-expect_answer "$(reply newest-read)" "TOOL RESULT: contents of /data/newest.txt"
+reply newest-read
+expect_answer "$ANSWER" "contents of /data/newest.txt"
 send newest-delete "CALL delete_file {\"path\": \"/data/newest.csv\"}"
 the_request NEWEST_REQ /data/newest.csv
 kubectl hitl approve "$NEWEST_REQ" -n "$NS" --reason "e2e: the newest runtime too" >/dev/null
-expect_answer "$(reply newest-delete)" "TOOL RESULT: deleted /data/newest.csv"
+reply newest-delete
+expect_answer "$ANSWER" "deleted /data/newest.csv"
 [ "$(runs delete_file /data/newest.csv)" = 1 ] || fail "delete_file ran $(runs delete_file /data/newest.csv) times"
 ok "the newest runtime: read_file straight through, delete_file approved and run once"
 
