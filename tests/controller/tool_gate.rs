@@ -206,6 +206,60 @@ async fn a_tool_gate_with_everything_in_place_makes_no_request() {
     assert!(writes.is_empty(), "{writes:?}");
 }
 
+/// Issue 54: a binding key planted before the ToolGate, labelled as ours but without the
+/// ToolGate's controller reference, is another owner's: read, never used or rewritten, and
+/// the ToolGate refused before its Deployment (which would mount it) is applied.
+#[tokio::test]
+async fn a_planted_binding_key_is_never_adopted() {
+    let tool_gate = tool_gate();
+    let planted: Secret = yaml(
+        "{apiVersion: v1, kind: Secret, metadata: {name: pay-gate-binding-key, namespace: ns, labels: {app.kubernetes.io/managed-by: hitl-operator}}, data: {key: YXR0YWNrZXItY2hvc2UtdGhpcy1rZXktb2YtMzItYnl0ZXMh}}",
+    );
+    let mut cache = applied_cache(&tool_gate, &rendered(&tool_gate));
+    cache.secrets[1] = planted.clone();
+    let script = vec![
+        expect(Method::GET, TOKEN, json_of(&token())),
+        expect(
+            Method::GET,
+            "/api/v1/namespaces/ns/secrets/pay-gate-binding-key",
+            json_of(&planted),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("{STATUS}{APPLY}"),
+            json_of(&tool_gate),
+        ),
+        expect(Method::POST, EVENTS, event_created()),
+    ];
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            std::sync::Arc::new(tool_gate.clone()),
+            cache.context(client, at(0)),
+        )
+    })
+    .await;
+    assert!(result.is_err(), "retried with back-off");
+    let written = writes(&requests);
+    assert_eq!(
+        written.len(),
+        2,
+        "the status and its Event only: {written:?}"
+    );
+    let status = written[0];
+    assert_eq!(
+        conditions(status)[0],
+        (
+            "Accepted".into(),
+            "False".into(),
+            "OwnedByAnotherController".into()
+        )
+    );
+    assert_eq!(
+        condition_message(status, "Accepted"),
+        "Secret ns/pay-gate-binding-key exists and is not hitl-operator's (no controller ownerReference: this operator did not make it (only its labels say so)); it was left alone: delete it, or hand the Agent to hitl-operator as docs/kagent.md says"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_server_is_reported_in_accepted() {
     let tool_gate = tool_gate();
