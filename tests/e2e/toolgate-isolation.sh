@@ -60,6 +60,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 TOKEN_REVIEW_BINDING=
+# Kinds named with their version: kubectl's discovery cache may still map them to another
+# version after a suite that swapped a CRD (toolgate.sh installs kagent's own v1alpha3 ones).
+TG_KIND=toolgates.v1alpha2.kagent.dev
+RMCP_KIND=remotemcpservers.v1alpha2.kagent.dev
 
 # Each attack is checked on its own: a check that fails is reported (miss) and the suite goes
 # on, failing at the end with every miss listed.
@@ -80,7 +84,9 @@ within_s() {
 
 # in NAMESPACE OBJECT JSONPATH: a field of an object.
 in_ns() { kubectl -n "$1" get "$2" -o "jsonpath=$3"; }
-condition() { in_ns "$1" "$2" "{.status.conditions[?(@.type==\"$3\")].$4}"; }
+# condition NAMESPACE OBJECT TYPE FIELD: a field of a condition; empty when it cannot be read
+# (the check that wanted it then misses, with what it saw).
+condition() { in_ns "$1" "$2" "{.status.conditions[?(@.type==\"$3\")].$4}" 2>>"$WORK/reads.err" || true; }
 # bound NAMESPACE SA: the ServiceAccount is a subject of the TokenReview binding.
 bound() {
   kubectl get clusterrolebinding "$TOKEN_REVIEW_BINDING" -o jsonpath='{range .subjects[*]}{.namespace}/{.name}{"\n"}{end}' |
@@ -90,7 +96,7 @@ not_bound() { ! bound "$1" "$2"; }
 # may_review NAMESPACE SA: the apiserver's own answer, whether the account may create TokenReviews.
 may_review() { [ "$(kubectl auth can-i create tokenreviews --as="system:serviceaccount:$1:$2" 2>/dev/null)" = yes ]; }
 may_not_review() { ! may_review "$1" "$2"; }
-accepted_is() { [ "$(condition "$1" "toolgate/$2" Accepted status)" = "$3" ]; }
+accepted_is() { [ "$(condition "$1" "$TG_KIND/$2" Accepted status)" = "$3" ]; }
 tool_gate() { # NAMESPACE NAME [SPEC-EXTRA]: a ToolGate on an inline url
   kubectl -n "$1" apply -f - <<EOF
 apiVersion: kagent.dev/v1alpha2
@@ -126,7 +132,11 @@ kubectl apply --server-side --force-conflicts -f "$WORK/chart/crds.yaml" >/dev/n
 # Right after the apply a CRD may have no conditions yet, which kubectl wait takes for an error.
 established() { kubectl wait --for=condition=Established --timeout=5s crd/toolgates.kagent.dev crd/remotemcpservers.kagent.dev; }
 wait_for "the CRDs Established" 60 established
-if ! kubectl get namespace "$SYS_NS" >/dev/null 2>&1; then
+ns_gone() { ! kubectl get namespace "$1" >/dev/null 2>&1; }
+if [ "$(kubectl get namespace "$SYS_NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
+  wait_for "namespace $SYS_NS (left by an earlier suite) to finish terminating" 120 ns_gone "$SYS_NS"
+fi
+if ns_gone "$SYS_NS"; then
   kubectl create namespace "$SYS_NS" >/dev/null
   CREATED_SYS_NS=1
 fi
@@ -146,10 +156,10 @@ step "2. a refused ToolGate grants nothing; a deleted one's ServiceAccount leave
 kubectl -n "$NS" create serviceaccount ci-gate >/dev/null
 tool_gate "$NS" ci >/dev/null
 within_s 30 accepted_is "$NS" ci False || miss "ToolGate ci not refused within 30 s"
-if [ "$(condition "$NS" toolgate/ci Accepted reason)" = OwnedByAnotherController ]; then
-  ok "ToolGate ci: Accepted=False OwnedByAnotherController: $(condition "$NS" toolgate/ci Accepted message)"
+if [ "$(condition "$NS" $TG_KIND/ci Accepted reason)" = OwnedByAnotherController ]; then
+  ok "ToolGate ci: Accepted=False OwnedByAnotherController: $(condition "$NS" $TG_KIND/ci Accepted message)"
 else
-  miss "ToolGate ci: Accepted reason $(condition "$NS" toolgate/ci Accepted reason), want OwnedByAnotherController"
+  miss "ToolGate ci: Accepted reason $(condition "$NS" $TG_KIND/ci Accepted reason), want OwnedByAnotherController"
 fi
 # The keeper has synced since ci was refused once a ToolGate made after it is bound.
 tool_gate "$NS" after-ci >/dev/null
@@ -159,15 +169,15 @@ if not_bound "$NS" ci-gate && may_not_review "$NS" ci-gate; then
 else
   miss "$NS/ci-gate (made by hand, ToolGate ci refused) is in $TOKEN_REVIEW_BINDING or may create TokenReviews"
 fi
-if [ "$(condition "$NS" toolgate/ci Ready reason)" = TokenReviewNotBound ]; then
-  ok "ToolGate ci: Ready=False TokenReviewNotBound: $(condition "$NS" toolgate/ci Ready message)"
+if [ "$(condition "$NS" $TG_KIND/ci Ready reason)" = TokenReviewNotBound ]; then
+  ok "ToolGate ci: Ready=False TokenReviewNotBound: $(condition "$NS" $TG_KIND/ci Ready message)"
 else
-  miss "ToolGate ci: Ready $(condition "$NS" toolgate/ci Ready status) $(condition "$NS" toolgate/ci Ready reason), want False TokenReviewNotBound"
+  miss "ToolGate ci: Ready $(condition "$NS" $TG_KIND/ci Ready status) $(condition "$NS" $TG_KIND/ci Ready reason), want False TokenReviewNotBound"
 fi
 tool_gate "$NS_B" gone >/dev/null
 if within_s 30 bound "$NS_B" gone-gate; then
   start=$(now)
-  kubectl -n "$NS_B" delete toolgate gone --wait=false >/dev/null
+  kubectl -n "$NS_B" delete "$TG_KIND" gone --wait=false >/dev/null
   if within_s 30 not_bound "$NS_B" gone-gate && within_s 30 may_not_review "$NS_B" gone-gate; then
     ok "ToolGate $NS_B/gone deleted: its ServiceAccount left the binding in $(elapsed "$start") s"
   else
@@ -194,14 +204,14 @@ within_s 30 accepted_is "$NS_B" later True || miss "ToolGate $NS_B/later not Acc
 if within_s 30 bound "$NS_B" later-gate && within_s 30 may_review "$NS_B" later-gate; then
   ok "ToolGate $NS_B/later (made after): bound, may create TokenReviews ($(elapsed "$start") s)"
   # The ToolGate is looked at again within 5 s of being bound.
-  ready_waits_no_more() { [ "$(condition "$NS_B" toolgate/later Ready reason)" != TokenReviewNotBound ]; }
+  ready_waits_no_more() { [ "$(condition "$NS_B" $TG_KIND/later Ready reason)" != TokenReviewNotBound ]; }
   if within_s 15 ready_waits_no_more; then
-    ok "its Ready ($(condition "$NS_B" toolgate/later Ready reason)) no longer waits for the binding"
+    ok "its Ready ($(condition "$NS_B" $TG_KIND/later Ready reason)) no longer waits for the binding"
   else
     miss "ToolGate $NS_B/later is bound but its Ready still says TokenReviewNotBound after 15 s"
   fi
 else
-  miss "ToolGate $NS_B/later (Accepted=$(condition "$NS_B" toolgate/later Accepted status)): $NS_B/later-gate not bound or may not create TokenReviews after 30 s; its Ready: $(condition "$NS_B" toolgate/later Ready status) $(condition "$NS_B" toolgate/later Ready reason)"
+  miss "ToolGate $NS_B/later (Accepted=$(condition "$NS_B" $TG_KIND/later Accepted status)): $NS_B/later-gate not bound or may not create TokenReviews after 30 s; its Ready: $(condition "$NS_B" $TG_KIND/later Ready status) $(condition "$NS_B" $TG_KIND/later Ready reason)"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -211,12 +221,12 @@ kubectl -n "$NS" create secret generic planted-gate-binding-key --from-literal=k
 kubectl -n "$NS" label secret planted-gate-binding-key app.kubernetes.io/managed-by=hitl-operator >/dev/null
 tool_gate "$NS" planted >/dev/null
 within_s 30 accepted_is "$NS" planted False || true
-reason=$(condition "$NS" toolgate/planted Accepted reason)
-message=$(condition "$NS" toolgate/planted Accepted message)
+reason=$(condition "$NS" $TG_KIND/planted Accepted reason)
+message=$(condition "$NS" $TG_KIND/planted Accepted message)
 if [ "$reason" = OwnedByAnotherController ] && grep -qF "Secret $NS/planted-gate-binding-key" <<<"$message"; then
   ok "ToolGate planted: Accepted=False OwnedByAnotherController: $message"
 else
-  miss "ToolGate planted: Accepted $(condition "$NS" toolgate/planted Accepted status) $reason ($message), want False OwnedByAnotherController naming the Secret"
+  miss "ToolGate planted: Accepted $(condition "$NS" $TG_KIND/planted Accepted status) $reason ($message), want False OwnedByAnotherController naming the Secret"
 fi
 [ -z "$(in_ns "$NS" secret/planted-gate-binding-key '{.metadata.ownerReferences}')" ] ||
   miss "the planted Secret got an ownerReference: $(in_ns "$NS" secret/planted-gate-binding-key '{.metadata.ownerReferences}')"
@@ -266,32 +276,32 @@ spec:
   toolNames: [echo]
 YAML
 within_s 30 accepted_is "$NS" thief False || true
-message=$(condition "$NS" toolgate/thief Accepted message)
+message=$(condition "$NS" $TG_KIND/thief Accepted message)
 if grep -qF 'Forbidden: key "gate.json" of Secret "victim-gate" is an approval gate'"'"'s' <<<"$message"; then
-  ok "ToolGate thief ($(condition "$NS" toolgate/thief Accepted reason)): $message"
+  ok "ToolGate thief ($(condition "$NS" $TG_KIND/thief Accepted reason)): $message"
 else
-  miss "ToolGate thief (headersFrom victim-gate/gate.json): Accepted $(condition "$NS" toolgate/thief Accepted status): $message"
+  miss "ToolGate thief (headersFrom victim-gate/gate.json): Accepted $(condition "$NS" $TG_KIND/thief Accepted status): $message"
 fi
 within_s 30 accepted_is "$NS" thief-key False || true
-message=$(condition "$NS" toolgate/thief-key Accepted message)
+message=$(condition "$NS" $TG_KIND/thief-key Accepted message)
 if grep -qF 'Forbidden: key "key" of Secret "victim-gate-binding-key" is an approval gate'"'"'s' <<<"$message"; then
-  ok "ToolGate thief-key ($(condition "$NS" toolgate/thief-key Accepted reason)): $message"
+  ok "ToolGate thief-key ($(condition "$NS" $TG_KIND/thief-key Accepted reason)): $message"
 else
-  miss "ToolGate thief-key (headersFrom victim-gate-binding-key/key): Accepted $(condition "$NS" toolgate/thief-key Accepted status) $(condition "$NS" toolgate/thief-key Accepted reason): $message"
+  miss "ToolGate thief-key (headersFrom victim-gate-binding-key/key): Accepted $(condition "$NS" $TG_KIND/thief-key Accepted status) $(condition "$NS" $TG_KIND/thief-key Accepted reason): $message"
 fi
-server_refused() { [ "$(condition "$NS" remotemcpserver/thief-server Accepted reason)" = InvalidSpec ]; }
+server_refused() { [ "$(condition "$NS" $RMCP_KIND/thief-server Accepted reason)" = InvalidSpec ]; }
 within_s 30 server_refused || true
-message=$(condition "$NS" remotemcpserver/thief-server Accepted message)
+message=$(condition "$NS" $RMCP_KIND/thief-server Accepted message)
 if grep -qF 'Forbidden: key "gate.json" of Secret "victim-gate" is an approval gate'"'"'s' <<<"$message"; then
   ok "RemoteMCPServer thief-server: $message"
 else
-  miss "RemoteMCPServer thief-server (headersFrom victim-gate/gate.json): $(condition "$NS" remotemcpserver/thief-server Accepted reason): $message"
+  miss "RemoteMCPServer thief-server (headersFrom victim-gate/gate.json): $(condition "$NS" $RMCP_KIND/thief-server Accepted reason): $message"
 fi
 within_s 30 accepted_is "$NS" thief-via-server False || true
-if [ "$(condition "$NS" toolgate/thief-via-server Accepted reason)" = InvalidSpec ]; then
-  ok "ToolGate thief-via-server: $(condition "$NS" toolgate/thief-via-server Accepted message)"
+if [ "$(condition "$NS" $TG_KIND/thief-via-server Accepted reason)" = InvalidSpec ]; then
+  ok "ToolGate thief-via-server: $(condition "$NS" $TG_KIND/thief-via-server Accepted message)"
 else
-  miss "ToolGate thief-via-server: Accepted $(condition "$NS" toolgate/thief-via-server Accepted status) $(condition "$NS" toolgate/thief-via-server Accepted reason)"
+  miss "ToolGate thief-via-server: Accepted $(condition "$NS" $TG_KIND/thief-via-server Accepted status) $(condition "$NS" $TG_KIND/thief-via-server Accepted reason)"
 fi
 for secret in thief-gate thief-key-gate thief-via-server-gate; do
   if kubectl -n "$NS" get secret "$secret" >/dev/null 2>&1 &&
