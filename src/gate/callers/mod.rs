@@ -26,7 +26,10 @@ use kube::api::PostParams;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use self::cache::{MAX_CACHED_TOKENS, TokenCache, TokenKey, jwt_expiry, token_key, trusted_until};
+use self::cache::{
+    MAX_CACHED_TOKENS, MAX_CACHED_TOKENS_PER_CALLER, TokenCache, TokenKey, jwt_expiry, token_key,
+    trusted_until,
+};
 use self::rate::{CallLimits, MAX_TRACKED_CALLERS};
 use super::decision::Clock;
 use super::jsonrpc;
@@ -224,7 +227,10 @@ impl Callers {
             policy: policy.clone(),
             api: Api::all(client),
             clock,
-            cache: Mutex::new(TokenCache::new(MAX_CACHED_TOKENS)),
+            cache: Mutex::new(TokenCache::new(
+                MAX_CACHED_TOKENS,
+                MAX_CACHED_TOKENS_PER_CALLER,
+            )),
             in_flight: Mutex::default(),
             limits: policy
                 .max_calls_per_minute
