@@ -700,12 +700,12 @@ fn approved_phase_requires_an_approve_decision() {
     assert_rejected(
         &with(request(), "/status/phase", json!("Approved")),
         None,
-        "The ApprovalRequest \"r1\" is invalid: Invalid value: phase Approved or Executed requires spec.decision.type Approve or spec.grant",
+        "The ApprovalRequest \"r1\" is invalid: <nil>: Invalid value: phase Approved or Executed requires spec.decision.type Approve or spec.grant",
     );
     assert_rejected(
         &with(decided("Deny"), "/status/phase", json!("Executed")),
         None,
-        "The ApprovalRequest \"r1\" is invalid: Invalid value: phase Approved or Executed requires spec.decision.type Approve or spec.grant",
+        "The ApprovalRequest \"r1\" is invalid: <nil>: Invalid value: phase Approved or Executed requires spec.decision.type Approve or spec.grant",
     );
 }
 
@@ -767,7 +767,7 @@ fn consumption_requires_an_approve_decision() {
             json!("2026-11-22T00:10:00Z"),
         ),
         None,
-        "The ApprovalRequest \"r1\" is invalid: Invalid value: status.consumedAt may only be set on an approved request",
+        "The ApprovalRequest \"r1\" is invalid: <nil>: Invalid value: status.consumedAt may only be set on an approved request",
     );
 }
 
@@ -1345,7 +1345,7 @@ fn uses_never_exceed_max_uses_nor_decrease() {
     assert_rejected(
         &used(3),
         Some(&used(2)),
-        "The ApprovalGrant \"g1\" is invalid: Invalid value: status.uses cannot exceed spec.maxUses",
+        "The ApprovalGrant \"g1\" is invalid: <nil>: Invalid value: status.uses cannot exceed spec.maxUses",
     );
     let unlimited = without(used(500), "/spec/maxUses");
     assert_eq!(errors(&unlimited, None), Vec::<String>::new());
@@ -1591,6 +1591,33 @@ fn a_tool_gate_requires_approval_only_of_its_tools() {
         None,
         "The ToolGate \"payments\" is invalid: spec.toolNames: Invalid value: 0: spec.toolNames in body should have at least 1 items",
     );
+}
+
+/// Issue 54: a ToolGate's name must name its gate's objects (`<name>-gate`, a Service among
+/// them): at most 58 characters of a DNS-1035 label. kube-apiserver 1.36 words it this way
+/// (tests/e2e/toolgate-isolation.sh applies the 250-character one).
+#[test]
+fn a_tool_gate_name_must_make_valid_gate_objects() {
+    let named = |name: &str| {
+        let mut object = tool_gate(json!({"server": {"remoteMCPServer": "s"}, "toolNames": ["a"]}));
+        object["metadata"]["name"] = json!(name);
+        object
+    };
+    assert_valid(&named(&format!("a{}", "b".repeat(57))));
+    for name in [
+        "l".repeat(250),
+        format!("a{}", "b".repeat(58)),
+        "1pay".to_owned(),
+        "pay.team".to_owned(),
+    ] {
+        assert_rejected(
+            &named(&name),
+            None,
+            &format!(
+                "The ToolGate {name:?} is invalid: <nil>: Invalid value: a ToolGate's name must be at most 58 characters of lower-case letters, digits and '-', starting with a letter and ending with a letter or digit: its gate's Service, Deployment and ServiceAccount are named <name>-gate"
+            ),
+        );
+    }
 }
 
 #[test]

@@ -34,6 +34,10 @@ use super::remote_mcp_server::McpProtocol;
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     // On the root, where the ToolGate's own name is known: the server of an inline url is
     // named after the ToolGate.
+    // The gate's objects are named `<name>-gate` (a Service among them: a DNS-1035 label of
+    // at most 63 characters) and labelled with the name: a longer or dotted name could make
+    // none of them, and must not reach the controller (issue 54).
+    validation = kube::core::Rule::new("size(self.metadata.name) <= 58 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("a ToolGate's name must be at most 58 characters of lower-case letters, digits and '-', starting with a letter and ending with a letter or digit: its gate's Service, Deployment and ServiceAccount are named <name>-gate"),
     validation = kube::core::Rule::new("!has(self.spec.approval) || !has(self.spec.approval.rules) || self.spec.approval.rules.all(r, !has(r.server) || r.server == (has(self.spec.server.remoteMCPServer) ? self.spec.server.remoteMCPServer : self.metadata.name))").field_path(".spec.approval.rules").message("a rule's server must be unset or name the ToolGate's server: spec.server.remoteMCPServer, or the ToolGate's own name when the server is an inline url")
 )]
 #[serde(rename_all = "camelCase")]

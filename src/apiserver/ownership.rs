@@ -9,9 +9,11 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "hitl-operator";
 
 /// Who else owns an object with metadata `meta`, if anyone: a managed-by label other than
-/// ours (or none), or a controller ownerReference to anything but `controller_uid`. `None`
+/// ours (or none), a controller ownerReference to anything but `controller_uid`, or no
+/// controller ownerReference at all (whatever its labels say: anyone may set a label, and an
+/// object this operator made always names its Agent or ToolGate as its controller). `None`
 /// means it is ours to apply to.
-pub fn foreign_owner(meta: &ObjectMeta, controller_uid: Option<&str>) -> Option<String> {
+pub fn foreign_owner(meta: &ObjectMeta, controller_uid: &str) -> Option<String> {
     let managed_by = meta
         .labels
         .as_ref()
@@ -22,16 +24,22 @@ pub fn foreign_owner(meta: &ObjectMeta, controller_uid: Option<&str>) -> Option<
             None => format!("no {MANAGED_BY_LABEL} label"),
         });
     }
-    meta.owner_references
+    let controller = meta
+        .owner_references
         .iter()
         .flatten()
-        .find(|owner| owner.controller == Some(true) && Some(owner.uid.as_str()) != controller_uid)
-        .map(|owner| {
-            format!(
-                "controlled by {} {} (uid {})",
-                owner.kind, owner.name, owner.uid
-            )
-        })
+        .find(|owner| owner.controller == Some(true));
+    match controller {
+        Some(owner) if !controller_uid.is_empty() && owner.uid == controller_uid => None,
+        Some(owner) => Some(format!(
+            "controlled by {} {} (uid {})",
+            owner.kind, owner.name, owner.uid
+        )),
+        None => Some(
+            "no controller ownerReference: this operator did not make it (only its labels say so)"
+                .to_owned(),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -47,25 +55,37 @@ mod tests {
         let ours = meta(
             "{name: a, labels: {app.kubernetes.io/managed-by: hitl-operator}, ownerReferences: [{apiVersion: kagent.dev/v1alpha2, kind: Agent, name: a, uid: u1, controller: true}]}",
         );
-        assert_eq!(foreign_owner(&ours, Some("u1")), None);
+        assert_eq!(foreign_owner(&ours, "u1"), None);
         assert_eq!(
-            foreign_owner(&ours, Some("u2")),
+            foreign_owner(&ours, "u2"),
             Some("controlled by Agent a (uid u1)".into())
         );
         let kagent = meta("{name: a, labels: {app.kubernetes.io/managed-by: kagent}}");
         assert_eq!(
-            foreign_owner(&kagent, Some("u1")),
+            foreign_owner(&kagent, "u1"),
             Some("app.kubernetes.io/managed-by=kagent".into())
         );
         let unlabelled = meta("{name: a}");
         assert_eq!(
-            foreign_owner(&unlabelled, Some("u1")),
+            foreign_owner(&unlabelled, "u1"),
             Some("no app.kubernetes.io/managed-by label".into())
         );
-        // A non-controller owner (a garbage-collection link someone added) is not a claim.
+        // A non-controller owner (a garbage-collection link someone added) is not a claim; our
+        // label without our controller reference is not ours either (issue 54: anyone may
+        // label a Secret, and a planted binding key must never be adopted).
         let linked = meta(
             "{name: a, labels: {app.kubernetes.io/managed-by: hitl-operator}, ownerReferences: [{apiVersion: v1, kind: ConfigMap, name: x, uid: u9}]}",
         );
-        assert_eq!(foreign_owner(&linked, Some("u1")), None);
+        let unowned = Some(
+            "no controller ownerReference: this operator did not make it (only its labels say so)"
+                .to_owned(),
+        );
+        assert_eq!(foreign_owner(&linked, "u1"), unowned);
+        let planted = meta("{name: a, labels: {app.kubernetes.io/managed-by: hitl-operator}}");
+        assert_eq!(foreign_owner(&planted, "u1"), unowned);
+        let with_ours_too = meta(
+            "{name: a, labels: {app.kubernetes.io/managed-by: hitl-operator}, ownerReferences: [{apiVersion: v1, kind: ConfigMap, name: x, uid: u9}, {apiVersion: kagent.dev/v1alpha2, kind: Agent, name: a, uid: u1, controller: true}]}",
+        );
+        assert_eq!(foreign_owner(&with_ours_too, "u1"), None);
     }
 }

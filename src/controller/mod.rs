@@ -261,6 +261,8 @@ pub struct Context {
     pub confirmed: Confirmed,
     /// Agent statuses written that the cache of Agents may not hold yet.
     pub written_statuses: WrittenStatuses,
+    /// What the ToolGates' TokenReview binding holds, when the controller keeps one.
+    pub token_review: Option<token_review::Bound>,
 }
 
 impl Context {
@@ -299,7 +301,15 @@ impl Context {
             reconcile_failures: Backoff::default(),
             confirmed: Confirmed::default(),
             written_statuses: WrittenStatuses::default(),
+            token_review: None,
         }
+    }
+
+    /// The ToolGates' TokenReview binding is kept, holding what `bound` says: a ToolGate is
+    /// `Ready` only once its gate is in it.
+    pub fn with_token_review(mut self, bound: token_review::Bound) -> Self {
+        self.token_review = Some(bound);
+        self
     }
 
     /// Notifier messages may also go to the addresses `destinations` allows

@@ -20,17 +20,34 @@ use crate::contract::binding_key::BindingKey;
 use crate::render::objects::{GateOwner, binding_key_secret};
 use crate::{Error, Result};
 
-/// Creates the binding-key Secret of `owner`'s gate with a random key unless it exists with a
-/// usable one. The Secret is immutable: a key that is too short (not ours) is deleted and
-/// created afresh. Never updated otherwise, so a key changes only when its Secret is deleted.
+/// Creates the binding-key Secret of `owner`'s gate with a random key unless it exists, made
+/// by this controller for `owner`, with a usable one. A Secret of that name that `owner` does
+/// not control is another owner's and is never used, whatever its labels and key (someone who
+/// planted it would know the key). The Secret is immutable: a key of ours that is too short is
+/// deleted and created afresh. Never updated otherwise, so a key changes only when its Secret
+/// is deleted.
 pub async fn ensure_binding_key(ctx: &Context, owner: &GateOwner) -> Result<()> {
     let namespace = owner.namespace.as_str();
     let name = owner.binding_key_secret_name();
     let cached = ctx.stores.secrets.get(namespace, &name);
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    match cached {
-        Some(secret) if *secret.facts() == HoldsBindingKey(true) => return Ok(()),
-        Some(_) => {
+    let usable = match cached {
+        Some(secret) if secret.controlled_by(owner) => {
+            Some(*secret.facts() == HoldsBindingKey(true))
+        }
+        // Not ours as cached: read it; the cache may not know yet that we made it.
+        Some(_) => match api.get_opt(&name).await? {
+            Some(secret) => {
+                refuse_foreign(&secret, owner)?;
+                Some(secret.facts() == HoldsBindingKey(true))
+            }
+            None => None,
+        },
+        None => None,
+    };
+    match usable {
+        Some(true) => return Ok(()),
+        Some(false) => {
             tracing::warn!(secret = %name, namespace = %namespace, "binding key unusable; replacing it");
             api.delete(&name, &DeleteParams::default()).await?;
         }
@@ -58,7 +75,8 @@ pub async fn ensure_binding_key(ctx: &Context, owner: &GateOwner) -> Result<()> 
 /// object is read as below. Otherwise the object is read: one the cache does not hold as ours
 /// (an object without our managed-by label is held with no owner), or holds as another
 /// owner's, that exists and is another controller's or owner's (kagent's, or an Agent's of the
-/// same name as a ToolGate's) is left alone, and the error says whose it is; one that holds
+/// same name as a ToolGate's), or no one's (no controller ownerReference, whatever its labels),
+/// is left alone, and the error says whose it is; one that holds
 /// `desired` already (the apiserver defaulted a field inside one we set) is not written.
 pub async fn apply_changed<K: RenderedKind>(
     ctx: &Context,
@@ -119,7 +137,7 @@ pub async fn apply_changed<K: RenderedKind>(
 
 /// An error if `existing` belongs to someone else than this operator and `owner`.
 fn refuse_foreign<K: Resource<DynamicType = ()>>(existing: &K, owner: &GateOwner) -> Result<()> {
-    match foreign_owner(existing.meta(), Some(owner.uid.as_str())) {
+    match foreign_owner(existing.meta(), &owner.uid) {
         Some(other) => Err(Error::OwnedElsewhere {
             object: format!(
                 "{} {}/{}",

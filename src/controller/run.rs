@@ -61,28 +61,30 @@ async fn run_controllers(
     );
     let metadata_watches = tokio::spawn(watches.metadata);
     let instance = std::env::var("POD_NAME").ok();
-    let ctx = Arc::new(
-        Context::new(
-            client,
-            Arc::new(SystemClock),
-            metrics,
-            args.render_options(),
-            watches.stores,
-            watches.caches,
-            instance,
-        )
-        .with_notifier_destinations(Destinations::new(args.notifier_allow_cidrs.clone())),
-    );
+    let binding = args.token_review();
+    let bound = binding.as_ref().map(|binding| {
+        token_review::Bound::new(binding.name.clone(), watches.tool_gates_changed.clone())
+    });
+    let mut ctx = Context::new(
+        client,
+        Arc::new(SystemClock),
+        metrics,
+        args.render_options(),
+        watches.stores,
+        watches.caches,
+        instance,
+    )
+    .with_notifier_destinations(Destinations::new(args.notifier_allow_cidrs.clone()));
+    if let Some(bound) = &bound {
+        ctx = ctx.with_token_review(bound.clone());
+    }
+    let ctx = Arc::new(ctx);
     // The ClusterRoleBinding of the ToolGates' gates, when one is set: it follows the set of
     // ToolGates, so it is kept beside their controller, not by it.
-    let token_review_binding = match args.token_review() {
-        Some(binding) => token_review::keep(
-            binding,
-            ctx.clone(),
-            watches.tool_gates_changed.clone(),
-            stopped(&stop),
-        )
-        .boxed(),
+    let token_review_binding = match binding.zip(bound) {
+        Some((binding, bound)) => {
+            token_review::keep(binding, ctx.clone(), bound, stopped(&stop)).boxed()
+        }
         None => futures::future::ready(()).boxed(),
     };
     let controllers = futures::future::join3(

@@ -3,11 +3,16 @@
 //! from the cached one, and write the status (with the `Frozen` condition while the ToolGate or
 //! its Namespace is frozen, [`super::freeze`]) when it changed. A reconcile with nothing to
 //! change makes no API writes. The ClusterRoleBinding of the gates' ServiceAccounts is kept
-//! apart ([`super::token_review`]), since it follows the set of ToolGates, not one.
+//! apart ([`super::token_review`]), since it follows the set of ToolGates, not one; `Ready`
+//! stays False (`TokenReviewNotBound`) until this ToolGate's gate is in it.
 
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
 
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -15,16 +20,17 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::accepted;
-use super::agent::fetch_into;
+use super::agent::{READY, fetch_into};
 use super::freeze::{announce_freeze, frozen_condition};
 use super::owned::{apply_changed, ensure_binding_key, owned_named, ready_condition};
+use super::token_review::Bound;
 use super::watches::ToolGateWatches;
 use super::{CACHE_SYNC_BOUND, Context, bounded, drain, measured, retry_after_error};
 use crate::Result;
 use crate::api::ToolGate;
 use crate::api::tool_gate::ToolGateStatus;
-use crate::apiserver::apply_status;
 use crate::apiserver::conditions::set_condition;
+use crate::apiserver::{apply_status, new_condition};
 use crate::render::objects::GateOwner;
 use crate::render::refs::{ObjectKey, RefStore};
 use crate::render::tool_gate::{
@@ -127,10 +133,21 @@ async fn reconcile_inner(tool_gate: &ToolGate, ctx: &Context) -> Result<Action> 
     let name = owner.gate_name();
     let cached = owned_named(&ctx.stores.deployments, &owner, &name);
     let readiness = cached.map(|cached| *cached.facts());
-    set_condition(
-        &mut status.conditions,
-        ready_condition(&[(name.as_str(), readiness.as_ref())], generation, now),
-    );
+    let unbound = ctx
+        .token_review
+        .as_ref()
+        .filter(|bound| !bound.holds(&owner.namespace, &name));
+    // Accepted but not yet bound: the keeper is asked to look, and the ToolGate is looked at
+    // again until it is.
+    let awaiting = unbound.filter(|_| accepted.status == "True");
+    if let Some(bound) = awaiting {
+        bound.wake();
+    }
+    let ready = match unbound {
+        Some(bound) => not_bound(&owner, bound, generation, now),
+        None => ready_condition(&[(name.as_str(), readiness.as_ref())], generation, now),
+    };
+    set_condition(&mut status.conditions, ready);
     let freeze = ctx.stores.freeze_of(tool_gate);
     frozen_condition(freeze.as_ref(), generation, now).apply(&mut status.conditions);
 
@@ -145,8 +162,35 @@ async fn reconcile_inner(tool_gate: &ToolGate, ctx: &Context) -> Result<Action> 
     }
     match failure {
         Some(error) => Err(error),
+        None if awaiting.is_some() => Ok(Action::requeue(UNBOUND_RECHECK)),
         None => Ok(Action::await_change()),
     }
+}
+
+/// How soon a ToolGate whose gate is not yet in the TokenReview binding is looked at again.
+const UNBOUND_RECHECK: Duration = Duration::from_secs(5);
+
+/// `Ready` False while the gate of `owner` is not in the TokenReview binding: every caller
+/// would be refused (503), as the gate may not verify tokens.
+fn not_bound(
+    owner: &GateOwner,
+    bound: &Bound,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    new_condition(
+        READY,
+        false,
+        "TokenReviewNotBound",
+        format!(
+            "ServiceAccount {}/{} is not in ClusterRoleBinding {} yet: the gate cannot verify its callers (it is added once the ToolGate is Accepted and owns that ServiceAccount)",
+            owner.namespace,
+            owner.gate_name(),
+            bound.binding
+        ),
+        generation,
+        now,
+    )
 }
 
 /// Fetches every object the ToolGate references (its RemoteMCPServer from the cache, then the

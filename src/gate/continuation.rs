@@ -18,11 +18,14 @@
 //! So one approval runs one call, with as many input rounds as its server asks for, each
 //! round exactly once; the answers to the server's questions come from the client, as they
 //! would without the gate. Continuations live [`CONTINUATION_TTL`] and at most
-//! [`MAX_CONTINUATIONS`] are kept per server (the oldest go first); they are in this gate's
+//! [`MAX_CONTINUATIONS`] are kept per server, at most [`MAX_CONTINUATIONS_PER_CALLER`] of one
+//! caller of a shared gate: past its quota a caller's own oldest goes, past the server's bound
+//! the oldest of the caller holding the most, never another caller's for one at its quota.
+//! They are in this gate's
 //! memory only, so after a restart (or on another replica) a retry is refused and the call
 //! must be made again from its first round, which asks for a new approval.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,6 +38,10 @@ pub const CONTINUATION_TTL: Duration = Duration::from_secs(600);
 
 /// The most continuations kept per server.
 pub const MAX_CONTINUATIONS: usize = 1024;
+
+/// The most continuations kept per server for one caller of a shared gate (an Agent's gate
+/// has one client, which may hold them all).
+pub const MAX_CONTINUATIONS_PER_CALLER: usize = 64;
 
 /// The next round an approved call may take.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,14 +65,18 @@ pub struct Continuation {
 pub struct Continuations(Mutex<VecDeque<(Instant, Continuation)>>);
 
 impl Continuations {
-    /// Notes `next`, allowed at `now`. Expired continuations, and the oldest past
-    /// [`MAX_CONTINUATIONS`], are dropped.
+    /// Notes `next`, allowed at `now`. Expired continuations are dropped, then, past its
+    /// caller's quota, that caller's oldest, and past [`MAX_CONTINUATIONS`] the oldest of the
+    /// caller holding the most.
     pub fn offer(&self, next: Continuation, now: Instant) {
         let mut kept = self.0.lock().expect("continuations lock");
         kept.retain(|(at, _)| now.saturating_duration_since(*at) < CONTINUATION_TTL);
-        while kept.len() >= MAX_CONTINUATIONS {
-            kept.pop_front();
-        }
+        let quota = if next.caller.is_some() {
+            MAX_CONTINUATIONS_PER_CALLER
+        } else {
+            MAX_CONTINUATIONS
+        };
+        make_room(&mut kept, &next.caller, quota, MAX_CONTINUATIONS);
         kept.push_back((now, next));
     }
 
@@ -86,6 +97,43 @@ impl Continuations {
                 && c.caller.as_deref() == caller
         })?;
         kept.remove(at).map(|(_, c)| c)
+    }
+}
+
+/// Drops from `kept` (oldest first) until one more of `caller` fits: `caller`'s own oldest
+/// while it holds `quota`, then the oldest of whoever holds the most while `kept` holds
+/// `capacity`.
+fn make_room(
+    kept: &mut VecDeque<(Instant, Continuation)>,
+    caller: &Option<String>,
+    quota: usize,
+    capacity: usize,
+) {
+    let oldest_of = |kept: &VecDeque<(Instant, Continuation)>, who: &Option<String>| {
+        kept.iter().position(|(_, c)| &c.caller == who)
+    };
+    while kept.iter().filter(|(_, c)| &c.caller == caller).count() >= quota {
+        let Some(at) = oldest_of(kept, caller) else {
+            break;
+        };
+        kept.remove(at);
+    }
+    while kept.len() >= capacity {
+        let mut held: HashMap<&Option<String>, usize> = HashMap::new();
+        for (_, c) in kept.iter() {
+            *held.entry(&c.caller).or_default() += 1;
+        }
+        let Some(most) = held
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(who, _)| who.clone())
+        else {
+            break;
+        };
+        let Some(at) = oldest_of(kept, &most) else {
+            break;
+        };
+        kept.remove(at);
     }
 }
 
@@ -228,6 +276,28 @@ mod tests {
             "the oldest went"
         );
         assert!(kept.take(Some("s5"), None, None, later).is_some());
+    }
+
+    #[test]
+    fn one_caller_at_its_quota_keeps_the_others_continuations() {
+        let kept = Continuations::default();
+        let now = Instant::now();
+        let of = |caller: &str, state: String| Continuation {
+            caller: Some(caller.into()),
+            ..continuation(Some(&state))
+        };
+        kept.offer(of("alice", "a".into()), now);
+        for i in 0..MAX_CONTINUATIONS * 2 {
+            kept.offer(of("bob", format!("b{i}")), now);
+        }
+        assert_eq!(
+            kept.0.lock().unwrap().len(),
+            MAX_CONTINUATIONS_PER_CALLER + 1
+        );
+        assert!(kept.take(Some("a"), None, Some("alice"), now).is_some());
+        let newest = format!("b{}", MAX_CONTINUATIONS * 2 - 1);
+        assert!(kept.take(Some(&newest), None, Some("bob"), now).is_some());
+        assert!(kept.take(Some("b0"), None, Some("bob"), now).is_none());
     }
 
     #[test]

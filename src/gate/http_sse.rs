@@ -24,6 +24,7 @@ use super::jsonrpc::{self, Incoming, ToolCall};
 use super::messages::{check_body_headers, check_message_headers, filter_event, message_body};
 use super::metrics::Outcome;
 use super::sessions;
+use super::streamable_http;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
 use crate::api::approval_request::Caller;
 use crate::sse;
@@ -100,8 +101,13 @@ pub async fn open(
     caller: Option<Extension<Arc<Caller>>>,
     headers: HeaderMap,
 ) -> Response<Body> {
-    let caller = caller.map(|Extension(c)| c.username.clone());
     let up = &route.up;
+    if let Some(refused) =
+        streamable_http::session_over_budget(up, caller.as_deref().map(Arc::as_ref))
+    {
+        return refused;
+    }
+    let caller = caller.map(|Extension(c)| c.username.clone());
     let resp = match up
         .send(Method::GET, up.uri.clone(), &headers, Bytes::new())
         .await

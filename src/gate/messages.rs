@@ -39,6 +39,25 @@ pub async fn message_body(body: Body) -> Result<Bytes, (StatusCode, String)> {
     }
 }
 
+/// The headers the gate reads on every request, whatever its method: the session (whose it
+/// is, which grants it takes) and the protocol revision. The routing headers and the body's
+/// type and encoding, read on POSTs only, are refused when repeated where they are read
+/// ([`check_routing_headers`], [`check_body_headers`]).
+const DECIDING_HEADERS: [&str; 2] = [super::streamable_http::SESSION_HEADER, PROTOCOL_HEADER];
+
+/// Refuses a request that repeats a header of [`DECIDING_HEADERS`]: the gate would judge one
+/// value and forward them all, and the server might read another.
+pub fn check_single_headers(headers: &HeaderMap) -> Result<(), String> {
+    for name in DECIDING_HEADERS {
+        if headers.get_all(name).iter().nth(1).is_some() {
+            return Err(format!(
+                "header {name} appears more than once; send it once (the request was not forwarded)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a message body that another parser could decode differently from the gate, which
 /// reads every message as UTF-8 JSON and forwards it as `application/json` of its own writing:
 /// any `Content-Encoding`, a media type other than `application/json`, a charset other than

@@ -4,7 +4,9 @@
 //! URL-parameter and matched-path extensions, a boxed clone of the route's service, the boxing
 //! of its futures) cost as much as some of the gate's own checks.
 //!
-//! On a shared gate every request is authenticated here first, before its route is looked up
+//! A request repeating a header the gate decides on is refused here (400), before anything
+//! else ([`super::messages::check_single_headers`]). On a shared gate every request is
+//! authenticated here first, before its route is looked up
 //! or its body read ([`super::callers`]): a refused one gets 401, 403 or 503; an accepted one
 //! goes on without its `Authorization` and `Proxy-Authorization` headers, carrying its verified
 //! caller (`Arc<Caller>`) in its extensions for the transports.
@@ -19,11 +21,14 @@ use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use futures::future::BoxFuture;
+use serde_json::Value;
 use tower::Service;
 
 use super::callers::Callers;
 use super::http_sse::{self, SseRoute};
+use super::jsonrpc;
 use super::kagent_store::{KagentStore, http as store_http};
+use super::messages::check_single_headers;
 use super::streamable_http;
 use super::upstream::{Upstream, drop_connection_options, is_credential};
 
@@ -130,6 +135,18 @@ fn not_allowed(allow: &'static str) -> Response<Body> {
     resp
 }
 
+/// HTTP 400 with a JSON-RPC error (`-32600`, invalid request) saying `why`.
+fn repeated_header(why: &str) -> Response<Body> {
+    let body = jsonrpc::error_response(&Value::Null, -32600, &format!("approval gate: {why}"));
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
 impl Service<Request> for McpRoutes {
     type Response = Response<Body>;
     type Error = Infallible;
@@ -144,6 +161,10 @@ impl Service<Request> for McpRoutes {
         let routes = self.routes.clone();
         let callers = self.callers.clone();
         Box::pin(async move {
+            if let Err(why) = check_single_headers(request.headers()) {
+                tracing::info!(%why, "refused: a repeated header");
+                return Ok(repeated_header(&why));
+            }
             if let Some(callers) = callers {
                 match callers.authenticate(request.headers()).await {
                     Ok(caller) => {

@@ -14,25 +14,32 @@
 //! the transports refuse anyone else's request naming it as they refuse an unknown session.
 //!
 //! Memory is bounded: at most [`MAX_SESSIONS`] ids, each at most [`MAX_SESSION_ID_BYTES`]
-//! bytes (no grant can name a longer one), the least recently begun or used forgotten first.
-//! Nothing survives a restart of the gate: sessions begun before it are unknown to it, and
-//! their grants cover nothing until the client begins a new session. Both fail closed: the
-//! call waits for a person.
+//! bytes (no grant can name a longer one). On a shared gate each caller holds at most
+//! [`MAX_SESSIONS_PER_CALLER`] of them: a caller past its quota forgets its own least recently
+//! used session, and when the ledger is full the caller holding the most gives one up, so one
+//! caller beginning sessions without end never forgets another caller's. Nothing survives a
+//! restart of the gate: sessions begun before it are unknown to it, and their grants cover
+//! nothing until the client begins a new session. Both fail closed: the call waits for a person.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{LazyLock, Mutex};
 
 /// Most sessions remembered per gate process. An entry holds the server's namespace and name
 /// and the id, a few hundred bytes at most, so the ledger stays under about 3 MiB.
 pub const MAX_SESSIONS: usize = 4096;
 
+/// Most sessions one caller of a shared gate holds in the ledger (an Agent's gate has one
+/// client, which may hold them all).
+pub const MAX_SESSIONS_PER_CALLER: usize = 256;
+
 /// Longest session id remembered, the longest an ApprovalGrant's `sessionId` may be.
 pub const MAX_SESSION_ID_BYTES: usize = 256;
 
-/// A bounded set of (tool server, session id), the least recently begun or used evicted
-/// first.
+/// A bounded set of (tool server, session id), each caller's least recently begun or used
+/// evicted first.
 pub struct SessionLedger {
     capacity: usize,
+    per_caller: usize,
     inner: Mutex<Recent>,
 }
 
@@ -44,18 +51,61 @@ struct Recent {
     ticks: HashMap<String, (u64, Option<String>)>,
     /// Each tick of last use and its key, oldest first.
     by_age: BTreeMap<u64, String>,
+    /// The ticks of each caller's sessions, oldest first.
+    by_caller: HashMap<Option<String>, BTreeSet<u64>>,
     next: u64,
 }
 
 impl Recent {
-    /// Makes `key`, begun by `caller`, the most recently used.
+    /// Makes `key`, begun by `caller`, the most recently used (and `caller`'s).
     fn touch(&mut self, key: String, caller: Option<String>) {
-        if let Some((tick, _)) = self.ticks.get(&key) {
-            self.by_age.remove(tick);
-        }
+        self.forget(&key);
         self.by_age.insert(self.next, key.clone());
+        self.by_caller
+            .entry(caller.clone())
+            .or_default()
+            .insert(self.next);
         self.ticks.insert(key, (self.next, caller));
         self.next += 1;
+    }
+
+    /// Forgets `key`, if it is held.
+    fn forget(&mut self, key: &str) {
+        let Some((tick, caller)) = self.ticks.remove(key) else {
+            return;
+        };
+        self.by_age.remove(&tick);
+        if let Some(ticks) = self.by_caller.get_mut(&caller) {
+            ticks.remove(&tick);
+            if ticks.is_empty() {
+                self.by_caller.remove(&caller);
+            }
+        }
+    }
+
+    /// Forgets the least recently used session of `caller`.
+    fn forget_oldest_of(&mut self, caller: &Option<String>) {
+        let oldest = self
+            .by_caller
+            .get(caller)
+            .and_then(|ticks| ticks.first())
+            .and_then(|tick| self.by_age.get(tick))
+            .cloned();
+        if let Some(key) = oldest {
+            self.forget(&key);
+        }
+    }
+
+    /// The caller holding the most sessions (of those, the one with the oldest).
+    fn largest_holder(&self) -> Option<Option<String>> {
+        self.by_caller
+            .iter()
+            .max_by(|(_, a), (_, b)| {
+                a.len()
+                    .cmp(&b.len())
+                    .then_with(|| b.first().cmp(&a.first()))
+            })
+            .map(|(caller, _)| caller.clone())
     }
 }
 
@@ -65,29 +115,41 @@ fn key(namespace: &str, name: &str, id: &str) -> String {
 }
 
 impl SessionLedger {
-    /// A ledger remembering at most `capacity` sessions.
-    pub fn new(capacity: usize) -> Self {
+    /// A ledger remembering at most `capacity` sessions, at most `per_caller` of one caller of
+    /// a shared gate.
+    pub fn new(capacity: usize, per_caller: usize) -> Self {
         Self {
             capacity,
+            per_caller,
             inner: Mutex::default(),
         }
     }
 
     /// Records that session `id` of the server `namespace/name` began at this gate, for
-    /// `caller` on a shared gate (again, it becomes the most recent, and its caller's); the
-    /// least recently used is forgotten when there are more than the capacity. An id longer
-    /// than [`MAX_SESSION_ID_BYTES`], or empty, is not recorded: no grant can name it.
+    /// `caller` on a shared gate (again, it becomes the most recent, and its caller's). Past
+    /// the caller's quota its own least recently used session is forgotten; past the capacity,
+    /// that of the caller holding the most. An id longer than [`MAX_SESSION_ID_BYTES`], or
+    /// empty, is not recorded: no grant can name it.
     pub fn begin(&self, namespace: &str, name: &str, id: &str, caller: Option<&str>) {
         if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
             return;
         }
+        let caller = caller.map(String::from);
+        let quota = if caller.is_some() {
+            self.per_caller
+        } else {
+            self.capacity
+        };
         let mut recent = self.inner.lock().expect("session ledger lock");
-        recent.touch(key(namespace, name, id), caller.map(String::from));
+        recent.touch(key(namespace, name, id), caller.clone());
+        while recent.by_caller.get(&caller).map_or(0, BTreeSet::len) > quota {
+            recent.forget_oldest_of(&caller);
+        }
         while recent.ticks.len() > self.capacity {
-            let Some((_, oldest)) = recent.by_age.pop_first() else {
+            let Some(largest) = recent.largest_holder() else {
                 break;
             };
-            recent.ticks.remove(&oldest);
+            recent.forget_oldest_of(&largest);
         }
     }
 
@@ -95,9 +157,7 @@ impl SessionLedger {
     /// stream closed).
     pub fn end(&self, namespace: &str, name: &str, id: &str) {
         let mut recent = self.inner.lock().expect("session ledger lock");
-        if let Some((tick, _)) = recent.ticks.remove(&key(namespace, name, id)) {
-            recent.by_age.remove(&tick);
-        }
+        recent.forget(&key(namespace, name, id));
     }
 
     /// Whether session `id` of the server `namespace/name` began at this gate, by `caller`
@@ -118,7 +178,8 @@ impl SessionLedger {
 
 /// This gate process's ledger: the sessions its routes saw begin.
 pub fn ledger() -> &'static SessionLedger {
-    static LEDGER: LazyLock<SessionLedger> = LazyLock::new(|| SessionLedger::new(MAX_SESSIONS));
+    static LEDGER: LazyLock<SessionLedger> =
+        LazyLock::new(|| SessionLedger::new(MAX_SESSIONS, MAX_SESSIONS_PER_CALLER));
     &LEDGER
 }
 
@@ -128,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_session_counts_for_its_server_from_its_beginning_to_its_end() {
-        let ledger = SessionLedger::new(8);
+        let ledger = SessionLedger::new(8, 8);
         assert!(!ledger.began("tools", "fs", "s1", None));
         ledger.begin("tools", "fs", "s1", None);
         assert!(ledger.began("tools", "fs", "s1", None));
@@ -143,7 +204,7 @@ mod tests {
 
     #[test]
     fn ids_no_grant_can_name_are_not_recorded() {
-        let ledger = SessionLedger::new(8);
+        let ledger = SessionLedger::new(8, 8);
         let long = "x".repeat(MAX_SESSION_ID_BYTES + 1);
         ledger.begin("tools", "fs", &long, None);
         assert!(!ledger.began("tools", "fs", &long, None));
@@ -156,7 +217,7 @@ mod tests {
 
     #[test]
     fn past_its_capacity_the_least_recently_used_is_forgotten() {
-        let ledger = SessionLedger::new(3);
+        let ledger = SessionLedger::new(3, 3);
         for id in ["a", "b", "c"] {
             ledger.begin("tools", "fs", id, None);
         }
@@ -179,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_shared_gates_session_is_its_callers_only() {
-        let ledger = SessionLedger::new(8);
+        let ledger = SessionLedger::new(8, 8);
         ledger.begin("tools", "fs", "s1", Some("alice"));
         assert!(ledger.began("tools", "fs", "s1", Some("alice")));
         assert!(!ledger.began("tools", "fs", "s1", Some("bob")));
@@ -194,7 +255,7 @@ mod tests {
 
     #[test]
     fn many_sessions_stay_within_the_capacity() {
-        let ledger = SessionLedger::new(MAX_SESSIONS);
+        let ledger = SessionLedger::new(MAX_SESSIONS, MAX_SESSIONS_PER_CALLER);
         for n in 0..MAX_SESSIONS * 3 {
             ledger.begin("tools", "fs", &format!("s{n}"), None);
         }
@@ -204,5 +265,44 @@ mod tests {
         drop(recent);
         assert!(ledger.began("tools", "fs", &format!("s{}", MAX_SESSIONS * 3 - 1), None));
         assert!(!ledger.began("tools", "fs", "s0", None));
+    }
+
+    #[test]
+    fn a_caller_past_its_quota_forgets_its_own_sessions_only() {
+        let ledger = SessionLedger::new(8, 3);
+        ledger.begin("tools", "fs", "a1", Some("alice"));
+        for n in 0..100 {
+            ledger.begin("tools", "fs", &format!("b{n}"), Some("bob"));
+        }
+        assert!(ledger.began("tools", "fs", "a1", Some("alice")));
+        let bobs = (0..100)
+            .filter(|n| ledger.began("tools", "fs", &format!("b{n}"), Some("bob")))
+            .count();
+        assert_eq!(bobs, 3, "bob keeps his quota, his most recent");
+        assert!(ledger.began("tools", "fs", "b99", Some("bob")));
+    }
+
+    #[test]
+    fn a_full_ledger_forgets_a_session_of_the_caller_holding_the_most() {
+        let ledger = SessionLedger::new(6, 4);
+        for n in 0..2 {
+            ledger.begin("tools", "fs", &format!("a{n}"), Some("alice"));
+        }
+        for n in 0..4 {
+            ledger.begin("tools", "fs", &format!("b{n}"), Some("bob"));
+        }
+        // Full: carol's first session costs bob (4 held), not alice (2).
+        ledger.begin("tools", "fs", "c0", Some("carol"));
+        for id in ["a0", "a1"] {
+            assert!(ledger.began("tools", "fs", id, Some("alice")), "{id}");
+        }
+        assert!(ledger.began("tools", "fs", "c0", Some("carol")));
+        assert!(!ledger.began("tools", "fs", "b0", Some("bob")));
+        let recent = ledger.inner.lock().unwrap();
+        assert_eq!(recent.ticks.len(), 6);
+        assert_eq!(
+            recent.by_caller.values().map(BTreeSet::len).sum::<usize>(),
+            6
+        );
     }
 }

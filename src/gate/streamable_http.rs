@@ -105,13 +105,18 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             Ok(resp) => relay_filtered(resp, None, up.clone(), None).await,
             Err(e) => upstream_failed(&up, &e),
         },
-        Incoming::Initialize => match up.send(method, up.uri.clone(), &headers, body).await {
-            Ok(resp) => {
-                note_begun(&up, &resp, caller.as_deref());
-                relay_filtered(resp, None, up.clone(), None).await
+        Incoming::Initialize => {
+            if let Some(refused) = session_over_budget(&up, caller.as_deref()) {
+                return refused;
             }
-            Err(e) => upstream_failed(&up, &e),
-        },
+            match up.send(method, up.uri.clone(), &headers, body).await {
+                Ok(resp) => {
+                    note_begun(&up, &resp, caller.as_deref());
+                    relay_filtered(resp, None, up.clone(), None).await
+                }
+                Err(e) => upstream_failed(&up, &e),
+            }
+        }
         Incoming::ToolsList { id } => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => relay_filtered(resp, Some(id), up.clone(), None).await,
             Err(e) => upstream_failed(&up, &e),
@@ -155,6 +160,23 @@ fn foreign_session(
         &Value::Null,
         callers::UNKNOWN_SESSION,
         "approval gate: unknown MCP session: it did not begin at this gate for this caller; begin a new session (initialize)",
+    ))
+}
+
+/// On a shared gate, the refusal (HTTP 429) of a new session (an `initialize`, an HTTP+SSE
+/// stream) of a caller over `callers.max_calls_per_minute`: each counts as a call, so that no
+/// caller fills the session ledger. `None` when it is within its budget, and on an Agent's gate.
+pub fn session_over_budget(up: &Upstream, caller: Option<&Caller>) -> Option<Response<Body>> {
+    let (callers, caller) = (up.shared.callers.as_ref()?, caller?);
+    let why = callers
+        .admit_session(&caller.username, std::time::Instant::now())
+        .err()?;
+    tracing::info!(server = %up.label, caller = %caller.username, "refused: a new session over the caller's rate limit");
+    Some(error_status(
+        StatusCode::TOO_MANY_REQUESTS,
+        &Value::Null,
+        callers::RATE_LIMITED,
+        &why,
     ))
 }
 

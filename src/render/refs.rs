@@ -8,6 +8,8 @@ use kube::ResourceExt;
 use crate::api::agent::ToolServerKind;
 use crate::api::common::{FromNamespaces, ValueRef, ValueSource, ValueSourceType};
 use crate::api::{Agent, MCPServer, ModelConfig, RemoteMCPServer};
+use crate::apiserver::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::contract::mounts::GATE_CONFIG_ITEM;
 
 /// Name of the ModelConfig used when an Agent names none.
 pub const DEFAULT_MODEL_CONFIG: &str = "default-model-config";
@@ -385,6 +387,9 @@ pub enum MissingValue {
     Object(ObjectKey),
     /// The object exists but lacks the key (or its value is not UTF-8).
     Key(ObjectKey, String),
+    /// The Secret is one the controller renders for a gate ([`gate_secret`]), or the key is
+    /// gate.json: never read by reference, which would send it where the referrer says.
+    GateSecret(ObjectKey, String, &'static str),
 }
 
 impl MissingValue {
@@ -393,12 +398,53 @@ impl MissingValue {
         let missing = match self {
             Self::Object(key) => key.to_string(),
             Self::Key(key, name) => format!("{key} key {name:?}"),
+            Self::GateSecret(key, item, why) => {
+                return crate::Error::InvalidSpec {
+                    object: object.to_owned(),
+                    field: field.to_owned(),
+                    message: format!(
+                        "Forbidden: key {item:?} of Secret {:?} is an approval gate's ({why}); it may not be read by reference",
+                        key.name
+                    ),
+                };
+            }
         };
         crate::Error::RefNotFound {
             object: object.to_owned(),
             field: field.to_owned(),
             missing,
         }
+    }
+}
+
+/// Why `secret` is one the controller renders for a gate, if it is: its controller is an
+/// Agent or a ToolGate (gate.json and config.json, the binding key), it carries our managed-by
+/// label, or it is the token Secret of a gate's ServiceAccount (`<name>-gate`). Reading `item`
+/// (gate.json) is refused from any Secret.
+pub fn gate_secret(secret: &Secret, item: &str) -> Option<&'static str> {
+    let group = format!("{}/{}", crate::api::GROUP, crate::api::VERSION);
+    let rendered = secret.owner_references().iter().any(|owner| {
+        owner.controller == Some(true)
+            && owner.api_version == group
+            && matches!(owner.kind.as_str(), "Agent" | "ToolGate")
+    });
+    let labelled = secret
+        .labels()
+        .get(MANAGED_BY_LABEL)
+        .is_some_and(|by| by == MANAGED_BY);
+    let gate_token = secret.type_.as_deref() == Some("kubernetes.io/service-account-token")
+        && secret
+            .annotations()
+            .get("kubernetes.io/service-account.name")
+            .is_some_and(|account| account.ends_with("-gate"));
+    if rendered || labelled {
+        Some("rendered by hitl-operator for an Agent or a ToolGate")
+    } else if gate_token {
+        Some("the token of a gate's ServiceAccount")
+    } else if item == GATE_CONFIG_ITEM {
+        Some("gate.json holds a gate's configuration and upstream credentials")
+    } else {
+        None
     }
 }
 
@@ -412,6 +458,9 @@ impl RefStore {
                 let secret = self
                     .secret(namespace, &source.name)
                     .ok_or_else(|| MissingValue::Object(key.clone()))?;
+                if let Some(why) = gate_secret(secret, &source.key) {
+                    return Err(MissingValue::GateSecret(key, source.key.clone(), why));
+                }
                 let from_data = secret
                     .data
                     .as_ref()
@@ -480,5 +529,70 @@ mod tests {
                 "Secret ns/aws"
             ]
         );
+    }
+
+    /// Issue 54: the Secrets the controller renders for gates are never read by reference.
+    #[test]
+    fn a_gates_secrets_are_not_read_by_reference() {
+        let secret = |meta: serde_json::Value, type_: Option<&str>| -> Secret {
+            serde_json::from_value(json!({
+                "metadata": meta, "type": type_,
+                "data": {"gate.json": "e30=", "key": "a2V5", "token": "dG9r"},
+            }))
+            .unwrap()
+        };
+        let source = |name: &str, key: &str| ValueSource {
+            source_type: ValueSourceType::Secret,
+            name: name.into(),
+            key: key.into(),
+        };
+        let mut store = RefStore::default();
+        store.insert_secret(secret(
+            json!({"name": "pay-gate", "namespace": "ns", "ownerReferences": [{"apiVersion": "kagent.dev/v1alpha2", "kind": "ToolGate", "name": "pay", "uid": "u", "controller": true}]}),
+            None,
+        ));
+        store.insert_secret(secret(
+            json!({"name": "labelled", "namespace": "ns", "labels": {"app.kubernetes.io/managed-by": "hitl-operator"}}),
+            None,
+        ));
+        store.insert_secret(secret(
+            json!({"name": "pay-gate-token", "namespace": "ns", "annotations": {"kubernetes.io/service-account.name": "pay-gate"}}),
+            Some("kubernetes.io/service-account-token"),
+        ));
+        store.insert_secret(secret(json!({"name": "mine", "namespace": "ns"}), None));
+        for (name, key, why) in [
+            (
+                "pay-gate",
+                "key",
+                "rendered by hitl-operator for an Agent or a ToolGate",
+            ),
+            (
+                "labelled",
+                "token",
+                "rendered by hitl-operator for an Agent or a ToolGate",
+            ),
+            (
+                "pay-gate-token",
+                "token",
+                "the token of a gate's ServiceAccount",
+            ),
+            (
+                "mine",
+                "gate.json",
+                "gate.json holds a gate's configuration and upstream credentials",
+            ),
+        ] {
+            let refused = store.value(&source(name, key), "ns").unwrap_err();
+            assert_eq!(
+                refused
+                    .clone()
+                    .into_error("ToolGate ns/t", "spec.server.headersFrom[0]")
+                    .to_string(),
+                format!(
+                    "ToolGate ns/t: spec.server.headersFrom[0]: Forbidden: key {key:?} of Secret {name:?} is an approval gate's ({why}); it may not be read by reference"
+                ),
+            );
+        }
+        assert_eq!(store.value(&source("mine", "token"), "ns").unwrap(), "tok");
     }
 }

@@ -282,9 +282,11 @@ impl Schemas {
             {
                 errors.extend(failures.into_vec().into_iter().map(|failure| {
                     // A rule at the root with a fieldPath (".spec.x") is reported from the
-                    // root: the apiserver prints it without the leading dot.
+                    // root: the apiserver prints it without the leading dot. One at the root
+                    // without a fieldPath (a ToolGate's name) has no path: `<nil>`.
+                    let path = failure.field_path.trim_start_matches('.');
                     FieldError::new(
-                        failure.field_path.trim_start_matches('.'),
+                        if path.is_empty() { "<nil>" } else { path },
                         format!("Invalid value: {}", failure.message),
                     )
                 }));

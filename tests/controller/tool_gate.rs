@@ -4,18 +4,25 @@
 use hitl_operator::api::freeze::FREEZE_ANNOTATION;
 use hitl_operator::api::tool_gate::ToolGateStatus;
 use hitl_operator::api::{RemoteMCPServer, ToolGate};
-use hitl_operator::controller::token_review::{self, TokenReviewBinding};
+use hitl_operator::controller::rendered::Summaries;
+use hitl_operator::controller::token_review::{self, Bound, TokenReviewBinding};
 use hitl_operator::controller::tool_gate::reconcile;
 use hitl_operator::render::RenderOptions;
 use hitl_operator::render::objects::{GateOwner, binding_key_secret};
 use hitl_operator::render::refs::RefStore;
 use hitl_operator::render::tool_gate::{ToolGateObjects, render_tool_gate};
 use http::Method;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::Subject;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::PartialObjectMeta;
 use kube::core::ObjectMeta;
 use serde_json::{Value, json};
+
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::Notify;
 
 use crate::harness::*;
 
@@ -197,6 +204,60 @@ async fn a_tool_gate_with_everything_in_place_makes_no_request() {
     let tool_gate = settled(tool_gate()).await;
     let writes = reconciled(&tool_gate, namespace(None), 60, &[]).await;
     assert!(writes.is_empty(), "{writes:?}");
+}
+
+/// Issue 54: a binding key planted before the ToolGate, labelled as ours but without the
+/// ToolGate's controller reference, is another owner's: read, never used or rewritten, and
+/// the ToolGate refused before its Deployment (which would mount it) is applied.
+#[tokio::test]
+async fn a_planted_binding_key_is_never_adopted() {
+    let tool_gate = tool_gate();
+    let planted: Secret = yaml(
+        "{apiVersion: v1, kind: Secret, metadata: {name: pay-gate-binding-key, namespace: ns, labels: {app.kubernetes.io/managed-by: hitl-operator}}, data: {key: YXR0YWNrZXItY2hvc2UtdGhpcy1rZXktb2YtMzItYnl0ZXMh}}",
+    );
+    let mut cache = applied_cache(&tool_gate, &rendered(&tool_gate));
+    cache.secrets[1] = planted.clone();
+    let script = vec![
+        expect(Method::GET, TOKEN, json_of(&token())),
+        expect(
+            Method::GET,
+            "/api/v1/namespaces/ns/secrets/pay-gate-binding-key",
+            json_of(&planted),
+        ),
+        expect(
+            Method::PATCH,
+            &format!("{STATUS}{APPLY}"),
+            json_of(&tool_gate),
+        ),
+        expect(Method::POST, EVENTS, event_created()),
+    ];
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            std::sync::Arc::new(tool_gate.clone()),
+            cache.context(client, at(0)),
+        )
+    })
+    .await;
+    assert!(result.is_err(), "retried with back-off");
+    let written = writes(&requests);
+    assert_eq!(
+        written.len(),
+        2,
+        "the status and its Event only: {written:?}"
+    );
+    let status = written[0];
+    assert_eq!(
+        conditions(status)[0],
+        (
+            "Accepted".into(),
+            "False".into(),
+            "OwnedByAnotherController".into()
+        )
+    );
+    assert_eq!(
+        condition_message(status, "Accepted"),
+        "Secret ns/pay-gate-binding-key exists and is not hitl-operator's (no controller ownerReference: this operator did not make it (only its labels say so)); it was left alone: delete it, or hand the Agent to hitl-operator as docs/kagent.md says"
+    );
 }
 
 #[tokio::test]
@@ -402,20 +463,58 @@ fn tool_gate_in(namespace: &str, name: &str) -> ToolGate {
     tool_gate
 }
 
+/// The subjects of the ToolGates `namespace/name`, each Accepted and controlling its gate's
+/// ServiceAccount.
+fn subjects_of(gates: &[(&str, &str)]) -> Vec<Subject> {
+    let accepted: Vec<ToolGate> = gates
+        .iter()
+        .map(|(namespace, name)| {
+            let mut tool_gate = tool_gate_in(namespace, name);
+            tool_gate.metadata.uid = Some(format!("{namespace}-{name}"));
+            tool_gate.status = Some(ToolGateStatus {
+                conditions: vec![Condition {
+                    type_: "Accepted".into(),
+                    status: "True".into(),
+                    reason: "Reconciled".into(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: Time(Timestamp::UNIX_EPOCH),
+                }],
+                ..ToolGateStatus::default()
+            });
+            tool_gate
+        })
+        .collect();
+    let accounts = Summaries::listed(accepted.iter().map(|tool_gate| {
+        let owner = GateOwner::tool_gate(tool_gate);
+        ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(owner.gate_name()),
+                namespace: Some(owner.namespace.clone()),
+                labels: Some(owner.labels()),
+                owner_references: Some(vec![owner.owner_reference()]),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        }
+    }));
+    token_review::subjects(&accepted, &accounts)
+}
+
+fn bound() -> Bound {
+    Bound::new(binding().name, Arc::new(Notify::new()))
+}
+
 #[tokio::test]
 async fn the_token_review_binding_holds_every_gate_sorted_and_is_written_on_change_only() {
-    let store = store_of(vec![
-        tool_gate_in("team-b", "pay"),
-        tool_gate_in("team-a", "search"),
-        tool_gate_in("team-a", "files"),
-    ]);
+    let store = subjects_of(&[("team-b", "pay"), ("team-a", "search"), ("team-a", "files")]);
     // First: read, missing, applied.
     let script = vec![
         not_found(BINDING),
         expect(Method::PATCH, &format!("{BINDING}{APPLY}"), json!({})),
     ];
     let (digest, requests) = run_script(script, |client| async move {
-        token_review::sync(&client, &binding(), &store, None).await
+        token_review::sync(&client, &binding(), store, &bound(), None).await
     })
     .await;
     let digest = digest.expect("applied");
@@ -436,26 +535,22 @@ async fn the_token_review_binding_holds_every_gate_sorted_and_is_written_on_chan
         })
     );
     // Unchanged: no request at all.
-    let store = store_of(vec![
-        tool_gate_in("team-b", "pay"),
-        tool_gate_in("team-a", "search"),
-        tool_gate_in("team-a", "files"),
-    ]);
+    let store = subjects_of(&[("team-b", "pay"), ("team-a", "search"), ("team-a", "files")]);
     let (again, requests) = run_script(Vec::new(), |client| async move {
-        token_review::sync(&client, &binding(), &store, Some(digest)).await
+        token_review::sync(&client, &binding(), store, &bound(), Some(digest)).await
     })
     .await;
     assert_eq!(again.unwrap(), digest);
     assert!(requests.is_empty());
     // The last ToolGate gone: the subjects are emptied.
-    let store = store_of(Vec::<ToolGate>::new());
+    let store = subjects_of(&[]);
     let script = vec![expect(
         Method::PATCH,
         &format!("{BINDING}{APPLY}"),
         json!({}),
     )];
     let (emptied, requests) = run_script(script, |client| async move {
-        token_review::sync(&client, &binding(), &store, Some(digest)).await
+        token_review::sync(&client, &binding(), store, &bound(), Some(digest)).await
     })
     .await;
     assert_ne!(emptied.unwrap(), digest);
@@ -464,7 +559,7 @@ async fn the_token_review_binding_holds_every_gate_sorted_and_is_written_on_chan
 
 #[tokio::test]
 async fn a_token_review_binding_already_in_place_is_not_written_at_start() {
-    let store = store_of(vec![tool_gate_in("team-a", "pay")]);
+    let store = subjects_of(&[("team-a", "pay")]);
     let existing = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "hitl-toolgate-token-review",
@@ -475,7 +570,7 @@ async fn a_token_review_binding_already_in_place_is_not_written_at_start() {
     });
     let (result, requests) = run_script(
         vec![expect(Method::GET, BINDING, existing)],
-        |client| async move { token_review::sync(&client, &binding(), &store, None).await },
+        |client| async move { token_review::sync(&client, &binding(), store, &bound(), None).await },
     )
     .await;
     result.expect("read");

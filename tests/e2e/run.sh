@@ -4,7 +4,7 @@
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
 # Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, grants,
-#        notify, slack, rewind, toolgate, runtime
+#        notify, slack, rewind, toolgate, toolgate-isolation, runtime
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -28,6 +28,9 @@
 #           their own, the TypeScript and the Python SDK 2.x (MCP 2026-07-28) clients; who
 #           calls, per-caller requests and grants, approve scoped to the ToolGate, a
 #           SandboxAgent checked against kagent's own v1alpha3 CRDs
+#   toolgate-isolation tests/e2e/toolgate-isolation.sh: one ToolGate cannot stop the
+#           TokenReview binding of the others, a refused or deleted one grants nothing, no
+#           planted object is adopted, no gate Secret is read by reference (issue 54)
 #   runtime tests/e2e/runtime.sh: kagent's own agent runtime (kagent-adk 0.7.4) started as the
 #           rendered Deployment starts it, next to the gate, with a scripted model: A2A turns
 #           through approve, deny, the pending answer and its retry, an SSE tool server
@@ -40,7 +43,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate runtime)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate toolgate-isolation runtime)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins

@@ -10,10 +10,12 @@ use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
+use futures::StreamExt;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::gate::callers::{
     FORBIDDEN, RATE_LIMITED, UNAUTHENTICATED, UNKNOWN_SESSION, UNVERIFIED,
 };
+use hitl_operator::gate::sessions::MAX_SESSIONS;
 use hitl_test_kit::fake::APISERVER_AUDIENCE;
 use serde_json::{Value, json};
 
@@ -22,6 +24,7 @@ use crate::stub;
 
 const BOT_A: &str = "system:serviceaccount:apps:bot-a";
 const BOT_B: &str = "system:serviceaccount:apps:bot-b";
+const BOT_C: &str = "system:serviceaccount:apps:bot-c";
 
 /// POSTs `body` to `url` bearing `token` (none: no Authorization header), in MCP session
 /// `session`.
@@ -411,6 +414,122 @@ async fn a_session_begun_by_one_caller_is_refused_to_another() {
     assert_eq!(counter.seen().len(), before, "nothing forwarded");
 
     let resp = post_as(&url, Some("a"), Some(&session), &echo(3)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(counter.count("echo"), 1);
+}
+
+/// Issue 54: a caller beginning sessions without end (each `initialize` with its own valid
+/// token) forgets only its own: another caller's session stays known, and its calls go on.
+#[tokio::test]
+async fn a_caller_beginning_sessions_without_end_never_evicts_another_callers() {
+    init();
+    let api = api_with_tokens().await;
+    api.add_token("c", BOT_C, &["system:serviceaccounts"], &[GATE_AUDIENCE]);
+    let (gate, counter) = shared_gate(&api, false, |_| {}).await;
+    let url = gate.route("stub");
+    let begun = post_as(&url, Some("a"), None, INITIALIZE).await;
+    assert_eq!(begun.status(), 200);
+    let session = begun.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let flood = (0..MAX_SESSIONS + 4).map(|_| {
+        client
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer c")
+            .body(INITIALIZE)
+            .send()
+    });
+    let answers: Vec<_> = futures::stream::iter(flood)
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert!(answers.iter().all(|a| a.as_ref().unwrap().status() == 200));
+
+    let resp = post_as(&url, Some("a"), Some(&session), &echo(1)).await;
+    assert_eq!(resp.status(), 200, "bot-a's session survived bot-c's flood");
+    assert_eq!(counter.count("echo"), 1);
+}
+
+/// Issue 54: each new session counts against `callers.maxCallsPerMinute`, like a call.
+#[tokio::test]
+async fn each_new_session_counts_against_the_callers_rate() {
+    init();
+    let api = api_with_tokens().await;
+    let (gate, counter) = shared_gate(&api, false, |c| {
+        c.callers.as_mut().unwrap().max_calls_per_minute = Some(2);
+    })
+    .await;
+    let url = gate.route("stub");
+    for _ in 0..2 {
+        assert_eq!(
+            post_as(&url, Some("a"), None, INITIALIZE).await.status(),
+            200
+        );
+    }
+    let forwarded = counter.seen().len();
+    let (status, _, body) = refusal(post_as(&url, Some("a"), None, INITIALIZE).await).await;
+    assert_eq!(status, 429);
+    assert_eq!(body["error"]["code"], RATE_LIMITED);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("approval gate: caller {BOT_A} is over its limit of 2 calls per minute (callers.max_calls_per_minute, which counts each new session too); the session was not begun; retry in ")),
+        "{message}"
+    );
+    assert_eq!(counter.seen().len(), forwarded, "not forwarded");
+    // bot-b's budget is its own.
+    assert_eq!(
+        post_as(&url, Some("b"), None, INITIALIZE).await.status(),
+        200
+    );
+}
+
+/// Issue 54: a request naming more than one `Mcp-Session-Id` is refused and not forwarded, on
+/// a shared gate and on an Agent's; so is any other repeated header the gate decides on.
+#[tokio::test]
+async fn a_repeated_session_header_is_refused_and_never_forwarded() {
+    init();
+    let api = api_with_tokens().await;
+    let (gate, counter) = shared_gate(&api, false, |_| {}).await;
+    let url = gate.route("stub");
+    let begun = post_as(&url, Some("a"), None, INITIALIZE).await;
+    let session = begun.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let forwarded = counter.seen().len();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    for (header, first, second) in [
+        ("mcp-session-id", session.as_str(), "someone-elses"),
+        ("mcp-protocol-version", "2025-06-18", "2026-07-28"),
+    ] {
+        let resp = client
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer a")
+            .header("mcp-session-id", &session)
+            .header(header, first)
+            .header(header, second)
+            .body(echo(1))
+            .send()
+            .await
+            .unwrap();
+        let (status, _, body) = refusal(resp).await;
+        assert_eq!(status, 400, "{header}");
+        assert_eq!(
+            body["error"],
+            json!({"code": -32600, "message": format!("approval gate: header {header} appears more than once; send it once (the request was not forwarded)")})
+        );
+    }
+    assert_eq!(counter.seen().len(), forwarded, "nothing forwarded");
+    assert_eq!(counter.count("echo"), 0);
+    // Once, it goes through.
+    let resp = post_as(&url, Some("a"), Some(&session), &echo(2)).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(counter.count("echo"), 1);
 }

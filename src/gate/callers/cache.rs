@@ -3,9 +3,12 @@
 //! holds a token; an entry lives until the token's own expiry (`exp` of its JWT payload, read
 //! only after the apiserver accepted the token) but at most [`MAX_VERIFIED_FOR`], so a token
 //! the apiserver stops accepting before its `exp` (its ServiceAccount or Pod deleted, a
-//! legacy Secret token removed) stops working at the gate within that bound.
+//! legacy Secret token removed) stops working at the gate within that bound. One caller holds
+//! at most [`MAX_CACHED_TOKENS_PER_CALLER`] entries: a caller minting tokens without end
+//! forgets its own, and a full cache takes one from the caller holding the most, never
+//! making another caller's next request cost a TokenReview.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use base64::Engine;
@@ -22,6 +25,10 @@ pub const MAX_VERIFIED_FOR: SignedDuration = SignedDuration::from_mins(10);
 /// Most tokens remembered; past it the oldest entry is forgotten (its next request costs a
 /// TokenReview again). An entry is a hash, a username and groups: well under 1 KiB each.
 pub const MAX_CACHED_TOKENS: usize = 4096;
+
+/// Most tokens remembered of one caller (a client rotating a projected token holds one or two
+/// at a time).
+pub const MAX_CACHED_TOKENS_PER_CALLER: usize = 16;
 
 /// The cache's key of a token: its SHA-256.
 pub type TokenKey = [u8; 32];
@@ -62,22 +69,29 @@ struct Entry {
     tick: u64,
 }
 
-/// Verified identities by token key, at most `capacity`, the oldest forgotten first.
+/// Verified identities by token key, at most `capacity`, at most `per_caller` of one caller;
+/// a caller past its quota forgets its own oldest, a full cache the oldest of the caller
+/// holding the most.
 pub struct TokenCache {
     capacity: usize,
+    per_caller: usize,
     entries: HashMap<TokenKey, Entry>,
     /// Each entry's insertion tick and key, oldest first.
     by_age: BTreeMap<u64, TokenKey>,
+    /// The ticks of each caller's entries, oldest first.
+    by_caller: HashMap<String, BTreeSet<u64>>,
     next: u64,
 }
 
 impl TokenCache {
-    /// An empty cache of at most `capacity` tokens.
-    pub fn new(capacity: usize) -> Self {
+    /// An empty cache of at most `capacity` tokens, `per_caller` of one caller.
+    pub fn new(capacity: usize, per_caller: usize) -> Self {
         Self {
             capacity,
+            per_caller,
             entries: HashMap::new(),
             by_age: BTreeMap::new(),
+            by_caller: HashMap::new(),
             next: 0,
         }
     }
@@ -89,36 +103,79 @@ impl TokenCache {
         if now < entry.until {
             return Some(entry.caller.clone());
         }
-        let tick = entry.tick;
-        self.entries.remove(key);
-        self.by_age.remove(&tick);
+        self.forget(key);
         None
     }
 
     /// Remembers that `key` is `caller` until `until`; nothing when that is not after `now`.
-    /// Past the capacity, the oldest entries are forgotten.
+    /// Past the caller's quota its oldest entries are forgotten; past the capacity, those of
+    /// the caller holding the most.
     pub fn insert(&mut self, key: TokenKey, caller: Arc<Caller>, until: Timestamp, now: Timestamp) {
         if until <= now || self.capacity == 0 {
             return;
         }
+        self.forget(&key);
         let tick = self.next;
         self.next += 1;
-        if let Some(old) = self.entries.insert(
+        let username = caller.username.clone();
+        self.entries.insert(
             key,
             Entry {
                 caller,
                 until,
                 tick,
             },
-        ) {
-            self.by_age.remove(&old.tick);
-        }
+        );
         self.by_age.insert(tick, key);
+        self.by_caller
+            .entry(username.clone())
+            .or_default()
+            .insert(tick);
+        while self.by_caller.get(&username).map_or(0, BTreeSet::len) > self.per_caller {
+            self.forget_oldest_of(&username);
+        }
         while self.entries.len() > self.capacity {
-            let Some((_, oldest)) = self.by_age.pop_first() else {
+            let Some(largest) = self
+                .by_caller
+                .iter()
+                .max_by(|(_, a), (_, b)| {
+                    a.len()
+                        .cmp(&b.len())
+                        .then_with(|| b.first().cmp(&a.first()))
+                })
+                .map(|(caller, _)| caller.clone())
+            else {
                 break;
             };
-            self.entries.remove(&oldest);
+            self.forget_oldest_of(&largest);
+        }
+    }
+
+    /// Forgets `key`, if it is remembered.
+    fn forget(&mut self, key: &TokenKey) {
+        let Some(entry) = self.entries.remove(key) else {
+            return;
+        };
+        self.by_age.remove(&entry.tick);
+        let username = &entry.caller.username;
+        if let Some(ticks) = self.by_caller.get_mut(username) {
+            ticks.remove(&entry.tick);
+            if ticks.is_empty() {
+                self.by_caller.remove(username);
+            }
+        }
+    }
+
+    /// Forgets the oldest entry of `username`.
+    fn forget_oldest_of(&mut self, username: &str) {
+        let oldest = self
+            .by_caller
+            .get(username)
+            .and_then(|ticks| ticks.first())
+            .and_then(|tick| self.by_age.get(tick))
+            .copied();
+        if let Some(key) = oldest {
+            self.forget(&key);
         }
     }
 
@@ -188,7 +245,7 @@ mod tests {
 
     #[test]
     fn entries_expire_by_the_injected_clock() {
-        let mut cache = TokenCache::new(8);
+        let mut cache = TokenCache::new(8, 8);
         let now = t("2026-11-28T10:00:00Z");
         let key = token_key("a");
         cache.insert(key, caller("alice"), t("2026-11-28T10:10:00Z"), now);
@@ -206,7 +263,7 @@ mod tests {
 
     #[test]
     fn past_its_capacity_the_oldest_entry_is_forgotten() {
-        let mut cache = TokenCache::new(2);
+        let mut cache = TokenCache::new(2, 2);
         let now = t("2026-11-28T10:00:00Z");
         let until = t("2026-11-28T10:05:00Z");
         for name in ["a", "b", "c"] {
@@ -221,5 +278,32 @@ mod tests {
         cache.insert(token_key("d"), caller("d"), until, now);
         assert!(cache.get(&token_key("c"), now).is_none());
         assert!(cache.get(&token_key("b"), now).is_some());
+    }
+
+    /// Issue 54: one caller minting tokens without end forgets its own, never another's.
+    #[test]
+    fn a_caller_past_its_quota_forgets_its_own_tokens_only() {
+        let mut cache = TokenCache::new(8, 3);
+        let now = t("2026-11-28T10:00:00Z");
+        let until = t("2026-11-28T10:05:00Z");
+        cache.insert(token_key("alice-1"), caller("alice"), until, now);
+        for n in 0..100 {
+            cache.insert(token_key(&format!("bob-{n}")), caller("bob"), until, now);
+        }
+        assert!(cache.get(&token_key("alice-1"), now).is_some());
+        assert_eq!(cache.remembered(), 4);
+        assert!(cache.get(&token_key("bob-99"), now).is_some());
+        assert!(cache.get(&token_key("bob-96"), now).is_none());
+        // Full: carol's token costs the caller holding the most (bob), not alice.
+        let mut cache = TokenCache::new(4, 3);
+        cache.insert(token_key("alice-1"), caller("alice"), until, now);
+        for n in 0..3 {
+            cache.insert(token_key(&format!("bob-{n}")), caller("bob"), until, now);
+        }
+        cache.insert(token_key("carol-1"), caller("carol"), until, now);
+        assert!(cache.get(&token_key("alice-1"), now).is_some());
+        assert!(cache.get(&token_key("carol-1"), now).is_some());
+        assert!(cache.get(&token_key("bob-0"), now).is_none());
+        assert_eq!(cache.remembered(), 4);
     }
 }

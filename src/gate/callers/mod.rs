@@ -26,7 +26,10 @@ use kube::api::PostParams;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use self::cache::{MAX_CACHED_TOKENS, TokenCache, TokenKey, jwt_expiry, token_key, trusted_until};
+use self::cache::{
+    MAX_CACHED_TOKENS, MAX_CACHED_TOKENS_PER_CALLER, TokenCache, TokenKey, jwt_expiry, token_key,
+    trusted_until,
+};
 use self::rate::{CallLimits, MAX_TRACKED_CALLERS};
 use super::decision::Clock;
 use super::jsonrpc;
@@ -224,7 +227,10 @@ impl Callers {
             policy: policy.clone(),
             api: Api::all(client),
             clock,
-            cache: Mutex::new(TokenCache::new(MAX_CACHED_TOKENS)),
+            cache: Mutex::new(TokenCache::new(
+                MAX_CACHED_TOKENS,
+                MAX_CACHED_TOKENS_PER_CALLER,
+            )),
             in_flight: Mutex::default(),
             limits: policy
                 .max_calls_per_minute
@@ -324,17 +330,33 @@ impl Callers {
     /// Takes one `tools/call` of `caller` at `now` under `callers.max_calls_per_minute`:
     /// `Ok`, or the text refusing it.
     pub fn admit_call(&self, caller: &str, now: Instant) -> Result<(), String> {
+        self.take(caller, now).map_err(|(limit, wait)| {
+            format!(
+                "approval gate: caller {caller} is over its limit of {limit} tools/call per minute (callers.max_calls_per_minute); the call was not forwarded; retry in {wait} s"
+            )
+        })
+    }
+
+    /// Takes one new session (an `initialize`, an SSE stream opened) of `caller` at `now`
+    /// from the same budget as its calls, so that no caller begins sessions without end:
+    /// `Ok`, or the text refusing it.
+    pub fn admit_session(&self, caller: &str, now: Instant) -> Result<(), String> {
+        self.take(caller, now).map_err(|(limit, wait)| {
+            format!(
+                "approval gate: caller {caller} is over its limit of {limit} calls per minute (callers.max_calls_per_minute, which counts each new session too); the session was not begun; retry in {wait} s"
+            )
+        })
+    }
+
+    /// Takes one from `caller`'s budget: `Ok`, or the limit and the seconds to wait.
+    fn take(&self, caller: &str, now: Instant) -> Result<(), (u32, u64)> {
         let Some(limits) = &self.limits else {
             return Ok(());
         };
         let mut limits = limits.lock().expect("call limits lock");
-        limits.take(caller, now).map_err(|wait| {
-            format!(
-                "approval gate: caller {caller} is over its limit of {} tools/call per minute (callers.max_calls_per_minute); the call was not forwarded; retry in {} s",
-                limits.per_minute(),
-                wait.as_secs().max(1)
-            )
-        })
+        limits
+            .take(caller, now)
+            .map_err(|wait| (limits.per_minute(), wait.as_secs().max(1)))
     }
 }
 
