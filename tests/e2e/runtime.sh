@@ -151,7 +151,8 @@ reply deny
 expect_answer "$ANSWER" "e2e: keep.csv stays"
 expect_in "the tool result the model got" "e2e: keep.csv stays" "$(tail -1 "$WORK/model.jsonl")"
 [ "$(runs delete_file /data/keep.csv)" = 0 ] || fail "a denied delete_file ran"
-ok "denied with a reason: the model read it ($(field "$ANSWER" text | head -c 160)...), nothing ran"
+DENIAL=$(field "$ANSWER" text)
+ok "denied with a reason: the model read it (${DENIAL:0:160}...), nothing ran"
 
 step "6. waitTimeout: the pending answer, then the model's retry after the approval runs once"
 send pending "CALL delete_file {\"path\": \"/data/later.csv\"}"
