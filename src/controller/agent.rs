@@ -156,9 +156,7 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
     let mut not_servable = None;
     let accepted = match render_agent(agent, &refs, &ctx.render) {
         Ok(rendered) => {
-            not_servable = rendered
-                .session_api
-                .missing_message(rendered.mode, rendered.placement);
+            not_servable = rendered.session_api.missing_message(rendered.mode);
             deployments = rendered
                 .objects
                 .deployments()

@@ -461,7 +461,7 @@ pub fn render_agent(
     let session_api = SessionApi::of(options.kagent_url.as_ref(), mode, &gate_url);
     warnings.extend(
         session_api
-            .missing_message(mode, placement)
+            .missing_message(mode)
             .map(|message| format!("{object}: {message}")),
     );
     let gate = mode.uses_gate().then(|| GateConfig {

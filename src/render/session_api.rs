@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
     VolumeProjection,
 };
 
-use crate::api::{ApprovalMode, GatePlacement};
+use crate::api::ApprovalMode;
 
 /// The runtime's variable naming the session API.
 pub const KAGENT_URL_ENV: &str = "KAGENT_URL";
@@ -110,15 +110,11 @@ impl SessionApi {
 
     /// Why the Agent cannot be `Ready`, naming the settings that would fix it; `None` when
     /// something serves the API.
-    pub fn missing_message(&self, mode: ApprovalMode, placement: GatePlacement) -> Option<String> {
+    pub fn missing_message(&self, mode: ApprovalMode) -> Option<String> {
         matches!(self, Self::Missing).then(|| {
             format!(
-                "kagent's agent runtime stores its sessions and tasks through KAGENT_URL, and nothing serves them: approval mode {} runs no gate (whose session store the agent would use){}; set the controller's --kagent-url (chart value kagent.url) to a kagent controller that serves this Agent, or use approval mode Gate or Both",
+                "kagent's agent runtime stores its sessions and tasks through KAGENT_URL, and nothing serves them: approval mode {} runs no gate (whose session store the agent would use); set the controller's --kagent-url (chart value kagent.url) to a kagent controller that serves this Agent, or use approval mode Gate or Both",
                 mode.as_str(),
-                match placement {
-                    GatePlacement::Sidecar => "",
-                    GatePlacement::Gateway => " and Gateway placement needs a gate",
-                },
             )
         })
     }
@@ -207,7 +203,7 @@ mod tests {
     #[test]
     fn a_missing_session_api_names_the_settings_that_fix_it() {
         let message = SessionApi::Missing
-            .missing_message(ApprovalMode::Runtime, GatePlacement::Sidecar)
+            .missing_message(ApprovalMode::Runtime)
             .unwrap();
         assert!(
             message.contains("--kagent-url (chart value kagent.url)"),
@@ -218,8 +214,7 @@ mod tests {
             "{message}"
         );
         assert_eq!(
-            SessionApi::Gate(GATE.into())
-                .missing_message(ApprovalMode::Gate, GatePlacement::Sidecar),
+            SessionApi::Gate(GATE.into()).missing_message(ApprovalMode::Gate),
             None
         );
     }

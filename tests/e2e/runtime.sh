@@ -113,6 +113,13 @@ expect_answer() { # expect_answer ANSWER WANT
 }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
+# Every ApprovalRequest's first watch event, stamped with its arrival: when it was created, to
+# the watch's resolution (a poll would add its own interval).
+kubectl -n "$NS" get approvalrequests --watch -o name \
+  > >(while IFS= read -r line; do echo "$EPOCHREALTIME $line"; done >"$WORK/requests.watch") 2>/dev/null &
+E2E_PIDS[watch]=$!
+created_at() { grep -m1 " approvalrequest.kagent.dev/$1\$" "$WORK/requests.watch" | cut -d' ' -f1; }
+
 step "3. ungated: read_file runs straight through (5 turns, the baseline)"
 for i in 1 2 3 4 5; do
   send "read-$i" "CALL read_file {\"path\": \"/data/notes-$i.txt\"}"
@@ -130,7 +137,8 @@ step "4. gated: delete_file waits for kubectl hitl approve, then runs once"
 T_SEND=$(now)
 send approve "CALL delete_file {\"path\": \"/data/report.csv\"}"
 the_request REQ /data/report.csv
-T_REQUEST=$(now)
+wait_for "the watch event of $REQ" 5 created_at "$REQ"
+T_REQUEST=$(created_at "$REQ")
 [ "$(runs delete_file /data/report.csv)" = 0 ] || fail "delete_file ran before the approval"
 T_APPROVE=$(now)
 kubectl hitl approve "$REQ" -n "$NS" --reason "e2e: the report may go" >/dev/null
@@ -139,7 +147,7 @@ T_ANSWER=$(now)
 expect_answer "$ANSWER" "deleted /data/report.csv"
 [ "$(runs delete_file /data/report.csv)" = 1 ] || fail "delete_file ran $(runs delete_file /data/report.csv) times"
 wait_for "request $REQ Executed" 10 eval '[ "$(jp "approvalrequest/$REQ" "{.status.phase}")" = Executed ]'
-figure "gated: message/send -> ApprovalRequest" "$(elapsed "$T_SEND" "$T_REQUEST") s"
+figure "gated: message/send -> ApprovalRequest (its watch event)" "$(elapsed "$T_SEND" "$T_REQUEST") s"
 figure "gated: approval (kubectl hitl approve) -> A2A answer" "$(elapsed "$T_APPROVE" "$T_ANSWER") s"
 ok "ApprovalRequest $REQ; approved; the answer carries 'deleted /data/report.csv'; ran once; Executed"
 
