@@ -319,3 +319,42 @@ start_pod_gate() {
   alive "${E2E_PIDS[gate]}" || fail "the gate exited"
   note "gate: ${args[*]} (POD_NAME=$AGENT-e2e-gate), MCP on $GATE_LISTEN"
 }
+
+# chart_controller: renders the chart as release $RELEASE in $SYS_NS into $WORK/chart with the
+# Helm engine ($VENV_PY, values from HITL_CHART_VALUES) and reads its controller container:
+# CONTROLLER_SA, CONTROLLER_ARGS, CONTROLLER_ENV (for start_chart_controller), LEASE and
+# TOKEN_REVIEW_BINDING (empty when the args have none). Fails when the Lease is held already:
+# another hitl-operator runs on the cluster.
+chart_controller() {
+  local a
+  "$VENV_PY" tests/e2e/chart.py "$WORK/chart" "$RELEASE" "$SYS_NS"
+  CONTROLLER_SA=$(cat "$WORK/chart/controller.sa")
+  python3 tests/e2e/container.py args "$WORK/chart/controller.json" >"$WORK/controller.args"
+  python3 tests/e2e/container.py env "$WORK/chart/controller.json" >"$WORK/controller.env"
+  mapfile -t CONTROLLER_ARGS <"$WORK/controller.args"
+  mapfile -t CONTROLLER_ENV <"$WORK/controller.env"
+  LEASE= TOKEN_REVIEW_BINDING=
+  for a in "${CONTROLLER_ARGS[@]}"; do
+    case $a in
+      --lease-name=*) LEASE=${a#--lease-name=} ;;
+      --token-review-binding=*) TOKEN_REVIEW_BINDING=${a#--token-review-binding=} ;;
+    esac
+  done
+  [ -n "$LEASE" ] || fail "the chart's controller args have no --lease-name: ${CONTROLLER_ARGS[*]}"
+  if kubectl -n "$SYS_NS" get lease "$LEASE" >/dev/null 2>&1; then
+    fail "Lease $SYS_NS/$LEASE exists: another hitl-operator runs on this cluster; use a throwaway cluster"
+  fi
+}
+
+# system_namespace: $SYS_NS exists, after one left terminating by an earlier run is gone;
+# CREATED_SYS_NS=1 when this made it (the suite's cleanup deletes it then).
+system_namespace() {
+  ns_gone() { ! kubectl get namespace "$1" >/dev/null 2>&1; }
+  if [ "$(kubectl get namespace "$SYS_NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
+    wait_for "namespace $SYS_NS (left by an earlier run) to finish terminating" 120 ns_gone "$SYS_NS"
+  fi
+  if ns_gone "$SYS_NS"; then
+    kubectl create namespace "$SYS_NS" >/dev/null
+    CREATED_SYS_NS=1
+  fi
+}

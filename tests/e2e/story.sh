@@ -79,32 +79,12 @@ figure() { printf '%-64s %s\n' "$1" "$2" >>"$FIGURES"; }
 
 # ---------------------------------------------------------------------------------------------
 step "1. install the chart (Helm engine: helm-python-sdk) server-side"
-"$VENV_PY" tests/e2e/chart.py "$WORK/chart" "$RELEASE" "$SYS_NS"
-CONTROLLER_SA=$(cat "$WORK/chart/controller.sa")
-python3 tests/e2e/container.py args "$WORK/chart/controller.json" >"$WORK/controller.args"
-python3 tests/e2e/container.py env "$WORK/chart/controller.json" >"$WORK/controller.env"
-mapfile -t CONTROLLER_ARGS <"$WORK/controller.args"
-mapfile -t CONTROLLER_ENV <"$WORK/controller.env"
-LEASE=
-for a in "${CONTROLLER_ARGS[@]}"; do
-  case $a in --lease-name=*) LEASE=${a#--lease-name=} ;; esac
-done
-[ -n "$LEASE" ] || fail "the chart's controller args have no --lease-name: ${CONTROLLER_ARGS[*]}"
-if kubectl -n "$SYS_NS" get lease "$LEASE" >/dev/null 2>&1; then
-  fail "Lease $SYS_NS/$LEASE exists: another hitl-operator runs on this cluster; use a throwaway cluster"
-fi
+chart_controller
 
 kubectl apply --server-side -f "$WORK/chart/crds.yaml"
 kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev crd/approvalrequests.kagent.dev \
   crd/modelconfigs.kagent.dev crd/remotemcpservers.kagent.dev >/dev/null
-ns_gone() { ! kubectl get namespace "$1" >/dev/null 2>&1; }
-if [ "$(kubectl get namespace "$SYS_NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
-  wait_for "namespace $SYS_NS (left by an earlier run) to finish terminating" 60 ns_gone "$SYS_NS"
-fi
-if ns_gone "$SYS_NS"; then
-  kubectl create namespace "$SYS_NS" >/dev/null
-  CREATED_SYS_NS=1
-fi
+system_namespace
 kubectl apply --server-side -n "$SYS_NS" -f "$WORK/chart/manifests.yaml"
 ok "CRDs and $(grep -c '^kind:' "$WORK/chart/manifests.yaml") manifests applied server-side"
 for policy in approval-requester approval-decision approval-status; do

@@ -110,36 +110,13 @@ EOF
 
 # ---------------------------------------------------------------------------------------------
 step "1. install the chart and run its controller"
-"$VENV_PY" tests/e2e/chart.py "$WORK/chart" "$RELEASE" "$SYS_NS"
-CONTROLLER_SA=$(cat "$WORK/chart/controller.sa")
-python3 tests/e2e/container.py args "$WORK/chart/controller.json" >"$WORK/controller.args"
-python3 tests/e2e/container.py env "$WORK/chart/controller.json" >"$WORK/controller.env"
-mapfile -t CONTROLLER_ARGS <"$WORK/controller.args"
-mapfile -t CONTROLLER_ENV <"$WORK/controller.env"
-LEASE=
-for a in "${CONTROLLER_ARGS[@]}"; do
-  case $a in
-    --lease-name=*) LEASE=${a#--lease-name=} ;;
-    --token-review-binding=*) TOKEN_REVIEW_BINDING=${a#--token-review-binding=} ;;
-  esac
-done
-[ -n "$LEASE" ] && [ -n "$TOKEN_REVIEW_BINDING" ] ||
-  fail "the chart's controller args lack --lease-name or --token-review-binding: ${CONTROLLER_ARGS[*]}"
-if kubectl -n "$SYS_NS" get lease "$LEASE" >/dev/null 2>&1; then
-  fail "Lease $SYS_NS/$LEASE exists: another hitl-operator runs on this cluster; use a throwaway cluster"
-fi
+chart_controller
+[ -n "$TOKEN_REVIEW_BINDING" ] || fail "the chart's controller args have no --token-review-binding: ${CONTROLLER_ARGS[*]}"
 kubectl apply --server-side --force-conflicts -f "$WORK/chart/crds.yaml" >/dev/null
 # Right after the apply a CRD may have no conditions yet, which kubectl wait takes for an error.
 established() { kubectl wait --for=condition=Established --timeout=5s crd/toolgates.kagent.dev crd/remotemcpservers.kagent.dev; }
 wait_for "the CRDs Established" 60 established
-ns_gone() { ! kubectl get namespace "$1" >/dev/null 2>&1; }
-if [ "$(kubectl get namespace "$SYS_NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
-  wait_for "namespace $SYS_NS (left by an earlier suite) to finish terminating" 120 ns_gone "$SYS_NS"
-fi
-if ns_gone "$SYS_NS"; then
-  kubectl create namespace "$SYS_NS" >/dev/null
-  CREATED_SYS_NS=1
-fi
+system_namespace
 kubectl apply --server-side -n "$SYS_NS" -f "$WORK/chart/manifests.yaml" >/dev/null
 kubectl create namespace "$NS" >/dev/null
 kubectl create namespace "$NS_B" >/dev/null

@@ -79,32 +79,12 @@ figure() { printf '%-64s %s\n' "$1" "$2" >>"$WORK/figures"; }
 
 # ---------------------------------------------------------------------------------------------
 step "1. install the chart (ServiceAccounts may decide: the caller rule is then what stops a caller)"
-HITL_CHART_VALUES='{"admissionPolicy": {"allowServiceAccountsToDecide": true}}' \
-  "$VENV_PY" tests/e2e/chart.py "$WORK/chart" "$RELEASE" "$SYS_NS"
-CONTROLLER_SA=$(cat "$WORK/chart/controller.sa")
-python3 tests/e2e/container.py args "$WORK/chart/controller.json" >"$WORK/controller.args"
-python3 tests/e2e/container.py env "$WORK/chart/controller.json" >"$WORK/controller.env"
-mapfile -t CONTROLLER_ARGS <"$WORK/controller.args"
-mapfile -t CONTROLLER_ENV <"$WORK/controller.env"
-LEASE=
-for a in "${CONTROLLER_ARGS[@]}"; do
-  case $a in
-    --lease-name=*) LEASE=${a#--lease-name=} ;;
-    --token-review-binding=*) TOKEN_REVIEW_BINDING=${a#--token-review-binding=} ;;
-  esac
-done
-[ -n "$LEASE" ] || fail "the chart's controller args have no --lease-name: ${CONTROLLER_ARGS[*]}"
+HITL_CHART_VALUES='{"admissionPolicy": {"allowServiceAccountsToDecide": true}}' chart_controller
 [ -n "$TOKEN_REVIEW_BINDING" ] || fail "the chart's controller args have no --token-review-binding: ${CONTROLLER_ARGS[*]}"
-if kubectl -n "$SYS_NS" get lease "$LEASE" >/dev/null 2>&1; then
-  fail "Lease $SYS_NS/$LEASE exists: another hitl-operator runs on this cluster; use a throwaway cluster"
-fi
 kubectl apply --server-side --force-conflicts -f "$WORK/chart/crds.yaml" >/dev/null
 kubectl wait --for=condition=Established --timeout=60s crd/toolgates.kagent.dev \
   crd/approvalrequests.kagent.dev crd/remotemcpservers.kagent.dev >/dev/null
-if ! kubectl get namespace "$SYS_NS" >/dev/null 2>&1; then
-  kubectl create namespace "$SYS_NS" >/dev/null
-  CREATED_SYS_NS=1
-fi
+system_namespace
 kubectl apply --server-side -n "$SYS_NS" -f "$WORK/chart/manifests.yaml" >/dev/null
 kubectl create namespace "$NS" >/dev/null
 # Deciding needs two things (docs/approvers.md): writing requests and grants, and the verb
