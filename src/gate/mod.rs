@@ -3,6 +3,7 @@
 pub mod approval;
 pub mod arrived;
 pub mod call;
+pub mod caller_quota;
 pub mod callers;
 pub mod continuation;
 pub mod decision;

@@ -21,8 +21,9 @@
 //! restart of the gate: sessions begun before it are unknown to it, and their grants cover
 //! nothing until the client begins a new session. Both fail closed: the call waits for a person.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{LazyLock, Mutex};
+
+use super::caller_quota::CallerQuota;
 
 /// Most sessions remembered per gate process. An entry holds the server's namespace and name
 /// and the id, a few hundred bytes at most, so the ledger stays under about 3 MiB.
@@ -38,75 +39,10 @@ pub const MAX_SESSION_ID_BYTES: usize = 256;
 /// A bounded set of (tool server, session id), each caller's least recently begun or used
 /// evicted first.
 pub struct SessionLedger {
-    capacity: usize,
     per_caller: usize,
-    inner: Mutex<Recent>,
-}
-
-/// The ids, and their order of use.
-#[derive(Default)]
-struct Recent {
-    /// Each key, the tick of its last use and the caller who began it (none on an Agent's
+    /// The keys ([`key`]) by last use, each with the caller who began it (none on an Agent's
     /// gate).
-    ticks: HashMap<String, (u64, Option<String>)>,
-    /// Each tick of last use and its key, oldest first.
-    by_age: BTreeMap<u64, String>,
-    /// The ticks of each caller's sessions, oldest first.
-    by_caller: HashMap<Option<String>, BTreeSet<u64>>,
-    next: u64,
-}
-
-impl Recent {
-    /// Makes `key`, begun by `caller`, the most recently used (and `caller`'s).
-    fn touch(&mut self, key: String, caller: Option<String>) {
-        self.forget(&key);
-        self.by_age.insert(self.next, key.clone());
-        self.by_caller
-            .entry(caller.clone())
-            .or_default()
-            .insert(self.next);
-        self.ticks.insert(key, (self.next, caller));
-        self.next += 1;
-    }
-
-    /// Forgets `key`, if it is held.
-    fn forget(&mut self, key: &str) {
-        let Some((tick, caller)) = self.ticks.remove(key) else {
-            return;
-        };
-        self.by_age.remove(&tick);
-        if let Some(ticks) = self.by_caller.get_mut(&caller) {
-            ticks.remove(&tick);
-            if ticks.is_empty() {
-                self.by_caller.remove(&caller);
-            }
-        }
-    }
-
-    /// Forgets the least recently used session of `caller`.
-    fn forget_oldest_of(&mut self, caller: &Option<String>) {
-        let oldest = self
-            .by_caller
-            .get(caller)
-            .and_then(|ticks| ticks.first())
-            .and_then(|tick| self.by_age.get(tick))
-            .cloned();
-        if let Some(key) = oldest {
-            self.forget(&key);
-        }
-    }
-
-    /// The caller holding the most sessions (of those, the one with the oldest).
-    fn largest_holder(&self) -> Option<Option<String>> {
-        self.by_caller
-            .iter()
-            .max_by(|(_, a), (_, b)| {
-                a.len()
-                    .cmp(&b.len())
-                    .then_with(|| b.first().cmp(&a.first()))
-            })
-            .map(|(caller, _)| caller.clone())
-    }
+    inner: Mutex<CallerQuota<String, Option<String>>>,
 }
 
 /// The ledger's key of session `id` of the server `namespace/name` (neither holds a space).
@@ -119,9 +55,8 @@ impl SessionLedger {
     /// a shared gate.
     pub fn new(capacity: usize, per_caller: usize) -> Self {
         Self {
-            capacity,
             per_caller,
-            inner: Mutex::default(),
+            inner: Mutex::new(CallerQuota::new(capacity)),
         }
     }
 
@@ -134,23 +69,13 @@ impl SessionLedger {
         if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
             return;
         }
-        let caller = caller.map(String::from);
         let quota = if caller.is_some() {
             self.per_caller
         } else {
-            self.capacity
+            usize::MAX
         };
         let mut recent = self.inner.lock().expect("session ledger lock");
-        recent.touch(key(namespace, name, id), caller.clone());
-        while recent.by_caller.get(&caller).map_or(0, BTreeSet::len) > quota {
-            recent.forget_oldest_of(&caller);
-        }
-        while recent.ticks.len() > self.capacity {
-            let Some(largest) = recent.largest_holder() else {
-                break;
-            };
-            recent.forget_oldest_of(&largest);
-        }
+        recent.touch(key(namespace, name, id), caller.map(String::from), quota);
     }
 
     /// Forgets session `id` of the server `namespace/name` (the client deleted it, or its
@@ -166,12 +91,11 @@ impl SessionLedger {
     pub fn began(&self, namespace: &str, name: &str, id: &str, caller: Option<&str>) -> bool {
         let key = key(namespace, name, id);
         let mut recent = self.inner.lock().expect("session ledger lock");
-        match recent.ticks.get(&key) {
-            Some((_, began_by)) if began_by.as_deref() == caller => {}
+        match recent.caller_of(&key) {
+            Some(began_by) if began_by.as_deref() == caller => {}
             _ => return false,
         }
-        let caller = caller.map(String::from);
-        recent.touch(key, caller);
+        recent.touch(key, caller.map(String::from), usize::MAX);
         true
     }
 }
@@ -260,8 +184,8 @@ mod tests {
             ledger.begin("tools", "fs", &format!("s{n}"), None);
         }
         let recent = ledger.inner.lock().unwrap();
-        assert_eq!(recent.ticks.len(), MAX_SESSIONS);
-        assert_eq!(recent.by_age.len(), MAX_SESSIONS);
+        assert_eq!(recent.len(), MAX_SESSIONS);
+        assert!(recent.consistent());
         drop(recent);
         assert!(ledger.began("tools", "fs", &format!("s{}", MAX_SESSIONS * 3 - 1), None));
         assert!(!ledger.began("tools", "fs", "s0", None));
@@ -299,10 +223,7 @@ mod tests {
         assert!(ledger.began("tools", "fs", "c0", Some("carol")));
         assert!(!ledger.began("tools", "fs", "b0", Some("bob")));
         let recent = ledger.inner.lock().unwrap();
-        assert_eq!(recent.ticks.len(), 6);
-        assert_eq!(
-            recent.by_caller.values().map(BTreeSet::len).sum::<usize>(),
-            6
-        );
+        assert_eq!(recent.len(), 6);
+        assert!(recent.consistent());
     }
 }

@@ -8,7 +8,7 @@
 //! forgets its own, and a full cache takes one from the caller holding the most, never
 //! making another caller's next request cost a TokenReview.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -16,6 +16,7 @@ use jiff::{SignedDuration, Timestamp};
 use sha2::{Digest, Sha256};
 
 use crate::api::approval_request::Caller;
+use crate::gate::caller_quota::CallerQuota;
 
 /// The longest a verified token is trusted without asking the apiserver again: a
 /// ServiceAccount deleted (or a token otherwise revoked) is refused by the gate at most this
@@ -66,7 +67,6 @@ pub fn trusted_until(expiry: Option<Timestamp>, now: Timestamp) -> Timestamp {
 struct Entry {
     caller: Arc<Caller>,
     until: Timestamp,
-    tick: u64,
 }
 
 /// Verified identities by token key, at most `capacity`, at most `per_caller` of one caller;
@@ -76,11 +76,8 @@ pub struct TokenCache {
     capacity: usize,
     per_caller: usize,
     entries: HashMap<TokenKey, Entry>,
-    /// Each entry's insertion tick and key, oldest first.
-    by_age: BTreeMap<u64, TokenKey>,
-    /// The ticks of each caller's entries, oldest first.
-    by_caller: HashMap<String, BTreeSet<u64>>,
-    next: u64,
+    /// The keys by insertion, each with its caller's username.
+    order: CallerQuota<TokenKey, String>,
 }
 
 impl TokenCache {
@@ -90,9 +87,7 @@ impl TokenCache {
             capacity,
             per_caller,
             entries: HashMap::new(),
-            by_age: BTreeMap::new(),
-            by_caller: HashMap::new(),
-            next: 0,
+            order: CallerQuota::new(capacity),
         }
     }
 
@@ -103,7 +98,8 @@ impl TokenCache {
         if now < entry.until {
             return Some(entry.caller.clone());
         }
-        self.forget(key);
+        self.entries.remove(key);
+        self.order.forget(key);
         None
     }
 
@@ -114,74 +110,17 @@ impl TokenCache {
         if until <= now || self.capacity == 0 {
             return;
         }
-        self.forget(&key);
-        let tick = self.next;
-        self.next += 1;
         let username = caller.username.clone();
-        self.entries.insert(
-            key,
-            Entry {
-                caller,
-                until,
-                tick,
-            },
-        );
-        self.by_age.insert(tick, key);
-        self.by_caller
-            .entry(username.clone())
-            .or_default()
-            .insert(tick);
-        while self.by_caller.get(&username).map_or(0, BTreeSet::len) > self.per_caller {
-            self.forget_oldest_of(&username);
-        }
-        while self.entries.len() > self.capacity {
-            let Some(largest) = self
-                .by_caller
-                .iter()
-                .max_by(|(_, a), (_, b)| {
-                    a.len()
-                        .cmp(&b.len())
-                        .then_with(|| b.first().cmp(&a.first()))
-                })
-                .map(|(caller, _)| caller.clone())
-            else {
-                break;
-            };
-            self.forget_oldest_of(&largest);
-        }
-    }
-
-    /// Forgets `key`, if it is remembered.
-    fn forget(&mut self, key: &TokenKey) {
-        let Some(entry) = self.entries.remove(key) else {
-            return;
-        };
-        self.by_age.remove(&entry.tick);
-        let username = &entry.caller.username;
-        if let Some(ticks) = self.by_caller.get_mut(username) {
-            ticks.remove(&entry.tick);
-            if ticks.is_empty() {
-                self.by_caller.remove(username);
-            }
-        }
-    }
-
-    /// Forgets the oldest entry of `username`.
-    fn forget_oldest_of(&mut self, username: &str) {
-        let oldest = self
-            .by_caller
-            .get(username)
-            .and_then(|ticks| ticks.first())
-            .and_then(|tick| self.by_age.get(tick))
-            .copied();
-        if let Some(key) = oldest {
-            self.forget(&key);
+        self.entries.insert(key, Entry { caller, until });
+        for forgotten in self.order.touch(key, username, self.per_caller) {
+            self.entries.remove(&forgotten);
         }
     }
 
     /// How many tokens are remembered.
     #[cfg(test)]
     fn remembered(&self) -> usize {
+        debug_assert_eq!(self.entries.len(), self.order.len());
         self.entries.len()
     }
 }
