@@ -31,6 +31,7 @@ use crate::api::ToolGate;
 use crate::apiserver::apply_params;
 use crate::apiserver::ownership::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::render::objects::GateOwner;
+use crate::validate::{is_dns1123_label, is_dns1123_subdomain};
 
 /// The ClusterRoleBinding to keep and the ClusterRole it binds (the controller's flags).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,7 +115,7 @@ pub fn subjects<'a>(
                 .is_some_and(|account| account.controlled_by(owner))
         })
         .map(|owner| (owner.namespace.clone(), owner.gate_name()))
-        .filter(|(namespace, name)| is_dns_label(namespace) && is_dns_subdomain(name))
+        .filter(|(namespace, name)| is_dns1123_label(namespace) && is_dns1123_subdomain(name))
         .collect();
     accounts
         .into_iter()
@@ -135,23 +136,6 @@ fn accepted(tool_gate: &ToolGate) -> bool {
             .iter()
             .any(|c| c.type_ == ACCEPTED && c.status == "True")
     })
-}
-
-/// A DNS-1123 label: at most 63 lower-case letters, digits and '-', alphanumeric at both ends.
-fn is_dns_label(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-'
-}
-
-/// A DNS-1123 subdomain: at most 253 characters, DNS-1123 labels joined by '.'.
-fn is_dns_subdomain(text: &str) -> bool {
-    text.len() <= 253 && text.split('.').all(is_dns_label)
 }
 
 impl TokenReviewBinding {
@@ -346,12 +330,12 @@ mod tests {
 
     #[test]
     fn subject_names_are_what_the_apiserver_takes() {
-        assert!(is_dns_label("team-a"));
-        assert!(!is_dns_label(&"a".repeat(64)));
-        assert!(!is_dns_label("-a") && !is_dns_label("a-") && !is_dns_label("A"));
-        assert!(is_dns_subdomain("a.b-gate"));
-        assert!(!is_dns_subdomain(&format!("{}-gate", "x".repeat(250))));
-        assert!(!is_dns_subdomain("a..b"));
+        assert!(is_dns1123_label("team-a"));
+        assert!(!is_dns1123_label(&"a".repeat(64)));
+        assert!(!is_dns1123_label("-a") && !is_dns1123_label("a-") && !is_dns1123_label("A"));
+        assert!(is_dns1123_subdomain("a.b-gate"));
+        assert!(!is_dns1123_subdomain(&format!("{}-gate", "x".repeat(250))));
+        assert!(!is_dns1123_subdomain("a..b"));
     }
 
     #[test]

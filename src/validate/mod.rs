@@ -193,17 +193,25 @@ impl Schemas {
     }
 }
 
-/// RFC 1123 subdomain, what the apiserver requires of custom resource names.
-fn valid_name(name: &str) -> bool {
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-    };
-    name.len() <= 253 && name.split('.').all(label_ok)
+/// A DNS-1123 subdomain as the apiserver checks one (custom resource and ServiceAccount
+/// names): at most 253 characters, dot-separated runs of lower-case letters, digits and '-',
+/// each alphanumeric at both ends.
+pub fn is_dns1123_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(dns1123_run)
+}
+
+/// A DNS-1123 label (a namespace's name): one such run of at most 63 characters.
+pub fn is_dns1123_label(name: &str) -> bool {
+    name.len() <= 63 && dns1123_run(name)
+}
+
+fn dns1123_run(label: &str) -> bool {
+    !label.is_empty()
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-')
 }
 
 /// The object without apiVersion, kind and metadata, which the CRD schema does not cover.
@@ -258,7 +266,7 @@ impl Schemas {
                 "metadata.name",
                 "Required value: name or generateName is required".into(),
             ));
-        } else if !valid_name(name) {
+        } else if !is_dns1123_subdomain(name) {
             errors.push(FieldError::invalid(
                 "metadata.name",
                 Some(&Value::String(name.to_owned())),
