@@ -488,6 +488,27 @@ mod tests {
     }
 
     #[test]
+    fn only_a_single_request_has_a_request_id() {
+        let id = |body: &[u8]| read(body).unwrap().request_id;
+        assert_eq!(
+            id(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#),
+            Some(json!(7))
+        );
+        assert_eq!(
+            id(br#"{"jsonrpc":"2.0","id":"a","method":"initialize","params":{}}"#),
+            Some(json!("a"))
+        );
+        for none in [
+            &br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#[..],
+            br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            br#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+        ] {
+            assert_eq!(id(none), None, "{}", String::from_utf8_lossy(none));
+        }
+    }
+
+    #[test]
     fn a_calls_arguments_are_parsed_only_when_asked_for() {
         let call = |body: &[u8]| match read(body) {
             Ok(Message {

@@ -100,10 +100,11 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
     }
     // From here on only the message as the gate wrote it is forwarded.
     let body = message.body;
+    let request = message.request_id;
     match message.incoming {
         Incoming::Other => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => relay_filtered(resp, None, up.clone(), None).await,
-            Err(e) => upstream_failed(&up, &e),
+            Err(e) => request_failed(&up, &e, request),
         },
         Incoming::Initialize => {
             if let Some(refused) = session_over_budget(&up, caller.as_deref()) {
@@ -114,12 +115,12 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
                     note_begun(&up, &resp, caller.as_deref());
                     relay_filtered(resp, None, up.clone(), None).await
                 }
-                Err(e) => upstream_failed(&up, &e),
+                Err(e) => request_failed(&up, &e, request),
             }
         }
         Incoming::ToolsList { id } => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => relay_filtered(resp, Some(id), up.clone(), None).await,
-            Err(e) => upstream_failed(&up, &e),
+            Err(e) => request_failed(&up, &e, request),
         },
         Incoming::ToolsCall(call) => {
             let post = StreamablePost {
@@ -241,6 +242,24 @@ fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
     ));
     *resp.status_mut() = e.status();
     resp
+}
+
+/// The answer to a client message the upstream did not take. A request (`request`: its id) gets
+/// a JSON-RPC error answering it, in an HTTP 200: a client matches the error to the request
+/// waiting for it and tells its caller, where some drop an HTTP error on a POST and leave the
+/// request waiting (the MCP Python SDK 1.12 in kagent-adk 0.7.4 waits out its SSE read timeout,
+/// 300 s, seen on a real node: docs/gate.md). Anything else (a notification, a response, a
+/// batch) gets the HTTP error of [`upstream_failed`].
+fn request_failed(up: &Upstream, e: &UpstreamError, request: Option<Value>) -> Response<Body> {
+    let Some(id) = request else {
+        return upstream_failed(up, e);
+    };
+    tracing::warn!(server = %up.label, error = %e, "upstream request failed");
+    json_response(jsonrpc::error_response(
+        &id,
+        -32603,
+        &format!("approval gate: {}", e.tell(&up.label)),
+    ))
 }
 
 /// Relays an upstream answer with the tools the server may not offer removed from every tool

@@ -487,8 +487,23 @@ async fn upstream_down_is_an_error_and_nothing_runs() {
             .contains("upstream server failed"),
         "{v}"
     );
-    // Other messages get a 502.
+    // Other requests get a JSON-RPC error answering them (a client that drops an HTTP error on
+    // a POST would leave the request waiting); a notification, which nothing waits for, a 502.
     let resp = post(json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["id"], 3, "{v}");
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream tools/dead unreachable"),
+        "{v}"
+    );
+    let resp = post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
         .await
         .unwrap();
     assert_eq!(resp.status(), 502);

@@ -816,10 +816,11 @@ async fn redirects_are_followed_within_the_upstream_origin_only() {
         json!({"jsonrpc": "2.0", "id": 7, "result": {"token": "configured"}})
     );
 
-    // Another origin: never followed, and the caller is told why.
+    // Another origin: never followed, and the caller is told why, in an answer to its request.
     let resp = post(&gate.route("away"), ping).await;
-    assert_eq!(resp.status(), 502);
+    assert_eq!(resp.status(), 200);
     let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["id"], 7);
     assert_eq!(
         error["error"]["message"],
         "approval gate: upstream tools/away redirected to another origin; the gate follows \

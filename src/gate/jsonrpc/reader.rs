@@ -33,6 +33,9 @@ pub struct Message {
     pub body: Bytes,
     /// What the MCP 2026-07-28 routing headers (`Mcp-Method`, `Mcp-Name`) may mirror of it.
     pub route: Route,
+    /// The id of the request, when the body is one request (a message with a method and a
+    /// non-null id): what an answer the gate makes up for it must carry.
+    pub request_id: Option<Value>,
 }
 
 /// Reads a client message. Every message is fully parsed and refused if another parser could
@@ -53,6 +56,7 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     .map_err(|e| Rejected::Parse(e.to_string()))?;
     let body = Bytes::from(out);
     let mut route = Route::default();
+    let mut request_id = None;
     let incoming = match noted {
         Noted::Batch(messages) => {
             for fields in &messages {
@@ -65,6 +69,9 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
         }
         one => {
             let mut fields = one.into_message();
+            if fields.method.is_some() {
+                request_id = fields.id.clone().filter(|id| !id.is_null());
+            }
             let kind = fields.kind()?;
             route = fields.route();
             match kind {
@@ -81,6 +88,7 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
         incoming,
         body,
         route,
+        request_id,
     })
 }
 
@@ -623,10 +631,16 @@ mod tests {
                 },
             },
         };
+        let request_id = msg
+            .get("method")
+            .and(msg.get("id"))
+            .filter(|id| !id.is_null())
+            .cloned();
         Ok(Message {
             incoming,
             body,
             route,
+            request_id,
         })
     }
 
