@@ -434,6 +434,52 @@ fn in_gateway_placement_only_the_gate_pods_hold_the_token_and_the_rights() {
     find("NetworkPolicy", "a-egress");
 }
 
+#[test]
+fn the_operators_default_placement_applies_to_agents_that_set_none() {
+    let tools =
+        "tools: [{type: McpServer, mcpServer: {name: fs, toolNames: [rm], requireApproval: [rm]}}]";
+    let gateway = RenderOptions {
+        default_placement: hitl_operator::api::GatePlacement::Gateway,
+        ..RenderOptions::default()
+    };
+    let rendered = |approval: &str| {
+        let yaml = format!(
+            "{MODEL}---\n{SERVER}---\n{}",
+            agent(&format!("{tools}\napproval: {approval}"))
+        );
+        let report = render_documents(parse_documents("t.yaml", &yaml).unwrap(), "ns", &gateway);
+        assert!(
+            report.problems.is_empty(),
+            "{approval}: {:?}",
+            report.problems
+        );
+        let has = |kind: &str, name: &str| {
+            report
+                .objects
+                .iter()
+                .any(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        };
+        let sidecar = report
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "a")
+            .unwrap()["spec"]["template"]["spec"]
+            .get("initContainers")
+            .is_some();
+        (
+            has("Deployment", "a-gate"),
+            has("NetworkPolicy", "a-egress"),
+            sidecar,
+        )
+    };
+    // No placement of its own: the operator's Gateway, with its NetworkPolicies.
+    assert_eq!(rendered("{}"), (true, true, false));
+    // The Agent's own choice wins.
+    assert_eq!(rendered("{placement: Sidecar}"), (false, false, true));
+    // No gate runs in mode Runtime: the default has nothing to place, and is no error.
+    assert_eq!(rendered("{mode: Runtime}"), (false, false, false));
+}
+
 /// An Agent in `ns` using RemoteMCPServer `tools/shared`, which says `allowed` (YAML flow).
 fn cross_namespace(allowed: &str) -> String {
     let allowed = if allowed.is_empty() {

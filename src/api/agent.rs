@@ -548,8 +548,9 @@ pub struct ApprovalSettings {
     /// confirmation only) or `Both` (two-person rule). Default: the operator's default (Gate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ApprovalMode>,
-    /// Where the gate runs: `Sidecar` (default; in the agent's pod) or `Gateway` (a Deployment
-    /// of its own, with NetworkPolicies so the agent can reach tool servers only through it).
+    /// Where the gate runs: `Sidecar` (in the agent's pod) or `Gateway` (a Deployment of its
+    /// own, with NetworkPolicies so the agent can reach tool servers only through it). Default:
+    /// the operator's default (Sidecar).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<GatePlacement>,
     /// How long an ApprovalRequest can be decided before it expires (default 1h).
@@ -684,8 +685,18 @@ impl ApprovalMode {
 
 /// Where the approval gate runs.
 #[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    schemars::JsonSchema,
+    clap::ValueEnum,
 )]
+#[value(rename_all = "PascalCase")]
 pub enum GatePlacement {
     /// A native sidecar in the agent's pod: one network namespace with the agent container.
     #[default]

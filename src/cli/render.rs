@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use serde_json::Value;
 
 use crate::api::{
-    self, Agent, ApprovalGrant, ApprovalMode, MCPServer, ModelConfig, RemoteMCPServer, ToolGate,
+    self, Agent, ApprovalGrant, ApprovalMode, GatePlacement, MCPServer, ModelConfig,
+    RemoteMCPServer, ToolGate,
 };
 use crate::cidr::Cidr;
 use crate::condition::Condition;
@@ -53,6 +54,9 @@ pub struct RenderArgs {
     /// Approval mode of Agents that set none.
     #[arg(long, value_enum, default_value = "Gate")]
     pub approval_mode: ApprovalMode,
+    /// Gate placement of Agents that set none (the controller's --default-placement).
+    #[arg(long, value_enum, default_value = "Sidecar")]
+    pub default_placement: GatePlacement,
     /// Agent runtime image.
     #[arg(long, default_value = DEFAULT_AGENT_IMAGE)]
     pub agent_image: String,
@@ -300,6 +304,7 @@ fn grant_condition_compiles(grant: &ApprovalGrant) -> Result<(), String> {
 pub fn run(args: &RenderArgs) -> u8 {
     let options = RenderOptions {
         default_approval_mode: args.approval_mode,
+        default_placement: args.default_placement,
         agent_image: args.agent_image.clone(),
         gate_image: args.gate_image.clone(),
         cluster_cidrs: args.cluster_cidrs.clone(),

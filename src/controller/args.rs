@@ -7,7 +7,7 @@ use kube::api::ListParams;
 
 use super::token_review::TokenReviewBinding;
 use super::watches::api;
-use crate::api::{Agent, ApprovalMode};
+use crate::api::{Agent, ApprovalMode, GatePlacement};
 use crate::cidr::Cidr;
 use crate::cli::logging::LogFormat;
 use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
@@ -39,6 +39,16 @@ pub struct ControllerArgs {
         default_value = "Gate"
     )]
     pub default_approval_mode: ApprovalMode,
+    /// Gate placement of Agents that set none: Sidecar, or Gateway where the cluster's network
+    /// plugin enforces NetworkPolicies (docs/placement.md, "The default").
+    #[arg(
+        long,
+        env = "DEFAULT_PLACEMENT",
+        value_enum,
+        ignore_case = true,
+        default_value = "Sidecar"
+    )]
+    pub default_placement: GatePlacement,
     /// Agent runtime image.
     #[arg(long, env = "AGENT_IMAGE", default_value = DEFAULT_AGENT_IMAGE)]
     pub agent_image: String,
@@ -172,6 +182,7 @@ impl ControllerArgs {
     pub(super) fn render_options(&self) -> RenderOptions {
         RenderOptions {
             default_approval_mode: self.default_approval_mode,
+            default_placement: self.default_placement,
             agent_image: self.agent_image.clone(),
             gate_image: self.gate_image.clone(),
             cluster_cidrs: self.cluster_cidrs.clone(),
@@ -200,6 +211,7 @@ mod tests {
     fn flags_have_the_documented_defaults_and_spellings() {
         let args = Cli::try_parse_from(["controller"]).unwrap().args;
         assert_eq!(args.default_approval_mode, ApprovalMode::Gate);
+        assert_eq!(args.default_placement, GatePlacement::Sidecar);
         assert_eq!(args.metrics_addr.to_string(), "0.0.0.0:8080");
         assert!(args.leader_election);
         assert_eq!(args.lease_name, "hitl-operator");
@@ -210,6 +222,8 @@ mod tests {
             "controller",
             "--default-approval-mode",
             "Both",
+            "--default-placement",
+            "gateway",
             "--leader-election=false",
             "--log-format",
             "json",
@@ -246,6 +260,7 @@ mod tests {
             "only CIDRs"
         );
         assert_eq!(args.default_approval_mode, ApprovalMode::Both);
+        assert_eq!(args.default_placement, GatePlacement::Gateway);
         assert!(!args.leader_election);
         assert_eq!(args.log_format, LogFormat::Json);
         assert_eq!(args.namespace.as_deref(), Some("demo"));

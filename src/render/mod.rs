@@ -72,6 +72,8 @@ const GATE_TIMEOUT_MARGIN: f64 = 10.0;
 pub struct RenderOptions {
     /// Mode for Agents that set none.
     pub default_approval_mode: ApprovalMode,
+    /// Gate placement for Agents that set none (docs/placement.md, "The default").
+    pub default_placement: GatePlacement,
     /// Agent runtime image.
     pub agent_image: String,
     /// Approval gate image.
@@ -132,6 +134,7 @@ impl Default for RenderOptions {
     fn default() -> Self {
         Self {
             default_approval_mode: ApprovalMode::Gate,
+            default_placement: GatePlacement::Sidecar,
             agent_image: DEFAULT_AGENT_IMAGE.to_owned(),
             gate_image: DEFAULT_GATE_IMAGE.to_owned(),
             cluster_cidrs: network::default_cluster_cidrs(),
@@ -332,7 +335,7 @@ pub fn render_agent(
     let timings = approval_timings(&object, &approval_fields)?;
     let max_open_requests =
         max_open_requests(&object, &approval_fields, options.max_open_requests)?;
-    let placement = gate_placement(&object, declarative, mode)?;
+    let placement = gate_placement(&object, declarative, mode, options.default_placement)?;
     agent_volumes::check(&object, agent, mode.uses_gate().then_some(placement))?;
     let approval_rules = declarative
         .approval
@@ -551,16 +554,22 @@ pub fn render_agent(
     })
 }
 
-/// The Agent's gate placement (default Sidecar). Refuses Gateway where no gate runs, and the
-/// labels reserved for the gate pods (an Agent's Gateway, a ToolGate) on the agent pods (they
-/// would make them gate endpoints).
+/// The Agent's gate placement: its own, else the operator's `default` (which does not apply
+/// where no gate runs). Refuses an Agent's Gateway where no gate runs, and the labels reserved
+/// for the gate pods (an Agent's Gateway, a ToolGate) on the agent pods (they would make them
+/// gate endpoints).
 fn gate_placement(
     object: &str,
     declarative: &DeclarativeAgentSpec,
     mode: ApprovalMode,
+    default: GatePlacement,
 ) -> Result<GatePlacement> {
     let approval = declarative.approval.as_ref();
-    let placement = approval.and_then(|a| a.placement).unwrap_or_default();
+    let placement = match approval.and_then(|a| a.placement) {
+        Some(own) => own,
+        None if mode.uses_gate() => default,
+        None => GatePlacement::Sidecar,
+    };
     if placement == GatePlacement::Gateway && !mode.uses_gate() {
         let whose = if approval.and_then(|a| a.mode).is_some() {
             ""

@@ -221,6 +221,7 @@ def test_default_deployment(chart):
         "--metrics-addr": "0.0.0.0:8080",
         "--log-format": "json",
         "--default-approval-mode": "Gate",
+        "--default-placement": "Sidecar",
         "--agent-image": "cr.kagent.dev/kagent-dev/kagent/app:0.7.4",
         "--gate-image": "ghcr.io/hitl-operator/hitl-operator:0.1.0",
         "--cluster-cidrs": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16",
@@ -515,6 +516,7 @@ def test_custom_images_and_mode(chart):
         "image": {"repository": "registry.example/hitl", "tag": "1.2.3"},
         "agentImage": {"repository": "registry.example/kagent-app", "tag": "9.9.9"},
         "defaultApprovalMode": "Both",
+        "defaultPlacement": "Gateway",
         "logFormat": "text",
         "leaderElection": {"leaseName": "my-lease"},
     })
@@ -525,6 +527,7 @@ def test_custom_images_and_mode(chart):
     # The gate image follows the controller image unless set.
     assert a["--gate-image"] == "registry.example/hitl:1.2.3"
     assert a["--default-approval-mode"] == "Both"
+    assert a["--default-placement"] == "Gateway"
     assert a["--log-format"] == "text"
     assert a["--lease-name"] == "my-lease"
     docs = objects(chart, {"gateImage": {"repository": "registry.example/gate", "tag": "7"}})
