@@ -2,7 +2,7 @@
 CARGO ?= cargo
 IMAGE ?= ghcr.io/hitl-operator/hitl-operator:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 
-.PHONY: build test lint fmt crds render bench bench-memory bench-e2e image e2e peers
+.PHONY: build test lint fmt crds render bench bench-memory bench-e2e image image-dockerfile e2e peers
 
 .DEFAULT_GOAL := build
 
@@ -60,8 +60,16 @@ render:
 bench:
 	$(CARGO) bench
 
-image:
-	docker build -t $(IMAGE) .
+## The operator's image from this checkout, offline: the release binaries and the libraries they
+## load, FROM scratch, non-root (image/build.sh), tagged $(IMAGE), the chart's default image.
+## Uses podman or docker, whichever is installed; needs no registry.
+image: build
+	IMAGE=$(IMAGE) image/build.sh
+
+## The same image by the published recipe (Dockerfile: Rust toolchain and distroless base pulled
+## from their registries); needs a Docker or podman engine with registry access.
+image-dockerfile:
+	$(or $(shell command -v podman || command -v docker),docker) build -t $(IMAGE) .
 
 ## Controller memory and cold start at N Agents on the cluster in KUBECONFIG (release build).
 N ?= 1000
@@ -92,6 +100,8 @@ bench-e2e: $(PEERS_STAMP)
 	bash tests/e2e/controller-memory.sh $(N)
 	@echo "== cold start over $(COLD) unrendered Agents: apiserver requests per Agent"
 	bash tests/e2e/cold-start.sh $(COLD)
+	@echo "== on a node (SKIP without one): the release image in pods; apply -> Ready, decision -> the tool server pod, the gate container's cgroup"
+	PATH=$$PWD/target/release:$$PATH HITL_E2E_BIN=target/release/hitl-operator HITL_E2E_POD_APPROVALS=$(APPROVALS) HITL_E2E_POD_ROTATION=0 bash tests/e2e/pods.sh
 
 ## End-to-end suites against the cluster in KUBECONFIG (prints SKIP without one); docs/e2e.md.
 e2e:

@@ -358,3 +358,26 @@ system_namespace() {
     CREATED_SYS_NS=1
   fi
 }
+
+# A2A turns with kagent's runtime (tests/kagent-runtime/a2a_send.py), for the suites that talk to
+# it. send NAME TEXT [CONTEXT]: message/send to $AGENT_URL in the background; reply NAME waits
+# for its answer (120 s) and puts it in ANSWER (not in a subshell: only this shell can wait for
+# what it started); on a failure it prints the suite's `runtime_log`.
+send() { start "$1" "$WORK/$1.out" python3 tests/kagent-runtime/a2a_send.py "$AGENT_URL" "$2" ${3:+"$3"}; }
+reply() {
+  local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 120))
+  while alive "$pid"; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "message $1 unanswered after 120 s"
+    sleep 0.02
+  done
+  unset "E2E_PIDS[$1]"
+  wait "$pid" || fail "message $1 failed: $(cat "$WORK/$1.out"); runtime log: $(runtime_log)"
+  ANSWER=$(tail -1 "$WORK/$1.out")
+}
+# field ANSWER KEY: one field of an answer line.
+field() { python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+# expect_answer ANSWER WANT: the task completed and its text holds WANT.
+expect_answer() {
+  [ "$(field "$1" state)" = completed ] || fail "the task did not complete: $1"
+  expect_in "the A2A answer" "$2" "$(field "$1" text)"
+}

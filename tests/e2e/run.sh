@@ -4,7 +4,7 @@
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
 # Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, grants,
-#        notify, slack, rewind, toolgate, toolgate-isolation, runtime
+#        notify, slack, rewind, toolgate, toolgate-isolation, runtime, pods
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -34,6 +34,11 @@
 #   runtime tests/e2e/runtime.sh: kagent's own agent runtime (kagent-adk 0.7.4) started as the
 #           rendered Deployment starts it, next to the gate, with a scripted model: A2A turns
 #           through approve, deny, the pending answer and its retry, an SSE tool server
+#   pods    tests/e2e/pods.sh: on a node (SKIP without one): the images built here, helm install,
+#           the Agent's pod with kagent's runtime and the gate sidecar, tool server and model
+#           pods, A2A through the Agent's Service, Sidecar vs Gateway reach under NetworkPolicy, a
+#           ToolGate caller pod whose token rotates, faults (gate killed, leader deleted, kubelet
+#           restarted, tool server gone), helm upgrade and uninstall, figures
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -43,7 +48,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate toolgate-isolation runtime)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate toolgate-isolation runtime pods)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins

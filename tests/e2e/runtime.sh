@@ -93,24 +93,7 @@ curl -fsS http://127.0.0.1:8080/.well-known/agent-card.json >"$WORK/card.json" |
 grep -q '"name"' "$WORK/card.json" || fail "the agent card has no name: $(cat "$WORK/card.json")"
 ok "runtime up: $(head -1 "$WORK/agent.log"); KAGENT_URL=http://$GATE_LISTEN (the gate's session store)"
 
-# send NAME TEXT [CONTEXT]: message/send in the background; reply NAME waits for its answer and
-# puts it in ANSWER (not in a subshell: only this shell can wait for what it started).
-send() { start "$1" "$WORK/$1.out" python3 "$RUNTIME/a2a_send.py" "$AGENT_URL" "$2" ${3:+"$3"}; }
-reply() {
-  local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 120))
-  while alive "$pid"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "message $1 unanswered after 120 s"
-    sleep 0.02
-  done
-  unset "E2E_PIDS[$1]"
-  wait "$pid" || fail "message $1 failed: $(cat "$WORK/$1.out"); runtime log: $(tail -30 "$WORK/agent.log")"
-  ANSWER=$(tail -1 "$WORK/$1.out")
-}
-field() { python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
-expect_answer() { # expect_answer ANSWER WANT
-  [ "$(field "$1" state)" = completed ] || fail "the task did not complete: $1"
-  expect_in "the A2A answer" "$2" "$(field "$1" text)"
-}
+runtime_log() { tail -30 "$WORK/agent.log"; }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # Every ApprovalRequest's first watch event, stamped with its arrival: when it was created, to

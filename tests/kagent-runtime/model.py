@@ -1,6 +1,6 @@
 """A scripted OpenAI-compatible model server for the runtime tests: deterministic, no model.
 
-    python model.py PORT LOG
+    python model.py PORT LOG [HOST]      (HOST: default 127.0.0.1; a pod gives 0.0.0.0)
 
 Serves POST /v1/chat/completions (and /chat/completions), plain or streamed. The script:
 - the last message is the user's `CALL <tool> <json arguments>`: ask for that tool call;
@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PORT = int(sys.argv[1])
 LOG = sys.argv[2]
+HOST = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
 
 
 def text_of(content):
@@ -102,4 +103,4 @@ class Handler(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
-    ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
+    ThreadingHTTPServer((HOST, PORT), Handler).serve_forever()

@@ -1,7 +1,7 @@
 // A tiny MCP tool server built on the SDK's McpServer (Streamable HTTP, one session per client)
 // that records every tools/call it receives and runs, for tests/e2e/story.sh.
 //
-// Usage: PORT=N node recorder.mjs        (listens on 127.0.0.1 only)
+// Usage: PORT=N [HOST=ADDR] node recorder.mjs   (listens on HOST, default 127.0.0.1; a pod sets 0.0.0.0)
 //   POST/GET/DELETE /mcp   the MCP endpoint
 //   GET /calls             JSON array of the calls that ran, in order:
 //                          {tool, args, receivedNs, ranNs}
@@ -18,6 +18,7 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 import { z } from "zod";
 
 const port = Number(process.env.PORT || 3002);
+const host = process.env.HOST || "127.0.0.1";
 const calls = [];
 // "<session>/<JSON-RPC id>" -> arrival time of the HTTP request that carried the call.
 const arrivals = new Map();
@@ -90,4 +91,4 @@ http
       res.end();
     }
   })
-  .listen(port, "127.0.0.1", () => console.error(`recorder listening on 127.0.0.1:${port}`));
+  .listen(port, host, () => console.error(`recorder listening on ${host}:${port}`));
