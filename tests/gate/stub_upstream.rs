@@ -639,10 +639,23 @@ async fn an_upstream_slower_than_its_timeout_gets_an_outcome_unknown_result() {
             .await
             .contains(r#"hitl_gate_tool_calls_total{outcome="error"} 1"#)
     );
-    // Other messages get 504 and a JSON-RPC error naming the timeout.
+    // Other requests get a JSON-RPC error answering them, naming the timeout; a notification
+    // (nothing waits for its answer) gets HTTP 504 with the same error.
     let resp = post(
         &url,
         r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":{"delay_ms":5000}}"#,
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["id"], 3);
+    assert_eq!(
+        error["error"]["message"],
+        "approval gate: upstream tools/stub did not answer within 0.2s (params.timeout)"
+    );
+    let resp = post(
+        &url,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"delay_ms":5000}}"#,
     )
     .await;
     assert_eq!(resp.status(), 504);
