@@ -1,6 +1,7 @@
 # One image for the controller, the approval gate sidecar and the kubectl plugin: the recipe for
 # the published image (ghcr.io/hitl-operator/hitl-operator:<version>), for a release job with a
-# container engine and access to the Rust and distroless images. No job publishes it yet.
+# container engine and access to the Rust and distroless images. No job publishes it yet; .ci/run
+# builds it where those registries answer (and prints SKIP where they do not).
 #   make image-dockerfile   (podman or docker build -t ghcr.io/hitl-operator/hitl-operator:<version> .)
 # Where no registry is reachable, `make image` (image/build.sh) builds the same binaries into the
 # same layout (non-root 65532, no shell) FROM scratch, with the libraries they load.
