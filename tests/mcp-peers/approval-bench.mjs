@@ -12,8 +12,12 @@
 // delivers the decision: the least any watcher, the gate included, can take.
 // Times are process.hrtime.bigint() (CLOCK_MONOTONIC) here and in the recorder, so they compare.
 //
+// Paced to the gate's creation budget (docs/gate.md, approval flooding: 60 ApprovalRequests at
+// once, then 1 per second): after PACE_AFTER calls (40, leaving room for the suite's other
+// requests on the same gate) a call starts at least PACE_MS (1000) after the one before, so a
+// long run measures approvals rather than the gate's refusal of a flood.
 // Environment: GATE_URL, RECORDER_URL, NAMESPACE, AGENT, TOOL (delete_file), COUNT (30),
-// SETTLE_MS (300), DECIDED_BY, KUBECONFIG_JSON (the approver's kubeconfig as
+// SETTLE_MS (300), PACE_AFTER (40), PACE_MS (1000), DECIDED_BY, KUBECONFIG_JSON (the approver's kubeconfig as
 // `kubectl config view --raw --minify --flatten -o json` prints it: server, CA or
 // insecure-skip-tls-verify, token or client certificate, optional as/as-groups impersonation).
 // Prints progress on stderr and one JSON object on stdout: raw samples (ms) and percentiles.
@@ -33,6 +37,8 @@ const AGENT = need("AGENT");
 const TOOL = env.TOOL || "delete_file";
 const COUNT = Number(env.COUNT || 30);
 const SETTLE_MS = Number(env.SETTLE_MS || 300);
+const PACE_AFTER = Number(env.PACE_AFTER || 40);
+const PACE_MS = Number(env.PACE_MS || 1000);
 const DECIDED_BY = need("DECIDED_BY");
 const kubeconfig = JSON.parse(readFileSync(need("KUBECONFIG_JSON"), "utf8"));
 const cluster = kubeconfig.clusters[0].cluster;
@@ -149,7 +155,10 @@ const client = new Client({ name: "hitl-e2e-bench", version: "1.0.0" });
 await client.connect(new StreamableHTTPClientTransport(new URL(need("GATE_URL"))));
 const run = Date.now().toString(36);
 const samples = { decisionToUpstream: [], decisionToResult: [], decisionToWatch: [], decisionPatch: [], plainPatch: [] };
+let lastStart = 0;
 for (let i = 0; i < COUNT; i++) {
+  if (i >= PACE_AFTER) await sleep(lastStart + PACE_MS - Date.now());
+  lastStart = Date.now();
   const path = `/bench/${run}/${i}`;
   const call = client.callTool({ name: TOOL, arguments: { path } }, undefined, { timeout: 60000 });
   call.catch(() => {}); // awaited below; avoid an unhandled rejection while we wait for the request
@@ -185,7 +194,7 @@ for (let i = 0; i < COUNT; i++) {
   );
 }
 await client.close();
-const out = { count: COUNT, settleMs: SETTLE_MS, samples, stats: {} };
+const out = { count: COUNT, settleMs: SETTLE_MS, paceAfter: PACE_AFTER, paceMs: PACE_MS, samples, stats: {} };
 for (const [k, v] of Object.entries(samples)) out.stats[k] = summary(v);
 out.stats.ratioUpstreamP50ToPlainPatchP50 = out.stats.decisionToUpstream.p50 / out.stats.plainPatch.p50;
 out.stats.ratioUpstreamP99ToPlainPatchP50 = out.stats.decisionToUpstream.p99 / out.stats.plainPatch.p50;
