@@ -75,7 +75,7 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
             Ok(resp) if is_get => relay_filtered(resp, None, up.clone(), None).await,
             Ok(resp) => up.relay(resp),
-            Err(e) => upstream_failed(&up, &e),
+            Err(e) => upstream_failed(&up, &e, None),
         };
     }
     if let Err(why) = check_body_headers(&headers) {
@@ -104,7 +104,7 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
     match message.incoming {
         Incoming::Other => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => relay_filtered(resp, None, up.clone(), None).await,
-            Err(e) => request_failed(&up, &e, request),
+            Err(e) => upstream_failed(&up, &e, request.as_ref()),
         },
         Incoming::Initialize => {
             if let Some(refused) = session_over_budget(&up, caller.as_deref()) {
@@ -115,12 +115,12 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
                     note_begun(&up, &resp, caller.as_deref());
                     relay_filtered(resp, None, up.clone(), None).await
                 }
-                Err(e) => request_failed(&up, &e, request),
+                Err(e) => upstream_failed(&up, &e, request.as_ref()),
             }
         }
         Incoming::ToolsList { id } => match up.send(method, up.uri.clone(), &headers, body).await {
             Ok(resp) => relay_filtered(resp, Some(id), up.clone(), None).await,
-            Err(e) => request_failed(&up, &e, request),
+            Err(e) => upstream_failed(&up, &e, request.as_ref()),
         },
         Incoming::ToolsCall(call) => {
             let post = StreamablePost {
@@ -233,33 +233,19 @@ fn rejected_response(rejected: &Rejected) -> Response<Body> {
     )
 }
 
-fn upstream_failed(up: &Upstream, e: &UpstreamError) -> Response<Body> {
-    tracing::warn!(server = %up.label, error = %e, "upstream request failed");
-    let mut resp = json_response(jsonrpc::error_response(
-        &Value::Null,
-        -32603,
-        &format!("approval gate: {}", e.tell(&up.label)),
-    ));
-    *resp.status_mut() = e.status();
-    resp
-}
-
 /// The answer to a client message the upstream did not take. A request (`request`: its id) gets
 /// a JSON-RPC error answering it, in an HTTP 200: a client matches the error to the request
 /// waiting for it and tells its caller, where some drop an HTTP error on a POST and leave the
 /// request waiting (the MCP Python SDK 1.12 in kagent-adk 0.7.4 waits out its SSE read timeout,
 /// 300 s, seen on a real node: docs/gate.md). Anything else (a notification, a response, a
-/// batch) gets the HTTP error of [`upstream_failed`].
-fn request_failed(up: &Upstream, e: &UpstreamError, request: Option<Value>) -> Response<Body> {
-    let Some(id) = request else {
-        return upstream_failed(up, e);
-    };
+/// batch, a GET) gets the HTTP error the failure calls for, carrying the same error.
+fn upstream_failed(up: &Upstream, e: &UpstreamError, request: Option<&Value>) -> Response<Body> {
     tracing::warn!(server = %up.label, error = %e, "upstream request failed");
-    json_response(jsonrpc::error_response(
-        &id,
-        -32603,
-        &format!("approval gate: {}", e.tell(&up.label)),
-    ))
+    let message = format!("approval gate: {}", e.tell(&up.label));
+    match request {
+        Some(id) => json_response(jsonrpc::error_response(id, -32603, &message)),
+        None => error_status(e.status(), &Value::Null, -32603, &message),
+    }
 }
 
 /// Relays an upstream answer with the tools the server may not offer removed from every tool
@@ -285,7 +271,7 @@ async fn relay_filtered(
     }
     let bytes = match read_all(body).await {
         Ok(bytes) => bytes,
-        Err(e) => return upstream_failed(&up, &e),
+        Err(e) => return upstream_failed(&up, &e, None),
     };
     if let Some(watch) = &watch {
         watch.see(&bytes);
