@@ -146,11 +146,13 @@ the_request() {
   [ "$(wc -l <<<"$names")" = 1 ] || fail "more than one new ApprovalRequest for path $2: $names"
   printf -v "$1" '%s' "$names"
 }
-# runs TOOL PATH: how many times TOOL(path: PATH) ran at the recorder.
+# runs TOOL [PATH]: how many times TOOL (with arguments {path: PATH}, when given) ran at the
+# recorder: $RECORDER, else the local one on RECORDER_PORT.
 runs() {
-  curl -fsS "http://127.0.0.1:$RECORDER_PORT/calls" | python3 -c '
+  curl -fsS "${RECORDER:-http://127.0.0.1:$RECORDER_PORT}/calls" | python3 -c '
 import json, sys
-print(sum(1 for c in json.load(sys.stdin) if c["tool"] == sys.argv[1] and c["args"].get("path") == sys.argv[2]))' "$1" "$2"
+tool, path = sys.argv[1], sys.argv[2:]
+print(sum(1 for c in json.load(sys.stdin) if c["tool"] == tool and (not path or c["args"].get("path") == path[0])))' "$@"
 }
 
 # gates_with_policies: the chart's user roles and admission policies (their checked-in

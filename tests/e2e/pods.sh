@@ -182,12 +182,8 @@ kubectl -n "$NS" patch deployment model --type json -p '[
   {"op": "add", "path": "/spec/template/spec/containers/0/command", "value": ["python3"]},
   {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": ["/opt/hitl-tests/model.py", "8000", "/tmp/model.jsonl", "0.0.0.0"]}]' >/dev/null
 kubectl -n "$NS" rollout status deployment/filesystem-mcp deployment/model --timeout=120s >/dev/null
+# The recorder's Service, where gates.sh's `runs` counts the calls.
 RECORDER=http://$(svc_ip filesystem-mcp):3000
-runs() {
-  curl -fsS "$RECORDER/calls" | python3 -c '
-import json, sys
-print(sum(1 for c in json.load(sys.stdin) if c["tool"] == sys.argv[1] and c["args"].get("path") == sys.argv[2]))' "$1" "$2"
-}
 model_log() { kubectl -n "$NS" exec deploy/model -- python3 -c 'print(open("/tmp/model.jsonl").read())'; }
 wait_for "the recorder's /calls through its Service" 30 http_ok "$RECORDER/calls"
 
@@ -238,17 +234,16 @@ ungated_turns() {
       python3 -c 'import json, sys; a = json.load(sys.stdin); assert a["state"] == "completed", a; print(a["seconds"])'
   done | sort -n | sed -n 3p
 }
-runs_of() { curl -fsS "$RECORDER/calls" | python3 -c 'import json, sys; print(sum(1 for c in json.load(sys.stdin) if c["tool"] == sys.argv[1]))' "$1"; }
 
 step "4. Sidecar placement: what the agent container reaches"
 SIDECAR_TURN=$(ungated_turns "$AGENT_URL" sidecar)
 [ "$(condition "agent/$AGENT" GateIsolated)" = False ] || fail "Sidecar Agent's GateIsolated is $(condition "agent/$AGENT" GateIsolated), want False"
 SIDECAR_DIRECT=$(reach "$POD" agent "http://filesystem-mcp:3000/mcp")
 expect_in "the agent container -> the tool server's Service" "answered HTTP" "$SIDECAR_DIRECT"
-before=$(runs_of delete_file)
+before=$(runs delete_file)
 in_pod "$POD" agent tests/e2e/pods/ungated_load.py "http://filesystem-mcp:3000/mcp" delete_file 1 1 >/dev/null ||
   fail "a direct call from the agent container failed"
-[ "$(runs_of delete_file)" = $((before + 1)) ] || fail "the direct delete_file did not reach the tool server"
+[ "$(runs delete_file)" = $((before + 1)) ] || fail "the direct delete_file did not reach the tool server"
 figure "Sidecar: ungated turn, median of 5" "$SIDECAR_TURN s"
 ok "Sidecar: GateIsolated=False; the agent container reached filesystem-mcp:3000 directly ($SIDECAR_DIRECT) and a delete_file ran there WITHOUT approval (the documented hole)"
 
@@ -285,7 +280,7 @@ expect_in "$GPOD -> its gate" "answered HTTP" "$GATE_REACH"
 refused_from "$(pod_of app=model)" model "http://$GW-gate.$NS.svc:8099/"
 GW_URL=http://$(svc_ip "$GW"):8080/
 GATEWAY_TURN=$(ungated_turns "$GW_URL" gateway)
-before=$(runs_of delete_file)
+before=$(runs delete_file)
 AGENT_URL_SIDECAR=$AGENT_URL AGENT_URL=$GW_URL
 send gw-approve "CALL delete_file {\"path\": \"/data/gateway.csv\"}"
 the_request GW_REQ /data/gateway.csv
