@@ -114,10 +114,29 @@ stop() {
 stop_all() {
   local name
   for name in "${!E2E_PIDS[@]}"; do stop "$name"; done
+  rm -f "$E2E_PORTS_GIVEN"
 }
 
+# The ports free_port has handed out in this suite. A port is only bound later, by whoever gets
+# it, so the kernel may offer it again meanwhile: two listeners of one suite then got the same
+# port (a CI run failed on "Address already in use").
+E2E_PORTS_GIVEN=${TMPDIR:-/tmp}/hitl-e2e-ports.$$
+# free_port: a loopback port that is free now and that this suite has not handed out before.
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 - "$E2E_PORTS_GIVEN" <<'PY'
+import os, socket, sys
+ledger = sys.argv[1]
+given = set(open(ledger).read().split()) if os.path.exists(ledger) else set()
+while True:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    if port not in given:
+        break
+with open(ledger, "a") as f:
+    f.write(port + "\n")
+print(port)
+PY
 }
 
 # http_up URL: any HTTP answer counts.
