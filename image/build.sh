@@ -12,6 +12,7 @@
 # (SOURCE_DATE_EPOCH), so the same binaries give the same image ID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source image/rootfs.sh
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 IMAGE=${IMAGE:-ghcr.io/hitl-operator/hitl-operator:$VERSION}
 ENGINE=${ENGINE:-$(command -v podman || command -v docker || true)}
@@ -19,44 +20,25 @@ BIN_DIR=${BIN_DIR:-target/release}
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 BINARIES=(hitl-operator kubectl-hitl)
 
-[ -n "$ENGINE" ] || { echo "image: neither podman nor docker is installed" >&2; exit 1; }
 for bin in "${BINARIES[@]}"; do
-  [ -x "$BIN_DIR/$bin" ] || { echo "image: no $BIN_DIR/$bin: run make build first" >&2; exit 1; }
+  [ -x "$BIN_DIR/$bin" ] || die "no $BIN_DIR/$bin: run make build first"
 done
 
 CONTEXT=$(mktemp -d)
 trap 'rm -rf "$CONTEXT"' EXIT
-ROOT=$CONTEXT/rootfs
-mkdir -p "$ROOT/usr/local/bin" "$ROOT/etc/ssl/certs" "$ROOT/tmp"
-chmod 1777 "$ROOT/tmp"
-
-# The binaries, then every library the dynamic loader resolves for them (and the loader itself),
-# at the paths it resolved them to.
+new_rootfs "$CONTEXT/rootfs" 65532 nonroot nonroot /home/nonroot
+mkdir -p "$CONTEXT/rootfs/usr/local/bin" "$CONTEXT/empty"
 for bin in "${BINARIES[@]}"; do
-  install -m 0755 "$BIN_DIR/$bin" "$ROOT/usr/local/bin/$bin"
-  ldd "$BIN_DIR/$bin" | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'
-done | sort -u | while read -r lib; do
-  mkdir -p "$ROOT$(dirname "$lib")"
-  cp -L "$lib" "$ROOT$lib"
+  install -m 0755 "$BIN_DIR/$bin" "$CONTEXT/rootfs/usr/local/bin/$bin"
 done
-
-# Who 65532 is (logs and tools that look the user up), and the CA bundle the platform verifier
-# reads for HTTPS to anything but the apiserver (notifier webhooks).
-printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$ROOT/etc/passwd"
-printf 'root:x:0:\nnonroot:x:65532:\n' >"$ROOT/etc/group"
-cp -L /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/ca-certificates.crt"
-find "$ROOT" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+copy_libraries "$CONTEXT/rootfs" "" "${BINARIES[@]/#/$BIN_DIR/}"
 
 cat >"$CONTEXT/Containerfile" <<CONTAINERFILE
 FROM scratch
 COPY rootfs/ /
+COPY --chown=65532:65532 empty/ /home/nonroot/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/hitl-operator"]
 CMD ["controller"]
 CONTAINERFILE
-
-case "$(basename "$ENGINE")" in
-  podman) "$ENGINE" build --quiet --timestamp "$SOURCE_DATE_EPOCH" -t "$IMAGE" "$CONTEXT" >/dev/null ;;
-  *) SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH "$ENGINE" build --quiet -t "$IMAGE" "$CONTEXT" >/dev/null ;;
-esac
-echo "$IMAGE $("$ENGINE" image inspect --format '{{.Id}} {{.Size}}' "$IMAGE" | awk '{ printf "id %s, %.1f MB", substr($1, 1, 12), $2 / 1e6 }')"
+build_image "$IMAGE" "$CONTEXT"
