@@ -5,7 +5,8 @@
 #   make image-dockerfile   (podman or docker build -t ghcr.io/hitl-operator/hitl-operator:<version> .)
 # Where no registry is reachable, `make image` (image/build.sh) builds the same binaries into the
 # same layout (non-root 65532, no shell) FROM scratch, with the libraries they load.
-FROM rust:1.95-bookworm AS build
+# Base images by their full names: podman resolves no short name without a search registry.
+FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
