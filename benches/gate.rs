@@ -167,7 +167,6 @@ fn gate_config(upstream: &str) -> GateConfig {
             allowed_headers: vec![],
             rules: vec![],
         }],
-        session_store: false,
     }
 }
 

@@ -162,6 +162,9 @@ pub enum Error {
     /// The operating system's random source failed.
     #[error("random source: {0}")]
     Random(#[from] getrandom::Error),
+    /// The session store's database failed, or a `sessions copy` could not finish.
+    #[error("session store: {0}")]
+    SessionStore(#[from] crate::sessions::store::StoreError),
     /// Reading a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -198,6 +201,7 @@ impl Error {
             Self::CachesNotSynced { .. } => "CachesNotSynced",
             Self::ReconcileTimeout { .. } => "ReconcileTimeout",
             Self::LeaderElection(_) => "LeaderElectionFailed",
+            Self::SessionStore(_) => "SessionStoreFailed",
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod gate;
 pub mod manifest;
 pub mod notify;
 pub mod render;
+pub mod sessions;
 pub mod sse;
 pub mod tls;
 pub mod validate;

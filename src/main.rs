@@ -24,6 +24,10 @@ enum Command {
     Crds(cli::crds::CrdsArgs),
     /// Run the approval gate sidecar: an MCP proxy that holds gated tool calls for approval.
     Gate(cli::gate::GateArgs),
+    /// Run the session store: kagent's session and task API for every Agent's runtime
+    /// (`KAGENT_URL`), kept in SQLite or Postgres; `sessions copy` moves it to another database.
+    // Boxed: its flags would make every command as large.
+    Sessions(Box<cli::sessions::SessionsArgs>),
     /// Run the controller against the cluster of the current kubeconfig (or in-cluster).
     // Boxed: its many flags would make every command as large.
     Controller(Box<hitl_operator::controller::ControllerArgs>),
@@ -60,6 +64,11 @@ fn main() -> ExitCode {
                 hitl_operator::controller::run(*args),
             )
         }
+        Command::Sessions(args) => serve(
+            "sessions",
+            tokio::runtime::Builder::new_multi_thread(),
+            cli::sessions::run(*args),
+        ),
         // One thread: an agent's calls are few, and a proxied message then never waits for
         // another thread to wake up (measured in benches/gate.rs and docs/gate.md).
         Command::Gate(args) => serve(

@@ -362,105 +362,154 @@ fn pod_view(deployment: &Value) -> Value {
     })
 }
 
-/// Every case, in Runtime mode with `--kagent-url` at kagent's controller: the agent container
-/// starts kagent's runtime as kagent's translator does (the same args, port and probe), with
-/// the environment and files the runtime reads at start: KAGENT_NAMESPACE, KAGENT_NAME,
-/// KAGENT_URL and the projected `kagent-token` (audience kagent) at /var/run/secrets/tokens.
+/// Where the runtime keeps its sessions in a render: the `KAGENT_URL` and the audience of
+/// the `kagent-token` volume it gets.
+struct SessionApi {
+    url: &'static str,
+    audience: &'static str,
+}
+
+/// hitl-operator's session store (the default: no `--kagent-url`).
+const STORE: SessionApi = SessionApi {
+    url: "http://hitl-sessions.hitl-system.svc:8083",
+    audience: "hitl-operator-sessions",
+};
+
+/// kagent's controller (`--kagent-url`), as kagent's translator renders it.
+const KAGENT: SessionApi = SessionApi {
+    url: KAGENT_CONTROLLER_URL,
+    audience: "kagent",
+};
+
+/// The agent container's and pod's view ([`pod_view`]) with the session store's `KAGENT_URL`
+/// and token audience, where they are, replaced by kagent's: the intended differences of the
+/// default render (docs/kagent.md, "The pod around config.json"). Both must be there.
+fn as_if_kagent_served_the_sessions(view: &mut Value) {
+    let url = view["env"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|e| e["name"] == "KAGENT_URL")
+        .expect("KAGENT_URL");
+    assert_eq!(url["value"], STORE.url);
+    url["value"] = Value::String(KAGENT.url.into());
+    let token = view["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|v| v["name"] == "kagent-token")
+        .expect("the kagent-token volume");
+    let audience = &mut token["projected"]["sources"][0]["serviceAccountToken"]["audience"];
+    assert_eq!(*audience, STORE.audience);
+    *audience = Value::String(KAGENT.audience.into());
+}
+
+/// Every case in every approval mode, with the session store (the default) and with
+/// `--kagent-url` at kagent's controller: the agent container starts kagent's runtime as
+/// kagent's translator does (the same args, port and probe), with the environment and files
+/// the runtime reads at start: KAGENT_NAMESPACE, KAGENT_NAME, KAGENT_URL (the store's, or
+/// kagent's controller) and the projected `kagent-token` at /var/run/secrets/tokens, of the
+/// audience of whoever serves the sessions.
 #[test]
 fn the_agent_container_starts_the_runtime_as_kagent_does() {
     for case in cases() {
-        for (mode, url) in [
-            (ApprovalMode::Runtime, KAGENT_CONTROLLER_URL),
-            (ApprovalMode::Gate, "http://127.0.0.1:8099"),
-            (ApprovalMode::Both, "http://127.0.0.1:8099"),
+        for mode in [
+            ApprovalMode::Runtime,
+            ApprovalMode::Gate,
+            ApprovalMode::Both,
         ] {
-            let kagent_url = (mode == ApprovalMode::Runtime).then_some(KAGENT_CONTROLLER_URL);
-            let report = render_report_with(&case, mode, kagent_url);
-            let deployment = agent_deployment(&report);
-            let name = deployment["metadata"]["name"].as_str().unwrap().to_owned();
-            let view = pod_view(&deployment);
-            let at = format!("{} ({mode:?})", case.display());
-            assert_eq!(
-                view["args"],
-                serde_json::json!([
-                    "--host",
-                    "0.0.0.0",
-                    "--port",
-                    "8080",
-                    "--filepath",
-                    "/config"
-                ]),
-                "{at}"
-            );
-            assert_eq!(
-                view["ports"],
-                serde_json::json!([{"name": "http", "containerPort": 8080}]),
-                "{at}"
-            );
-            assert_eq!(
-                view["readinessProbe"],
-                serde_json::json!({"httpGet": {"path": "/.well-known/agent-card.json", "port": "http"},
-                    "initialDelaySeconds": 15, "periodSeconds": 15, "timeoutSeconds": 15}),
-                "{at}"
-            );
-            let env = |var: &str| {
-                view["env"]
+            for (api, kagent_url) in [(STORE, None), (KAGENT, Some(KAGENT_CONTROLLER_URL))] {
+                let report = render_report_with(&case, mode, kagent_url);
+                let deployment = agent_deployment(&report);
+                let name = deployment["metadata"]["name"].as_str().unwrap().to_owned();
+                let view = pod_view(&deployment);
+                let at = format!("{} ({mode:?}, KAGENT_URL {})", case.display(), api.url);
+                assert_eq!(
+                    view["args"],
+                    serde_json::json!([
+                        "--host",
+                        "0.0.0.0",
+                        "--port",
+                        "8080",
+                        "--filepath",
+                        "/config"
+                    ]),
+                    "{at}"
+                );
+                assert_eq!(
+                    view["ports"],
+                    serde_json::json!([{"name": "http", "containerPort": 8080}]),
+                    "{at}"
+                );
+                assert_eq!(
+                    view["readinessProbe"],
+                    serde_json::json!({"httpGet": {"path": "/.well-known/agent-card.json", "port": "http"},
+                        "initialDelaySeconds": 15, "periodSeconds": 15, "timeoutSeconds": 15}),
+                    "{at}"
+                );
+                let env = |var: &str| {
+                    view["env"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|e| e["name"] == var)
+                        .cloned()
+                        .unwrap_or_else(|| panic!("{at}: no {var}"))
+                };
+                assert_eq!(
+                    env("KAGENT_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
+                    "metadata.namespace",
+                    "{at}"
+                );
+                assert_eq!(env("KAGENT_NAME")["value"], name.as_str(), "{at}");
+                assert_eq!(env("KAGENT_URL")["value"], api.url, "{at}");
+                let mount = |path: &str| {
+                    view["volumeMounts"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|m| m["mountPath"] == path)
+                        .unwrap_or_else(|| panic!("{at}: nothing mounted at {path}"))["name"]
+                        .clone()
+                };
+                assert_eq!(mount("/config"), "config", "{at}");
+                assert_eq!(mount("/var/run/secrets/tokens"), "kagent-token", "{at}");
+                let token = view["volumes"]
                     .as_array()
                     .unwrap()
                     .iter()
-                    .find(|e| e["name"] == var)
-                    .cloned()
-                    .unwrap_or_else(|| panic!("{at}: no {var}"))
-            };
-            assert_eq!(
-                env("KAGENT_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
-                "metadata.namespace",
-                "{at}"
-            );
-            assert_eq!(env("KAGENT_NAME")["value"], name.as_str(), "{at}");
-            assert_eq!(env("KAGENT_URL")["value"], url, "{at}");
-            let mount = |path: &str| {
-                view["volumeMounts"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|m| m["mountPath"] == path)
-                    .unwrap_or_else(|| panic!("{at}: nothing mounted at {path}"))["name"]
-                    .clone()
-            };
-            assert_eq!(mount("/config"), "config", "{at}");
-            assert_eq!(mount("/var/run/secrets/tokens"), "kagent-token", "{at}");
-            let token = view["volumes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|v| v["name"] == "kagent-token")
-                .unwrap_or_else(|| panic!("{at}: no kagent-token volume"))
-                .clone();
-            assert_eq!(
-                token["projected"]["sources"],
-                serde_json::json!([{"serviceAccountToken": {"audience": "kagent", "expirationSeconds": 3600, "path": "kagent-token"}}]),
-                "{at}"
-            );
+                    .find(|v| v["name"] == "kagent-token")
+                    .unwrap_or_else(|| panic!("{at}: no kagent-token volume"))
+                    .clone();
+                assert_eq!(
+                    token["projected"]["sources"],
+                    serde_json::json!([{"serviceAccountToken": {"audience": api.audience, "expirationSeconds": 3600, "path": "kagent-token"}}]),
+                    "{at}"
+                );
+            }
         }
     }
 }
 
-/// Every case against kagent's own translator output (kagent's
+/// The directory of kagent's translator outputs: `KAGENT_TRANSLATOR_OUTPUTS`, else
+/// `../shared/compat/kagent/outputs` (kagent's
 /// `go/internal/controller/translator/agent/testdata/outputs/NAME.json` at the commit of
-/// `../shared/compat/kagent/`, in the directory `KAGENT_TRANSLATOR_OUTPUTS`, else
-/// `../shared/compat/kagent/outputs`): in Runtime mode
-/// with `--kagent-url` at kagent's controller, the agent container's env (names and sources),
-/// volumes and mounts, args, ports and probes equal kagent's once the differences
-/// docs/kagent.md lists as intended are normalised ([`pod_view`]). Ignored: those outputs are
-/// not in `../shared/compat/kagent/`; run it with them at hand:
-/// `KAGENT_TRANSLATOR_OUTPUTS=DIR cargo test --test kagent_compat -- --ignored`.
-#[test]
-#[ignore = "needs kagent's translator outputs (KAGENT_TRANSLATOR_OUTPUTS), not in ../shared/compat/kagent"]
-fn the_agent_container_equals_kagents_translator_output() {
-    let outputs = std::env::var_os("KAGENT_TRANSLATOR_OUTPUTS")
+/// `../shared/compat/kagent/`, its `SOURCE.md`).
+fn translator_outputs() -> PathBuf {
+    std::env::var_os("KAGENT_TRANSLATOR_OUTPUTS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| compat_dir().join("outputs"));
+        .unwrap_or_else(|| compat_dir().join("outputs"))
+}
+
+/// Every case against kagent's own translator output ([`translator_outputs`]), in Runtime
+/// mode: the agent container's env (names and sources), volumes and mounts, args, ports and
+/// probes equal kagent's once the differences docs/kagent.md lists as intended are normalised
+/// ([`pod_view`]) — with `--kagent-url` at kagent's controller, and by default (the session
+/// store), where `KAGENT_URL` and the token's audience are the store's
+/// ([`as_if_kagent_served_the_sessions`]).
+#[test]
+fn the_agent_container_equals_kagents_translator_output() {
+    let outputs = translator_outputs();
     let mut differences = Vec::new();
     for case in cases() {
         let path = outputs.join(format!("{}.json", stem(&case)));
@@ -474,16 +523,28 @@ fn the_agent_container_equals_kagents_translator_output() {
             .iter()
             .find(|o| o["kind"] == "Deployment")
             .expect("kagent's Deployment");
-        let report = render_report_with(&case, ApprovalMode::Runtime, Some(KAGENT_CONTROLLER_URL));
-        let (ours, theirs) = (pod_view(&agent_deployment(&report)), pod_view(theirs));
-        for part in ours.as_object().unwrap().keys() {
-            if ours[part] != theirs[part] {
-                differences.push(format!(
-                    "{} {part}:\n ours:   {}\n kagent: {}",
-                    stem(&case),
-                    ours[part],
-                    theirs[part]
-                ));
+        let theirs = pod_view(theirs);
+        let with_kagent =
+            render_report_with(&case, ApprovalMode::Runtime, Some(KAGENT_CONTROLLER_URL));
+        let mut with_store = pod_view(&agent_deployment(&render_report_with(
+            &case,
+            ApprovalMode::Runtime,
+            None,
+        )));
+        as_if_kagent_served_the_sessions(&mut with_store);
+        for (how, ours) in [
+            ("--kagent-url", pod_view(&agent_deployment(&with_kagent))),
+            ("the session store", with_store),
+        ] {
+            for part in ours.as_object().unwrap().keys() {
+                if ours[part] != theirs[part] {
+                    differences.push(format!(
+                        "{} {part} (with {how}):\n ours:   {}\n kagent: {}",
+                        stem(&case),
+                        ours[part],
+                        theirs[part]
+                    ));
+                }
             }
         }
     }

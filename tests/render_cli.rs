@@ -76,6 +76,96 @@ fn render_yaml_is_multi_document() {
     assert_eq!(documents.len(), 6);
 }
 
+/// The `KAGENT_URL` of the agent container of the Deployment `name` in a JSON `List`.
+fn kagent_url(list: &serde_json::Value, name: &str) -> String {
+    let deployment = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == name)
+        .unwrap();
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "KAGENT_URL")
+        .unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn render_says_where_each_agent_keeps_its_sessions() {
+    let agent = [
+        "-f",
+        "examples/model-openai.yaml",
+        "-f",
+        "examples/filesystem-agent.yaml",
+    ];
+    let (code, stdout, stderr) = hitl(&[&["render"], &agent[..]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    // YAML: a comment heading the documents, which `kubectl apply` skips.
+    assert!(
+        stdout.starts_with(
+            "# Agent default/file-agent: status.sessionStore: http://hitl-sessions.hitl-system.svc:8083 (hitl-operator's session store, the runtime's KAGENT_URL)\n---\n"
+        ),
+        "{stdout}"
+    );
+    // JSON: stdout is the List alone; the line goes to stderr.
+    let (code, stdout, stderr) = hitl(
+        &[
+            &[
+                "render",
+                "-o",
+                "json",
+                "--session-store-url",
+                "http://store.hitl.svc:8083",
+            ],
+            &agent[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let list: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        kagent_url(&list, "file-agent"),
+        "http://store.hitl.svc:8083"
+    );
+    assert!(
+        stderr.contains("note: Agent default/file-agent: status.sessionStore: http://store.hitl.svc:8083 (hitl-operator's session store"),
+        "{stderr}"
+    );
+    // --kagent-url wins over the store, in every approval mode.
+    let (code, stdout, stderr) = hitl(
+        &[
+            &[
+                "render",
+                "--approval-mode",
+                "Runtime",
+                "--kagent-url",
+                "http://kagent-controller.kagent:8083",
+            ],
+            &agent[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with("# Agent default/file-agent: status.sessionStore: http://kagent-controller.kagent:8083 (the kagent controller of --kagent-url, the runtime's KAGENT_URL)\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("audience: kagent\n"), "{stdout}");
+    let (code, _, stderr) = hitl(
+        &[
+            &["render", "--session-store-url", "http://x:8083/api"],
+            &agent[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 2, "{stderr}");
+}
+
 #[test]
 fn invalid_examples_fail_with_one_apiserver_style_line_each() {
     let (code, stdout, stderr) = hitl(&["render", "-f", "examples/invalid/"]);

@@ -38,6 +38,7 @@ pub const MAX_WHEN_LENGTH: usize = 2048;
     printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"}"#,
     printcolumn = r#"{"name": "Pending", "type": "integer", "description": "ApprovalRequests waiting for a decision", "jsonPath": ".status.pendingApprovals"}"#,
     printcolumn = r#"{"name": "Frozen", "type": "string", "priority": 1, "description": "Why the Agent's gated tools are stopped (hitl.kagent.dev/freeze)", "jsonPath": ".status.conditions[?(@.type==\"Frozen\")].message"}"#,
+    printcolumn = r#"{"name": "Sessions", "type": "string", "priority": 1, "description": "Where the agent runtime keeps its conversations (its KAGENT_URL)", "jsonPath": ".status.sessionStore"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -724,7 +725,7 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Accepted` (Reconciled, ReconcileFailed, InvalidSpec, RefNotFound), `Ready`
-    /// (DeploymentReady, DeploymentNotReady, NoSessionApi), and while the Agent is frozen `Frozen`
+    /// (DeploymentReady, DeploymentNotReady), and while the Agent is frozen `Frozen`
     /// (AgentFrozen, NamespaceFrozen).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -735,6 +736,10 @@ pub struct AgentStatus {
     /// Number of this agent's ApprovalRequests waiting for a decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_approvals: Option<i32>,
+    /// Where the agent runtime keeps its conversations: the session API it is given as
+    /// `KAGENT_URL`, hitl-operator's session store or a kagent controller (`--kagent-url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_store: Option<String>,
 }
 
 /// Long-term memory of an agent (kagent's `spec.declarative.memory`).

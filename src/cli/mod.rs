@@ -5,3 +5,4 @@ pub mod gate;
 pub mod hitl;
 pub mod logging;
 pub mod render;
+pub mod sessions;

@@ -1,5 +1,6 @@
 //! `hitl-operator render`: validate manifests offline as the apiserver would and print every
-//! object the controller would apply for the Agents and ToolGates among them.
+//! object the controller would apply for the Agents and ToolGates among them, headed by what
+//! the controller would report of each Agent that no object shows (its session store).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,11 +15,12 @@ use crate::api::{
 use crate::cidr::Cidr;
 use crate::condition::Condition;
 use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
+use crate::contract::session_store::DEFAULT_SESSION_STORE_URL;
 use crate::manifest::{self, Document};
 use crate::render::network::default_cluster_cidrs;
 use crate::render::proxy::ProxyUrl;
 use crate::render::refs::RefStore;
-use crate::render::session_api::KagentUrl;
+use crate::render::session_api::SessionApiUrl;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
 use crate::render::tool_gate::render_tool_gate;
 use crate::render::{
@@ -70,10 +72,14 @@ pub struct RenderArgs {
     /// kagent's proxy for in-cluster tool servers and agents (the controller's --proxy-url).
     #[arg(long)]
     pub proxy_url: Option<ProxyUrl>,
-    /// A kagent controller that serves the runtime's sessions and tasks (the controller's
-    /// --kagent-url); unset: the Agent's gate serves them.
+    /// hitl-operator's session store, the runtime's KAGENT_URL unless --kagent-url is set (the
+    /// controller's --session-store-url).
+    #[arg(long, default_value = DEFAULT_SESSION_STORE_URL)]
+    pub session_store_url: SessionApiUrl,
+    /// A kagent controller that serves the runtime's sessions and tasks instead of the
+    /// session store (the controller's --kagent-url).
     #[arg(long)]
-    pub kagent_url: Option<KagentUrl>,
+    pub kagent_url: Option<SessionApiUrl>,
     /// kagent's gRPC controller API, rendered as KAGENT_GRPC_URL (the controller's
     /// --kagent-grpc-url).
     #[arg(long)]
@@ -104,6 +110,9 @@ pub struct RenderReport {
     pub problems: Vec<String>,
     /// Things worth a look that do not fail the render.
     pub warnings: Vec<String>,
+    /// What the controller would write in each Agent's status that no rendered object is
+    /// about: its session store (`status.sessionStore`), one line per Agent.
+    pub notes: Vec<String>,
 }
 
 fn object_name(value: &Value) -> String {
@@ -244,6 +253,12 @@ pub fn render_documents(
                 report
                     .warnings
                     .extend(rendered.warnings.iter().map(|w| format!("{file}: {w}")));
+                report.notes.push(format!(
+                    "{}: status.sessionStore: {} ({}, the runtime's KAGENT_URL)",
+                    describe_agent(agent),
+                    rendered.session_api.url(),
+                    rendered.session_api.server()
+                ));
                 // What the controller reports as GateIsolated=False.
                 if let Some(isolation) = rendered.isolation.filter(|i| !i.isolated) {
                     report.warnings.push(format!(
@@ -312,6 +327,7 @@ pub fn run(args: &RenderArgs) -> u8 {
         skills_init_image: args.skills_init_image.clone(),
         grant_max_ttl: args.grant_max_ttl.0,
         max_open_requests: args.default_max_open_requests,
+        session_store_url: args.session_store_url.clone(),
         kagent_url: args.kagent_url.clone(),
         kagent_grpc_url: args.kagent_grpc_url.clone(),
     };
@@ -332,7 +348,15 @@ pub fn run(args: &RenderArgs) -> u8 {
         }
         return 1;
     }
-    let text = format_objects(&report.objects, args.output);
+    let mut text = String::new();
+    for note in &report.notes {
+        match args.output {
+            // A comment ahead of the documents: the output stays what `kubectl apply` takes.
+            Output::Yaml => text.push_str(&format!("# {note}\n")),
+            Output::Json => eprintln!("note: {note}"),
+        }
+    }
+    text.push_str(&format_objects(&report.objects, args.output));
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())

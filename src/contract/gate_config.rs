@@ -40,11 +40,6 @@ pub struct GateConfig {
     /// verifies; absent on an Agent's gate, whose only caller is the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callers: Option<CallerPolicy>,
-    /// Whether the gate serves the agent runtime's session and task store (kagent's
-    /// `/api/sessions` and `/api/tasks`, `KAGENT_URL` pointing at the gate) on `listen`:
-    /// an Agent's gate only, never a shared one (docs/gate.md, "The agent's session store").
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub session_store: bool,
 }
 
 /// How a shared gate knows, and limits, who calls.

@@ -5,9 +5,11 @@
 //! - [`gate_config`]: `gate.json`, what the gate enforces;
 //! - [`agent_config`]: `config.json`, the agent runtime's configuration (kagent's field names);
 //! - [`mounts`]: where those files and the binding key are mounted in the pod;
-//! - [`binding_key`]: the per-Agent secret that keys the hash binding an approval to its call.
+//! - [`binding_key`]: the per-Agent secret that keys the hash binding an approval to its call;
+//! - [`session_store`]: what the session store takes from the runtime the controller renders.
 
 pub mod agent_config;
 pub mod binding_key;
 pub mod gate_config;
 pub mod mounts;
+pub mod session_store;

@@ -32,7 +32,6 @@ use crate::apiserver::{apply_status, new_condition};
 use crate::render::isolation::Isolation;
 use crate::render::objects::GateOwner;
 use crate::render::refs::{ObjectKey, RefKind, RefStore, agent_references, missing_refs};
-use crate::render::session_api::NO_SESSION_API_REASON;
 use crate::render::{RenderedAgent, render_agent};
 
 /// Name of this controller in metrics.
@@ -151,12 +150,8 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
     // Whether they were applied now: one the cache does not hold yet then exists, its rollout
     // not observed yet (the cache catches up with the watch's next event).
     let mut applied_now = false;
-    // Why the agent cannot serve a turn whatever its Deployment does (nothing serves its
-    // session API), if so.
-    let mut not_servable = None;
     let accepted = match render_agent(agent, &refs, &ctx.render) {
         Ok(rendered) => {
-            not_servable = rendered.session_api.missing_message(rendered.mode);
             deployments = rendered
                 .objects
                 .deployments()
@@ -166,6 +161,7 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
             let applied = apply_objects(ctx, agent, &rendered).await.map(|()| {
                 applied_now = true;
                 update.config_hash = Some(rendered.config_hash.clone());
+                update.session_store = Some(rendered.session_api.url().to_string());
                 update.set(tools_available(agent, &refs, generation, now));
                 match &rendered.isolation {
                     Some(isolation) => update.set(gate_isolated(isolation, generation, now)),
@@ -201,17 +197,7 @@ async fn reconcile_inner(agent: &Agent, status: Option<u64>, ctx: &Context) -> R
         .iter()
         .map(|(name, cached)| (name.as_str(), cached.as_ref()))
         .collect();
-    update.set(match not_servable {
-        Some(message) => new_condition(
-            READY,
-            false,
-            NO_SESSION_API_REASON,
-            message,
-            generation,
-            now,
-        ),
-        None => ready_condition(&deployments, generation, now),
-    });
+    update.set(ready_condition(&deployments, generation, now));
 
     let freeze = ctx.stores.freeze_of(agent);
     update
@@ -243,6 +229,9 @@ struct StatusUpdate {
     pending_approvals: i32,
     /// The rendered configuration's hash; `None` keeps the current one (nothing was applied).
     config_hash: Option<String>,
+    /// The applied runtime's session API (its `KAGENT_URL`); `None` keeps the current one
+    /// (nothing was applied).
+    session_store: Option<String>,
     /// Conditions set or removed, in order.
     conditions: Vec<ConditionChange>,
 }
@@ -253,6 +242,7 @@ impl StatusUpdate {
             generation,
             pending_approvals,
             config_hash: None,
+            session_store: None,
             conditions: Vec::new(),
         }
     }
@@ -279,6 +269,10 @@ impl StatusUpdate {
                 .clone()
                 .or_else(|| current.config_hash.clone()),
             pending_approvals: Some(self.pending_approvals),
+            session_store: self
+                .session_store
+                .clone()
+                .or_else(|| current.session_store.clone()),
         }
     }
 }

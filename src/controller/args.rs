@@ -11,9 +11,10 @@ use crate::api::{Agent, ApprovalMode, GatePlacement};
 use crate::cidr::Cidr;
 use crate::cli::logging::LogFormat;
 use crate::contract::gate_config::DEFAULT_MAX_OPEN_REQUESTS;
+use crate::contract::session_store::DEFAULT_SESSION_STORE_URL;
 use crate::render::network::default_cluster_cidrs;
 use crate::render::proxy::ProxyUrl;
-use crate::render::session_api::KagentUrl;
+use crate::render::session_api::SessionApiUrl;
 use crate::render::skills::DEFAULT_SKILLS_INIT_IMAGE;
 use crate::render::{
     DEFAULT_AGENT_IMAGE, DEFAULT_GATE_IMAGE, DEFAULT_GRANT_MAX_TTL, GrantMaxTtl, RenderOptions,
@@ -69,12 +70,16 @@ pub struct ControllerArgs {
     /// to servers use it; config.json keeps pointing gated servers at the gate.
     #[arg(long, env = "PROXY_URL")]
     pub proxy_url: Option<ProxyUrl>,
-    /// A kagent controller that serves the agent runtime's sessions and tasks (its
-    /// `KAGENT_URL`), such as `http://kagent-controller.kagent:8083`. Unset: each Agent's
-    /// gate serves them (docs/kagent.md, "Sessions and tasks"); then Agents in approval mode
-    /// Runtime, which run no gate, report `Ready=False` (NoSessionApi).
+    /// hitl-operator's session store (`hitl-operator sessions`), which keeps every Agent's
+    /// conversations: the runtime's `KAGENT_URL` unless --kagent-url is set. The default is
+    /// the store the chart installs as `helm install hitl charts/hitl-operator -n hitl-system`.
+    #[arg(long, env = "SESSION_STORE_URL", default_value = DEFAULT_SESSION_STORE_URL)]
+    pub session_store_url: SessionApiUrl,
+    /// A kagent controller that serves the agent runtime's sessions and tasks instead of the
+    /// session store (its `KAGENT_URL`), such as `http://kagent-controller.kagent:8083`
+    /// (docs/kagent.md, "Sessions and tasks").
     #[arg(long, env = "KAGENT_CONTROLLER_URL")]
-    pub kagent_url: Option<KagentUrl>,
+    pub kagent_url: Option<SessionApiUrl>,
     /// kagent's gRPC controller API (`host:port`), rendered as `KAGENT_GRPC_URL` for the
     /// runtimes that need it (kagent-adk 0.10 and later). Unset: not rendered.
     #[arg(long, env = "KAGENT_CONTROLLER_GRPC_URL")]
@@ -190,6 +195,7 @@ impl ControllerArgs {
             skills_init_image: self.skills_init_image.clone(),
             grant_max_ttl: self.grant_max_ttl.0,
             max_open_requests: self.default_max_open_requests,
+            session_store_url: self.session_store_url.clone(),
             kagent_url: self.kagent_url.clone(),
             kagent_grpc_url: self.kagent_grpc_url.clone(),
         }
@@ -218,6 +224,28 @@ mod tests {
         assert!(args.gate_image.ends_with(env!("CARGO_PKG_VERSION")));
         assert_eq!(args.cluster_cidrs, default_cluster_cidrs());
         assert!(args.notifier_allow_cidrs.is_empty());
+        assert_eq!(
+            args.session_store_url.to_string(),
+            "http://hitl-sessions.hitl-system.svc:8083"
+        );
+        assert_eq!(args.kagent_url, None);
+        let store = Cli::try_parse_from([
+            "controller",
+            "--session-store-url",
+            "http://sessions.hitl.svc.cluster.local:8083/",
+        ])
+        .unwrap()
+        .args
+        .session_store_url;
+        assert_eq!(
+            store.to_string(),
+            "http://sessions.hitl.svc.cluster.local:8083"
+        );
+        assert!(
+            Cli::try_parse_from(["controller", "--session-store-url", "http://x:8083/api"])
+                .is_err(),
+            "an address only: the runtime adds /api/..."
+        );
         let args = Cli::try_parse_from([
             "controller",
             "--default-approval-mode",

@@ -71,6 +71,7 @@ pub fn status_digest(status: &AgentStatus) -> u64 {
         status.observed_generation,
         &status.config_hash,
         status.pending_approvals,
+        &status.session_store,
     )
         .hash(&mut hasher);
     for c in conditions {

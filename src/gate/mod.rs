@@ -12,7 +12,6 @@ pub mod grants;
 pub mod hash;
 pub mod http_sse;
 pub mod jsonrpc;
-pub mod kagent_store;
 pub mod messages;
 pub mod metrics;
 pub mod open_requests;

@@ -27,7 +27,6 @@ use tower::Service;
 use super::callers::Callers;
 use super::http_sse::{self, SseRoute};
 use super::jsonrpc;
-use super::kagent_store::{KagentStore, http as store_http};
 use super::messages::check_single_headers;
 use super::streamable_http;
 use super::upstream::{Upstream, drop_connection_options, is_credential};
@@ -42,20 +41,12 @@ enum Target {
     SseMessages(Arc<SseRoute>),
 }
 
-/// The routes by path, and the agent's session store when the gate serves one.
-struct Table {
-    paths: HashMap<String, Target>,
-    /// Looked at only for a path no MCP route has ([`store_http::PREFIX`]).
-    store: Option<KagentStore>,
-}
-
-/// The gate's MCP service: the routes of every server, by path, then the agent's session
-/// store under `/api/` when gate.json has `session_store` ([`super::kagent_store`]). Serve it
-/// with `axum::serve`. Each transport reads a message body itself, within
+/// The gate's MCP service: the routes of every server, by path. Serve it with
+/// `axum::serve`. Each transport reads a message body itself, within
 /// [`super::messages::MAX_MESSAGE_BYTES`] ([`super::messages::message_body`]).
 #[derive(Clone)]
 pub struct McpRoutes {
-    routes: Arc<Table>,
+    routes: Arc<HashMap<String, Target>>,
     /// A shared gate's callers, who must authenticate every request.
     callers: Option<Arc<Callers>>,
 }
@@ -70,7 +61,6 @@ impl std::fmt::Debug for McpRoutes {
 pub struct McpRoutesBuilder {
     routes: HashMap<String, Target>,
     callers: Option<Arc<Callers>>,
-    store: Option<KagentStore>,
 }
 
 impl McpRoutesBuilder {
@@ -79,13 +69,7 @@ impl McpRoutesBuilder {
         Self {
             routes: HashMap::new(),
             callers,
-            store: None,
         }
-    }
-
-    /// Serves `store` under `/api/`, kagent's session and task API.
-    pub fn session_store(&mut self, store: KagentStore) {
-        self.store = Some(store);
     }
 
     /// Whether `path` is taken already.
@@ -111,10 +95,7 @@ impl McpRoutesBuilder {
     /// The routes as a service.
     pub fn build(self) -> McpRoutes {
         McpRoutes {
-            routes: Arc::new(Table {
-                paths: self.routes,
-                store: self.store,
-            }),
+            routes: Arc::new(self.routes),
             callers: self.callers,
         }
     }
@@ -183,13 +164,8 @@ impl Service<Request> for McpRoutes {
                 }
             }
             let method = request.method();
-            Ok(match routes.paths.get(request.uri().path()) {
-                None => match &routes.store {
-                    Some(store) if request.uri().path().starts_with(store_http::PREFIX) => {
-                        store_http::serve(store, request).await
-                    }
-                    _ => status(StatusCode::NOT_FOUND),
-                },
+            Ok(match routes.get(request.uri().path()) {
+                None => status(StatusCode::NOT_FOUND),
                 Some(Target::Streamable(up)) => {
                     streamable_http::streamable(State(up.clone()), request).await
                 }

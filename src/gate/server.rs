@@ -15,7 +15,6 @@ use super::callers::Callers;
 use super::decision::{Clock, SystemClock};
 use super::freeze::FreezeWatch;
 use super::http_sse::SseRoute;
-use super::kagent_store::KagentStore;
 use super::metrics::Metrics;
 use super::open_requests::OpenRequests;
 use super::policy::ServerPolicy;
@@ -71,8 +70,7 @@ pub fn connector() -> Result<Connector> {
 /// Kubernetes client and the view of the Agent's freeze. The count of the agent's open
 /// requests watches through the client from the first call that would create one. A shared
 /// gate (`agent.kind: ToolGate`) must have `callers`, and only it may: its every request is
-/// then authenticated ([`super::callers`]). Only an Agent's gate may serve its agent's
-/// session store (`session_store`, [`super::kagent_store`]).
+/// then authenticated ([`super::callers`]).
 pub fn build(
     config: &GateConfig,
     key: BindingKey,
@@ -108,12 +106,6 @@ pub fn build(
             ));
         }
     };
-    if config.session_store && (callers.is_some() || config.agent.kind != PolicyKind::Agent) {
-        return Err(invalid(
-            "session_store",
-            "true on a shared gate: only an Agent's gate serves its agent's session store",
-        ));
-    }
     let settings = ApprovalSettings {
         timeout: seconds("approval.timeout_seconds", config.approval.timeout_seconds)?,
         wait: seconds(
@@ -144,9 +136,6 @@ pub fn build(
         callers: callers.clone(),
     };
     let mut routes = McpRoutesBuilder::new(callers);
-    if config.session_store {
-        routes.session_store(KagentStore::new(&config.agent));
-    }
     for (i, server) in config.servers.iter().enumerate() {
         let taken = match server.protocol {
             McpProtocol::StreamableHttp => routes.has(&server.route),
@@ -287,7 +276,8 @@ pub async fn run(config: GateConfig, key: BindingKey) -> Result<()> {
     }
 }
 
-async fn shutdown_signal() {
+/// Resolves at SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

@@ -20,7 +20,6 @@ use crate::render::agent_volumes::{Reach, Sharing, reach};
 use crate::render::network::host_in_cluster;
 use crate::render::objects::{AGENT_CONTAINER, AgentObjects, GATE_CONTAINER};
 use crate::render::proxy::PROXY_HOST_HEADER;
-use crate::render::session_api::kagent_token_volume;
 
 /// The verdict for the `GateIsolated` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,7 +62,10 @@ fn mounted<'p>(pod: &'p PodSpec, container: &Container) -> Vec<&'p Volume> {
 
 /// The first volume the agent container mounts, in the rendered pods, that reaches a volume
 /// the gate container mounts: the agent's volume, the gate's, and how.
-fn gate_volume_in_agent(objects: &AgentObjects) -> Option<(String, String, Reach)> {
+fn gate_volume_in_agent(
+    objects: &AgentObjects,
+    runtime_token: &Volume,
+) -> Option<(String, String, Reach)> {
     let agent_pod = pod_spec(&objects.deployment)?;
     let agent = agent_pod
         .containers
@@ -84,12 +86,11 @@ fn gate_volume_in_agent(objects: &AgentObjects) -> Option<(String, String, Reach
         same_identity: agent_pod.service_account_name == gate_pod.service_account_name,
     };
     let theirs = mounted(gate_pod, gate);
-    // The runtime's own token (audience kagent) is no credential the gate holds: the
-    // Kubernetes API refuses it.
-    let runtime_token = kagent_token_volume();
+    // The runtime's own token (audience the session store's or kagent's) is no credential
+    // the gate holds: the Kubernetes API refuses it.
     let mut agent_volumes = mounted(agent_pod, agent)
         .into_iter()
-        .filter(|volume| **volume != runtime_token);
+        .filter(|volume| *volume != runtime_token);
     agent_volumes.find_map(|mine| {
         theirs.iter().find_map(|gate_volume| {
             reach(mine, gate_volume, sharing)
@@ -115,15 +116,16 @@ fn host(url: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The verdict for an Agent whose gate guards `servers`, rendered as `objects`; `None` when no
-/// server has a tool that requires approval or that a rule may hold or deny (there is nothing
-/// to go around).
+/// The verdict for an Agent whose gate guards `servers`, rendered as `objects` with the
+/// runtime's token volume `runtime_token`; `None` when no server has a tool that requires
+/// approval or that a rule may hold or deny (there is nothing to go around).
 pub fn isolation(
     placement: GatePlacement,
     servers: &[GateServer],
     objects: &AgentObjects,
     gate_service: &str,
     cluster_cidrs: &[Cidr],
+    runtime_token: &Volume,
 ) -> Option<Isolation> {
     let gated: Vec<&GateServer> = servers
         .iter()
@@ -148,7 +150,7 @@ pub fn isolation(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    if let Some((mine, theirs, how)) = gate_volume_in_agent(objects) {
+    if let Some((mine, theirs, how)) = gate_volume_in_agent(objects, runtime_token) {
         let what = match how {
             Reach::Name => format!("the approval gate's volume {theirs:?}"),
             Reach::Secret(secret) => format!(
@@ -261,7 +263,12 @@ mod tests {
         }
     }
 
-    use crate::render::session_api::SessionApi;
+    use crate::render::session_api::{SessionApi, SessionApiUrl};
+
+    /// The session API of every test Agent: the default store.
+    fn session_api() -> SessionApi {
+        SessionApi::Store(SessionApiUrl::default_store())
+    }
 
     /// The objects of a plain Agent `a` whose gate runs in `placement`.
     fn rendered(placement: GatePlacement) -> AgentObjects {
@@ -278,7 +285,7 @@ mod tests {
             skills: None,
             secret_data: BTreeMap::new(),
             config_hash: "h",
-            session_api: &SessionApi::Gate("http://127.0.0.1:8099".into()),
+            session_api: &session_api(),
         })
     }
 
@@ -297,6 +304,7 @@ mod tests {
             objects,
             "a-gate",
             &default_cluster_cidrs(),
+            &session_api().token_volume(),
         )
     }
 

@@ -48,7 +48,7 @@ use isolation::Isolation;
 pub use objects::AgentObjects;
 use proxy::ProxyUrl;
 use refs::{DEFAULT_MODEL_CONFIG, RefStore};
-use session_api::{KagentUrl, SessionApi};
+use session_api::{SessionApi, SessionApiUrl};
 use tools::ResolvedServer;
 
 /// Default agent runtime image (kagent's ADK runtime).
@@ -90,9 +90,12 @@ pub struct RenderOptions {
     pub grant_max_ttl: Option<SignedDuration>,
     /// Open ApprovalRequests an Agent that sets no `maxOpenRequests` may hold.
     pub max_open_requests: u32,
+    /// hitl-operator's session store, which serves the runtime's sessions and tasks for every
+    /// Agent unless `kagent_url` is set (`--session-store-url`).
+    pub session_store_url: SessionApiUrl,
     /// A kagent controller that serves the runtime's sessions and tasks for every Agent
-    /// (`--kagent-url`); `None`: the Agent's gate serves them.
-    pub kagent_url: Option<KagentUrl>,
+    /// instead of the session store (`--kagent-url`).
+    pub kagent_url: Option<SessionApiUrl>,
     /// kagent's gRPC controller API for the runtimes that need it (`--kagent-grpc-url`).
     pub kagent_grpc_url: Option<String>,
 }
@@ -145,6 +148,7 @@ impl Default for RenderOptions {
                 .ok()
                 .and_then(|t| t.0),
             max_open_requests: DEFAULT_MAX_OPEN_REQUESTS,
+            session_store_url: SessionApiUrl::default_store(),
             kagent_url: None,
             kagent_grpc_url: None,
         }
@@ -171,7 +175,8 @@ pub struct RenderedAgent {
     /// Whether the agent can reach gated servers only through the gate; `None` without a
     /// gate or without gated tools.
     pub isolation: Option<Isolation>,
-    /// Who serves the runtime's sessions and tasks.
+    /// Who serves the runtime's sessions and tasks (its `KAGENT_URL`, the Agent's
+    /// `status.sessionStore`).
     pub session_api: SessionApi,
 }
 
@@ -461,12 +466,7 @@ pub fn render_agent(
         config.instruction = render_prompt(&object, agent, template, &config, refs)?;
     }
     let service_account = objects::gate_service_account_name(agent, placement);
-    let session_api = SessionApi::of(options.kagent_url.as_ref(), mode, &gate_url);
-    warnings.extend(
-        session_api
-            .missing_message(mode)
-            .map(|message| format!("{object}: {message}")),
-    );
+    let session_api = SessionApi::of(&options.session_store_url, options.kagent_url.as_ref());
     let gate = mode.uses_gate().then(|| GateConfig {
         agent: AgentIdentity {
             kind: PolicyKind::Agent,
@@ -494,7 +494,6 @@ pub fn render_agent(
             .iter()
             .map(|server| gate_server(server, approval_rules))
             .collect(),
-        session_store: session_api.served_by_gate(),
     });
     let agent_card = agent_card(agent, stream);
 
@@ -539,6 +538,7 @@ pub fn render_agent(
             &objects,
             &objects::gate_name(agent),
             &options.cluster_cidrs,
+            &session_api.token_volume(),
         )
     });
     Ok(RenderedAgent {

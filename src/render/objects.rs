@@ -35,7 +35,7 @@ use crate::contract::mounts::{
 use crate::render::RenderOptions;
 use crate::render::model::RenderedModel;
 use crate::render::network::{self, PolicyInputs};
-use crate::render::session_api::{SessionApi, kagent_token_mount, kagent_token_volume};
+use crate::render::session_api::{SessionApi, token_mount};
 use crate::render::skills::SkillsPod;
 
 /// Port of the agent runtime (A2A).
@@ -786,7 +786,7 @@ fn agent_container(inputs: &ObjectInputs<'_>) -> Container {
     );
     env.extend(inputs.model.env.iter().cloned());
     env.extend(deployment.env);
-    let mut volume_mounts = vec![mount("config", CONFIG_DIR), kagent_token_mount()];
+    let mut volume_mounts = vec![mount("config", CONFIG_DIR), token_mount()];
     volume_mounts.extend(inputs.model.volume_mounts.iter().cloned());
     volume_mounts.extend(deployment.volume_mounts);
     let mut security_context = deployment.security_context;
@@ -874,7 +874,7 @@ fn deployment(inputs: &ObjectInputs<'_>) -> Deployment {
         &name,
         &[AGENT_CONFIG_ITEM, AGENT_CARD_ITEM],
     )];
-    volumes.push(kagent_token_volume());
+    volumes.push(inputs.session_api.token_volume());
     volumes.extend(inputs.model.volumes.iter().cloned());
     let mut init_containers = Vec::new();
     if inputs.gate_placement() == Some(GatePlacement::Sidecar) {
@@ -969,6 +969,7 @@ fn gateway(inputs: &ObjectInputs<'_>) -> GatewayObjects {
         gate_port: GATE_PORT,
         metrics_port: GATE_METRICS_PORT,
         cluster_cidrs: &inputs.options.cluster_cidrs,
+        session_api: inputs.session_api.egress(&inputs.options.cluster_cidrs),
     });
     GatewayObjects {
         service_account: pod.service_account(),

@@ -1,13 +1,14 @@
-//! Where kagent's agent runtime keeps its sessions, their events and its A2A tasks.
+//! Where kagent's agent runtime keeps its conversations: its sessions, their events and its
+//! A2A tasks.
 //!
 //! The runtime (`kagent-adk static`) will not start without `KAGENT_URL`, and stores every turn
-//! through kagent's controller API there (`/api/sessions`, `/api/tasks`), with a projected
-//! ServiceAccount token of audience `kagent` as its credential. kagent's controller serves
-//! that API only for Agents in its own database, which only kagent's reconciler fills, so for
-//! the Agents hitl-operator runs the gate serves it instead (docs/kagent.md, "Sessions and
-//! tasks"): in the pod (Sidecar placement) or as the Agent's gate Service (Gateway placement).
-//! `--kagent-url` sends every Agent to a kagent controller instead; without a gate and without
-//! it, nothing serves the API, and the Agent says so in its `Ready` condition.
+//! through kagent's HTTP session API there (`/api/sessions`, `/api/tasks`), with the projected
+//! ServiceAccount token in `/var/run/secrets/tokens/kagent-token` as its credential. For every
+//! Agent, whatever its approval mode and placement, that API is hitl-operator's session store
+//! (`hitl-operator sessions`, `--session-store-url`; docs/sessions.md), which takes only a token
+//! of its own audience ([`SESSION_STORE_AUDIENCE`]); `--kagent-url` sends every Agent to a kagent
+//! controller instead, with a token of audience `kagent` as kagent renders it (docs/kagent.md,
+//! "Sessions and tasks").
 
 use std::str::FromStr;
 
@@ -15,8 +16,13 @@ use k8s_openapi::api::core::v1::{
     EnvVar, ProjectedVolumeSource, ServiceAccountTokenProjection, Volume, VolumeMount,
     VolumeProjection,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyEgressRule;
 
-use crate::api::ApprovalMode;
+use crate::cidr::Cidr;
+use crate::contract::session_store::{
+    DEFAULT_SESSION_STORE_URL, SESSION_STORE_AUDIENCE, SESSION_STORE_COMPONENT, SESSION_STORE_PORT,
+};
+use crate::render::network;
 
 /// The runtime's variable naming the session API.
 pub const KAGENT_URL_ENV: &str = "KAGENT_URL";
@@ -26,18 +32,28 @@ pub const KAGENT_GRPC_URL_ENV: &str = "KAGENT_GRPC_URL";
 pub const KAGENT_TOKEN_VOLUME: &str = "kagent-token";
 /// Where the runtime reads its token (`kagent-token` in this directory).
 pub const KAGENT_TOKEN_DIR: &str = "/var/run/secrets/tokens";
-/// Audience of the runtime's token: kagent's controller, never the Kubernetes API.
+/// Audience of the runtime's token for a kagent controller (`--kagent-url`), as kagent renders
+/// it; never the Kubernetes API's.
 pub const KAGENT_TOKEN_AUDIENCE: &str = "kagent";
 /// Lifetime of the runtime's token (the kubelet renews it before it runs out).
 const KAGENT_TOKEN_SECONDS: i64 = 3600;
-/// The reason of `Ready=False` when nothing serves the runtime's session API.
-pub const NO_SESSION_API_REASON: &str = "NoSessionApi";
 
-/// A kagent controller's HTTP API (`--kagent-url`): `http(s)://host[:port]`, no path.
+/// The address of a session API (`--session-store-url`, `--kagent-url`):
+/// `http(s)://host[:port]`, no path (the runtime adds `/api/...`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KagentUrl(String);
+pub struct SessionApiUrl(String);
 
-impl FromStr for KagentUrl {
+impl SessionApiUrl {
+    /// The session store's address when the chart is installed as the README says
+    /// ([`DEFAULT_SESSION_STORE_URL`]).
+    pub fn default_store() -> Self {
+        DEFAULT_SESSION_STORE_URL
+            .parse()
+            .expect("the default session store URL is valid")
+    }
+}
+
+impl FromStr for SessionApiUrl {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
@@ -57,7 +73,7 @@ impl FromStr for KagentUrl {
     }
 }
 
-impl std::fmt::Display for KagentUrl {
+impl std::fmt::Display for SessionApiUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
@@ -66,82 +82,99 @@ impl std::fmt::Display for KagentUrl {
 /// Who serves the runtime's sessions and tasks for one Agent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SessionApi {
-    /// The Agent's gate, at this URL (its in-pod address, or its Service).
-    Gate(String),
+    /// hitl-operator's session store (`--session-store-url`): every Agent's, unless
+    /// `--kagent-url` is set.
+    Store(SessionApiUrl),
     /// A kagent controller (`--kagent-url`).
-    Kagent(KagentUrl),
-    /// Nothing: no gate runs and no `--kagent-url` is set.
-    Missing,
+    Kagent(SessionApiUrl),
 }
 
 impl SessionApi {
-    /// The session API of an Agent in `mode` whose gate (if any) is at `gate_url`.
-    pub fn of(kagent_url: Option<&KagentUrl>, mode: ApprovalMode, gate_url: &str) -> Self {
+    /// The session API of every Agent: the kagent controller at `kagent_url` if one is named,
+    /// else the session store at `store_url`.
+    pub fn of(store_url: &SessionApiUrl, kagent_url: Option<&SessionApiUrl>) -> Self {
         match kagent_url {
             Some(url) => Self::Kagent(url.clone()),
-            None if mode.uses_gate() => Self::Gate(gate_url.to_owned()),
-            None => Self::Missing,
+            None => Self::Store(store_url.clone()),
         }
     }
 
-    /// Whether the gate serves the session API (gate.json's `session_store`).
-    pub fn served_by_gate(&self) -> bool {
-        matches!(self, Self::Gate(_))
+    /// The runtime's `KAGENT_URL` (the Agent's `status.sessionStore`).
+    pub fn url(&self) -> &SessionApiUrl {
+        match self {
+            Self::Store(url) | Self::Kagent(url) => url,
+        }
     }
 
-    /// `KAGENT_URL` (when anything serves the API) and `KAGENT_GRPC_URL` (when set) for the
-    /// agent container.
+    /// Audience of the runtime's token: the one the serving API verifies.
+    pub fn audience(&self) -> &'static str {
+        match self {
+            Self::Store(_) => SESSION_STORE_AUDIENCE,
+            Self::Kagent(_) => KAGENT_TOKEN_AUDIENCE,
+        }
+    }
+
+    /// Who serves the API, in words (`render`'s output).
+    pub fn server(&self) -> &'static str {
+        match self {
+            Self::Store(_) => "hitl-operator's session store",
+            Self::Kagent(_) => "the kagent controller of --kagent-url",
+        }
+    }
+
+    /// `KAGENT_URL`, and `KAGENT_GRPC_URL` when set, for the agent container.
     pub fn env(&self, grpc_url: Option<&str>) -> Vec<EnvVar> {
-        let url = match self {
-            Self::Gate(url) => Some(url.clone()),
-            Self::Kagent(url) => Some(url.to_string()),
-            Self::Missing => None,
-        };
         let value_env = |name: &str, value: String| EnvVar {
             name: name.to_owned(),
             value: Some(value),
             ..EnvVar::default()
         };
-        url.map(|url| value_env(KAGENT_URL_ENV, url))
-            .into_iter()
+        std::iter::once(value_env(KAGENT_URL_ENV, self.url().to_string()))
             .chain(grpc_url.map(|grpc| value_env(KAGENT_GRPC_URL_ENV, grpc.to_owned())))
             .collect()
     }
 
-    /// Why the Agent cannot be `Ready`, naming the settings that would fix it; `None` when
-    /// something serves the API.
-    pub fn missing_message(&self, mode: ApprovalMode) -> Option<String> {
-        matches!(self, Self::Missing).then(|| {
-            format!(
-                "kagent's agent runtime stores its sessions and tasks through KAGENT_URL, and nothing serves them: approval mode {} runs no gate (whose session store the agent would use); set the controller's --kagent-url (chart value kagent.url) to a kagent controller that serves this Agent, or use approval mode Gate or Both",
-                mode.as_str(),
-            )
-        })
+    /// The projected token the runtime sends as its credential, of [`Self::audience`] (which
+    /// the Kubernetes API refuses), renewed by the kubelet; kagent renders the same volume
+    /// with its own audience.
+    pub fn token_volume(&self) -> Volume {
+        Volume {
+            name: KAGENT_TOKEN_VOLUME.to_owned(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(vec![VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        audience: Some(self.audience().to_owned()),
+                        expiration_seconds: Some(KAGENT_TOKEN_SECONDS),
+                        path: KAGENT_TOKEN_VOLUME.to_owned(),
+                    }),
+                    ..VolumeProjection::default()
+                }]),
+                default_mode: None,
+            }),
+            ..Volume::default()
+        }
+    }
+
+    /// What Gateway placement's egress policy adds so that the agent pods reach the API;
+    /// `None` when its rule for addresses outside the cluster already lets them. The store's
+    /// pods are selected by their label ([`SESSION_STORE_COMPONENT`]); of a kagent controller
+    /// the policy knows no label, so any pod of its namespace on the API's port.
+    pub fn egress(&self, cluster_cidrs: &[Cidr]) -> Option<NetworkPolicyEgressRule> {
+        let pods = match self {
+            Self::Store(_) => Some(SESSION_STORE_COMPONENT),
+            Self::Kagent(_) => None,
+        };
+        network::egress_to_service(
+            &self.url().to_string(),
+            SESSION_STORE_PORT,
+            pods,
+            cluster_cidrs,
+        )
     }
 }
 
-/// The projected token the runtime sends as its credential: audience `kagent`, which the
-/// Kubernetes API refuses, renewed by the kubelet (kagent renders the same volume).
-pub fn kagent_token_volume() -> Volume {
-    Volume {
-        name: KAGENT_TOKEN_VOLUME.to_owned(),
-        projected: Some(ProjectedVolumeSource {
-            sources: Some(vec![VolumeProjection {
-                service_account_token: Some(ServiceAccountTokenProjection {
-                    audience: Some(KAGENT_TOKEN_AUDIENCE.to_owned()),
-                    expiration_seconds: Some(KAGENT_TOKEN_SECONDS),
-                    path: KAGENT_TOKEN_VOLUME.to_owned(),
-                }),
-                ..VolumeProjection::default()
-            }]),
-            default_mode: None,
-        }),
-        ..Volume::default()
-    }
-}
-
-/// Where the agent container mounts [`kagent_token_volume`].
-pub fn kagent_token_mount() -> VolumeMount {
+/// Where the agent container mounts [`SessionApi::token_volume`].
+pub fn token_mount() -> VolumeMount {
     VolumeMount {
         name: KAGENT_TOKEN_VOLUME.to_owned(),
         mount_path: KAGENT_TOKEN_DIR.to_owned(),
@@ -154,38 +187,30 @@ pub fn kagent_token_mount() -> VolumeMount {
 mod tests {
     use super::*;
 
-    const GATE: &str = "http://127.0.0.1:8099";
+    const KAGENT: &str = "http://kagent-controller.kagent:8083";
 
     #[test]
-    fn the_gate_serves_the_sessions_unless_a_kagent_controller_is_named() {
+    fn the_store_serves_the_sessions_unless_a_kagent_controller_is_named() {
+        let store = SessionApiUrl::default_store();
         assert_eq!(
-            SessionApi::of(None, ApprovalMode::Gate, GATE),
-            SessionApi::Gate(GATE.into())
+            SessionApi::of(&store, None),
+            SessionApi::Store(store.clone())
+        );
+        let kagent: SessionApiUrl = KAGENT.parse().unwrap();
+        assert_eq!(
+            SessionApi::of(&store, Some(&kagent)),
+            SessionApi::Kagent(kagent.clone())
         );
         assert_eq!(
-            SessionApi::of(None, ApprovalMode::Both, GATE),
-            SessionApi::Gate(GATE.into())
+            SessionApi::of(&store, None).url().to_string(),
+            "http://hitl-sessions.hitl-system.svc:8083"
         );
-        assert_eq!(
-            SessionApi::of(None, ApprovalMode::Runtime, GATE),
-            SessionApi::Missing
-        );
-        let kagent: KagentUrl = "http://kagent-controller.kagent:8083".parse().unwrap();
-        for mode in [
-            ApprovalMode::Gate,
-            ApprovalMode::Runtime,
-            ApprovalMode::Both,
-        ] {
-            assert_eq!(
-                SessionApi::of(Some(&kagent), mode, GATE),
-                SessionApi::Kagent(kagent.clone())
-            );
-        }
     }
 
     #[test]
     fn the_runtime_gets_the_url_and_the_grpc_address_as_given() {
-        let env = SessionApi::Gate(GATE.into()).env(Some("kagent-controller.kagent:8084"));
+        let api = SessionApi::Store(SessionApiUrl::default_store());
+        let env = api.env(Some("kagent-controller.kagent:8084"));
         let pairs: Vec<_> = env
             .iter()
             .map(|e| (e.name.as_str(), e.value.as_deref().unwrap()))
@@ -193,40 +218,40 @@ mod tests {
         assert_eq!(
             pairs,
             [
-                ("KAGENT_URL", GATE),
+                ("KAGENT_URL", "http://hitl-sessions.hitl-system.svc:8083"),
                 ("KAGENT_GRPC_URL", "kagent-controller.kagent:8084")
             ]
         );
-        assert!(SessionApi::Missing.env(None).is_empty());
+        assert_eq!(api.env(None).len(), 1);
     }
 
     #[test]
-    fn a_missing_session_api_names_the_settings_that_fix_it() {
-        let message = SessionApi::Missing
-            .missing_message(ApprovalMode::Runtime)
-            .unwrap();
-        assert!(
-            message.contains("--kagent-url (chart value kagent.url)"),
-            "{message}"
-        );
-        assert!(
-            message.contains("approval mode Runtime runs no gate"),
-            "{message}"
-        );
+    fn the_token_is_of_the_audience_of_whoever_serves_the_api() {
+        let audience = |api: &SessionApi| {
+            let volume = api.token_volume();
+            let sources = volume.projected.unwrap().sources.unwrap();
+            let token = sources[0].service_account_token.clone().unwrap();
+            assert_eq!(token.path, "kagent-token");
+            assert_eq!(volume.name, "kagent-token");
+            token.audience.unwrap()
+        };
+        let store = SessionApi::Store(SessionApiUrl::default_store());
+        assert_eq!(audience(&store), "hitl-operator-sessions");
         assert_eq!(
-            SessionApi::Gate(GATE.into()).missing_message(ApprovalMode::Gate),
-            None
+            audience(&SessionApi::Kagent(KAGENT.parse().unwrap())),
+            "kagent"
         );
+        assert_eq!(token_mount().mount_path, "/var/run/secrets/tokens");
     }
 
     #[test]
-    fn kagent_urls_are_addresses_without_a_path() {
+    fn session_api_urls_are_addresses_without_a_path() {
         assert_eq!(
             "http://kagent-controller.kagent:8083/"
-                .parse::<KagentUrl>()
+                .parse::<SessionApiUrl>()
                 .unwrap()
                 .to_string(),
-            "http://kagent-controller.kagent:8083"
+            KAGENT
         );
         for bad in [
             "ftp://x",
@@ -234,7 +259,7 @@ mod tests {
             "http://x:8083/api",
             "http://x?a=b",
         ] {
-            assert!(bad.parse::<KagentUrl>().is_err(), "{bad}");
+            assert!(bad.parse::<SessionApiUrl>().is_err(), "{bad}");
         }
     }
 }

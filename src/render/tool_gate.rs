@@ -213,7 +213,6 @@ pub fn render_tool_gate(
                 .max_calls_per_minute
                 .and_then(|n| u32::try_from(n).ok()),
         }),
-        session_store: false,
     };
     let secret_data = BTreeMap::from([(GATE_CONFIG_ITEM.to_owned(), serde_json::to_vec(&gate)?)]);
     let config_hash = config_hash(&secret_data, "");

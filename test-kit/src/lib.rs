@@ -10,9 +10,12 @@
 //!   ApprovalGrants with the rules the gate and `kubectl hitl` rely on (list, get, create,
 //!   merge-patch with resourceVersion preconditions, watch), and any other kind in a generic
 //!   store (list, watch from a resourceVersion, get, create, merge-patch).
+//! - [`postgres`]: a real Postgres (Debian's `postgresql`), started by the test in a throwaway
+//!   directory and stopped when dropped, for the session store's tests.
 
 pub mod fake;
 pub mod mock;
+pub mod postgres;
 pub mod script;
 
 use std::time::Duration;

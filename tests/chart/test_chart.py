@@ -21,6 +21,10 @@ NAMESPACE = "hitl-system"
 FULLNAME = "hitl-hitl-operator"
 CONTROLLER_USER = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}"
 KUBE_VERSION = "1.33.0"
+# The session store (`hitl-operator sessions`): `<release>-sessions`.
+SESSIONS = f"{RELEASE}-sessions"
+SESSIONS_URL = f"http://{SESSIONS}.{NAMESPACE}.svc:8083"
+POSTGRES = {"sessions": {"postgres": {"existingSecret": "sessions-db"}}}
 
 # Value sets whose renderings are checked in (see RENDERED_COPIES).
 POLICY_VARIANTS = {
@@ -74,7 +78,16 @@ def kinds(docs):
 
 
 def controller(docs):
-    return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"][0]
+
+
+def store_deployment(docs):
+    return one(docs, "Deployment", SESSIONS)
+
+
+def store(docs):
+    [container] = store_deployment(docs)["spec"]["template"]["spec"]["containers"]
+    return container
 
 
 def args_map(container):
@@ -151,8 +164,10 @@ def test_crds_can_be_left_to_kagent(chart):
         {},
         {"watchNamespace": "agents", "metrics": {"serviceMonitor": {"enabled": True}}},
         {"admissionPolicy": {"enabled": False}, "replicaCount": 1, "leaderElection": {"enabled": False}},
+        {"sessions": {"replicas": 3, "postgres": {"existingSecret": "sessions-db"}}},
+        {"sessions": {"persistence": {"enabled": False}, "networkPolicy": {"enabled": False}}},
     ],
-    ids=["default", "namespaced", "minimal"],
+    ids=["default", "namespaced", "minimal", "sessions-postgres", "sessions-memory"],
 )
 def test_lint_strict_is_clean(values):
     result = helm_python.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}")
@@ -173,8 +188,10 @@ def test_default_objects(chart):
             "ClusterRole",  # hitl-viewer
             "ClusterRole",  # token reviewer (the gates of ToolGates)
             "ClusterRole",  # keeper of the token reviewer's binding
+            "ClusterRole",  # session store
             "ClusterRoleBinding",  # controller
             "ClusterRoleBinding",  # keeper of the token reviewer's binding
+            "ClusterRoleBinding",  # session store
             "CustomResourceDefinition",  # Agent
             "CustomResourceDefinition",  # ApprovalGrant
             "CustomResourceDefinition",  # ApprovalNotifier
@@ -182,12 +199,17 @@ def test_default_objects(chart):
             "CustomResourceDefinition",  # ModelConfig
             "CustomResourceDefinition",  # RemoteMCPServer
             "CustomResourceDefinition",  # ToolGate
-            "Deployment",
-            "PodDisruptionBudget",
+            "Deployment",  # controller
+            "Deployment",  # session store
+            "NetworkPolicy",  # session store
+            "PersistentVolumeClaim",  # session store (SQLite)
+            "PodDisruptionBudget",  # controller
             "Role",  # leader election
             "RoleBinding",
-            "Service",
-            "ServiceAccount",
+            "Service",  # controller metrics
+            "Service",  # session store
+            "ServiceAccount",  # controller
+            "ServiceAccount",  # session store
             "ValidatingAdmissionPolicy",  # requester
             "ValidatingAdmissionPolicy",  # decision
             "ValidatingAdmissionPolicy",  # quorum
@@ -227,6 +249,7 @@ def test_default_deployment(chart):
         "--cluster-cidrs": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16",
         "--token-review-binding": f"{FULLNAME}-toolgate-token-review",
         "--token-review-role": f"{FULLNAME}-token-reviewer",
+        "--session-store-url": SESSIONS_URL,
         "--skills-init-image": "cr.kagent.dev/kagent-dev/kagent/skills-init:0.7.4",
         "--grant-max-ttl": "24h",
         "--default-max-open-requests": "50",
@@ -257,11 +280,13 @@ def test_kagent_session_api_is_passed_to_the_controller(chart):
     args = args_map(controller(docs))
     assert args["--kagent-url"] == "http://kagent-controller.kagent:8083"
     assert args["--kagent-grpc-url"] == "kagent-controller.kagent:8084"
+    # kagent's controller keeps the conversations: the session store is not named.
+    assert "--session-store-url" not in args
 
 
 def test_restricted_security_context(chart):
     docs = objects(chart)
-    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]
     sc = controller(docs)["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -275,7 +300,7 @@ def test_restricted_security_context(chart):
 def test_pod_disruption_budget(chart):
     docs = objects(chart)
     pdb = one(docs, "PodDisruptionBudget", FULLNAME)
-    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    pod_labels = one(docs, "Deployment", FULLNAME)["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     docs = objects(chart, {"podDisruptionBudget": {"enabled": False}})
@@ -285,7 +310,8 @@ def test_pod_disruption_budget(chart):
 def test_metrics_service_selects_controller(chart):
     docs = objects(chart)
     svc = one(docs, "Service", f"{FULLNAME}-metrics")
-    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    pod_labels = one(docs, "Deployment", FULLNAME)["spec"]["template"]["metadata"]["labels"]
+    assert not svc["spec"]["selector"].items() <= store_deployment(docs)["spec"]["template"]["metadata"]["labels"].items()
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
     assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
@@ -482,8 +508,9 @@ def test_watch_namespace_uses_role_and_scoped_policies(chart):
     cluster_binding = one(docs, "ClusterRoleBinding", f"{FULLNAME}-agents-namespace")
     assert cluster_binding["roleRef"]["name"] == f"{FULLNAME}-agents-namespace"
     # Besides it, only the keeper of the ToolGates' TokenReview binding (cluster-scoped).
+    # And the session store's TokenReviews (its other rules are a Role there, test_sessions_rbac_*).
     assert sorted(b["metadata"]["name"] for b in find(docs, "ClusterRoleBinding")) == [
-        f"{FULLNAME}-agents-namespace", f"{FULLNAME}-token-review-keeper"]
+        f"{FULLNAME}-agents-namespace", f"{FULLNAME}-token-review-keeper", f"{SESSIONS}-token-review"]
     assert cluster_binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
     role = one(docs, "Role", f"{FULLNAME}-controller")
     assert role["metadata"]["namespace"] == "agents"
@@ -506,7 +533,7 @@ def test_service_monitor(chart):
     assert sm["metadata"]["labels"]["release"] == "prom"
     assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s",
                                         "scrapeTimeout": "10s"}]
-    svc = one(docs, "Service")
+    svc = one(docs, "Service", f"{FULLNAME}-metrics")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
 
@@ -553,7 +580,7 @@ def test_agent_selector_reaches_the_controller(chart):
 
 def test_single_replica_without_leader_election(chart):
     docs = objects(chart, {"replicaCount": 1, "leaderElection": {"enabled": False}})
-    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert one(docs, "Deployment", FULLNAME)["spec"]["replicas"] == 1
     a = args_map(controller(docs))
     assert a["--leader-election"] == "false"
     assert "--lease-name" not in a and "--lease-namespace" not in a
@@ -602,13 +629,14 @@ def test_user_roles_options(chart):
     assert "team-approver" in decision["spec"]["validations"][0]["messageExpression"]
     docs = objects(chart, {"rbac": {"userRoles": False}})
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"] == [
-        f"{FULLNAME}-controller", f"{FULLNAME}-token-reviewer", f"{FULLNAME}-token-review-keeper"]
+        f"{FULLNAME}-controller", f"{FULLNAME}-token-reviewer", f"{FULLNAME}-token-review-keeper", SESSIONS]
 
 
 def test_existing_service_account(chart):
     docs = objects(chart, {"serviceAccount": {"create": False, "name": "ops-sa"}})
-    assert not [d for d in docs if d["kind"] == "ServiceAccount"]
-    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
+    # The session store keeps its own ServiceAccount.
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"] == [SESSIONS]
+    assert one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
     status = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-status")
     assert f"system:serviceaccount:{NAMESPACE}:ops-sa" in status["spec"]["matchConditions"][0]["expression"]
 
@@ -619,6 +647,437 @@ def test_notes_name_next_commands(chart):
     assert f"kubectl -n {NAMESPACE} rollout status deployment/{FULLNAME}" in notes
     assert "--clusterrole=hitl-approver" in notes
     assert "kubectl hitl approve" in notes
+
+
+# ---------------------------------------------------------------- the session store
+
+
+def store_args(docs):
+    assert store(docs)["args"][0] == "sessions"
+    return args_map(store(docs))
+
+
+def store_volumes(docs):
+    pod = store_deployment(docs)["spec"]["template"]["spec"]
+    return {v["name"]: v for v in pod.get("volumes", [])}
+
+
+def store_mounts(docs):
+    return {m["name"]: m for m in store(docs).get("volumeMounts", [])}
+
+
+def no_kind(docs, kind, name=SESSIONS):
+    return not [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+
+
+def test_sessions_store_defaults_keep_sqlite_on_a_kept_claim(chart):
+    docs = objects(chart)
+    dep = store_deployment(docs)
+    assert dep["metadata"]["namespace"] == NAMESPACE
+    assert dep["spec"]["replicas"] == 1
+    # One process at a time on the SQLite file: the old pod stops before the new one starts.
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    # What the controller's Agent egress NetworkPolicies select (the release namespace).
+    assert pod_labels == {
+        "app.kubernetes.io/component": "session-store",
+        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/name": "hitl-sessions",
+    }
+    assert dep["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    # Not the controller's pods, nor the other way round.
+    controller_pods = one(docs, "Deployment", FULLNAME)["spec"]["template"]["metadata"]["labels"]
+    assert not dep["spec"]["selector"]["matchLabels"].items() <= controller_pods.items()
+    assert "app.kubernetes.io/managed-by" not in pod_labels, "the store is no Agent pod"
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == SESSIONS
+    assert pod["automountServiceAccountToken"] is True
+    c = store(docs)
+    assert c["image"] == "ghcr.io/hitl-operator/hitl-operator:0.1.0"
+    assert store_args(docs) == {
+        "--listen": "0.0.0.0:8083",
+        "--health-listen": "0.0.0.0:8080",
+        "--database": "sqlite:///var/lib/hitl-sessions/sessions.db",
+        "--audience": "hitl-operator-sessions",
+        "--max-sessions-per-agent": "10000",
+        "--max-events-per-session": "10000",
+        "--max-bytes-per-session": "32Mi",
+        "--max-bytes-per-agent": "1Gi",
+        "--max-tasks-per-agent": "10000",
+        "--deleted-agent-grace": "168h",
+        "--max-body-bytes": "8Mi",
+        "--max-in-flight-bytes": "64Mi",
+        "--log-format": "json",
+    }
+    assert not [a for a in c["args"] if a.startswith("--database-file")]
+    assert c["ports"] == [
+        {"name": "http", "containerPort": 8083, "protocol": "TCP"},
+        {"name": "health", "containerPort": 8080, "protocol": "TCP"},
+    ]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    env = {e["name"]: e for e in c["env"]}
+    assert env["RUST_LOG"]["value"] == "info"
+    # The SQLite file on the chart's claim.
+    assert store_volumes(docs)["data"] == {"name": "data", "persistentVolumeClaim": {"claimName": SESSIONS}}
+    assert store_mounts(docs)["data"]["mountPath"] == "/var/lib/hitl-sessions"
+    assert "database" not in store_volumes(docs)
+    pvc = one(docs, "PersistentVolumeClaim", SESSIONS)
+    assert pvc["metadata"]["namespace"] == NAMESPACE
+    # `helm uninstall` leaves the claim, and every conversation on it.
+    assert pvc["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert pvc["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    assert "storageClassName" not in pvc["spec"], "the cluster's default StorageClass"
+    # One replica: no PodDisruptionBudget for the store.
+    assert no_kind(docs, "PodDisruptionBudget")
+
+
+def test_sessions_service_selects_the_store_on_port_8083(chart):
+    docs = objects(chart)
+    svc = one(docs, "Service", SESSIONS)
+    pod_labels = store_deployment(docs)["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert svc["spec"]["selector"] == pod_labels
+    assert svc["spec"]["ports"] == [
+        {"name": "http", "port": 8083, "targetPort": "http", "protocol": "TCP"},
+        {"name": "metrics", "port": 8080, "targetPort": "health", "protocol": "TCP"},
+    ]
+    for d in docs:
+        if d["metadata"]["name"].startswith(SESSIONS):
+            assert d["metadata"]["labels"]["app.kubernetes.io/component"] == "session-store"
+            assert d["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+
+
+def test_controller_points_every_agent_at_the_store(chart):
+    args = args_map(controller(objects(chart)))
+    assert args["--session-store-url"] == SESSIONS_URL == "http://hitl-sessions.hitl-system.svc:8083"
+    assert "--kagent-url" not in args
+    docs = objects(chart, {"kagent": {"url": "http://kagent-controller.kagent:8083"}})
+    args = args_map(controller(docs))
+    assert args["--kagent-url"] == "http://kagent-controller.kagent:8083"
+    assert "--session-store-url" not in args
+    # Installed but idle, and the notes say so.
+    store_deployment(docs)
+    out, _ = render_docs(chart, {"kagent": {"url": "http://kagent-controller.kagent:8083"}})
+    assert "IDLE: kagent.url is set" in out["hitl-operator/templates/NOTES.txt"]
+
+
+def test_sessions_can_be_left_to_kagent_and_only_to_kagent(chart):
+    docs = objects(chart, {"kagent": {"url": "http://kagent-controller.kagent:8083"},
+                           "sessions": {"enabled": False}})
+    assert not [d for d in docs if d["metadata"]["name"].startswith(SESSIONS)]
+    assert "--session-store-url" not in args_map(controller(docs))
+    out, _ = render_docs(chart, {"kagent": {"url": "http://kagent-controller.kagent:8083"},
+                                 "sessions": {"enabled": False}})
+    assert "session store" not in out["hitl-operator/templates/NOTES.txt"]
+    # Without kagent's controller the Agents' runtime would have nowhere to keep conversations.
+    with pytest.raises(helm_python.HelmRenderError, match="sessions.enabled=false needs kagent.url"):
+        objects(chart, {"sessions": {"enabled": False}})
+
+
+def test_sessions_security_context_and_resources(chart):
+    docs = objects(chart)
+    pod = store_deployment(docs)["spec"]["template"]["spec"]
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert psc["runAsUser"] == 65532 and psc["runAsGroup"] == 65532
+    # The claim is writable by the store's group.
+    assert psc["fsGroup"] == 65532
+    assert psc["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = store(docs)
+    sc = c["securityContext"]
+    # The same container security context as the controller's.
+    assert sc == controller(docs)["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # A writable scratch directory, bounded, on a read-only root.
+    assert store_mounts(docs)["tmp"]["mountPath"] == "/tmp"
+    assert store_volumes(docs)["tmp"]["emptyDir"] == {"sizeLimit": "64Mi"}
+    assert c["resources"] == {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+    docs = objects(chart, {"sessions": {"resources": {"requests": {"memory": "128Mi"},
+                                                      "limits": {"memory": "1Gi"}}}})
+    # (Helm merges maps with the defaults: the cpu request stays.)
+    assert store(docs)["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+    # A podSecurityContext of one's own keeps its fsGroup and fsGroupChangePolicy.
+    docs = objects(chart, {"podSecurityContext": {"fsGroup": 2000, "fsGroupChangePolicy": "Always"}})
+    psc = store_deployment(docs)["spec"]["template"]["spec"]["securityContext"]
+    assert psc["fsGroup"] == 2000 and psc["fsGroupChangePolicy"] == "Always"
+    # Without an fsGroup, the store's pod still gets one: the claim must be writable.
+    docs = objects(chart, {"podSecurityContext": {"fsGroup": None}})
+    assert "fsGroup" not in one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]["securityContext"]
+    assert store_deployment(docs)["spec"]["template"]["spec"]["securityContext"]["fsGroup"] == 65532
+
+
+def test_sessions_network_policy_admits_only_agent_pods_to_the_api(chart):
+    docs = objects(chart)
+    policy = one(docs, "NetworkPolicy", SESSIONS)
+    pod_labels = store_deployment(docs)["spec"]["template"]["metadata"]["labels"]
+    assert policy["metadata"]["namespace"] == NAMESPACE
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {
+            "from": [{
+                # The operator's Agent pods, in any namespace.
+                "namespaceSelector": {},
+                "podSelector": {
+                    "matchLabels": {"app.kubernetes.io/managed-by": "hitl-operator"},
+                    "matchExpressions": [{"key": "kagent.dev/agent", "operator": "Exists"}],
+                },
+            }],
+            "ports": [{"port": 8083, "protocol": "TCP"}],
+        },
+        # Health and metrics: the kubelet's probes, Prometheus.
+        {"ports": [{"port": 8080, "protocol": "TCP"}]},
+    ]
+    # With watchNamespace, only that namespace's Agent pods.
+    docs = objects(chart, {"watchNamespace": "agents"})
+    peer = one(docs, "NetworkPolicy", SESSIONS)["spec"]["ingress"][0]["from"][0]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "agents"}}
+    assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "hitl-operator"}
+    assert no_kind(objects(chart, {"sessions": {"networkPolicy": {"enabled": False}}}), "NetworkPolicy")
+
+
+def test_sessions_rbac_cluster_wide(chart):
+    docs = objects(chart)
+    role = one(docs, "ClusterRole", SESSIONS)
+    assert sorted(rules_of(role)) == sorted([
+        (("authentication.k8s.io",), ("tokenreviews",), ("create",)),
+        (("",), ("pods",), ("get",)),
+        (("apps",), ("replicasets", "deployments"), ("get",)),
+        (("kagent.dev",), ("agents",), ("get", "list", "watch")),
+        (("", "events.k8s.io"), ("events",), ("create", "patch")),
+    ])
+    for r in role["rules"]:
+        assert "*" not in r["verbs"] and "*" not in r["resources"] and "*" not in r.get("apiGroups", [])
+    binding = one(docs, "ClusterRoleBinding", SESSIONS)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SESSIONS}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SESSIONS, "namespace": NAMESPACE}]
+    sa = one(docs, "ServiceAccount", SESSIONS)
+    assert sa["metadata"]["namespace"] == NAMESPACE
+    assert sa["automountServiceAccountToken"] is True
+    # It reads and writes nothing else: no Secrets, no Agents' status, nothing it could escalate with.
+    for resource in ("secrets", "configmaps", "serviceaccounts"):
+        assert not allows(role, "", resource, "get")
+    assert not allows(role, "kagent.dev", "agents", "patch")
+    assert no_kind(docs, "Role") and no_kind(docs, "RoleBinding")
+
+
+def test_sessions_rbac_with_watch_namespace(chart):
+    docs = objects(chart, {"watchNamespace": "agents"})
+    assert no_kind(docs, "ClusterRole") and no_kind(docs, "ClusterRoleBinding")
+    role = one(docs, "Role", SESSIONS)
+    assert role["metadata"]["namespace"] == "agents"
+    assert sorted(rules_of(role)) == sorted([
+        (("",), ("pods",), ("get",)),
+        (("apps",), ("replicasets", "deployments"), ("get",)),
+        (("kagent.dev",), ("agents",), ("get", "list", "watch")),
+        (("", "events.k8s.io"), ("events",), ("create", "patch")),
+    ])
+    binding = one(docs, "RoleBinding", SESSIONS)
+    assert binding["metadata"]["namespace"] == "agents"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SESSIONS}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SESSIONS, "namespace": NAMESPACE}]
+    # TokenReviews have no namespace: cluster-wide, and nothing more.
+    reviewer = one(docs, "ClusterRole", f"{SESSIONS}-token-review")
+    assert rules_of(reviewer) == [(("authentication.k8s.io",), ("tokenreviews",), ("create",))]
+    binding = one(docs, "ClusterRoleBinding", f"{SESSIONS}-token-review")
+    assert binding["roleRef"]["name"] == f"{SESSIONS}-token-review"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SESSIONS, "namespace": NAMESPACE}]
+    # rbac.create=false: the installer brings the store's permissions too.
+    docs = objects(chart, {"rbac": {"create": False}})
+    assert not [d for d in docs if d["kind"].startswith(("Role", "ClusterRole")) and d["metadata"]["name"].startswith(SESSIONS)]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"sessions": {"replicas": 2}}, {"sessions": {"replicas": 3, "persistence": {"enabled": False}}},
+     {"sessions": {"replicas": 2, "persistence": {"existingClaim": "shared"}}}],
+    ids=["sqlite", "memory", "existing-claim"],
+)
+def test_sessions_replicas_need_postgres(chart, values):
+    with pytest.raises(helm_python.HelmRenderError, match="sessions.replicas > 1 needs sessions.postgres.existingSecret") as e:
+        objects(chart, values)
+    assert "SQLite is one file on one volume" in str(e.value)
+
+
+def test_sessions_on_postgres_run_any_number_of_replicas(chart):
+    docs = objects(chart, {"sessions": {"replicas": 3, "postgres": {"existingSecret": "sessions-db"}}})
+    dep = store_deployment(docs)
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate",
+                                       "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    args = store_args(docs)
+    # The URL (with its password) is read from a file, never an argument.
+    assert args["--database-file"] == "/etc/hitl-sessions/database/url"
+    assert "--database" not in args
+    assert not [a for a in store(docs)["args"] if "postgres://" in a]
+    volumes = store_volumes(docs)
+    assert volumes["database"]["secret"] == {"secretName": "sessions-db", "defaultMode": 0o440,
+                                             "items": [{"key": "url", "path": "url"}]}
+    assert store_mounts(docs)["database"] == {"name": "database", "mountPath": "/etc/hitl-sessions/database",
+                                              "readOnly": True}
+    assert "data" not in volumes and "data" not in store_mounts(docs)
+    # No claim: the data is in Postgres.
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    pdb = one(docs, "PodDisruptionBudget", SESSIONS)
+    assert pdb["metadata"]["namespace"] == NAMESPACE
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["template"]["metadata"]["labels"]
+    # The controller's PodDisruptionBudget is its own.
+    assert one(docs, "PodDisruptionBudget", FULLNAME)["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "controller"
+    out, _ = render_docs(chart, {"sessions": {"replicas": 3, "postgres": {"existingSecret": "sessions-db"}}})
+    assert "in Postgres (the URL in Secret sessions-db, key url), 3 replica(s)" in out["hitl-operator/templates/NOTES.txt"]
+
+
+def test_sessions_on_postgres_with_one_replica_and_another_key(chart):
+    docs = objects(chart, {"sessions": {"postgres": {"existingSecret": "db", "key": "DATABASE_URL"}}})
+    assert store_deployment(docs)["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert store_volumes(docs)["database"]["secret"]["items"] == [{"key": "DATABASE_URL", "path": "url"}]
+    assert no_kind(docs, "PodDisruptionBudget")
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+
+
+def test_sessions_without_persistence_are_in_memory(chart):
+    values = {"sessions": {"persistence": {"enabled": False}}}
+    docs = objects(chart, values)
+    assert store_args(docs)["--database"] == "memory:"
+    assert store_deployment(docs)["spec"]["strategy"] == {"type": "Recreate"}
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert sorted(store_volumes(docs)) == ["tmp"]
+    assert sorted(store_mounts(docs)) == ["tmp"]
+    out, _ = render_docs(chart, values)
+    notes = out["hitl-operator/templates/NOTES.txt"]
+    assert "WARNING: in memory" in notes and "lost each time the store's pod restarts" in notes
+
+
+def test_sessions_on_an_existing_claim(chart):
+    docs = objects(chart, {"sessions": {"persistence": {"existingClaim": "conversations"}}})
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert store_volumes(docs)["data"]["persistentVolumeClaim"] == {"claimName": "conversations"}
+    assert store_args(docs)["--database"] == "sqlite:///var/lib/hitl-sessions/sessions.db"
+    out, _ = render_docs(chart, {"sessions": {"persistence": {"existingClaim": "conversations"}}})
+    notes = out["hitl-operator/templates/NOTES.txt"]
+    assert "PersistentVolumeClaim conversations" in notes
+    assert "delete pvc" not in notes, "not the chart's claim to tell you to delete"
+
+
+def test_sessions_claim_class_and_size(chart):
+    docs = objects(chart, {"sessions": {"persistence": {"storageClassName": "fast-ssd", "size": "20Gi"}}})
+    pvc = one(docs, "PersistentVolumeClaim", SESSIONS)
+    assert pvc["spec"]["storageClassName"] == "fast-ssd"
+    assert pvc["spec"]["resources"] == {"requests": {"storage": "20Gi"}}
+
+
+def test_sessions_quotas_retention_and_limits_reach_the_store(chart):
+    docs = objects(chart, {"logFormat": "text", "logLevel": "debug", "sessions": {
+        "quotas": {"sessionsPerAgent": 500, "eventsPerSession": 2000, "bytesPerSession": "8Mi",
+                   "bytesPerAgent": "10Gi", "tasksPerAgent": 300},
+        "retention": {"idle": "720h", "deletedAgentGrace": "24h"},
+        "maxBodyBytes": "1Mi", "maxInFlightBytes": "128Mi",
+    }})
+    args = store_args(docs)
+    assert {k: args[k] for k in (
+        "--max-sessions-per-agent", "--max-events-per-session", "--max-bytes-per-session",
+        "--max-bytes-per-agent", "--max-tasks-per-agent", "--idle-retention",
+        "--deleted-agent-grace", "--max-body-bytes", "--max-in-flight-bytes", "--log-format")} == {
+        "--max-sessions-per-agent": "500",
+        "--max-events-per-session": "2000",
+        "--max-bytes-per-session": "8Mi",
+        "--max-bytes-per-agent": "10Gi",
+        "--max-tasks-per-agent": "300",
+        "--idle-retention": "720h",
+        "--deleted-agent-grace": "24h",
+        "--max-body-bytes": "1Mi",
+        "--max-in-flight-bytes": "128Mi",
+        "--log-format": "text",
+    }
+    assert {e["name"]: e.get("value") for e in store(docs)["env"]}["RUST_LOG"] == "debug"
+    # Large counts stay integers (Helm reads numbers as floats).
+    docs = objects(chart, {"sessions": {"quotas": {"sessionsPerAgent": 10000000}}})
+    assert store_args(docs)["--max-sessions-per-agent"] == "10000000"
+    # Idle retention is off unless set.
+    assert "--idle-retention" not in store_args(objects(chart))
+
+
+def test_sessions_image_and_scheduling(chart):
+    docs = objects(chart, {"image": {"repository": "registry.example/hitl", "tag": "1.2.3"}})
+    assert store(docs)["image"] == "registry.example/hitl:1.2.3"
+    docs = objects(chart, {"image": {"tag": "1.2.3"},
+                           "sessions": {"image": {"repository": "registry.example/sessions"}}})
+    assert store(docs)["image"] == "registry.example/sessions:1.2.3"
+    docs = objects(chart, {"sessions": {
+        "image": {"repository": "registry.example/sessions", "tag": "7"},
+        "nodeSelector": {"disk": "ssd"},
+        "tolerations": [{"key": "storage", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+    }})
+    assert store(docs)["image"] == "registry.example/sessions:7"
+    pod = store_deployment(docs)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"disk": "ssd"}
+    assert pod["tolerations"] == [{"key": "storage", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["affinity"]["nodeAffinity"]
+    # The controller's own scheduling values stay the controller's.
+    assert "nodeSelector" not in one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]
+
+
+def test_sessions_name_fits_a_dns_label_whatever_the_release(chart):
+    release = "a-release-name-of-fifty-three-characters-exactly-wxyz"
+    assert len(release) == 53  # Helm's own limit
+    out = chart.render({}, name=release, namespace=NAMESPACE, is_install=True)
+    docs = [d for path, text in out.items() if not path.endswith("NOTES.txt")
+            for d in yaml.safe_load_all(text) if d]
+    dep = one(docs, "Deployment", f"{release}-sessions")
+    assert len(dep["metadata"]["name"]) <= 63
+    one(docs, "Service", f"{release}-sessions")
+    args = args_map(one(docs, "Deployment", f"{release}-hitl-operator"[:63].rstrip("-"))["spec"]["template"]["spec"]["containers"][0])
+    assert args["--session-store-url"] == f"http://{release}-sessions.{NAMESPACE}.svc:8083"
+
+
+def test_sessions_service_monitor(chart):
+    docs = objects(chart, {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}})
+    sm = one(docs, "ServiceMonitor", SESSIONS)
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service", SESSIONS)["metadata"]["labels"].items()
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    # The controller's ServiceMonitor does not select the store's Service.
+    controller_sm = one(docs, "ServiceMonitor", FULLNAME)
+    assert not controller_sm["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service", SESSIONS)["metadata"]["labels"].items()
+
+
+def test_sessions_notes_say_the_claim_is_kept(chart):
+    out, _ = render_docs(chart)
+    notes = out["hitl-operator/templates/NOTES.txt"]
+    assert f"in SQLite on PersistentVolumeClaim {SESSIONS}" in notes
+    assert "`helm uninstall` keeps that claim" in notes
+    assert f"kubectl -n {NAMESPACE} delete pvc {SESSIONS}" in notes
+    assert f"kubectl -n {NAMESPACE} rollout status deployment/{SESSIONS}" in notes
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"sessions": {"persistence": {"storageClassName": "fast-ssd"}}},
+        {"sessions": {"persistence": {"enabled": False}}},
+        {"sessions": {"persistence": {"existingClaim": "conversations"}}},
+        {"sessions": {"replicas": 3, "postgres": {"existingSecret": "sessions-db"}}},
+        {"watchNamespace": "agents", "sessions": {"replicas": 2, "postgres": {"existingSecret": "sessions-db"},
+                                                  "retention": {"idle": "720h"}}},
+    ],
+    ids=["sqlite", "memory", "existing-claim", "postgres", "postgres-namespaced"],
+)
+def test_sessions_manifests_match_kubernetes_schemas(chart, values):
+    docs = objects(chart, values)
+    store_deployment(docs)
+    for doc in docs:
+        if doc["kind"] == "ServiceMonitor":
+            continue
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
 
 
 # ---------------------------------------------------------------- values.schema.json
@@ -656,6 +1115,33 @@ def test_notes_name_next_commands(chart):
         ({"quota": {"grants": {}}}, "grants"),
         ({"kagent": {"url": "http://kagent-controller.kagent:8083/api"}}, "url"),
         ({"kagent": {"grpcUrl": "http://kagent-controller.kagent:8084"}}, "grpcUrl"),
+        ({"sessions": {"enabled": "yes"}}, "enabled"),
+        ({"sessions": {"replicas": -1}}, "replicas"),
+        ({"sessions": {"replicas": "2"}}, "replicas"),
+        ({"sessions": {"unknownKey": 1}}, "unknownKey"),
+        ({"sessions": {"image": {"repository": "Bad Repo"}}}, "repository"),
+        ({"sessions": {"persistence": {"size": "lots"}}}, "size"),
+        ({"sessions": {"persistence": {"storageClassName": "Fast_SSD"}}}, "storageClassName"),
+        ({"sessions": {"persistence": {"existingClaim": "My Claim"}}}, "existingClaim"),
+        ({"sessions": {"postgres": {"existingSecret": "db url"}}}, "existingSecret"),
+        ({"sessions": {"postgres": {"key": ""}}}, "key"),
+        ({"sessions": {"postgres": {"key": "a/b"}}}, "key"),
+        ({"sessions": {"quotas": {"sessionsPerAgent": 0}}}, "sessionsPerAgent"),
+        ({"sessions": {"quotas": {"eventsPerSession": "10000"}}}, "eventsPerSession"),
+        ({"sessions": {"quotas": {"tasksPerAgent": 1.5}}}, "tasksPerAgent"),
+        ({"sessions": {"quotas": {"bytesPerSession": "32MB"}}}, "bytesPerSession"),
+        ({"sessions": {"quotas": {"bytesPerAgent": 1073741824}}}, "bytesPerAgent"),
+        ({"sessions": {"quotas": {"bytesPerAgent": "0"}}}, "bytesPerAgent"),
+        ({"sessions": {"retention": {"idle": "30d"}}}, "idle"),
+        ({"sessions": {"retention": {"deletedAgentGrace": ""}}}, "deletedAgentGrace"),
+        ({"sessions": {"retention": {"deletedAgentGrace": "off"}}}, "deletedAgentGrace"),
+        ({"sessions": {"retention": {"idle": "0h"}}}, "idle"),
+        ({"sessions": {"quotas": {"bytesPerSession": "1Ti"}}}, "bytesPerSession"),
+        ({"sessions": {"maxBodyBytes": "8 MiB"}}, "maxBodyBytes"),
+        ({"sessions": {"maxInFlightBytes": "-1"}}, "maxInFlightBytes"),
+        ({"sessions": {"networkPolicy": {"enabled": 1}}}, "enabled"),
+        ({"sessions": {"nodeSelector": {"disk": 1}}}, "nodeSelector"),
+        ({"sessions": {"tolerations": {}}}, "tolerations"),
     ],
 )
 def test_schema_rejects_bad_values(chart, values, message):
@@ -669,6 +1155,20 @@ def test_schema_accepts_defaults_and_examples(chart):
         chart.validate_schema(values)
     chart.validate_schema({"watchNamespace": "agents", "defaultApprovalMode": "Runtime",
                            "image": {"tag": "sha256:" + "a" * 64}})
+    chart.validate_schema({"sessions": {
+        "image": {"repository": "registry.example/hitl", "tag": "1.2.3"},
+        "replicas": 3,
+        "persistence": {"enabled": False, "size": "20Gi", "storageClassName": "fast-ssd",
+                        "existingClaim": "my-claim"},
+        "postgres": {"existingSecret": "sessions-db", "key": "DATABASE_URL"},
+        "quotas": {"sessionsPerAgent": 1, "eventsPerSession": 50000, "bytesPerSession": "1048576",
+                   "bytesPerAgent": "10Gi", "tasksPerAgent": 100},
+        "retention": {"idle": "720h", "deletedAgentGrace": "1h30m"},
+        "maxBodyBytes": "512Ki", "maxInFlightBytes": "1Gi",
+        "networkPolicy": {"enabled": False},
+        "resources": {"limits": {"memory": "1Gi"}},
+        "nodeSelector": {"disk": "ssd"}, "tolerations": [{"operator": "Exists"}], "affinity": {},
+    }})
 
 
 # ---------------------------------------------------------------- offline Kubernetes schemas
@@ -741,7 +1241,7 @@ def test_slack_interactions_serve_the_endpoint_with_the_mapping_and_impersonate_
     assert args["--slack-users-file"] == "/etc/hitl/slack-users/users.yaml"
     assert args["--slack-response-url-prefix"] == "https://hooks.slack.com/"
     assert {"name": "slack", "containerPort": 8443, "protocol": "TCP"} in container["ports"]
-    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]["volumes"]}
     assert volumes["slack-signing-secret"]["secret"] == {
         "secretName": "slack-app", "items": [{"key": "signing", "path": "signing-secret"}]}
     assert volumes["slack-users"]["configMap"]["name"] == f"{FULLNAME}-slack-users"

@@ -241,6 +241,11 @@ spec:
     );
     assert_eq!(status["status"]["observedGeneration"], 3);
     assert_eq!(status["status"]["pendingApprovals"], 1);
+    // Where the runtime keeps its conversations: the session store, its KAGENT_URL.
+    assert_eq!(
+        status["status"]["sessionStore"],
+        "http://hitl-sessions.hitl-system.svc:8083"
+    );
     let hash = status["status"]["configHash"].as_str().unwrap();
     assert_eq!(
         objects
@@ -525,6 +530,7 @@ async fn missing_reference_applies_nothing_and_names_it() {
     let message = condition_message(status, "Accepted");
     assert!(message.contains("RemoteMCPServer ns/fs"), "{message}");
     assert!(status["status"].get("configHash").is_none());
+    assert!(status["status"].get("sessionStore").is_none());
     assert_eq!(requests[1].body["type"], "Warning");
     assert_eq!(requests[1].body["reason"], "RefNotFound");
 }

@@ -340,7 +340,9 @@ start_pod_gate() {
 }
 
 # chart_controller: renders the chart as release $RELEASE in $SYS_NS into $WORK/chart with the
-# Helm engine ($VENV_PY, values from HITL_CHART_VALUES) and reads its controller container:
+# Helm engine ($VENV_PY, values from HITL_CHART_VALUES) and reads its controller container (the
+# Deployment whose container is `controller`, picked by name by chart.py: the session store's
+# `$RELEASE-sessions` Deployment is rendered beside it):
 # CONTROLLER_SA, CONTROLLER_ARGS, CONTROLLER_ENV (for start_chart_controller), LEASE and
 # TOKEN_REVIEW_BINDING (empty when the args have none). Fails when the Lease is held already:
 # another hitl-operator runs on the cluster.

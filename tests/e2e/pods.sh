@@ -3,15 +3,23 @@
 # containerd, kube-proxy, cluster DNS, a NetworkPolicy enforcer: ../shared/k8s/node-up.sh):
 #  1. the images, built here with no registry (make image, make test-images) and loaded into the
 #     node; the chart installed by the Helm engine as README writes it (helm.py install --wait):
-#     two controller pods Ready, one holding the Lease, the admission policies on;
+#     two controller pods Ready, one holding the Lease, the admission policies on; the session
+#     store's pod Ready on its PersistentVolumeClaim (the default StorageClass, kept on uninstall);
 #  2. examples/filesystem-agent.yaml with kagent's runtime image (kagent-adk 0.7.4 from PyPI) next
 #     to the gate sidecar from our image, the tool server (the npm recorder) and a scripted model
-#     as pods behind Services; Agent Ready=True from the real Deployment;
+#     as pods behind Services; Agent Ready=True from the real Deployment, KAGENT_URL the store;
 #  3. A2A turns through the Agent's Service: ungated, approved (runs once), denied (the model
 #     reads the reason);
+#  3b. a conversation ("the code word is kiwi-4711") goes on across a rollout of the Agent (a spec
+#     change) and a deleted store pod: each next turn reaches the model with the whole history;
 #  4. Sidecar placement: what the agent container reaches (the tool server, directly);
 #  5. Gateway placement (examples/gateway-agent.yaml) with the rendered NetworkPolicies: the agent
 #     pod reaches the tool server only through its gate; an approved turn through it;
+#  5b. two replicas, one history: turns of one conversation through the Service land on both
+#     pods (the Gateway Agent's two, and a Sidecar Agent with replicas: 2) and each sees it all;
+#  5c. the store's authentication on real pods: the runtimes' tokens accepted (no 401), another
+#     Agent's pod gets 404 for the conversation (403 naming the first Agent), a pod that is no
+#     Agent's kept from the store's API by its NetworkPolicy;
 #  6. a ToolGate whose caller is a pod with a projected token of the ToolGate's audience (600 s);
 #     later (8c) the kubelet replaces that token at about 80 % of its lifetime, and the caller's
 #     calls with the new one pass;
@@ -19,8 +27,10 @@
 #  8. faults: the gate container killed while a call waits; the leader pod deleted; the kubelet
 #     stopped and started with pods running; the tool server pod gone between approval and
 #     forward;
-#  9. helm upgrade, helm uninstall.
-# Figures: image sizes, apply -> Ready, decision -> the tool server pod receives the call (against
+#  9. helm upgrade (the store pod rolled; the conversation goes on), helm uninstall (the store's
+#     claim stays, then the suite deletes it).
+# Figures: image sizes, apply -> Ready, helm install -> store Ready, rollout and store restart
+# -> Ready, decision -> the tool server pod receives the call (against
 # a plain PATCH), the gate container's cgroup memory and CPU idle and under ungated calls.
 #
 # Needs: a Ready node started by node-up.sh on the cluster of CLUSTER_DIR (K8S_KIT, default
@@ -54,6 +64,12 @@ PEERS_IMAGE=localhost/hitl-mcp-peers:test
 RELEASE=hitl # the README's release name: objects are named $RELEASE-hitl-operator
 LEASE=$RELEASE-hitl-operator
 SYS_NS=hitl-system
+# The chart's pods: the controllers, and the session store (its Deployment, Service and claim
+# are $STORE; every Agent's KAGENT_URL is STORE_URL).
+CTRL_SEL=app.kubernetes.io/instance=$RELEASE,app.kubernetes.io/component=controller
+STORE_SEL=app.kubernetes.io/instance=$RELEASE,app.kubernetes.io/component=session-store
+STORE=$RELEASE-sessions
+STORE_URL=http://$STORE.$SYS_NS.svc:8083
 AGENT=file-agent
 throwaway hitl-e2e-pods
 FIGURES=$WORK/figures
@@ -83,6 +99,22 @@ container_id() { kubectl -n "$NS" get pod "$1" -o "jsonpath={.status.containerSt
 restarts() { kubectl -n "$NS" get pod "$1" -o "jsonpath={.status.initContainerStatuses[?(@.name==\"$2\")].restartCount}{.status.containerStatuses[?(@.name==\"$2\")].restartCount}"; }
 # cgroup_dir CONTROLLER ID: the container's cgroup (v1, cgroupfs driver) on this machine.
 cgroup_dir() { find "/sys/fs/cgroup/$1" -maxdepth 6 -type d -name "*$2*" -print -quit; }
+# ready_pods SELECTOR [NAMESPACE]: the pods matching SELECTOR (in $NS) that are Ready and not
+# being deleted, one a line.
+ready_pods() {
+  kubectl -n "${2:-$NS}" get pods -l "$1" -o json | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    if ready and not p["metadata"].get("deletionTimestamp"):
+        print(p["metadata"]["name"])'
+}
+# ready_at NAMESPACE POD: when the pod's Ready condition last turned (seconds since the epoch).
+ready_at() { date -d "$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastTransitionTime}')" +%s; }
+# store_claim: the session store's claim as "PHASE CLASS VOLUME UID KEEP-ANNOTATION".
+store_claim() { kubectl -n "$SYS_NS" get pvc "$STORE" -o jsonpath='{.status.phase} {.spec.storageClassName} {.spec.volumeName} {.metadata.uid} {.metadata.annotations.helm\.sh/resource-policy}'; }
+# store_pod_claim POD: the claim the store pod POD mounts at /var/lib/hitl-sessions.
+store_pod_claim() { kubectl -n "$SYS_NS" get pod "$1" -o jsonpath='{.spec.volumes[?(@.name=="data")].persistentVolumeClaim.claimName}'; }
 # in_pod POD CONTAINER SCRIPT ARGS...: runs a Python script of this checkout in a container of
 # kagent's runtime image (no shell there; the script comes on stdin).
 in_pod() { local pod=$1 c=$2 script=$3; shift 3; kubectl -n "$NS" exec -i "$pod" -c "$c" -- python3 - "$@" <"$script"; }
@@ -128,17 +160,25 @@ HELM_MADE_CRDS=1
 T0=$(now)
 helm install "$RELEASE" charts/hitl-operator -n "$SYS_NS" --create-namespace --wait --timeout 180 \
   --set agentImage.repository=localhost/kagent-adk --set agentImage.tag=0.7.4 | tee "$WORK/helm-install.out"
-figure "helm install --wait (controller pods Ready)" "$(elapsed "$T0") s"
-ready_controllers=$(kubectl -n "$SYS_NS" get pods -l app.kubernetes.io/instance=$RELEASE \
-  -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -cx True || true)
+figure "helm install --wait (controller and session store pods Ready)" "$(elapsed "$T0") s"
+ready_controllers=$(ready_pods "$CTRL_SEL" "$SYS_NS" | wc -l)
 [ "$ready_controllers" = 2 ] || fail "$ready_controllers controller pods Ready, want 2"
+STORE_POD=$(ready_pods "$STORE_SEL" "$SYS_NS")
+[ "$(wc -w <<<"$STORE_POD")" = 1 ] || fail "session store pods Ready: '$STORE_POD', want one: $(kubectl -n "$SYS_NS" get pods -l "$STORE_SEL" -o wide 2>&1)"
+# helm install's start -> the store pod's Ready condition (1 s resolution).
+figure "helm install --wait -> session store pod Ready (its Ready condition)" "$(awk -v a="$T0" -v b="$(ready_at "$SYS_NS" "$STORE_POD")" 'BEGIN { printf "%.0f s", b - a }')"
+read -r claim_phase claim_class STORE_PV STORE_PVC_UID claim_keep <<<"$(store_claim)"
+[ "$claim_phase" = Bound ] || fail "the store's claim $SYS_NS/$STORE is ${claim_phase:-missing}, want Bound: $(kubectl -n "$SYS_NS" describe pvc "$STORE" 2>&1 | tail -5)"
+[ "$claim_class" = standard ] || fail "the store's claim has StorageClass '$claim_class', want the cluster's default 'standard'"
+[ "$claim_keep" = keep ] || fail "the store's claim is not annotated helm.sh/resource-policy: keep"
+[ "$(store_pod_claim "$STORE_POD")" = "$STORE" ] || fail "store pod $STORE_POD mounts claim '$(store_pod_claim "$STORE_POD")', want $STORE"
 leader() { kubectl -n "$SYS_NS" get lease "$LEASE" -o jsonpath='{.spec.holderIdentity}'; }
 wait_for "a controller pod to hold Lease $LEASE" 60 eval '[ -n "$(leader)" ]'
 LEADER=$(leader)
 kubectl -n "$SYS_NS" get pod "$LEADER" >/dev/null || fail "the Lease holder $LEADER is not a controller pod"
 policies=$(kubectl get validatingadmissionpolicybindings -o name | grep -c hitl || true)
 [ "$policies" -ge 1 ] || fail "no admission policy bindings after helm install"
-ok "chart installed by the Helm engine: 2 controller pods Ready from $IMAGE, $LEADER holds the Lease, $policies admission policy bindings"
+ok "chart installed by the Helm engine: 2 controller pods Ready from $IMAGE, $LEADER holds the Lease, $policies admission policy bindings; session store $STORE_POD Ready on claim $STORE (Bound, StorageClass standard, volume $STORE_PV, kept on uninstall)"
 
 step "2. the tool server and the model as pods; examples/filesystem-agent.yaml Ready from its Deployment"
 kubectl create namespace "$NS" >/dev/null
@@ -196,7 +236,12 @@ POD=$(pod_of "kagent.dev/agent=$AGENT")
 [ "$(kubectl -n "$NS" get pod "$POD" -o jsonpath='{.status.containerStatuses[0].ready}')" = true ] || fail "pod $POD not Ready"
 TOKEN_FILES=$(kubectl -n "$NS" exec "$POD" -c agent -- python3 -c 'import os; print(sorted(os.listdir("/var/run/secrets/tokens")))')
 expect_in "the kubelet's kagent-token" "kagent-token" "$TOKEN_FILES"
-ok "filesystem-mcp and model pods up; $AGENT Ready=True; pod $POD: agent ($RUNTIME_IMAGE) + approval-gate sidecar; kubelet wrote /var/run/secrets/tokens/kagent-token"
+# agent_env AGENT NAME: an env value of the rendered agent container.
+agent_env() { jp "deployment/$1" "{.spec.template.spec.containers[?(@.name==\"agent\")].env[?(@.name==\"$2\")].value}"; }
+token_audience() { jp "deployment/$1" '{.spec.template.spec.volumes[?(@.name=="kagent-token")].projected.sources[0].serviceAccountToken.audience}'; }
+[ "$(agent_env "$AGENT" KAGENT_URL)" = "$STORE_URL" ] || fail "$AGENT's KAGENT_URL is '$(agent_env "$AGENT" KAGENT_URL)', want the chart's store $STORE_URL"
+[ "$(token_audience "$AGENT")" = hitl-operator-sessions ] || fail "$AGENT's kagent-token audience is '$(token_audience "$AGENT")', want hitl-operator-sessions"
+ok "filesystem-mcp and model pods up; $AGENT Ready=True; pod $POD: agent ($RUNTIME_IMAGE) + approval-gate sidecar; kubelet wrote /var/run/secrets/tokens/kagent-token (audience hitl-operator-sessions); KAGENT_URL=$STORE_URL"
 
 step "3. A2A turns through the Agent's Service: ungated, approved, denied"
 AGENT_URL=http://$(svc_ip "$AGENT"):8080/
@@ -225,6 +270,89 @@ expect_answer "$ANSWER" "e2e pods: keep.csv stays"
 expect_in "what the model pod was told" "e2e pods: keep.csv stays" "$(model_log | tail -2)"
 [ "$(runs delete_file /data/keep.csv)" = 0 ] || fail "a denied delete_file ran"
 ok "through Service $AGENT: read_file x3 ran, delete_file approved ran once (requestedBy the Agent's ServiceAccount, consumed by $POD), a denial's reason reached the model pod"
+
+# --- conversations: kagent's runtime keeps them in the session store ---
+# model_requests: how many requests the model pod has logged.
+model_requests() { kubectl -n "$NS" exec -i deploy/model -- python3 - /tmp/model.jsonl 0 - <tests/e2e/pods/model_prompt.py; }
+# turn TAG URL CONTEXT TEXT [EARLIER...]: one A2A turn through URL in conversation CONTEXT (a new
+# one when empty), which the scripted model answers OK. The model pod's request for it must hold
+# the conversation's user messages exactly: every EARLIER text in order, then TEXT. Sets ANSWER,
+# TURN_CONTEXT (the conversation's id) and PROMPT_FILE (that request's messages, "role: text").
+turn() {
+  local tag=$1 url=$2 context=$3 text=$4 skip want
+  shift 4
+  local AGENT_URL=$url # send's and reply's
+  skip=$(model_requests)
+  send "$tag" "$text" "$context"
+  reply "$tag"
+  expect_answer "$ANSWER" OK
+  TURN_CONTEXT=$(field "$ANSWER" context_id)
+  [ -z "$context" ] || [ "$TURN_CONTEXT" = "$context" ] || fail "turn $tag went to conversation $TURN_CONTEXT, not $context: $ANSWER"
+  PROMPT_FILE=$WORK/prompt-$tag.txt
+  kubectl -n "$NS" exec -i deploy/model -- python3 - /tmp/model.jsonl "$skip" "$text" <tests/e2e/pods/model_prompt.py >"$PROMPT_FILE" ||
+    fail "the model pod logged no request ending with turn $tag's '$text'"
+  want=$(printf 'user: %s\n' "$@" "$text")
+  [ "$(grep '^user: ' "$PROMPT_FILE")" = "$want" ] ||
+    fail "turn $tag reached the model without the conversation's history: want the user messages
+$want
+the model was sent:
+$(cat "$PROMPT_FILE")"
+}
+# store_requests POD CONTEXT: how many requests for conversation CONTEXT the runtime of POD has
+# sent the store (httpx logs each: 'HTTP Request: GET http://.../api/sessions/CONTEXT?... "HTTP/1.1 200 OK"').
+store_requests() { kubectl -n "$NS" logs "$1" -c agent 2>/dev/null | grep -cF "/api/sessions/$2" || true; }
+# store_serving POD: the store's Service sends to POD alone, and answers (kube-proxy's rules in place).
+store_serving() {
+  local ip ready
+  ip=$(kubectl -n "$SYS_NS" get pod "$1" -o jsonpath='{.status.podIP}')
+  ready=$(kubectl -n "$SYS_NS" get endpointslices -l "kubernetes.io/service-name=$STORE" \
+    -o jsonpath='{range .items[*].endpoints[?(@.conditions.ready==true)]}{.addresses[0]}{"\n"}{end}')
+  [ "$ready" = "$ip" ] && http_ok "http://$(svc_ip "$STORE" "$SYS_NS"):8080/readyz"
+}
+
+# conv_turn TAG TEXT: the next turn of the conversation $CONV (the first when empty) through
+# $AGENT_URL, with all it said before (CONV_SAID) in the model's prompt.
+CONV=
+CONV_SAID=()
+conv_turn() {
+  turn "$1" "$AGENT_URL" "$CONV" "$2" "${CONV_SAID[@]}"
+  CONV=$TURN_CONTEXT
+  CONV_SAID+=("$2")
+}
+
+step "3b. a conversation goes on across a rollout of the Agent and a deleted store pod"
+conv_turn conv-1 "the code word is kiwi-4711"
+[ "$(store_requests "$POD" "$CONV")" -ge 1 ] || fail "the runtime of $POD logged no request to the store for $CONV: $(runtime_log)"
+# (a) A spec change rolls the Agent's Deployment, as every `kubectl apply` that changes it does.
+OLD_POD=$POD
+T0=$(now)
+kubectl -n "$NS" patch agent "$AGENT" --type merge \
+  -p '{"spec":{"declarative":{"deployment":{"annotations":{"e2e.hitl-operator.dev/rollout":"conversation"}}}}}' >/dev/null
+rolled() { local pods; pods=$(ready_pods "kagent.dev/agent=$AGENT"); [ -n "$pods" ] && [ "$(wc -l <<<"$pods")" = 1 ] && [ "$pods" != "$OLD_POD" ]; }
+wait_for "the rollout: one new pod of $AGENT Ready, $OLD_POD no longer serving" 180 rolled
+figure "Agent spec change -> its new pod Ready, the old one leaving (rollout)" "$(elapsed "$T0") s"
+POD=$(ready_pods "kagent.dev/agent=$AGENT")
+[ "$(kubectl -n "$NS" get pod "$POD" -o jsonpath='{.metadata.annotations.e2e\.hitl-operator\.dev/rollout}')" = conversation ] ||
+  fail "the new pod $POD does not carry the Agent's new pod annotation"
+wait_for "Agent $AGENT Ready=True after the rollout" 60 eval '[ "$(condition "agent/$AGENT" Ready)" = True ]'
+conv_turn conv-2 "what was the code word? (asked after the rollout)"
+[ "$(store_requests "$POD" "$CONV")" -ge 1 ] || fail "the new pod $POD did not answer turn 2 (its runtime asked the store nothing for $CONV)"
+ok "turn 1 answered by $OLD_POD; a spec change rolled the Agent to $POD; turn 2 there reached the model with turn 1 in its history"
+# (b) The store pod deleted: the ReplicaSet makes a new one on the same claim.
+OLD_STORE=$STORE_POD
+T0=$(now)
+kubectl -n "$SYS_NS" delete pod "$OLD_STORE" --wait=false >/dev/null
+wait_for "a new session store pod Ready" 120 eval '[ -n "$(ready_pods "$STORE_SEL" "$SYS_NS" | grep -vx "$OLD_STORE")" ]'
+figure "session store pod deleted -> the new store pod Ready" "$(elapsed "$T0") s"
+STORE_POD=$(ready_pods "$STORE_SEL" "$SYS_NS" | grep -vx "$OLD_STORE")
+[ "$(wc -w <<<"$STORE_POD")" = 1 ] || fail "store pods Ready after the deletion: $STORE_POD"
+wait_for "the store's Service to send to $STORE_POD alone" 60 store_serving "$STORE_POD"
+figure "session store pod deleted -> its Service answers from the new pod" "$(elapsed "$T0") s"
+read -r claim_phase _ pv uid _ <<<"$(store_claim)"
+[ "$(store_pod_claim "$STORE_POD")" = "$STORE" ] && [ "$uid" = "$STORE_PVC_UID" ] && [ "$pv" = "$STORE_PV" ] && [ "$claim_phase" = Bound ] ||
+  fail "the new store pod $STORE_POD is not on the same claim: it mounts '$(store_pod_claim "$STORE_POD")'; claim $(store_claim), was Bound standard $STORE_PV $STORE_PVC_UID"
+conv_turn conv-3 "and the code word once more? (asked after the store pod was deleted)"
+ok "store pod $OLD_STORE deleted: $STORE_POD Ready on the same claim ($STORE, volume $STORE_PV); turn 3 reached the model with turns 1 and 2 in its history"
 
 # ungated_turns AGENT_URL LABEL: five ungated turns; prints their median in seconds.
 ungated_turns() {
@@ -291,6 +419,103 @@ expect_answer "$ANSWER" "deleted /data/gateway.csv"
 AGENT_URL=$AGENT_URL_SIDECAR
 figure "Gateway: ungated turn, median of 5 (Sidecar: $SIDECAR_TURN s)" "$GATEWAY_TURN s"
 ok "Gateway: GateIsolated=True; from $GPOD the tool server (Service and pod IP) and the model are refused until a policy opens the model, its gate answers ($GATE_REACH); another pod cannot reach the gate; a turn approved through the gate ran once"
+
+# one_history TAG URL SELECTOR: turns of one conversation through URL, a Service in front of the
+# two Ready pods of SELECTOR, until both pods have answered (at least 4 turns, at most 16; the
+# Service picks a pod per connection at random); each turn reaches the model with all the earlier
+# ones. The pod that answered a turn is the one whose runtime asked the store for the
+# conversation (store_requests grew). Sets HISTORY (what answered how many turns).
+one_history() {
+  local tag=$1 url=$2 sel=$3 i pod n context="" text
+  local -a pods said=() grew
+  local -A seen=() served=()
+  mapfile -t pods < <(ready_pods "$sel")
+  [ "${#pods[@]}" = 2 ] || fail "$sel: ${#pods[@]} Ready pods (${pods[*]}), want 2"
+  for pod in "${pods[@]}"; do seen[$pod]=0; done
+  for i in $(seq 1 16); do
+    text="$tag turn $i: remember plum-$i"
+    turn "$tag-$i" "$url" "$context" "$text" "${said[@]}"
+    context=$TURN_CONTEXT
+    said+=("$text")
+    grew=()
+    for pod in "${pods[@]}"; do
+      n=$(store_requests "$pod" "$context")
+      [ "$n" -le "${seen[$pod]}" ] || grew+=("$pod")
+      seen[$pod]=$n
+    done
+    [ "${#grew[@]}" = 1 ] || fail "turn $tag-$i: the runtimes of ${#grew[@]} pods (${grew[*]}) asked the store for $context, want one"
+    served[${grew[0]}]=$((${served[${grew[0]}]:-0} + 1))
+    [ "$i" -lt 4 ] || [ "${#served[@]}" -lt 2 ] || break
+  done
+  [ "${#served[@]}" = 2 ] || fail "$i turns through $url all went to ${!served[*]}: the Service never picked the other pod"
+  HISTORY="$i turns, ${pods[0]} answered ${served[${pods[0]}]} and ${pods[1]} ${served[${pods[1]}]}"
+}
+
+step "5b. two replicas, one history: a conversation through the Service, whichever pod answers"
+one_history gw "$GW_URL" "kagent.dev/agent=$GW"
+GW_HISTORY=$HISTORY
+TWIN=twin-agent
+kubectl -n "$NS" apply -f - >/dev/null <<Y
+apiVersion: kagent.dev/v1alpha2
+kind: Agent
+metadata: {name: $TWIN}
+spec:
+  type: Declarative
+  description: Two replicas in Sidecar placement, one conversation
+  declarative:
+    systemMessage: You remember what users tell you.
+    deployment: {replicas: 2}
+Y
+T0=$(now)
+wait_for "Agent $TWIN Ready=True (2 pods)" 240 eval '[ "$(condition "agent/$TWIN" Ready)" = True ] && [ "$(ready_pods "kagent.dev/agent=$TWIN" | wc -l)" = 2 ]'
+figure "Sidecar, replicas 2: kubectl apply -> both pods Ready" "$(elapsed "$T0") s"
+[ "$(agent_env "$TWIN" KAGENT_URL)" = "$STORE_URL" ] || fail "$TWIN's KAGENT_URL is '$(agent_env "$TWIN" KAGENT_URL)'"
+one_history twin "http://$(svc_ip "$TWIN"):8080/" "kagent.dev/agent=$TWIN"
+ok "one conversation, two pods: Gateway $GW ($GW_HISTORY), Sidecar $TWIN ($HISTORY); every turn reached the model with all the earlier ones"
+
+step "5c. the store on real pods: each runtime's token accepted, each Agent kept to its own"
+# What the runtimes asked the store and how it answered (httpx logs each request of the runtime).
+STATUSES=
+for pod in "$POD" $(ready_pods "kagent.dev/agent=$TWIN") $(ready_pods "kagent.dev/agent=$GW"); do
+  kubectl -n "$NS" logs "$pod" -c agent | grep -F "HTTP Request:" | grep -F "$STORE_URL/api/" >"$WORK/store-requests-$pod.txt" || true
+  codes=$(sed -n 's/.*"HTTP\/[0-9.]* \([0-9][0-9][0-9]\) .*/\1/p' "$WORK/store-requests-$pod.txt" | sort | uniq -c | awk '{ printf "%s%s x%s", NR > 1 ? ", " : "", $2, $1 }')
+  [ -n "$codes" ] || fail "the runtime of $pod logged no request to $STORE_URL/api/: $(kubectl -n "$NS" logs "$pod" -c agent --tail 20)"
+  ! grep -qE '"HTTP/[0-9.]+ (401|403|5[0-9][0-9])' "$WORK/store-requests-$pod.txt" ||
+    fail "the store refused or failed the runtime of $pod: $(grep -E '"HTTP/[0-9.]+ (401|403|5[0-9][0-9])' "$WORK/store-requests-$pod.txt" | head -3)"
+  grep -qE '"HTTP/[0-9.]+ 20[01]' "$WORK/store-requests-$pod.txt" || fail "the store answered $pod's runtime no 200/201: $codes"
+  STATUSES="$STATUSES; $pod: $codes"
+done
+# The store's own count since its pod started (3b): no request refused for want of a good token.
+STORE_METRICS=$(curl -fsS --max-time 5 "http://$(svc_ip "$STORE" "$SYS_NS"):8080/metrics")
+! grep -qE '^hitl_sessions_requests_total\{.*code="(401|403)"' <<<"$STORE_METRICS" ||
+  fail "the store refused requests: $(grep -E '^hitl_sessions_(requests|auth_refusals)_total' <<<"$STORE_METRICS")"
+! grep -qE '^hitl_sessions_auth_refusals_total\{.*\} [1-9]' <<<"$STORE_METRICS" || fail "the store counted auth refusals: $(grep '^hitl_sessions_auth_refusals_total' <<<"$STORE_METRICS")"
+served=$(awk '/^hitl_sessions_requests_total\{/ && /code="20[01]"/ { n += $NF } END { print n + 0 }' <<<"$STORE_METRICS")
+[ "$served" -ge 1 ] || fail "the store's metrics count no answered request: $(grep '^hitl_sessions_requests_total' <<<"$STORE_METRICS")"
+# The conversation of 3b read with each pod's own projected token, as the runtime reads it.
+CONV_USER=A2A_USER_$CONV
+CONV_PATH="/api/sessions/$CONV?user_id=$CONV_USER"
+store_read() { in_pod "$1" agent tests/e2e/pods/store_read.py "$2" "$CONV_USER" ${3:+"$3"}; }
+status_of() { field "$1" status; }
+MINE=$(store_read "$POD" "$CONV_PATH")
+[ "$(status_of "$MINE")" = 200 ] || fail "$AGENT's own pod could not read its conversation: $MINE"
+expect_in "$AGENT's conversation read by its pod" "kiwi-4711" "$(field "$MINE" body)"
+MY_NAME=$(field "$MINE" agent_name)
+for pod in "$(ready_pods "kagent.dev/agent=$TWIN" | head -1)" "$GPOD"; do
+  theirs=$(store_read "$pod" "$CONV_PATH")
+  [ "$(status_of "$theirs")" = 404 ] || fail "pod $pod of another Agent read $AGENT's conversation: want 404, got $theirs"
+  ! grep -q kiwi-4711 <<<"$theirs" || fail "the store's 404 to $pod holds the conversation: $theirs"
+  listed=$(store_read "$pod" "/api/sessions?user_id=$CONV_USER")
+  [ "$(status_of "$listed")" = 200 ] && ! grep -qF "$CONV" <<<"$listed" || fail "pod $pod listed $CONV_USER's sessions: want 200 without $CONV, got $listed"
+  named=$(store_read "$pod" "$CONV_PATH" "$MY_NAME")
+  [ "$(status_of "$named")" = 403 ] || fail "pod $pod naming $MY_NAME (X-Agent-Name): want 403, got $named"
+done
+# The store's NetworkPolicy: its API only for the operator's Agent pods.
+expect_in "$POD (an Agent's pod) -> the store's API" "answered HTTP 401" "$(reach "$POD" agent "$STORE_URL/api/sessions")"
+expect_in "the model pod (no Agent's) -> the store's API" "refused/timed out" "$(reach "$(pod_of app=model)" model "$STORE_URL/api/sessions")"
+kubectl -n "$NS" delete agent "$TWIN" --wait=false >/dev/null
+wait_for "$TWIN's pods gone" 120 eval '[ -z "$(kubectl -n "$NS" get pods -l "kagent.dev/agent=$TWIN" -o name)" ]'
+ok "the runtimes' tokens accepted${STATUSES} (no 401/403/5xx); the store counts $served answered requests and no refusal; $AGENT's pod reads its conversation (200), $TWIN's and $GW's pods get 404 for it (403 naming $MY_NAME; its user's list empty to them); the model pod cannot reach the store's API, an Agent's pod can (401 without a token)"
 
 step "6. a ToolGate whose caller is a pod with a projected token of the ToolGate's audience"
 TG=files
@@ -456,7 +681,7 @@ spec: {type: Declarative, declarative: {systemMessage: "Made after the failover.
 Y
 wait_for "the new leader to render Agent after-failover" 60 kubectl -n "$NS" get deployment after-failover
 kubectl -n "$NS" delete agent after-failover --wait=false >/dev/null
-wait_for "2 controller pods Ready again" 120 eval '[ "$(kubectl -n "$SYS_NS" get pods -l app.kubernetes.io/instance=$RELEASE -o jsonpath="{range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}" | grep -cx True)" = 2 ]'
+wait_for "2 controller pods Ready again" 120 eval '[ "$(ready_pods "$CTRL_SEL" "$SYS_NS" | wc -l)" = 2 ]'
 ok "leader $OLD_LEADER deleted: $NEW_LEADER took the Lease and rendered a new Agent; the Deployment brought back 2 Ready pods"
 
 step "8c. the caller pod's token, replaced by the kubelet at about 80 % of its 600 s"
@@ -535,15 +760,6 @@ AFTER="$(field "$ANSWER" state): $(field "$ANSWER" text | cut -c1-60)"
 [ -z "$(requests /data/server-gone.csv | grep -vxF "$GONE_REQ" || true)" ] || fail "the turn after the tool server came back asked anew; update the runtime note here"
 expect_in "the runtime's turn after the tool server restarted" "Session terminated" "$AFTER"
 kubectl -n "$NS" delete pod "$POD" --wait=false >/dev/null
-# ready_pods SELECTOR: the pods matching SELECTOR that are Ready and not being deleted.
-ready_pods() {
-  kubectl -n "$NS" get pods -l "$1" -o json | python3 -c '
-import json, sys
-for p in json.load(sys.stdin)["items"]:
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-    if ready and not p["metadata"].get("deletionTimestamp"):
-        print(p["metadata"]["name"])'
-}
 wait_for "a new pod of $AGENT Ready" 120 eval '[ -n "$(ready_pods "kagent.dev/agent=$AGENT" | grep -vx "$POD")" ]'
 POD=$(ready_pods "kagent.dev/agent=$AGENT" | grep -vx "$POD" | head -1)
 send gone-retry "CALL delete_file {\"path\": \"/data/server-gone.csv\"}"
@@ -553,26 +769,46 @@ reply gone-retry
 [ "$(runs delete_file /data/server-gone.csv)" = 0 ] || fail "a used approval ran the call on the new pod"
 ok "tool server gone after the approval: the turn ended at once with '$GONE_ANSWER'; $GONE_REQ is $GONE_PHASE (used up); the new pod never ran it; the runtime's next turn ($AFTER) until its pod restarted; then the same call asked again ($GONE_AGAIN)"
 
-step "9. helm upgrade and helm uninstall"
+step "9. helm upgrade (the conversation goes on) and helm uninstall (the store's claim stays)"
 GEN_BEFORE=$(jp "deployment/$AGENT" '{.metadata.generation}')
+OLD_STORE=$STORE_POD
 T0=$(now)
 helm upgrade "$RELEASE" charts/hitl-operator -n "$SYS_NS" --reuse-values --set logLevel=debug --wait --timeout 180 | tee "$WORK/helm-upgrade.out"
-figure "helm upgrade --wait (controller pods rolled)" "$(elapsed "$T0") s"
+figure "helm upgrade --wait (controller and store pods rolled)" "$(elapsed "$T0") s"
 expect_in "helm upgrade" "revision=2 status=deployed" "$(cat "$WORK/helm-upgrade.out")"
 wait_for "a controller pod to hold the Lease after the upgrade" 60 eval 'kubectl -n "$SYS_NS" get pod "$(leader)" >/dev/null 2>&1'
 send upgraded "CALL read_file {\"path\": \"/data/upgraded.txt\"}"
 reply upgraded
 expect_answer "$ANSWER" "contents of /data/upgraded.txt"
 [ "$(jp "deployment/$AGENT" '{.metadata.generation}')" = "$GEN_BEFORE" ] || fail "helm upgrade (log level only) rolled the Agent's Deployment"
+# The log level is the store's too: its pod was replaced (strategy Recreate) on the same claim.
+STORE_POD=$(ready_pods "$STORE_SEL" "$SYS_NS")
+[ "$(wc -w <<<"$STORE_POD")" = 1 ] && [ "$STORE_POD" != "$OLD_STORE" ] || fail "after helm upgrade (logLevel) the store pods Ready are '$STORE_POD' (before: $OLD_STORE): want one new pod"
+read -r claim_phase _ pv uid _ <<<"$(store_claim)"
+[ "$(store_pod_claim "$STORE_POD")" = "$STORE" ] && [ "$uid" = "$STORE_PVC_UID" ] && [ "$pv" = "$STORE_PV" ] ||
+  fail "after helm upgrade the store pod $STORE_POD is not on the same claim: $(store_claim)"
+wait_for "the store's Service to send to $STORE_POD alone" 60 store_serving "$STORE_POD"
+conv_turn conv-4 "and after the helm upgrade, the code word?"
+ok "helm upgrade --reuse-values: controllers and the store ($OLD_STORE -> $STORE_POD, same claim) rolled, the Agent's Deployment untouched; turn 4 of the conversation reached the model with turns 1-3"
 
 T0=$(now)
 helm uninstall "$RELEASE" -n "$SYS_NS" --wait --timeout 120 >/dev/null
 figure "helm uninstall --wait" "$(elapsed "$T0") s"
-left=$(kubectl get -A deployments,services,serviceaccounts,roles,rolebindings,configmaps,secrets,poddisruptionbudgets -l app.kubernetes.io/instance=$RELEASE -o name 2>/dev/null; kubectl get clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings -l app.kubernetes.io/instance=$RELEASE -o name 2>/dev/null)
+left=$(kubectl get -A deployments,services,serviceaccounts,roles,rolebindings,configmaps,secrets,poddisruptionbudgets,networkpolicies -l app.kubernetes.io/instance=$RELEASE -o name 2>/dev/null; kubectl get clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings -l app.kubernetes.io/instance=$RELEASE -o name 2>/dev/null)
 [ -z "$left" ] || fail "helm uninstall left: $left"
-wait_for "the controller pods gone" 60 eval '[ -z "$(kubectl -n "$SYS_NS" get pods -l app.kubernetes.io/instance=$RELEASE -o name)" ]'
+wait_for "the chart's pods (controllers, store) gone" 60 eval '[ -z "$(kubectl -n "$SYS_NS" get pods -l app.kubernetes.io/instance=$RELEASE -o name)" ]'
 kubectl get crd agents.kagent.dev >/dev/null || fail "helm uninstall removed the CRDs (crds.install keeps them)"
-ok "helm uninstall: no object of the release left but its CRDs (kept, with the Agents and their requests)"
+# The store's claim is kept (helm.sh/resource-policy: keep; docs/install.md): every conversation
+# stays until someone deletes it. The suite does, and its volume goes with it (reclaimPolicy Delete).
+claims=$(kubectl get pvc -A -l app.kubernetes.io/instance=$RELEASE -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}')
+[ "$claims" = "$SYS_NS/$STORE" ] || fail "after helm uninstall the release's claims are '$claims', want the store's $SYS_NS/$STORE alone"
+read -r claim_phase _ pv uid _ <<<"$(store_claim)"
+[ "$uid" = "$STORE_PVC_UID" ] && [ "$claim_phase" = Bound ] && [ "$pv" = "$STORE_PV" ] || fail "the store's claim after helm uninstall: $(store_claim), want Bound $STORE_PV $STORE_PVC_UID"
+kubectl get pv "$STORE_PV" >/dev/null || fail "the store's volume $STORE_PV is gone although its claim stays"
+T0=$(now)
+kubectl -n "$SYS_NS" delete pvc "$STORE" --timeout=120s >/dev/null
+wait_for "the store's volume $STORE_PV deleted with its claim" 120 eval '! kubectl get pv "$STORE_PV" >/dev/null 2>&1'
+ok "helm uninstall: no object of the release left but its CRDs (kept, with the Agents and their requests) and the store's claim $STORE (kept, Bound to $STORE_PV); the suite deleted the claim, and its volume went in $(elapsed "$T0") s"
 
 echo
 cat "$FIGURES"

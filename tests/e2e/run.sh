@@ -4,7 +4,7 @@
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
 # Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, grants,
-#        notify, slack, rewind, toolgate, toolgate-isolation, runtime, pods
+#        notify, slack, rewind, toolgate, toolgate-isolation, sessions, runtime, pods
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -31,9 +31,15 @@
 #   toolgate-isolation tests/e2e/toolgate-isolation.sh: one ToolGate cannot stop the
 #           TokenReview binding of the others, a refused or deleted one grants nothing, no
 #           planted object is adopted, no gate Secret is read by reference (issue 54)
+#   sessions tests/e2e/sessions.sh: the session store as the chart runs it, with its own
+#           ServiceAccount and the chart's RBAC: auth by each Agent pod's bound token (refused
+#           or scoped), kagent-adk 0.7.4 and 0.10.4's clients, SIGKILL in a loop of appends,
+#           two stores on one Postgres (interleaved appends, the deleted-Agent sweep once),
+#           quotas (507, metric, Event), append p50/p99 on SQLite, Postgres and memory
 #   runtime tests/e2e/runtime.sh: kagent's own agent runtime (kagent-adk 0.7.4) started as the
-#           rendered Deployment starts it, next to the gate, with a scripted model: A2A turns
-#           through approve, deny, the pending answer and its retry, an SSE tool server
+#           rendered Deployment starts it, next to the gate and the session store, with a
+#           scripted model: A2A turns through approve, deny, the pending answer and its retry,
+#           an SSE tool server, a conversation across a restart of the store (0.7.4 and 0.10.4)
 #   pods    tests/e2e/pods.sh: on a node (SKIP without one): the images built here, helm install,
 #           the Agent's pod with kagent's runtime and the gate sidecar, tool server and model
 #           pods, A2A through the Agent's Service, Sidecar vs Gateway reach under NetworkPolicy, a
@@ -48,7 +54,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate toolgate-isolation runtime pods)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate toolgate-isolation sessions runtime pods)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins

@@ -3,24 +3,33 @@
 # (filesystem-agent.yaml, its model from model-openai.yaml), rendered by the controller; its gate
 # and kagent-adk 0.7.4 (the chart's default agentImage) started exactly as the rendered
 # Deployment starts them (args, env and mounted files from the objects in the cluster:
-# tests/kagent-runtime/agent_pod.py); a scripted OpenAI-compatible model
-# (tests/kagent-runtime/model.py); the npm recorder as the Streamable HTTP tool server and
-# server-everything as an SSE one. Through A2A `message/send`:
+# tests/kagent-runtime/agent_pod.py, the runtime's hitl-operator-sessions token bound to the
+# Agent's Pending pod); the session store (`hitl-operator sessions`, SQLite in the work folder)
+# as a local process, the controller rendering KAGENT_URL to it (--session-store-url); a
+# scripted OpenAI-compatible model (tests/kagent-runtime/model.py); the npm recorder as the
+# Streamable HTTP tool server and server-everything as an SSE one. Through A2A `message/send`:
 #  1. an ungated tool runs straight through (the baseline turn);
+#  1b. a conversation outlives the store: turn 1 ("the code word is kiwi-4711"), the store
+#     SIGKILLed and started again on its SQLite file, turn 2 in the same conversation (its A2A
+#     contextId): the model gets turn 1 in turn 2's history (and, as a control, a store in
+#     memory restarted the same way loses it);
 #  2. the gated delete_file waits as an ApprovalRequest, `kubectl hitl approve` lets it run once,
 #     the answer carries the tool's result;
 #  3. a denial's reason reaches the model, and nothing runs;
 #  4. waitTimeout passes: the model gets the "pending" answer; after the approval, the retry of
 #     the same call runs it once, and a third call asks again;
 #  5. the SSE tool server: ungated and gated;
-#  6. the runtime's token (audience kagent) is no Kubernetes credential; an Agent whose runtime
-#     has no session API (approval mode Runtime, no --kagent-url) says so in Ready;
-#  7. the newest release (kagent-adk 0.10.4) in the same pod: ungated, and gated approved.
+#  6. the runtime's token (audience hitl-operator-sessions) is no Kubernetes credential; an
+#     Agent in approval mode Runtime (no gate, no kagent) gets the store as its KAGENT_URL and
+#     waits only for its pod (Ready=False DeploymentNotReady, never NoSessionApi);
+#  7. the newest release (kagent-adk 0.10.4) in the same pod: ungated, gated approved, and its
+#     conversation across a store restart as in 1b.
 # Figures: message/send -> ApprovalRequest, approval -> A2A answer, against the ungated turn.
 #
 # Needs: the binaries (run.sh builds them), the npm peers and the runtime's venv
 # (make peers runtime-peers; HITL_E2E_RUNTIME_VENV and HITL_E2E_NEWEST_RUNTIME_VENV override them), root (unshare, bind mounts),
-# ports 8080 and 8099 free (the pod's own ports). Prints SKIP without a cluster.
+# ports 8080 and 8099 free (the pod's own ports). The store runs with KUBECONFIG's credentials
+# (tests/e2e/sessions.sh runs it as its own ServiceAccount). Prints SKIP without a cluster.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/e2e/lib.sh
@@ -58,9 +67,20 @@ wait_for "the recorder" 20 http_ok "http://127.0.0.1:$RECORDER_PORT/calls"
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; } # an SSE stream never ends
 wait_for "server-everything (SSE)" 20 port_open "$SSE_PORT"
 wait_for "the scripted model" 20 http_up "http://127.0.0.1:$MODEL_PORT/"
+STORE_PORT=$(free_port)
+STORE_HEALTH=$(free_port)
+STORE_URL=http://127.0.0.1:$STORE_PORT
+# start_store [DATABASE]: the session store on STORE_PORT, on $WORK/sessions.db unless given.
+start_store() {
+  start store "$WORK/store.log" "$BIN" sessions --listen "127.0.0.1:$STORE_PORT" \
+    --health-listen "127.0.0.1:$STORE_HEALTH" --database "${1:-sqlite://$WORK/sessions.db}"
+  wait_for "the session store's /readyz" 30 http_ok "http://127.0.0.1:$STORE_HEALTH/readyz"
+  alive "${E2E_PIDS[store]}" || fail "the session store exited"
+}
+start_store
 CONTROLLER_PORT=$(free_port)
 start controller "$WORK/controller.log" "$BIN" controller --namespace "$NS" \
-  --leader-election=false --metrics-addr="127.0.0.1:$CONTROLLER_PORT"
+  --leader-election=false --metrics-addr="127.0.0.1:$CONTROLLER_PORT" --session-store-url "$STORE_URL"
 wait_for "the controller's /readyz" 30 http_ok "http://127.0.0.1:$CONTROLLER_PORT/readyz"
 
 sed "s|^  openAI:\$|  openAI:\n    baseUrl: http://127.0.0.1:$MODEL_PORT/v1|" examples/model-openai.yaml |
@@ -84,14 +104,17 @@ step "2. the pod: the gate and kagent-adk $("$VENV/bin/pip" show kagent-adk | se
 kubeconfig_with_token "$WORK/agent.kubeconfig" "$(kubectl -n "$NS" create token "$AGENT" --duration=1h)" "$NS"
 start_pod_gate
 container_env() { jp "deployment/$AGENT" "{.spec.template.spec.containers[?(@.name==\"agent\")].env[?(@.name==\"$1\")].value}"; }
-[ "$(container_env KAGENT_URL)" = "http://$GATE_LISTEN" ] || fail "KAGENT_URL is '$(container_env KAGENT_URL)', not the gate's http://$GATE_LISTEN"
+[ "$(container_env KAGENT_URL)" = "$STORE_URL" ] || fail "KAGENT_URL is '$(container_env KAGENT_URL)', not the session store's $STORE_URL"
+token_audience() { jp "deployment/$1" '{.spec.template.spec.volumes[?(@.name=="kagent-token")].projected.sources[0].serviceAccountToken.audience}'; }
+[ "$(token_audience "$AGENT")" = hitl-operator-sessions ] || fail "the kagent-token audience is '$(token_audience "$AGENT")', not hitl-operator-sessions"
 start agent "$WORK/agent.log" python3 "$RUNTIME/agent_pod.py" "$NS" "$AGENT" "$VENV" "$WORK/pod"
 wait_for "the runtime's /health" 90 http_ok "http://127.0.0.1:8080/health"
 alive "${E2E_PIDS[agent]}" || fail "the runtime exited: $(tail -20 "$WORK/agent.log")"
 curl -fsS http://127.0.0.1:8080/.well-known/agent-card.json >"$WORK/card.json" ||
   curl -fsS http://127.0.0.1:8080/.well-known/agent.json >"$WORK/card.json" || fail "no agent card"
 grep -q '"name"' "$WORK/card.json" || fail "the agent card has no name: $(cat "$WORK/card.json")"
-ok "runtime up: $(head -1 "$WORK/agent.log"); KAGENT_URL=http://$GATE_LISTEN (the gate's session store)"
+grep -q "session store token bound to pod $AGENT-" "$WORK/agent.log" || fail "the runtime's token is bound to no pod: $(head -1 "$WORK/agent.log")"
+ok "runtime up: $(head -1 "$WORK/agent.log"); KAGENT_URL=$STORE_URL (the session store)"
 
 runtime_log() { tail -30 "$WORK/agent.log"; }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -115,6 +138,53 @@ UNGATED=$(median <"$WORK/ungated.s")
 [ -z "$(kubectl -n "$NS" get approvalrequests -o name)" ] || fail "an ungated call made an ApprovalRequest"
 figure "ungated turn (message/send -> answer), median of 5" "$UNGATED s"
 ok "5 turns with read_file answered with its result, no ApprovalRequest"
+
+# model_history_since LINE: what the model was sent after line LINE of model.jsonl: every
+# message's text of those requests, one a line.
+model_history_since() {
+  tail -n +"$(($1 + 1))" "$WORK/model.jsonl" | python3 -c 'import json, sys
+for line in sys.stdin:
+    for m in json.loads(line)["messages"]:
+        c = m.get("content")
+        text = c if isinstance(c, str) else "".join(p.get("text", "") for p in c or [] if isinstance(p, dict))
+        print(m["role"] + ": " + " ".join(text.split()))'
+}
+# remembered TAG: turn 1 gives a code word, the store is SIGKILLed and started again on the
+# same SQLite file, turn 2 in the same conversation: the model gets turn 1 in its history.
+# With DATABASE ("memory:") the store runs on it, for the control: the word must be lost.
+remembered() {
+  local tag=$1 database=${2:-} word="kiwi-4711-$1" context lines t_restart
+  [ -z "$database" ] || { stop store; start_store "$database"; }
+  send "turn1-$tag" "the code word is $word"
+  reply "turn1-$tag"
+  expect_answer "$ANSWER" OK
+  context=$(field "$ANSWER" context_id)
+  t_restart=$(now)
+  stop store KILL
+  start_store "$database"
+  STORE_RESTART_S=$(elapsed "$t_restart")
+  lines=$(wc -l <"$WORK/model.jsonl")
+  send "turn2-$tag" "what was the code word?" "$context"
+  reply "turn2-$tag"
+  expect_answer "$ANSWER" OK
+  [ "$(field "$ANSWER" context_id)" = "$context" ] || fail "turn 2 went to another conversation: $ANSWER"
+  model_history_since "$lines" >"$WORK/history-$tag.txt"
+  grep -q '^user: what was the code word?' "$WORK/history-$tag.txt" || fail "the model never got turn 2: $(cat "$WORK/history-$tag.txt")"
+  if [ -n "$database" ]; then
+    ! grep -q "$word" "$WORK/history-$tag.txt" || fail "control: a store in memory, restarted, still gave the model turn 1"
+    stop store
+    start_store
+  else
+    grep -q "^user: the code word is $word" "$WORK/history-$tag.txt" ||
+      fail "turn 2 reached the model without turn 1 after the store's restart: $(cat "$WORK/history-$tag.txt")"
+  fi
+}
+
+step "3b. a conversation outlives the session store (kagent-adk $("$VENV/bin/pip" show kagent-adk | sed -n 's/^Version: //p'))"
+remembered 074
+ok "turn 1 told the code word; the store SIGKILLed and restarted on its SQLite file ($STORE_RESTART_S s); turn 2 in the same context reached the model with turn 1 in its history"
+remembered 074-memory memory:
+ok "control: the same with --database memory: gives the model turn 2 without turn 1 (the check sees a loss)"
 
 step "4. gated: delete_file waits for kubectl hitl approve, then runs once"
 T_SEND=$(now)
@@ -175,12 +245,12 @@ reply sum
 expect_answer "$ANSWER" "5"
 ok "SSE: echo answered, get-sum ran after approval"
 
-step "8. the runtime's token and an Agent without a session API"
+step "8. the runtime's token, and an Agent in approval mode Runtime"
 TOKEN=$WORK/pod/volumes/kagent-token/kagent-token
 [ -s "$TOKEN" ] || fail "no kagent-token was mounted"
 if kubectl --token "$(cat "$TOKEN")" --kubeconfig /dev/null --server "$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')" \
   --insecure-skip-tls-verify auth whoami >"$WORK/whoami" 2>&1; then
-  fail "the runtime's token (audience kagent) authenticates to the Kubernetes API: $(cat "$WORK/whoami")"
+  fail "the runtime's token (audience hitl-operator-sessions) authenticates to the Kubernetes API: $(cat "$WORK/whoami")"
 fi
 kubectl -n "$NS" apply -f - >/dev/null <<EOF
 apiVersion: kagent.dev/v1alpha2
@@ -191,10 +261,12 @@ spec:
   declarative: {systemMessage: "No gate.", approval: {mode: Runtime}}
 EOF
 ready_reason() { jp agent/runtime-only '{.status.conditions[?(@.type=="Ready")].reason}'; }
-wait_for "Agent runtime-only Ready=False NoSessionApi" 20 eval '[ "$(ready_reason)" = NoSessionApi ]'
-expect_in "its Ready message" "--kagent-url (chart value kagent.url)" \
-  "$(jp agent/runtime-only '{.status.conditions[?(@.type=="Ready")].message}')"
-ok "the kagent-audience token is refused by the apiserver; approval mode Runtime without --kagent-url: Ready=False, NoSessionApi"
+wait_for "Agent runtime-only Ready=False DeploymentNotReady (no node runs its pod)" 20 eval '[ "$(ready_reason)" = DeploymentNotReady ]'
+[ "$(jp agent/runtime-only '{.status.conditions[?(@.type=="Accepted")].status}')" = True ] || fail "Agent runtime-only not Accepted"
+runtime_env() { jp deployment/runtime-only "{.spec.template.spec.containers[?(@.name==\"agent\")].env[?(@.name==\"$1\")].value}"; }
+[ "$(runtime_env KAGENT_URL)" = "$STORE_URL" ] || fail "Agent runtime-only's KAGENT_URL is '$(runtime_env KAGENT_URL)', not the store's $STORE_URL"
+[ "$(token_audience runtime-only)" = hitl-operator-sessions ] || fail "Agent runtime-only's kagent-token audience is '$(token_audience runtime-only)'"
+ok "the hitl-operator-sessions token is refused by the apiserver; approval mode Runtime without kagent: KAGENT_URL the store, Accepted, Ready=False only for want of a running pod ($(ready_reason))"
 
 step "9. the newest release, kagent-adk $("$NEWEST/bin/pip" show kagent-adk | sed -n 's/^Version: //p'), in the same pod"
 stop agent
@@ -210,6 +282,8 @@ reply newest-delete
 expect_answer "$ANSWER" "deleted /data/newest.csv"
 [ "$(runs delete_file /data/newest.csv)" = 1 ] || fail "delete_file ran $(runs delete_file /data/newest.csv) times"
 ok "the newest runtime: read_file straight through, delete_file approved and run once"
+remembered 0104
+ok "the newest runtime: turn 1, the store SIGKILLed and restarted ($STORE_RESTART_S s), turn 2 reached the model with turn 1 in its history"
 
 echo
 cat "$FIGURES"

@@ -63,3 +63,24 @@ async fn a_cap_of_no_open_requests_is_refused_and_an_older_gate_json_gets_the_de
     let older: GateConfig = serde_json::from_value(older).unwrap();
     assert_eq!(older.approval.max_open_requests, DEFAULT_MAX_OPEN_REQUESTS);
 }
+
+#[tokio::test]
+async fn a_gate_json_that_still_asks_for_the_session_store_starts_without_one() {
+    // The gate.json of a controller from before the session store left the gate: the field is
+    // read and ignored, and /api/ is a path like any other no tool server has.
+    let api = FakeApi::start().await;
+    let mut older = serde_json::to_value(config(vec![], 3600.0, 30.0)).unwrap();
+    older["session_store"] = serde_json::json!(true);
+    let older: GateConfig = serde_json::from_value(older).unwrap();
+    let gate = Gate::start(&older, &api).await;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    for path in ["/api/sessions?user_id=alice", "/api/tasks/t1"] {
+        let status = http
+            .get(format!("{}{path}", gate.url))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "{path}");
+    }
+}

@@ -384,7 +384,6 @@ pub fn config(servers: Vec<GateServer>, timeout: f64, wait: f64) -> GateConfig {
         listen: "127.0.0.1:0".into(),
         metrics_listen: "127.0.0.1:0".into(),
         servers,
-        session_store: false,
     }
 }
 

@@ -1,9 +1,7 @@
 //! The approval gate: in process between real and stub MCP peers and a fake apiserver, and as
 //! the real `hitl-operator gate` binary. The tests with the npm peers fail when
 //! tests/mcp-peers/node_modules is missing, those with the Python peers when
-//! tests/mcp-peers-py/.venv is (`make peers`), the one with kagent's runtime clients when
-//! tests/kagent-runtime/.venv-VERSION is (`make runtime-peers`): a test that did not run never
-//! reports a pass.
+//! tests/mcp-peers-py/.venv is (`make peers`): a test that did not run never reports a pass.
 
 mod harness;
 mod stub;
@@ -12,9 +10,7 @@ mod binary;
 mod callers;
 mod config_errors;
 mod freeze;
-mod kagent_runtime;
 mod npm_peers;
 mod python_peers;
 mod rules;
-mod session_store;
 mod stub_upstream;

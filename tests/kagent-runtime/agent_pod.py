@@ -9,7 +9,11 @@ exactly its args and env, and every volume it mounts at its mount path:
   `secretKeyRef` and `configMapKeyRef` read from the cluster;
 - volumes: Secret and ConfigMap volumes (their items, or every key) written as files; a
   projected ServiceAccount token made with `kubectl create token --audience`, as the kubelet
-  makes it; emptyDir as an empty directory.
+  makes it; emptyDir as an empty directory. A token of the session store's audience
+  (hitl-operator-sessions), which the store takes only when bound to an Agent's pod, is bound
+  to the Deployment's pod as the kubelet binds it (`--bound-object-kind Pod`): on a cluster
+  without a node that pod exists, Pending, made by the ReplicaSet. It is then also the pod whose
+  name the container sees (fieldRef metadata.name), unless POD_NAME is given.
 The mounts are bind mounts in a private mount namespace (`unshare -m`): the runtime reads
 /config and /var/run/secrets/tokens/kagent-token as in the pod (each mount point is created
 empty on the host when missing). Anything else the container asks for is refused by name, so
@@ -22,10 +26,13 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 
 # kagent's agent image (cr.kagent.dev/kagent-dev/kagent/app): ENTRYPOINT ["kagent-adk", "static"].
 IMAGE_ENTRYPOINT = ["kagent-adk", "static"]
 AGENT_CONTAINER = "agent"
+# The audience of the session store's tokens (src/contract/session_store.rs): bound to the pod.
+SESSION_STORE_AUDIENCE = "hitl-operator-sessions"
 
 
 def kubectl(*args):
@@ -81,7 +88,42 @@ def write_items(directory, data, items, decode):
             f.write(base64.b64decode(data[key]) if decode else data[key].encode())
 
 
-def volume_dir(volume, namespace, service_account, workdir):
+def pod_of(namespace, deployment, seconds=60):
+    """(name, uid) of the one live pod of the Deployment's newest ReplicaSet (a rolled
+    Deployment whose pods never turn available keeps the old ReplicaSet's pod too), waiting up
+    to `seconds` for the ReplicaSet to make it."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return newest_pod(namespace, deployment)
+        except LookupError as e:
+            if time.monotonic() > deadline:
+                sys.exit(f"agent_pod.py: {e} (after {seconds} s)")
+            time.sleep(0.2)
+
+
+def newest_pod(namespace, deployment):
+    found = get(namespace, "deployment", deployment)
+    if found.get("status", {}).get("observedGeneration") != found["metadata"].get("generation"):
+        raise LookupError(f"Deployment {deployment}'s controller has not seen its last change yet")
+    revision = found["metadata"].get("annotations", {}).get("deployment.kubernetes.io/revision")
+    owned = lambda o, kind, name: any(r.get("controller") and r["kind"] == kind and r["name"] == name for r in o["metadata"].get("ownerReferences", []))
+    sets = [
+        rs["metadata"]["name"]
+        for rs in json.loads(kubectl("-n", namespace, "get", "replicasets", "-o", "json"))["items"]
+        if owned(rs, "Deployment", deployment)
+        and rs["metadata"].get("annotations", {}).get("deployment.kubernetes.io/revision") == revision
+    ]
+    if len(sets) != 1:
+        raise LookupError(f"want one ReplicaSet of Deployment {deployment} at revision {revision}, found {sets}")
+    pods = json.loads(kubectl("-n", namespace, "get", "pods", "-o", "json"))["items"]
+    live = [p for p in pods if owned(p, "ReplicaSet", sets[0]) and not p["metadata"].get("deletionTimestamp")]
+    if len(live) != 1:
+        raise LookupError(f"want one pod of ReplicaSet {sets[0]}, found {[p['metadata']['name'] for p in live]}")
+    return live[0]["metadata"]["name"], live[0]["metadata"]["uid"]
+
+
+def volume_dir(volume, namespace, service_account, workdir, bound_pod=None):
     """A directory holding what `volume` puts in the pod."""
     directory = os.path.join(workdir, "volumes", volume["name"])
     if "secret" in volume:
@@ -102,6 +144,11 @@ def volume_dir(volume, namespace, service_account, workdir):
             args = ["-n", namespace, "create", "token", service_account, f"--duration={seconds}s"]
             if token.get("audience"):
                 args.append(f"--audience={token['audience']}")
+            if token.get("audience") == SESSION_STORE_AUDIENCE:
+                if bound_pod is None:
+                    sys.exit("agent_pod.py: a session store token needs the Deployment's pod to bind it to")
+                name, uid = bound_pod
+                args += ["--bound-object-kind=Pod", f"--bound-object-name={name}", f"--bound-object-uid={uid}"]
             with open(os.path.join(directory, token["path"]), "w") as f:
                 f.write(kubectl(*args).strip())
     else:
@@ -116,14 +163,20 @@ def main(namespace, deployment, venv, workdir, pod=None):
         sys.exit(f"agent_pod.py: Deployment {deployment} has no container {AGENT_CONTAINER!r}")
     container = containers[0]
     service_account = spec.get("serviceAccountName", "default")
-    pod = pod or f"{deployment}-e2e-agent"
+    binds_to_pod = any(
+        source.get("serviceAccountToken", {}).get("audience") == SESSION_STORE_AUDIENCE
+        for v in spec.get("volumes", [])
+        for source in v.get("projected", {}).get("sources", [])
+    )
+    bound_pod = pod_of(namespace, deployment) if binds_to_pod else None
+    pod = pod or (bound_pod[0] if bound_pod else f"{deployment}-e2e-agent")
     env = env_of(container, namespace, pod, service_account)
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     binds = []
     for mount in container.get("volumeMounts", []):
         if mount["name"] not in volumes:
             sys.exit(f"agent_pod.py: mount {mount['name']} names no volume")
-        source = volume_dir(volumes[mount["name"]], namespace, service_account, workdir)
+        source = volume_dir(volumes[mount["name"]], namespace, service_account, workdir, bound_pod)
         binds.append((source, mount["mountPath"], mount.get("readOnly", False)))
     command = container.get("command") or IMAGE_ENTRYPOINT
     command = [os.path.join(venv, "bin", command[0]), *command[1:], *container.get("args", [])]
@@ -136,7 +189,8 @@ def main(namespace, deployment, venv, workdir, pod=None):
         if read_only:
             script.append(f"mount -o remount,bind,ro {shlex.quote(target)}")
     script.append("exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(command))
-    print(f"agent_pod.py: {shlex.join(command)} (mounts: {', '.join(t for _, t, _ in binds)})", flush=True)
+    bound = f"; session store token bound to pod {bound_pod[0]}" if bound_pod else ""
+    print(f"agent_pod.py: {shlex.join(command)} (mounts: {', '.join(t for _, t, _ in binds)}{bound})", flush=True)
     os.execvp("unshare", ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)])
 
 

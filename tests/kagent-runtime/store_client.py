@@ -1,17 +1,22 @@
-"""Drives the gate's session store with kagent's agent runtime's own clients, as installed in
-a runtime venv of `make runtime-peers` (kagent-adk 0.7.4 or 0.10.4): KAgentSessionService
-(kagent/adk/_session_service.py), KAgentTaskStore (kagent/core/a2a/_task_store.py) and the
-token service's request hook (kagent/adk/_token.py) that adds X-Agent-Name and the bearer token,
-on one httpx client as the runtime builds it (kagent/adk/_a2a.py).
+"""Drives the session store (`hitl-operator sessions`) with kagent's agent runtime's own
+clients, as installed in a runtime venv of `make runtime-peers` (kagent-adk 0.7.4 or 0.10.4):
+KAgentSessionService (kagent/adk/_session_service.py), KAgentTaskStore
+(kagent/core/a2a/_task_store.py) and the token service's request hook (kagent/adk/_token.py)
+that adds X-Agent-Name and the bearer token read from KAGENT_TOKEN_PATH, on one httpx client as
+the runtime builds it (kagent/adk/_a2a.py).
 
-Usage: store_client.py BASE_URL APP_NAME. Prints one line per check; exits non-zero on the
-first failure.
+Usage: store_client.py BASE_URL APP_NAME TOKEN_FILE OTHER_APP_NAME
+  APP_NAME        the Agent whose pod TOKEN_FILE's token is bound to, as the runtime names it
+                  (`<namespace>__NS__<name>`, `-` written `_`)
+  TOKEN_FILE      that pod's projected token (audience hitl-operator-sessions)
+  OTHER_APP_NAME  another Agent of the store, whose name the checks use to be refused
+The users are suffixed with the runtime's version (alice-0.7.4), so that the script runs once
+per runtime against one store. Prints one line per check; exits non-zero on the first failure.
 """
 
 import asyncio
 import importlib
 import importlib.metadata
-import os
 import sys
 import tempfile
 
@@ -47,26 +52,39 @@ def text_event(invocation, author, text, delta=None):
     )
 
 
-async def main(base_url, app_name):
-    with tempfile.NamedTemporaryFile("w", suffix=".token", delete=False) as f:
-        f.write("projected-token\n")
-    token.KAGENT_TOKEN_PATH = f.name
+def client_of(base_url, app_name):
+    """An httpx client as the runtime builds it, its token service reading KAGENT_TOKEN_PATH."""
     tokens = token.KAgentTokenService(app_name)
-    tokens.token = await tokens._read_kagent_token()
-    client = httpx.AsyncClient(base_url=base_url, event_hooks=tokens.event_hooks())
+    tokens.token = token.read_token()
+    return httpx.AsyncClient(base_url=base_url, event_hooks=tokens.event_hooks())
+
+
+async def status_of(call):
+    """The HTTP status a client call failed with (None when it did not fail)."""
+    try:
+        await call
+    except httpx.HTTPStatusError as e:
+        return e.response.status_code
+    return None
+
+
+async def main(base_url, app_name, token_file, other_app_name):
+    token.KAGENT_TOKEN_PATH = token_file
+    client = client_of(base_url, app_name)
     sessions = session_service.KAgentSessionService(client)
     tasks = task_store.KAgentTaskStore(client)
+    alice, bob = f"alice-{VERSION}", f"bob-{VERSION}"
 
     # The executor's _prepare_session: get, then create when there is none.
-    got = await sessions.get_session(app_name=app_name, user_id="alice", session_id="ctx-1")
+    got = await sessions.get_session(app_name=app_name, user_id=alice, session_id="ctx-1")
     check("an unknown session is None", got is None)
     created = await sessions.create_session(
-        app_name=app_name, user_id="alice", state={"session_name": "hello"}, session_id="ctx-1"
+        app_name=app_name, user_id=alice, state={"session_name": "hello"}, session_id="ctx-1"
     )
-    check("create_session keeps the id and user", (created.id, created.user_id) == ("ctx-1", "alice"))
+    check("create_session keeps the id and user", (created.id, created.user_id) == ("ctx-1", alice))
 
     # A turn: the runner appends the user's message, a function call and response, the answer.
-    session = await sessions.get_session(app_name=app_name, user_id="alice", session_id="ctx-1")
+    session = await sessions.get_session(app_name=app_name, user_id=alice, session_id="ctx-1")
     check("the new session has no events", session is not None and session.events == [])
     call = Event(
         invocation_id="inv-1",
@@ -97,7 +115,7 @@ async def main(base_url, app_name):
     for event in sent:
         await sessions.append_event(session, event)
 
-    again = await sessions.get_session(app_name=app_name, user_id="alice", session_id="ctx-1")
+    again = await sessions.get_session(app_name=app_name, user_id=alice, session_id="ctx-1")
     copies = 2 if READ_TWICE else 1
     check(
         "the events come back in the order appended",
@@ -109,7 +127,7 @@ async def main(base_url, app_name):
     )
     check("the state deltas replay into the state", again.state == {"turns": 1, "app:last": "read_file"})
     recent = await sessions.get_session(
-        app_name=app_name, user_id="alice", session_id="ctx-1", config=GetSessionConfig(num_recent_events=2)
+        app_name=app_name, user_id=alice, session_id="ctx-1", config=GetSessionConfig(num_recent_events=2)
     )
     check(
         "num_recent_events keeps the last events",
@@ -117,24 +135,62 @@ async def main(base_url, app_name):
     )
 
     # Users are apart.
-    other = await sessions.get_session(app_name=app_name, user_id="bob", session_id="ctx-1")
+    other = await sessions.get_session(app_name=app_name, user_id=bob, session_id="ctx-1")
     check("another user does not see the session", other is None)
-    listed = await sessions.list_sessions(app_name=app_name, user_id="alice")
+    listed = await sessions.list_sessions(app_name=app_name, user_id=alice)
     check("list_sessions lists the user's session", [s.id for s in listed.sessions] == ["ctx-1"])
-    listed = await sessions.list_sessions(app_name=app_name, user_id="bob")
+    listed = await sessions.list_sessions(app_name=app_name, user_id=bob)
     check("list_sessions of a user with none is empty", listed.sessions == [])
 
-    # A session with no id gets one; another agent's is refused.
-    fresh = await sessions.create_session(app_name=app_name, user_id="alice")
+    # A session with no id gets one.
+    fresh = await sessions.create_session(app_name=app_name, user_id=alice)
     check("a session created without an id gets one", bool(fresh.id) and fresh.id != "ctx-1")
-    try:
-        await sessions.create_session(app_name="other__NS__agent", user_id="alice", session_id="x")
-        check("another agent's session is refused", False)
-    except httpx.HTTPStatusError as e:
-        check("another agent's session is refused", e.response.status_code == 400)
 
-    await sessions.delete_session(app_name=app_name, user_id="alice", session_id="ctx-1")
-    gone = await sessions.get_session(app_name=app_name, user_id="alice", session_id="ctx-1")
+    # Another Agent named, by agent_ref or X-Agent-Name: 403; no token: 401.
+    check(
+        "a session with another Agent's agent_ref is refused (403)",
+        await status_of(sessions.create_session(app_name=other_app_name, user_id=alice, session_id="x")) == 403,
+    )
+    other = client_of(base_url, other_app_name)
+    check(
+        "X-Agent-Name of another Agent is refused (403)",
+        await status_of(session_service.KAgentSessionService(other).list_sessions(app_name=other_app_name, user_id=alice))
+        == 403,
+    )
+    await other.aclose()
+    with tempfile.NamedTemporaryFile("w", suffix=".token") as empty:
+        token.KAGENT_TOKEN_PATH = empty.name
+        anonymous = client_of(base_url, app_name)
+        token.KAGENT_TOKEN_PATH = token_file
+        check(
+            "no token is refused (401)",
+            await status_of(session_service.KAgentSessionService(anonymous).list_sessions(app_name=app_name, user_id=alice))
+            == 401,
+        )
+        await anonymous.aclose()
+
+    # A context id that smuggles a user into the URL the runtime builds: never that user's
+    # session. 0.7.4 writes it into the URL unescaped (the store refuses the unknown parameter,
+    # 400); 0.10.4's httpx replaces the URL's query with its params (alice's own partition is
+    # asked for a session "ctx-bob": none).
+    await sessions.create_session(app_name=app_name, user_id=bob, state={}, session_id="ctx-bob")
+    await sessions.append_event(
+        await sessions.get_session(app_name=app_name, user_id=bob, session_id="ctx-bob"),
+        text_event("inv-b", "user", "bob's secret"),
+    )
+    try:
+        smuggled = await sessions.get_session(app_name=app_name, user_id=alice, session_id=f"ctx-bob?user_id={bob}&")
+        outcome = "none" if smuggled is None else f"a session of {smuggled.user_id} with {len(smuggled.events)} events"
+    except httpx.HTTPStatusError as e:
+        outcome = f"HTTP {e.response.status_code}"
+    check(
+        f"a context id carrying ?user_id={bob}& does not reach bob's session ({outcome})",
+        outcome in ("none", "HTTP 400"),
+    )
+    await sessions.delete_session(app_name=app_name, user_id=bob, session_id="ctx-bob")
+
+    await sessions.delete_session(app_name=app_name, user_id=alice, session_id="ctx-1")
+    gone = await sessions.get_session(app_name=app_name, user_id=alice, session_id="ctx-1")
     check("a deleted session is None", gone is None)
 
     # The A2A task store.
@@ -144,7 +200,7 @@ async def main(base_url, app_name):
         context_id="ctx-2",
         status=TaskStatus(state=TaskState.working),
         history=[Message(role="user", message_id="m-1", parts=[Part(root=TextPart(text="hi"))])],
-        metadata={"kagent_user_id": "alice"},
+        metadata={"kagent_user_id": alice},
     )
     await tasks.save(task)
     check("a saved task comes back equal", await tasks.get("task-1") == task)
@@ -155,9 +211,10 @@ async def main(base_url, app_name):
     check("a deleted task is None", await tasks.get("task-1") is None)
 
     await client.aclose()
-    os.unlink(f.name)
     print(f"all passed (kagent-adk {VERSION})")
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    if len(sys.argv) != 5:
+        sys.exit(__doc__)
+    asyncio.run(main(*sys.argv[1:]))
