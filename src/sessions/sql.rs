@@ -131,8 +131,9 @@ fn connect_url(url: &str, backend: Backend) -> String {
     }
 }
 
-/// `url` without its password, for messages.
+/// `url` without its password and its parameters (which may hold one), for messages.
 fn redacted(url: &str) -> String {
+    let url = url.split('?').next().unwrap_or_default();
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
@@ -202,37 +203,23 @@ struct Charge {
 }
 
 /// Takes `agent`'s counters row for the rest of the transaction (creating it when missing):
-/// the writes of one Agent happen one after the other, across processes.
+/// the writes of one Agent happen one after the other, across processes. An upsert, so that a
+/// row deleted meanwhile (`forget_agent`, `delete_idle`) is created again rather than missed.
 async fn lock_agent(conn: &mut AnyConnection, agent: &str) -> Result<Counters, StoreError> {
-    // A row found missing by the UPDATE was deleted (forget_agent, delete_idle) after the
-    // INSERT saw it: insert it again.
-    for _ in 0..3 {
-        sqlx::query(
-            "INSERT INTO hitl_agents (agent, sessions, events, tasks, bytes) \
-             VALUES ($1, 0, 0, 0, 0) ON CONFLICT (agent) DO NOTHING",
-        )
-        .bind(agent)
-        .execute(&mut *conn)
-        .await
-        .map_err(db("creating the agent's counters"))?;
-        let row = sqlx::query(
-            "UPDATE hitl_agents SET sessions = sessions WHERE agent = $1 \
-             RETURNING sessions, tasks",
-        )
-        .bind(agent)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db("taking the agent's counters"))?;
-        if let Some(row) = row {
-            return Ok(Counters {
-                sessions: get(&row, "sessions")?,
-                tasks: get(&row, "tasks")?,
-            });
-        }
-    }
-    Err(StoreError::Unavailable(format!(
-        "the counters of agent {agent} were deleted three times while a write waited for them"
-    )))
+    let row = sqlx::query(
+        "INSERT INTO hitl_agents (agent, sessions, events, tasks, bytes) \
+         VALUES ($1, 0, 0, 0, 0) \
+         ON CONFLICT (agent) DO UPDATE SET sessions = hitl_agents.sessions \
+         RETURNING sessions, tasks",
+    )
+    .bind(agent)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db("taking the agent's counters"))?;
+    Ok(Counters {
+        sessions: get(&row, "sessions")?,
+        tasks: get(&row, "tasks")?,
+    })
 }
 
 /// Applies `charge` to `agent`'s counters unless it would take them past `quotas`; whether it
@@ -302,7 +289,10 @@ impl SqlStore {
         };
         let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, AnyConnection::connect(&url))
             .await
-            .map_err(|_| fail("cannot open", &"no answer within 30 s"))?
+            .map_err(|_| {
+                let waited = format!("no answer within {} s", CONNECT_TIMEOUT.as_secs());
+                fail("cannot open", &waited)
+            })?
             .map_err(|e| fail("cannot open", &e))?;
         if backend == Backend::Sqlite {
             apply(&mut conn, SQLITE_SETTINGS)
@@ -526,22 +516,12 @@ impl SqlStore {
         let bytes = event_bytes(event_id, data) as i64;
         let mut w = self.write().await?;
         let counters = lock_agent(&mut w.tx, &key).await?;
+        // The session, and the event of that id when it holds one.
         let row = sqlx::query(
-            "SELECT events FROM hitl_sessions WHERE agent = $1 AND user_id = $2 AND id = $3",
-        )
-        .bind(&key)
-        .bind(user)
-        .bind(session)
-        .fetch_optional(&mut *w.tx)
-        .await
-        .map_err(db("reading the session"))?;
-        let Some(row) = row else {
-            return Err(StoreError::session_not_found());
-        };
-        let events: i64 = get(&row, "events")?;
-        let old = sqlx::query(
-            "SELECT created_at, bytes FROM hitl_events \
-             WHERE agent = $1 AND user_id = $2 AND session_id = $3 AND id = $4",
+            "SELECT s.events, e.created_at, e.bytes FROM hitl_sessions s \
+             LEFT JOIN hitl_events e ON e.agent = s.agent AND e.user_id = s.user_id \
+             AND e.session_id = s.id AND e.id = $4 \
+             WHERE s.agent = $1 AND s.user_id = $2 AND s.id = $3",
         )
         .bind(&key)
         .bind(user)
@@ -549,10 +529,17 @@ impl SqlStore {
         .bind(event_id)
         .fetch_optional(&mut *w.tx)
         .await
-        .map_err(db("reading the event"))?;
-        let old = match old {
-            Some(row) => Some((get::<i64>(&row, "created_at")?, get::<i64>(&row, "bytes")?)),
-            None => None,
+        .map_err(db("reading the session"))?;
+        let Some(row) = row else {
+            return Err(StoreError::session_not_found());
+        };
+        let events: i64 = get(&row, "events")?;
+        let old = match (
+            get::<Option<i64>>(&row, "created_at")?,
+            get::<Option<i64>>(&row, "bytes")?,
+        ) {
+            (Some(created_at), Some(bytes)) => Some((created_at, bytes)),
+            _ => None,
         };
         let (new_events, grow) = match old {
             Some((_, old_bytes)) => (0i64, bytes - old_bytes),
@@ -717,15 +704,17 @@ impl SqlStore {
         .fetch_optional(&mut *w.tx)
         .await
         .map_err(db("deleting the session"))?;
-        if let Some(row) = gone {
-            let change = Charge {
-                sessions: -1,
-                events: -get::<i64>(&row, "events")?,
-                bytes: -get::<i64>(&row, "bytes")?,
-                ..Charge::default()
-            };
-            charge(&mut w.tx, &key, change, &self.quotas).await?;
-        }
+        // Nothing to delete: the transaction is rolled back (it wrote only the counters row).
+        let Some(row) = gone else {
+            return Ok(());
+        };
+        let change = Charge {
+            sessions: -1,
+            events: -get::<i64>(&row, "events")?,
+            bytes: -get::<i64>(&row, "bytes")?,
+            ..Charge::default()
+        };
+        charge(&mut w.tx, &key, change, &self.quotas).await?;
         w.tx.commit().await.map_err(db("committing the deletion"))
     }
 
@@ -740,14 +729,16 @@ impl SqlStore {
                 .fetch_optional(&mut *w.tx)
                 .await
                 .map_err(db("deleting the task"))?;
-        if let Some(row) = gone {
-            let change = Charge {
-                tasks: -1,
-                bytes: -get::<i64>(&row, "bytes")?,
-                ..Charge::default()
-            };
-            charge(&mut w.tx, &key, change, &self.quotas).await?;
-        }
+        // Nothing to delete: the transaction is rolled back (it wrote only the counters row).
+        let Some(row) = gone else {
+            return Ok(());
+        };
+        let change = Charge {
+            tasks: -1,
+            bytes: -get::<i64>(&row, "bytes")?,
+            ..Charge::default()
+        };
+        charge(&mut w.tx, &key, change, &self.quotas).await?;
         w.tx.commit().await.map_err(db("committing the deletion"))
     }
 
@@ -1243,7 +1234,14 @@ mod tests {
             redacted("postgres://app@db/sessions"),
             "postgres://app@db/sessions"
         );
-        assert_eq!(redacted("sqlite:///data/s.db"), "sqlite:///data/s.db");
+        assert_eq!(
+            redacted("postgres://app@db/sessions?sslmode=require&password=s3cret"),
+            "postgres://app@db/sessions"
+        );
+        assert_eq!(
+            redacted("sqlite:///data/s.db?mode=rwc"),
+            "sqlite:///data/s.db"
+        );
     }
 
     #[test]

@@ -461,7 +461,8 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Every Agent that keeps anything.
     fn agents(&self) -> impl Future<Output = Result<Vec<AgentKey>, StoreError>> + Send;
 
-    /// Deletes every session and task of `agent`; returns how many sessions and tasks went.
+    /// Deletes every session and task of `agent`, and the record of it found deleted
+    /// ([`SessionStore::note_missing`]); returns how many sessions and tasks went.
     fn forget_agent(
         &self,
         agent: &AgentKey,

@@ -38,7 +38,7 @@ fn find_bin() -> PathBuf {
         let bin = PathBuf::from(bin);
         assert!(
             bin.join("initdb").is_file(),
-            "PG_BIN={} holds no initdb",
+            "PG_BIN={} holds no initdb (unset it to use Debian's postgresql: `{INSTALL}`)",
             bin.display()
         );
         return bin;

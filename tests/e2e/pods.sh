@@ -276,8 +276,12 @@ ok "through Service $AGENT: read_file x3 ran, delete_file approved ran once (req
 model_requests() { kubectl -n "$NS" exec -i deploy/model -- python3 - /tmp/model.jsonl 0 - <tests/e2e/pods/model_prompt.py; }
 # turn TAG URL CONTEXT TEXT [EARLIER...]: one A2A turn through URL in conversation CONTEXT (a new
 # one when empty), which the scripted model answers OK. The model pod's request for it must hold
-# the conversation's user messages exactly: every EARLIER text in order, then TEXT. Sets ANSWER,
-# TURN_CONTEXT (the conversation's id) and PROMPT_FILE (that request's messages, "role: text").
+# the conversation's user messages: every EARLIER text in order, then TEXT, and nothing else.
+# kagent-adk 0.7.4 puts the stored history into the prompt twice (its get_session builds the
+# Session with the stored events and then appends each of them again; 0.10 starts from none),
+# so a message repeated is taken once here; that the store holds each event once is checked
+# where the conversation is read from the store (5c). Sets ANSWER, TURN_CONTEXT (the
+# conversation's id) and PROMPT_FILE (that request's messages, "role: text").
 turn() {
   local tag=$1 url=$2 context=$3 text=$4 skip want
   shift 4
@@ -292,7 +296,7 @@ turn() {
   kubectl -n "$NS" exec -i deploy/model -- python3 - /tmp/model.jsonl "$skip" "$text" <tests/e2e/pods/model_prompt.py >"$PROMPT_FILE" ||
     fail "the model pod logged no request ending with turn $tag's '$text'"
   want=$(printf 'user: %s\n' "$@" "$text")
-  [ "$(grep '^user: ' "$PROMPT_FILE")" = "$want" ] ||
+  [ "$(grep '^user: ' "$PROMPT_FILE" | awk '!seen[$0]++')" = "$want" ] ||
     fail "turn $tag reached the model without the conversation's history: want the user messages
 $want
 the model was sent:
@@ -501,6 +505,23 @@ MINE=$(store_read "$POD" "$CONV_PATH")
 [ "$(status_of "$MINE")" = 200 ] || fail "$AGENT's own pod could not read its conversation: $MINE"
 expect_in "$AGENT's conversation read by its pod" "kiwi-4711" "$(field "$MINE" body)"
 MY_NAME=$(field "$MINE" agent_name)
+# What the store holds: each event once (ids unique), the user's turns in order.
+stored=$(python3 -c '
+import json, sys
+events = json.loads(json.loads(sys.argv[1])["body"])["data"]["events"]
+ids = [e["id"] for e in events]
+if len(ids) != len(set(ids)):
+    sys.exit("an event stored twice: %s" % ids)
+for e in events:
+    d = json.loads(e["data"])
+    if d.get("author") == "user":
+        print("user: " + " ".join("".join(p.get("text") or "" for p in d["content"]["parts"]).split()))
+' "$MINE") || fail "the store's copy of $CONV: $stored"
+[ "$stored" = "$(printf 'user: %s\n' "${CONV_SAID[@]}")" ] || fail "the store holds for $CONV the user turns
+$stored
+want
+$(printf 'user: %s\n' "${CONV_SAID[@]}")"
+STORED_EVENTS=$(python3 -c 'import json, sys; print(len(json.loads(json.loads(sys.argv[1])["body"])["data"]["events"]))' "$MINE")
 for pod in "$(ready_pods "kagent.dev/agent=$TWIN" | head -1)" "$GPOD"; do
   theirs=$(store_read "$pod" "$CONV_PATH")
   [ "$(status_of "$theirs")" = 404 ] || fail "pod $pod of another Agent read $AGENT's conversation: want 404, got $theirs"
@@ -515,7 +536,7 @@ expect_in "$POD (an Agent's pod) -> the store's API" "answered HTTP 401" "$(reac
 expect_in "the model pod (no Agent's) -> the store's API" "refused/timed out" "$(reach "$(pod_of app=model)" model "$STORE_URL/api/sessions")"
 kubectl -n "$NS" delete agent "$TWIN" --wait=false >/dev/null
 wait_for "$TWIN's pods gone" 120 eval '[ -z "$(kubectl -n "$NS" get pods -l "kagent.dev/agent=$TWIN" -o name)" ]'
-ok "the runtimes' tokens accepted${STATUSES} (no 401/403/5xx); the store counts $served answered requests and no refusal; $AGENT's pod reads its conversation (200), $TWIN's and $GW's pods get 404 for it (403 naming $MY_NAME; its user's list empty to them); the model pod cannot reach the store's API, an Agent's pod can (401 without a token)"
+ok "the runtimes' tokens accepted${STATUSES} (no 401/403/5xx); the store counts $served answered requests and no refusal; $AGENT's pod reads its conversation (200, $STORED_EVENTS events, each once, its ${#CONV_SAID[@]} user turns in order), $TWIN's and $GW's pods get 404 for it (403 naming $MY_NAME; its user's list empty to them); the model pod cannot reach the store's API, an Agent's pod can (401 without a token)"
 
 step "6. a ToolGate whose caller is a pod with a projected token of the ToolGate's audience"
 TG=files

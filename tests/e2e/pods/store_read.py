@@ -5,7 +5,7 @@ audience hitl-operator-sessions) as a Bearer token, X-Agent-Name as the runtime 
 
     python3 store_read.py PATH USER_ID [X_AGENT_NAME]    (PATH: /api/sessions/ID?user_id=...)
 
-Prints one JSON line: {"status", "agent_name", "body"} (the body cut at 4000 characters).
+Prints one JSON line: {"status", "agent_name", "body"} (the body cut at 1 MB).
 """
 
 import json
@@ -32,7 +32,7 @@ def main(path, user_id, agent_name=None):
             status, body = response.status, response.read()
     except urllib.error.HTTPError as e:
         status, body = e.code, e.read()
-    print(json.dumps({"status": status, "agent_name": agent_name, "body": body.decode(errors="replace")[:4000]}))
+    print(json.dumps({"status": status, "agent_name": agent_name, "body": body.decode(errors="replace")[:1000000]}))
 
 
 if __name__ == "__main__":
