@@ -11,7 +11,7 @@ use jiff::Timestamp;
 
 use super::store::{
     AgentKey, EventQuery, EventView, Limit, Quotas, SessionStore, SessionView, StoreError,
-    TaskRecord, Usage, check_id, check_name, event_bytes, new_id, session_bytes, stored_instant,
+    TaskRecord, Usage, check_id, event_bytes, new_session_id, session_bytes, stored_instant,
     task_bytes,
 };
 
@@ -193,13 +193,7 @@ impl MemoryStore {
         name: Option<&str>,
         now: Timestamp,
     ) -> Result<SessionView, StoreError> {
-        check_id("user_id", user)?;
-        let id = match id {
-            Some(id) => id.to_owned(),
-            None => new_id()?,
-        };
-        check_id("session id", &id)?;
-        check_name(name)?;
+        let id = new_session_id(user, id, name)?;
         let now = stored_instant(now);
         let q = self.quotas;
         let new_bytes = session_bytes(user, &id, name);

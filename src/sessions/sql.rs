@@ -35,7 +35,7 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::store::{
     AgentKey, EventQuery, EventView, Limit, Quotas, SessionStore, SessionView, StoreError,
-    TaskRecord, Usage, check_id, check_name, event_bytes, new_id, session_bytes, task_bytes,
+    TaskRecord, Usage, check_id, event_bytes, new_session_id, session_bytes, task_bytes,
 };
 
 /// The schema's migrations, embedded at build time. (A new file there needs this file rebuilt:
@@ -402,13 +402,7 @@ impl SqlStore {
         name: Option<&str>,
         now: Timestamp,
     ) -> Result<SessionView, StoreError> {
-        check_id("user_id", user)?;
-        let id = match id {
-            Some(id) => id.to_owned(),
-            None => new_id()?,
-        };
-        check_id("session id", &id)?;
-        check_name(name)?;
+        let id = new_session_id(user, id, name)?;
         let key = agent.key();
         let now = micros(now);
         let new_bytes = session_bytes(user, &id, name) as i64;

@@ -342,6 +342,23 @@ pub fn stored_instant(at: Timestamp) -> Timestamp {
     Timestamp::from_microsecond(at.as_microsecond()).unwrap_or(at)
 }
 
+/// Checks a session about to be created (its user, id and name) and gives its id: the one asked
+/// for, or a new random one.
+pub fn new_session_id(
+    user: &str,
+    id: Option<&str>,
+    name: Option<&str>,
+) -> Result<String, StoreError> {
+    check_id("user_id", user)?;
+    let id = match id {
+        Some(id) => id.to_owned(),
+        None => new_id()?,
+    };
+    check_id("session id", &id)?;
+    check_name(name)?;
+    Ok(id)
+}
+
 /// A random id in the form of a UUID (version 4), for a session created without one.
 pub fn new_id() -> Result<String, StoreError> {
     let mut b = [0u8; 16];
