@@ -482,7 +482,7 @@ step "5c. the store on real pods: each runtime's token accepted, each Agent kept
 STATUSES=
 for pod in "$POD" $(ready_pods "kagent.dev/agent=$TWIN") $(ready_pods "kagent.dev/agent=$GW"); do
   kubectl -n "$NS" logs "$pod" -c agent | grep -F "HTTP Request:" | grep -F "$STORE_URL/api/" >"$WORK/store-requests-$pod.txt" || true
-  codes=$(sed -n 's/.*"HTTP\/[0-9.]* \([0-9][0-9][0-9]\) .*/\1/p' "$WORK/store-requests-$pod.txt" | sort | uniq -c | awk '{ printf "%s%s x%s", NR > 1 ? ", " : "", $2, $1 }')
+  codes=$(sed -n 's/.*"HTTP\/[0-9.]* \([0-9][0-9][0-9]\) .*/\1/p' "$WORK/store-requests-$pod.txt" | sort | uniq -c | awk '{ printf "%s%s x%s", (NR > 1 ? ", " : ""), $2, $1 }')
   [ -n "$codes" ] || fail "the runtime of $pod logged no request to $STORE_URL/api/: $(kubectl -n "$NS" logs "$pod" -c agent --tail 20)"
   ! grep -qE '"HTTP/[0-9.]+ (401|403|5[0-9][0-9])' "$WORK/store-requests-$pod.txt" ||
     fail "the store refused or failed the runtime of $pod: $(grep -E '"HTTP/[0-9.]+ (401|403|5[0-9][0-9])' "$WORK/store-requests-$pod.txt" | head -3)"
@@ -516,7 +516,7 @@ for e in events:
     d = json.loads(e["data"])
     if d.get("author") == "user":
         print("user: " + " ".join("".join(p.get("text") or "" for p in d["content"]["parts"]).split()))
-' "$MINE") || fail "the store's copy of $CONV: $stored"
+' "$MINE" 2>&1) || fail "the store's copy of $CONV: $stored"
 [ "$stored" = "$(printf 'user: %s\n' "${CONV_SAID[@]}")" ] || fail "the store holds for $CONV the user turns
 $stored
 want
