@@ -563,6 +563,18 @@ impl<S: SessionStore, A: Authenticate> Api<S, A> {
         Ok(user)
     }
 
+    /// The request's user ([`Self::user`]), for a request naming session `id`, whose id is
+    /// checked too.
+    fn user_of_session<'a>(
+        headers: &'a HeaderMap,
+        params: &'a Params,
+        id: &str,
+    ) -> Result<&'a str, String> {
+        let user = Self::user(headers, params)?;
+        check_id("the session's id", id).map_err(|e| e.to_string())?;
+        Ok(user)
+    }
+
     /// Reads the request's body within [`Bounds::max_body_bytes`], holding its share of the
     /// budget, and parses it into `T`.
     async fn body<T: for<'de> Deserialize<'de>>(
@@ -675,13 +687,10 @@ impl<S: SessionStore, A: Authenticate> Api<S, A> {
         params: &Params,
         id: &str,
     ) -> Response<Body> {
-        let user = match Self::user(headers, params) {
+        let user = match Self::user_of_session(headers, params, id) {
             Ok(user) => user,
             Err(why) => return bad_request(why),
         };
-        if let Err(e) = check_id("the session's id", id) {
-            return self.failed(agent, &e);
-        }
         let mut query = EventQuery::default();
         if let Some(after) = params.after.as_deref().filter(|a| !a.is_empty()) {
             match after.parse() {
@@ -737,13 +746,10 @@ impl<S: SessionStore, A: Authenticate> Api<S, A> {
         params: &Params,
         id: &str,
     ) -> Response<Body> {
-        let user = match Self::user(headers, params) {
+        let user = match Self::user_of_session(headers, params, id) {
             Ok(user) => user,
             Err(why) => return bad_request(why),
         };
-        if let Err(e) = check_id("the session's id", id) {
-            return self.failed(agent, &e);
-        }
         match self.store.delete_session(agent, user, id).await {
             Ok(()) => ok(
                 StatusCode::OK,
@@ -764,13 +770,10 @@ impl<S: SessionStore, A: Authenticate> Api<S, A> {
         params: &Params,
         session: &str,
     ) -> Response<Body> {
-        let user = match Self::user(headers, params) {
+        let user = match Self::user_of_session(headers, params, session) {
             Ok(user) => user.to_owned(),
             Err(why) => return bad_request(why),
         };
-        if let Err(e) = check_id("the session's id", session) {
-            return self.failed(agent, &e);
-        }
         let (event, _, permit) = match self.body::<EventRequest>(headers, body).await {
             Ok(parsed) => parsed,
             Err(resp) => return resp,
