@@ -15,7 +15,11 @@ COPY benches ./benches
 COPY test-kit ./test-kit
 RUN cargo build --release --locked --bins
 
-# Distroless, non-root (uid 65532), no shell.
+# Distroless, non-root (uid 65532), no shell. Its CA bundle (/etc/ssl/certs/ca-certificates.crt,
+# the trust roots of the gate's HTTPS upstreams) is the base image's own: Debian 12's
+# ca-certificates (Mozilla's set) as this distroless tag ships it. Nothing here copies the build
+# host's bundle, so a CA added on the build machine is never trusted by the image. (`make image`
+# takes a pinned certifi bundle instead: image/ca-bundle.env.)
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/hitl-operator /usr/local/bin/hitl-operator
 COPY --from=build /src/target/release/kubectl-hitl /usr/local/bin/kubectl-hitl

@@ -3,7 +3,14 @@
 # the test peers' images.
 #
 # The caller sets ENGINE (podman or docker) and SOURCE_DATE_EPOCH (every file's mtime and the
-# image's creation time, so the same inputs give the same image).
+# image's creation time, so the same inputs give the same image). IMAGE_NO_CACHE=1 builds
+# without the engine's layer cache (tests/e2e/pods.sh: the same ID from a build from nothing).
+# CA_BUNDLE_CACHE is where the pinned CA bundle's wheel is kept between builds (default
+# ~/.cache/hitl-operator), outside every image's context.
+
+# CA_BUNDLE_VERSION, CA_BUNDLE_WHEEL, CA_BUNDLE_SHA256: the pinned CA bundle.
+source "$(dirname "${BASH_SOURCE[0]}")/ca-bundle.env"
+CA_BUNDLE_CACHE=${CA_BUNDLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hitl-operator}
 
 die() {
   echo "${0##*/}: $*" >&2
@@ -12,8 +19,9 @@ die() {
 
 # new_rootfs DIR UID USER GROUP HOME: a new root filesystem in DIR with what every image needs:
 # the host's merged-/usr symlinks (/lib -> usr/lib, ...; the loader's path in every binary is
-# /lib64/...), a /tmp anyone may write (mode 1777, as on any Linux), CA certificates (HTTPS to
-# anything but the apiserver), and /etc/passwd and /etc/group naming root and the image's user.
+# /lib64/...), a /tmp anyone may write (mode 1777, as on any Linux), the pinned CA bundle at
+# /etc/ssl/certs/ca-certificates.crt (HTTPS to anything but the apiserver; install_ca_bundle),
+# and /etc/passwd and /etc/group naming root and the image's user.
 # The user's home is made by the Containerfile (COPY --chown of an empty directory), since COPY
 # gives every file it copies to root.
 new_rootfs() {
@@ -28,12 +36,67 @@ new_rootfs() {
     fi
   done
   chmod 1777 "$dir/tmp"
-  cp -L /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/"
+  install_ca_bundle "$dir/etc/ssl/certs/ca-certificates.crt"
   printf 'root:x:0:0:root:/root:/sbin/nologin\n%s:x:%s:%s::%s:/sbin/nologin\n' \
     "$user" "$uid" "$uid" "$home" >"$dir/etc/passwd"
   printf 'root:x:0:\n%s:x:%s:\n' "$group" "$uid" >"$dir/etc/group"
   # glibc's default for hosts is "dns files", which asks the cluster DNS for localhost first.
   printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$dir/etc/nsswitch.conf"
+}
+
+# ca_bundle_sha256_wrong FILE: prints FILE's sha256 and succeeds when it is not the one
+# image/ca-bundle.env pins.
+ca_bundle_sha256_wrong() {
+  local sum
+  sum=$(sha256sum "$1" | cut -d' ' -f1)
+  [[ $sum != "$CA_BUNDLE_SHA256" ]] && echo "$sum"
+}
+
+# ca_bundle_wheel: the pinned certifi wheel in CA_BUNDLE_CACHE, downloaded from PyPI (pip's
+# index settings apply) the first time and its sha256 checked every time; sets CA_BUNDLE_PATH.
+ca_bundle_wheel() {
+  CA_BUNDLE_PATH=$CA_BUNDLE_CACHE/$CA_BUNDLE_WHEEL
+  local pinned="image/ca-bundle.env pins sha256 $CA_BUNDLE_SHA256 for $CA_BUNDLE_WHEEL" sum
+  if [[ ! -f $CA_BUNDLE_PATH ]]; then
+    python3 -m pip --version >/dev/null 2>&1 ||
+      die "python3 -m pip is needed to download the images' CA bundle ($CA_BUNDLE_WHEEL from PyPI): install pip (Debian: apt-get install python3-pip), or put that wheel in $CA_BUNDLE_CACHE"
+    mkdir -p "$CA_BUNDLE_CACHE"
+    local download got
+    download=$(mktemp -d "$CA_BUNDLE_CACHE/download.XXXXXX")
+    if ! python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+      --only-binary=:all: --dest "$download" "certifi==$CA_BUNDLE_VERSION" >&2; then
+      rm -rf "$download"
+      die "pip download certifi==$CA_BUNDLE_VERSION failed (the images' CA bundle, image/ca-bundle.env)"
+    fi
+    got=$(ls "$download")
+    if [[ $got != "$CA_BUNDLE_WHEEL" ]]; then
+      rm -rf "$download"
+      die "pip download certifi==$CA_BUNDLE_VERSION gave '$got', not $CA_BUNDLE_WHEEL"
+    fi
+    # Checked before it is kept: a wrong download never lands in the cache.
+    if sum=$(ca_bundle_sha256_wrong "$download/$got"); then
+      rm -rf "$download"
+      die "the $got downloaded has sha256 $sum, but $pinned: not the pinned CA bundle; not building"
+    fi
+    mv "$download/$got" "$CA_BUNDLE_PATH"
+    rm -rf "$download"
+  fi
+  if sum=$(ca_bundle_sha256_wrong "$CA_BUNDLE_PATH"); then
+    die "$CA_BUNDLE_PATH has sha256 $sum, but $pinned: not the pinned CA bundle; not building (delete it to download it again)"
+  fi
+}
+
+# install_ca_bundle FILE: the pinned CA bundle (certifi's cacert.pem from the wheel of
+# image/ca-bundle.env, checked against its sha256) written to FILE, mode 0644. The build host's
+# own bundle is never used: its local additions would be trusted wherever the image runs.
+install_ca_bundle() {
+  ca_bundle_wheel
+  python3 -c '
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, open(sys.argv[2], "wb") as out:
+    out.write(wheel.read("certifi/cacert.pem"))' "$CA_BUNDLE_PATH" "$1" ||
+    die "no certifi/cacert.pem in $CA_BUNDLE_PATH"
+  chmod 0644 "$1"
 }
 
 # copy_at_same_path ROOTFS FILE: FILE into ROOTFS at the same path, dereferenced. ROOTFS has the
@@ -91,7 +154,9 @@ build_image() {
     docker) epoch=(--build-arg "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH") ;;
     *) die "ENGINE must be podman or docker, not $ENGINE" ;;
   esac
-  "$ENGINE" build --quiet "${epoch[@]}" -t "$tag" -f "$context/Containerfile" "$context" >/dev/null
+  local cache=()
+  [[ ${IMAGE_NO_CACHE:-0} != 1 ]] || cache=(--no-cache)
+  "$ENGINE" build --quiet "${epoch[@]}" "${cache[@]}" -t "$tag" -f "$context/Containerfile" "$context" >/dev/null
   "$ENGINE" image inspect --format '{{.Id}} {{.Size}}' "$tag" |
     awk -v tag="$tag" '{ printf "%s: id %s, %.1f MB\n", tag, substr($1, 1, 12), $2 / 1e6 }'
 }

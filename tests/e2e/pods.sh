@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole story on real pods (issue 53): on the cluster in KUBECONFIG with a node (kubelet,
 # containerd, kube-proxy, cluster DNS, a NetworkPolicy enforcer: ../shared/k8s/node-up.sh):
-#  1. the images, built here with no registry (make image, make test-images) and loaded into the
-#     node; the chart installed by the Helm engine as README writes it (helm.py install --wait):
-#     two controller pods Ready, one holding the Lease, the admission policies on; the session
-#     store's pod Ready on its PersistentVolumeClaim (the default StorageClass, kept on uninstall);
+#  1. the images, built here with no registry (make image, make test-images): their CA bundle the
+#     pinned one (image/ca-bundle.env), none of the host's own CAs; the operator's image the same
+#     ID when built again without the layer cache; loaded into the node; the chart installed by
+#     the Helm engine as README writes it (helm.py install --wait): two controller pods Ready,
+#     one holding the Lease, the admission policies on; the session store's pod Ready on its
+#     PersistentVolumeClaim (the default StorageClass, kept on uninstall);
 #  2. examples/filesystem-agent.yaml with kagent's runtime image (kagent-adk 0.7.4 from PyPI) next
 #     to the gate sidecar from our image, the tool server (the npm recorder) and a scripted model
 #     as pods behind Services; Agent Ready=True from the real Deployment, KAGENT_URL the store;
@@ -143,6 +145,34 @@ figure "image build (image/build.sh, tests/images/build.sh)" "$(elapsed "$T0") s
 for image in "$IMAGE" "$RUNTIME_IMAGE" "$PEERS_IMAGE"; do
   figure "image size: $image" "$(podman image inspect --format '{{.Size}}' "$image" | awk '{ printf "%.1f MB", $1 / 1e6 }')"
 done
+# Each image's CA bundle is the pinned one (image/ca-bundle.env: certifi's cacert.pem from a
+# wheel of a stated sha256), byte for byte, and holds none of this host's own CAs.
+source image/ca-bundle.env
+CA_WHEEL=${CA_BUNDLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hitl-operator}/$CA_BUNDLE_WHEEL
+HOST_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+[ -f "$HOST_BUNDLE" ] || HOST_BUNDLE=/dev/null
+# image_file IMAGE PATH OUT: the file PATH of IMAGE, copied out of a container made (not run) from it.
+image_file() {
+  local container status=0
+  container=$(podman create "$1")
+  podman cp "$container:$2" "$3" || status=$?
+  podman rm "$container" >/dev/null
+  return "$status"
+}
+for image in "$IMAGE" "$RUNTIME_IMAGE" "$PEERS_IMAGE"; do
+  image_file "$image" /etc/ssl/certs/ca-certificates.crt "$WORK/ca.crt"
+  bundle=$(python3 tests/e2e/pods/ca_bundle.py "$WORK/ca.crt" "$CA_WHEEL" "$CA_BUNDLE_SHA256" "$HOST_BUNDLE" 2>&1) ||
+    fail "$image's CA bundle is not certifi $CA_BUNDLE_VERSION's as image/ca-bundle.env pins it: $bundle"
+done
+ok "the CA bundle of each of the 3 images: certifi $CA_BUNDLE_VERSION's, $bundle"
+# Reproducible: the operator's image built again from nothing (no layer cache) has the same ID.
+IMAGE_ID=$(podman image inspect --format '{{.Id}}' "$IMAGE")
+T0=$(now)
+IMAGE=$IMAGE BIN_DIR=$BIN_DIR IMAGE_NO_CACHE=1 image/build.sh >"$WORK/image-again.out"
+figure "image/build.sh again without the layer cache" "$(elapsed "$T0") s"
+[ "$(podman image inspect --format '{{.Id}}' "$IMAGE")" = "$IMAGE_ID" ] ||
+  fail "the same binaries built into another image: $(cat "$WORK/image.out") then $(cat "$WORK/image-again.out")"
+ok "image/build.sh twice (the second without the layer cache): the same image ID ${IMAGE_ID:0:12}"
 T0=$(now)
 CLUSTER_DIR=$CLUSTER_DIR "$K8S_KIT/node-load-image.sh" "$IMAGE" "$RUNTIME_IMAGE" "$PEERS_IMAGE" >"$WORK/load.out" 2>&1 ||
   fail "node-load-image.sh: $(tail -5 "$WORK/load.out")"
