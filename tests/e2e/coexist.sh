@@ -24,7 +24,7 @@ exists() { kubectl -n "$NS" get "$1" >/dev/null 2>&1; }
 
 step "setup: CRDs, namespace $NS, the controller with --agent-selector=$SELECTOR"
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
+waited "the CRDs Established" kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
 kubectl create namespace "$NS" >/dev/null
 
 # A selector the apiserver cannot parse stops the controller before it watches anything.

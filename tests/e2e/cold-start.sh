@@ -46,7 +46,7 @@ counters() {
 }
 
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
+waited "the CRDs Established" kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
 kubectl create namespace "$NS" >/dev/null
 kubectl -n "$NS" apply -f - >/dev/null <<EOF
 apiVersion: v1

@@ -88,7 +88,7 @@ start_controller() {
 # populate: the Agents and requests, applied while the controller runs; RSS idle and then.
 populate() {
   kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-  kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
+  waited "the CRDs Established" kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
   kubectl create namespace "$NS" >/dev/null
   ADMIN=$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')
   kubectl -n "$NS" apply -f - >/dev/null <<EOF

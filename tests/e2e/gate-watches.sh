@@ -29,7 +29,7 @@ throwaway hitl-bench-watches
 TICKS=$(getconf CLK_TCK)
 
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
+waited "the CRDs Established" kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
 kubectl create namespace "$NS" >/dev/null
 # One ServiceAccount with the Role an Agent's gate gets (render::objects), shared by the gates.
 kubectl -n "$NS" create serviceaccount gate >/dev/null

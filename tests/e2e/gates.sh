@@ -30,7 +30,7 @@ gates_require() {
 gates_setup() {
   [ -n "${GATES_CONTROLLER_ARGS+set}" ] || GATES_CONTROLLER_ARGS=()
   kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-  kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev crd/approvalrequests.kagent.dev >/dev/null
+  waited "the CRDs Established" kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev crd/approvalrequests.kagent.dev >/dev/null
   kubectl create namespace "$NS" >/dev/null
 
   RECORDER_PORT=$(free_port)

@@ -76,15 +76,72 @@ elapsed() { awk -v a="$1" -v b="${2:-$EPOCHREALTIME}" 'BEGIN { printf "%.3f", b 
 # within START SECONDS: less than SECONDS have passed since START (a `now` value).
 within() { awk -v a="$1" -v b="$EPOCHREALTIME" -v s="$2" 'BEGIN { exit !(b - a < s) }'; }
 
+# explain_wait WHAT [NAMESPACE...]: after a wait for WHAT gave up, what the pods were doing, on
+# stderr: each pod of each NAMESPACE (default: the suite's $NS and $SYS_NS) with its phase,
+# conditions and containers' states, the namespace's Events by time (the last 40), and each
+# container's last 20 log lines, and its previous instance's when it restarted
+# (tests/e2e/explain.py). Every wait of the suites calls it when it fails: wait_for, waited
+# (kubectl wait, kubectl rollout status, helm --wait) and reply.
+explain_wait() {
+  local what=$1 ns pod container restarts line
+  shift
+  local namespaces=("$@") containers=() k=(kubectl --request-timeout=10s)
+  [ ${#namespaces[@]} -gt 0 ] || namespaces=(${NS:-} ${SYS_NS:-})
+  {
+    echo "=== the wait for $what failed; what the cluster shows:"
+    [ ${#namespaces[@]} -gt 0 ] || echo "(the suite has no namespace to show)"
+    for ns in "${namespaces[@]}"; do
+      if ! "${k[@]}" get namespace "$ns" >/dev/null 2>&1; then
+        echo "--- namespace $ns: not found"
+        continue
+      fi
+      echo "--- namespace $ns: pods"
+      # Each pod's state (on stderr), and the containers with logs to show (on stdout).
+      mapfile -t containers < <("${k[@]}" -n "$ns" get pods -o json | python3 tests/e2e/explain.py pods || true)
+      echo "--- namespace $ns: Events, oldest first (the last 40)"
+      "${k[@]}" -n "$ns" get events -o json | python3 tests/e2e/explain.py events 40 || true
+      for line in "${containers[@]}"; do
+        read -r pod container restarts <<<"$line"
+        echo "--- $ns/$pod, container $container: its last 20 log lines"
+        "${k[@]}" -n "$ns" logs "$pod" -c "$container" --tail 20 2>&1 | cut -c1-400 || true
+        if [ "$restarts" -gt 0 ]; then
+          echo "--- $ns/$pod, container $container: its previous instance's last 20 log lines ($restarts restarts)"
+          "${k[@]}" -n "$ns" logs "$pod" -c "$container" --previous --tail 20 2>&1 | cut -c1-400 || true
+        fi
+      done
+    done
+    echo "=== end of what the cluster shows"
+  } >&2
+}
+
 # wait_for DESCRIPTION SECONDS COMMAND...: runs COMMAND every 0.1 s until it succeeds.
 wait_for() {
   local what=$1 seconds=$2
   shift 2
   local deadline=$((SECONDS + seconds))
   while ! "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${seconds}s waiting for $what"
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      explain_wait "$what"
+      fail "timed out after ${seconds}s waiting for $what"
+    fi
     sleep 0.1
   done
+}
+
+# waited WHAT COMMAND...: runs COMMAND, a wait of its own (kubectl wait, kubectl rollout status,
+# helm --wait), and prints its output; when it fails, its output, explain_wait WHAT and a FAIL.
+# The namespaces explained are $WAIT_NAMESPACES (an array) when set, else the suite's.
+waited() {
+  local what=$1 out status=0
+  shift
+  out=$("$@" 2>&1) || status=$?
+  if [ "$status" = 0 ]; then
+    [ -z "$out" ] || printf '%s\n' "$out"
+    return 0
+  fi
+  printf '%s\n' "$out" >&2
+  explain_wait "$what" ${WAIT_NAMESPACES[@]+"${WAIT_NAMESPACES[@]}"}
+  fail "waiting for $what: $1 failed (status $status): $(tail -n 3 <<<"$out")"
 }
 
 # start NAME LOGFILE COMMAND...: runs COMMAND in the background, output appended to LOGFILE
@@ -388,7 +445,10 @@ send() { start "$1" "$WORK/$1.out" python3 tests/kagent-runtime/a2a_send.py "$AG
 reply() {
   local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 120))
   while alive "$pid"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "message $1 unanswered after 120 s"
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      explain_wait "the answer to message $1"
+      fail "message $1 unanswered after 120 s"
+    fi
     sleep 0.02
   done
   unset "E2E_PIDS[$1]"

@@ -106,7 +106,7 @@ decision_patch() { # decision_patch TYPE DECIDED_BY
 
 echo "== setup (namespace $NS, admin $ADMIN)"
 kubectl apply --server-side -f crds/ >/dev/null
-kubectl wait --for condition=established --timeout=60s crd/approvalrequests.kagent.dev >/dev/null
+waited "the CRDs Established" kubectl wait --for condition=established --timeout=60s crd/approvalrequests.kagent.dev >/dev/null
 kubectl apply -f tests/chart/rendered/user-roles.default.yaml >/dev/null
 if kubectl api-resources --api-group=admissionregistration.k8s.io -o name | grep -qx 'validatingadmissionpolicies.admissionregistration.k8s.io'; then
   kubectl apply -f tests/chart/rendered/admission-policy.default.yaml >/dev/null

@@ -188,9 +188,13 @@ for crd in $CHART_CRDS; do
 done
 HELM_MADE_CRDS=1
 T0=$(now)
-helm install "$RELEASE" charts/hitl-operator -n "$SYS_NS" --create-namespace --wait --timeout 180 \
-  --set agentImage.repository=localhost/kagent-adk --set agentImage.tag=0.7.4 | tee "$WORK/helm-install.out"
+waited "helm install --wait: the chart's Deployments available" \
+  helm install "$RELEASE" charts/hitl-operator -n "$SYS_NS" --create-namespace --wait --timeout 180 \
+  --set agentImage.repository=localhost/kagent-adk --set agentImage.tag=0.7.4 >"$WORK/helm-install.out"
+cat "$WORK/helm-install.out"
 figure "helm install --wait (controller and session store pods Ready)" "$(elapsed "$T0") s"
+# How the controller pods started (a restart here means a failed start the kubelet backed off).
+note "controller pods after helm install: $(kubectl -n "$SYS_NS" get pods -l "$CTRL_SEL" -o jsonpath='{range .items[*]}{.metadata.name} restarts={.status.containerStatuses[0].restartCount}; {end}')"
 ready_controllers=$(ready_pods "$CTRL_SEL" "$SYS_NS" | wc -l)
 [ "$ready_controllers" = 2 ] || fail "$ready_controllers controller pods Ready, want 2"
 STORE_POD=$(ready_pods "$STORE_SEL" "$SYS_NS")
@@ -251,7 +255,8 @@ peer model "$RUNTIME_IMAGE" 8000 placeholder
 kubectl -n "$NS" patch deployment model --type json -p '[
   {"op": "add", "path": "/spec/template/spec/containers/0/command", "value": ["python3"]},
   {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": ["/opt/hitl-tests/model.py", "8000", "/tmp/model.jsonl", "0.0.0.0"]}]' >/dev/null
-kubectl -n "$NS" rollout status deployment/filesystem-mcp deployment/model --timeout=120s >/dev/null
+waited "the rollout of filesystem-mcp and model" \
+  kubectl -n "$NS" rollout status deployment/filesystem-mcp deployment/model --timeout=120s >/dev/null
 # The recorder's Service, where gates.sh's `runs` counts the calls.
 RECORDER=http://$(svc_ip filesystem-mcp):3000
 model_log() { kubectl -n "$NS" exec deploy/model -- python3 -c 'print(open("/tmp/model.jsonl").read())'; }
@@ -611,7 +616,7 @@ spec:
       - serviceAccountToken: {audience: "$AUDIENCE", expirationSeconds: 600, path: token}
 Y
 T_CALLER=$(now)
-kubectl -n "$NS" wait --for=condition=Ready pod/caller --timeout=120s >/dev/null
+waited "pod caller Ready" kubectl -n "$NS" wait --for=condition=Ready pod/caller --timeout=120s >/dev/null
 # tokens: how many different tokens the caller pod's successful calls carried, how many of its
 # calls the ToolGate refused (401/403), and how old the first token was when the second was
 # issued (seconds, or -).
@@ -797,7 +802,7 @@ reply gone
 expect_in "the answer with the server gone" "unreachable" "$(field "$ANSWER" text)"
 GONE_PHASE=$(jp "approvalrequest/$GONE_REQ" '{.status.phase}')
 kubectl -n "$NS" scale deployment filesystem-mcp --replicas=1 >/dev/null
-kubectl -n "$NS" rollout status deployment/filesystem-mcp --timeout=120s >/dev/null
+waited "the rollout of filesystem-mcp" kubectl -n "$NS" rollout status deployment/filesystem-mcp --timeout=120s >/dev/null
 wait_for "the recorder back" 30 http_ok "$RECORDER/calls"
 [ "$(runs delete_file /data/server-gone.csv)" = 0 ] || fail "the call ran on the new tool server pod"
 GONE_ANSWER=$(field "$ANSWER" text | cut -c1-140)
@@ -824,7 +829,9 @@ step "9. helm upgrade (the conversation goes on) and helm uninstall (the store's
 GEN_BEFORE=$(jp "deployment/$AGENT" '{.metadata.generation}')
 OLD_STORE=$STORE_POD
 T0=$(now)
-helm upgrade "$RELEASE" charts/hitl-operator -n "$SYS_NS" --reuse-values --set logLevel=debug --wait --timeout 180 | tee "$WORK/helm-upgrade.out"
+waited "helm upgrade --wait: the chart's Deployments rolled and available" \
+  helm upgrade "$RELEASE" charts/hitl-operator -n "$SYS_NS" --reuse-values --set logLevel=debug --wait --timeout 180 >"$WORK/helm-upgrade.out"
+cat "$WORK/helm-upgrade.out"
 figure "helm upgrade --wait (controller and store pods rolled)" "$(elapsed "$T0") s"
 expect_in "helm upgrade" "revision=2 status=deployed" "$(cat "$WORK/helm-upgrade.out")"
 wait_for "a controller pod to hold the Lease after the upgrade" 60 eval 'kubectl -n "$SYS_NS" get pod "$(leader)" >/dev/null 2>&1'
@@ -843,7 +850,7 @@ conv_turn conv-4 "and after the helm upgrade, the code word?"
 ok "helm upgrade --reuse-values: controllers and the store ($OLD_STORE -> $STORE_POD, same claim) rolled, the Agent's Deployment untouched; turn 4 of the conversation reached the model with turns 1-3"
 
 T0=$(now)
-helm uninstall "$RELEASE" -n "$SYS_NS" --wait --timeout 120 >/dev/null
+waited "helm uninstall --wait: the release's objects gone" helm uninstall "$RELEASE" -n "$SYS_NS" --wait --timeout 120 >/dev/null
 figure "helm uninstall --wait" "$(elapsed "$T0") s"
 left=$(kubectl get -A deployments,services,serviceaccounts,roles,rolebindings,configmaps,secrets,poddisruptionbudgets,networkpolicies -l app.kubernetes.io/instance=$RELEASE -o name 2>/dev/null; kubectl get clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings -l app.kubernetes.io/instance=$RELEASE -o name 2>/dev/null)
 [ -z "$left" ] || fail "helm uninstall left: $left"

@@ -54,7 +54,7 @@ done
 
 step "1. peers, the controller, and the examples applied"
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev crd/approvalrequests.kagent.dev >/dev/null
+waited "the CRDs Established" kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev crd/approvalrequests.kagent.dev >/dev/null
 kubectl create namespace "$NS" >/dev/null
 RECORDER_PORT=$(free_port)
 SSE_PORT=$(free_port)

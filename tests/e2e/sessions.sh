@@ -171,7 +171,7 @@ metric() {
 
 step "1. the store's identity (the chart's RBAC), the controller, four Agents and their pods"
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
+waited "the CRDs Established" kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev >/dev/null
 kubectl create namespace "$NS" >/dev/null
 kubectl create namespace "$SYS_NS" >/dev/null
 "$VENV_PY" tests/e2e/chart.py "$WORK/chart" "$RELEASE" "$SYS_NS"

@@ -82,7 +82,7 @@ step "1. install the chart (Helm engine: helm-python-sdk) server-side"
 chart_controller
 
 kubectl apply --server-side -f "$WORK/chart/crds.yaml"
-kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev crd/approvalrequests.kagent.dev \
+waited "the CRDs Established" kubectl wait --for=condition=Established --timeout=60s crd/agents.kagent.dev crd/approvalrequests.kagent.dev \
   crd/modelconfigs.kagent.dev crd/remotemcpservers.kagent.dev >/dev/null
 system_namespace
 kubectl apply --server-side -n "$SYS_NS" -f "$WORK/chart/manifests.yaml"

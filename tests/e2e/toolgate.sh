@@ -82,7 +82,7 @@ step "1. install the chart (ServiceAccounts may decide: the caller rule is then 
 HITL_CHART_VALUES='{"admissionPolicy": {"allowServiceAccountsToDecide": true}}' chart_controller
 [ -n "$TOKEN_REVIEW_BINDING" ] || fail "the chart's controller args have no --token-review-binding: ${CONTROLLER_ARGS[*]}"
 kubectl apply --server-side --force-conflicts -f "$WORK/chart/crds.yaml" >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/toolgates.kagent.dev \
+waited "the CRDs Established" kubectl wait --for=condition=Established --timeout=60s crd/toolgates.kagent.dev \
   crd/approvalrequests.kagent.dev crd/remotemcpservers.kagent.dev >/dev/null
 system_namespace
 kubectl apply --server-side -n "$SYS_NS" -f "$WORK/chart/manifests.yaml" >/dev/null
