@@ -23,6 +23,18 @@ use crate::{Error, Result};
 pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// How long releasing the Lease may take at shutdown before the process exits anyway.
 const RELEASE_BOUND: Duration = Duration::from_secs(2);
+/// How long one attempt to read (or create) the Lease may take before it is given up and made
+/// again (shorter in the tests, which stall it).
+const CONTEND_ATTEMPT: Duration = if cfg!(test) {
+    Duration::from_secs(1)
+} else {
+    Duration::from_secs(10)
+};
+/// The wait after the first failed attempt to read the Lease, doubled after each next one up to
+/// [`CONTEND_RETRY_MAX`].
+const CONTEND_RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between two attempts to read the Lease.
+const CONTEND_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Resolves when SIGTERM or Ctrl-C arrives.
 async fn termination() {
@@ -91,7 +103,9 @@ pub(super) async fn lead<F: Future<Output = ()>>(
         }
         Ok::<_, Error>(builder.build().await?.watch().await)
     };
-    let (mut leader, mut lease_task) = contend().await?;
+    let Some((mut leader, mut lease_task)) = until_contended(contend, &stop_rx).await else {
+        return Ok(());
+    };
     // A standby replica is healthy and ready; it just does not reconcile.
     health.set_ready(true);
     tracing::info!(lease = %args.lease_name, namespace = %lease_namespace, "waiting for leadership");
@@ -110,7 +124,10 @@ pub(super) async fn lead<F: Future<Output = ()>>(
         // is free now, so contend again at once.
         drop(leader);
         let _ = tokio::time::timeout(RELEASE_BOUND, lease_task).await;
-        (leader, lease_task) = contend().await?;
+        let Some(contended) = until_contended(contend, &stop_rx).await else {
+            return Ok(());
+        };
+        (leader, lease_task) = contended;
     };
     let mut lost = false;
     if became_leader {
@@ -145,6 +162,45 @@ pub(super) async fn lead<F: Future<Output = ()>>(
         ));
     }
     Ok(())
+}
+
+/// Runs `contend` (reading or creating the Lease, and starting to contend for it) until it
+/// succeeds: an attempt that fails, or takes longer than [`CONTEND_ATTEMPT`], is logged and made
+/// again after a wait ([`CONTEND_RETRY_FIRST`], doubling up to [`CONTEND_RETRY_MAX`]). `None`
+/// once `stop` turns true. So a replica that cannot reach the apiserver when it starts (a node's
+/// pod network not yet routed, the apiserver restarting) stays up, not ready, and goes on
+/// within seconds of the apiserver answering, instead of exiting into the kubelet's restart
+/// backoff (10 s doubling up to 5 min), which made a minute's outage at install keep both
+/// replicas unready for minutes.
+async fn until_contended<T, F, Fut>(mut contend: F, stop: &watch::Receiver<bool>) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut wait = CONTEND_RETRY_FIRST;
+    let mut stop = std::pin::pin!(stopped(stop));
+    loop {
+        let attempt = tokio::select! {
+            attempt = tokio::time::timeout(CONTEND_ATTEMPT, contend()) => attempt,
+            () = &mut stop => return None,
+        };
+        match attempt {
+            Ok(Ok(contended)) => return Some(contended),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, retry_in = ?wait, "cannot read the Lease; trying again");
+            }
+            Err(_) => tracing::warn!(
+                bound = ?CONTEND_ATTEMPT,
+                retry_in = ?wait,
+                "no answer from the apiserver for the Lease; trying again"
+            ),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = &mut stop => return None,
+        }
+        wait = (wait * 2).min(CONTEND_RETRY_MAX);
+    }
 }
 
 /// Yields whenever the Lease `namespace/name` has no holder: its leader released it on

@@ -193,6 +193,88 @@ mod wiring_tests {
     }
 
     #[tokio::test]
+    async fn a_replica_that_cannot_reach_the_lease_stays_up_unready_and_leads_once_it_can() {
+        let (api, client) = apiserver().await;
+        // The apiserver takes requests for the Lease and never answers them.
+        api.stall(LEASES);
+        let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
+            .unwrap()
+            .args;
+        let health = Arc::new(Health::default());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        let running = tokio::spawn({
+            let (health, stop_tx) = (health.clone(), stop_tx.clone());
+            async move {
+                lead(&client, &args, &health, stop_tx, stop_rx, |stop| {
+                    run_controllers(client.clone(), &args, Arc::default(), health.clone(), stop)
+                })
+                .await
+            }
+        });
+        let lease_requests = || {
+            api.seen()
+                .iter()
+                .filter(|s| s.uri.starts_with(LEASES))
+                .count()
+        };
+        // Past one attempt's bound (CONTEND_ATTEMPT, 1 s in tests): it is made again.
+        eventually("a second attempt to read the Lease", || {
+            (lease_requests() >= 2).then_some(())
+        })
+        .await;
+        assert!(!running.is_finished(), "the replica exited: {running:?}");
+        assert!(!health.is_ready(), "ready without having read the Lease");
+        assert_eq!(holder(&api), None);
+
+        api.unstall(LEASES);
+        eventually("taking the Lease once the apiserver answers", || {
+            holder(&api)
+        })
+        .await;
+        eventually("readiness", || health.is_ready().then_some(())).await;
+        stop_tx.send_replace(true);
+        running
+            .await
+            .unwrap()
+            .expect("a requested stop is not an error");
+    }
+
+    #[tokio::test]
+    async fn a_stop_while_the_lease_cannot_be_reached_exits_at_once() {
+        let (api, client) = apiserver().await;
+        api.stall(LEASES);
+        let args = Cli::try_parse_from(["controller", "--namespace", "demo"])
+            .unwrap()
+            .args;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        let running = tokio::spawn({
+            let stop_tx = stop_tx.clone();
+            async move {
+                let health = Arc::<Health>::default();
+                lead(&client, &args, &health, stop_tx, stop_rx, |_| async {
+                    panic!("the controllers ran without the Lease")
+                })
+                .await
+            }
+        });
+        eventually("an attempt to read the Lease", || {
+            api.seen()
+                .iter()
+                .any(|s| s.uri.starts_with(LEASES))
+                .then_some(())
+        })
+        .await;
+        stop_tx.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .expect("a stop ends the attempts to read the Lease")
+            .unwrap()
+            .expect("a requested stop is not an error");
+    }
+
+    #[tokio::test]
     async fn a_stop_during_a_hung_reconcile_exits_promptly_and_releases_the_lease() {
         let (api, client) = apiserver().await;
         let agents = "/apis/kagent.dev/v1alpha2/namespaces/demo/agents";

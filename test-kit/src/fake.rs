@@ -319,6 +319,12 @@ impl FakeApi {
         self.store.lock().unwrap().stalled.push(prefix.into());
     }
 
+    /// Answers the requests whose path starts with `prefix` again from now on (those already
+    /// stalled stay in flight).
+    pub fn unstall(&self, prefix: &str) {
+        self.store.lock().unwrap().stalled.retain(|p| p != prefix);
+    }
+
     /// Stores `object` in the generic collection at path `collection`, created or replaced as
     /// another writer would: a new resourceVersion, and an ADDED or MODIFIED event.
     pub fn put(&self, collection: &str, object: Value) {
@@ -999,9 +1005,12 @@ mod tests {
         api.stall(&format!("{CONFIG_MAPS}/held"));
         let held = tokio::time::timeout(Duration::from_millis(200), maps.get("held")).await;
         assert!(held.is_err(), "a stalled request is never answered");
+        api.unstall(&format!("{CONFIG_MAPS}/held"));
+        let answered = tokio::time::timeout(Duration::from_secs(5), maps.get("held")).await;
+        assert!(answered.is_ok(), "answered again once unstalled");
 
         let seen = api.seen();
-        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert_eq!(seen.len(), 3, "{seen:?}");
         assert!(seen[0].metadata_only && seen[0].uri.starts_with(&format!("{CONFIG_MAPS}?")));
         assert!(!seen[1].metadata_only && seen[1].uri == format!("{CONFIG_MAPS}/held"));
     }
