@@ -102,7 +102,8 @@ restarts() { kubectl -n "$NS" get pod "$1" -o "jsonpath={.status.initContainerSt
 # cgroup_dir CONTROLLER ID: the container's cgroup (v1, cgroupfs driver) on this machine.
 cgroup_dir() { find "/sys/fs/cgroup/$1" -maxdepth 6 -type d -name "*$2*" -print -quit; }
 # ready_pods SELECTOR [NAMESPACE]: the pods matching SELECTOR (in $NS) that are Ready and not
-# being deleted, one a line.
+# being deleted, one a line. (Take the first with `sed -n 1p`, which reads them all: `head -1`
+# can leave Python's last write on a closed pipe, and the ERR trap of that subshell prints a FAIL.)
 ready_pods() {
   kubectl -n "${2:-$NS}" get pods -l "$1" -o json | python3 -c '
 import json, sys
@@ -557,7 +558,7 @@ $stored
 want
 $(printf 'user: %s\n' "${CONV_SAID[@]}")"
 STORED_EVENTS=$(python3 -c 'import json, sys; print(len(json.loads(json.loads(sys.argv[1])["body"])["data"]["events"]))' "$MINE")
-for pod in "$(ready_pods "kagent.dev/agent=$TWIN" | head -1)" "$GPOD"; do
+for pod in "$(ready_pods "kagent.dev/agent=$TWIN" | sed -n 1p)" "$GPOD"; do
   theirs=$(store_read "$pod" "$CONV_PATH")
   [ "$(status_of "$theirs")" = 404 ] || fail "pod $pod of another Agent read $AGENT's conversation: want 404, got $theirs"
   ! grep -q kiwi-4711 <<<"$theirs" || fail "the store's 404 to $pod holds the conversation: $theirs"
@@ -817,7 +818,7 @@ AFTER="$(field "$ANSWER" state): $(field "$ANSWER" text | cut -c1-60)"
 expect_in "the runtime's turn after the tool server restarted" "Session terminated" "$AFTER"
 kubectl -n "$NS" delete pod "$POD" --wait=false >/dev/null
 wait_for "a new pod of $AGENT Ready" 120 eval '[ -n "$(ready_pods "kagent.dev/agent=$AGENT" | grep -vx "$POD")" ]'
-POD=$(ready_pods "kagent.dev/agent=$AGENT" | grep -vx "$POD" | head -1)
+POD=$(ready_pods "kagent.dev/agent=$AGENT" | grep -vx "$POD" | sed -n 1p)
 send gone-retry "CALL delete_file {\"path\": \"/data/server-gone.csv\"}"
 the_request GONE_AGAIN /data/server-gone.csv "$GONE_REQ"
 kubectl hitl deny "$GONE_AGAIN" -n "$NS" --reason "e2e pods: asked again, as documented" >/dev/null
