@@ -62,7 +62,8 @@ bench:
 
 ## The operator's image from this checkout, offline: the release binaries and the libraries they
 ## load, FROM scratch, non-root (image/build.sh), tagged $(IMAGE), the chart's default image.
-## Uses podman or docker, whichever is installed; needs no registry.
+## Uses podman or docker, whichever is installed; needs no container registry. Its CA bundle is
+## the certifi wheel pinned in image/ca-bundle.env, downloaded once from PyPI with pip.
 image: build
 	IMAGE=$(IMAGE) image/build.sh
 
