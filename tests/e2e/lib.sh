@@ -76,17 +76,16 @@ elapsed() { awk -v a="$1" -v b="${2:-$EPOCHREALTIME}" 'BEGIN { printf "%.3f", b 
 # within START SECONDS: less than SECONDS have passed since START (a `now` value).
 within() { awk -v a="$1" -v b="$EPOCHREALTIME" -v s="$2" 'BEGIN { exit !(b - a < s) }'; }
 
-# explain_wait WHAT [NAMESPACE...]: after a wait for WHAT gave up, what the pods were doing, on
-# stderr: each pod of each NAMESPACE (default: the suite's $NS and $SYS_NS) with its phase,
+# explain_wait WHAT: after a wait for WHAT gave up, what the pods were doing, on stderr: each
+# pod of the suite's namespaces ($NS, and $SYS_NS where it has one) with its phase,
 # conditions and containers' states, the namespace's Events by time (the last 40), and each
 # container's last 20 log lines, and its previous instance's when it restarted
 # (tests/e2e/explain.py). Every wait of the suites calls it when it fails: wait_for, waited
 # (kubectl wait, kubectl rollout status, helm --wait) and reply.
 explain_wait() {
-  local what=$1 ns pod container restarts line
-  shift
-  local namespaces=("$@") containers=() k=(kubectl --request-timeout=10s)
-  [ ${#namespaces[@]} -gt 0 ] || namespaces=(${NS:-} ${SYS_NS:-})
+  local what=$1 ns pod container restarts line containers=() k=(kubectl --request-timeout=10s)
+  # shellcheck disable=SC2206 # unset or empty ones drop out
+  local namespaces=(${NS:-} ${SYS_NS:-})
   {
     echo "=== the wait for $what failed; what the cluster shows:"
     [ ${#namespaces[@]} -gt 0 ] || echo "(the suite has no namespace to show)"
@@ -130,7 +129,6 @@ wait_for() {
 
 # waited WHAT COMMAND...: runs COMMAND, a wait of its own (kubectl wait, kubectl rollout status,
 # helm --wait), and prints its output; when it fails, its output, explain_wait WHAT and a FAIL.
-# The namespaces explained are $WAIT_NAMESPACES (an array) when set, else the suite's.
 waited() {
   local what=$1 out status=0
   shift
@@ -140,7 +138,7 @@ waited() {
     return 0
   fi
   printf '%s\n' "$out" >&2
-  explain_wait "$what" ${WAIT_NAMESPACES[@]+"${WAIT_NAMESPACES[@]}"}
+  explain_wait "$what"
   fail "waiting for $what: $1 failed (status $status): $(tail -n 3 <<<"$out")"
 }
 
