@@ -58,11 +58,9 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     let mut route = Route::default();
     let mut request_id = None;
     let incoming = match noted {
-        Noted::Batch(messages) => {
-            for fields in &messages {
-                if matches!(fields.kind()?, Kind::ToolsList | Kind::ToolsCall) {
-                    return Err(Rejected::Batch);
-                }
+        Noted::Batch(refused) => {
+            if let Some(refused) = refused {
+                return Err(refused);
             }
             route.batch = true;
             Incoming::Other
@@ -113,8 +111,11 @@ enum Noted {
     Nothing,
     /// A message (an object in the body's place or a batch's).
     Message(Fields),
-    /// A batch: its messages in order (a member that is not an object noted as such).
-    Batch(Vec<Fields>),
+    /// A batch, and why it is refused: its first member that is not a message the gate
+    /// reads, or that is `tools/list` or `tools/call` (which a batch may not carry). Only
+    /// that is kept of its members, so a batch of many small messages costs no more memory
+    /// than its bytes.
+    Batch(Option<Rejected>),
     /// A `params` object.
     Params(Params),
     /// A `_meta` object's `progressToken`.
@@ -337,7 +338,7 @@ impl<'de> Visitor<'de> for Writer<'_> {
         // An array is a batch only as the whole body; in it, each member is a message.
         let batch = self.place == Place::Body;
         let member = if batch { Place::Message } else { Place::Other };
-        let mut messages = Vec::new();
+        let mut refused = None;
         self.out.push(b'[');
         let mut first = true;
         loop {
@@ -348,8 +349,12 @@ impl<'de> Visitor<'de> for Writer<'_> {
                 break;
             };
             first = false;
-            if batch {
-                messages.push(noted.into_message());
+            if batch && refused.is_none() {
+                refused = match noted.into_message().kind() {
+                    Ok(Kind::ToolsList | Kind::ToolsCall) => Some(Rejected::Batch),
+                    Ok(_) => None,
+                    Err(why) => Some(why),
+                };
             }
         }
         // The comma written for the member that did not come.
@@ -358,7 +363,7 @@ impl<'de> Visitor<'de> for Writer<'_> {
         }
         self.out.push(b']');
         Ok(if batch {
-            Noted::Batch(messages)
+            Noted::Batch(refused)
         } else {
             Noted::Nothing
         })
