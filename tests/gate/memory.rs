@@ -30,6 +30,10 @@ use crate::harness::*;
 /// The peak resident memory the gate may reach: its container's limit, 128 MiB, less room.
 const PEAK_BOUND: u64 = 100 << 20;
 
+/// The anonymous memory (what the gate allocated, without the executable's code pages, which
+/// a debug build has many of) it may reach: its 40 MiB budget and its own working memory.
+const ANON_BOUND: u64 = 64 << 20;
+
 /// Resident memory past which the sampler kills the gate (the run then fails).
 const KILL_AT: u64 = 1 << 30;
 
@@ -211,16 +215,23 @@ fn status_bytes(pid: u32, field: &str) -> Option<u64> {
 /// [`KILL_AT`].
 struct Sampler {
     peak: Arc<AtomicU64>,
+    /// The most anonymous memory seen (the heap: what the gate allocated), and the most
+    /// file-backed (mostly the executable's code pages, large in a debug build).
+    anon: Arc<AtomicU64>,
+    file: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Sampler {
     fn start(pid: u32) -> Self {
         let peak = Arc::new(AtomicU64::new(0));
-        let seen = peak.clone();
+        let (anon, file) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (seen, seen_anon, seen_file) = (peak.clone(), anon.clone(), file.clone());
         let task = tokio::spawn(async move {
             while let Some(rss) = status_bytes(pid, "VmHWM:") {
                 seen.fetch_max(rss, Ordering::SeqCst);
+                seen_anon.fetch_max(status_bytes(pid, "RssAnon:").unwrap_or(0), Ordering::SeqCst);
+                seen_file.fetch_max(status_bytes(pid, "RssFile:").unwrap_or(0), Ordering::SeqCst);
                 if rss > KILL_AT {
                     let _ = std::process::Command::new("kill")
                         .args(["-KILL", &pid.to_string()])
@@ -230,11 +241,30 @@ impl Sampler {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         });
-        Self { peak, task }
+        Self {
+            peak,
+            anon,
+            file,
+            task,
+        }
     }
 
     fn peak(&self) -> u64 {
         self.peak.load(Ordering::SeqCst)
+    }
+
+    fn anon(&self) -> u64 {
+        self.anon.load(Ordering::SeqCst)
+    }
+
+    /// The most anonymous and file-backed memory sampled, in MiB, as text.
+    fn parts(&self) -> String {
+        let mib = |a: &AtomicU64| a.load(Ordering::SeqCst) as f64 / (1 << 20) as f64;
+        format!(
+            "anonymous at most {:.1} MiB, file-backed at most {:.1} MiB",
+            mib(&self.anon),
+            mib(&self.file)
+        )
     }
 }
 
@@ -310,7 +340,8 @@ async fn feed(url: &str, token: Option<&str>) -> Vec<(String, u16, String)> {
 
 /// What a run must show: the gate alive and answering everything (a call with a tree too
 /// large refused naming the limit, the rest answered or refused as busy), and its peak.
-fn check(answers: &[(String, u16, String)], idle: u64, peak: u64, side: &str) {
+fn check(answers: &[(String, u16, String)], idle: u64, sampler: &Sampler, pid: u32, side: &str) {
+    let peak = sampler.peak().max(status_bytes(pid, "VmHWM:").unwrap_or(0));
     let refused_for_values = answers
         .iter()
         .filter(|(_, _, text)| text.contains(&format!("more than {MAX_TREE_VALUES} JSON values")))
@@ -318,10 +349,11 @@ fn check(answers: &[(String, u16, String)], idle: u64, peak: u64, side: &str) {
     let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
     let count = |status: u16| answers.iter().filter(|(_, s, _)| *s == status).count();
     eprintln!(
-        "{side}: the gate's peak resident memory {:.1} MiB (idle {:.1} MiB; bound {} MiB); \
+        "{side}: the gate's peak resident memory {:.1} MiB ({}; idle {:.1} MiB; bound {} MiB); \
          {} answers: {} HTTP 200, {} HTTP 503 (busy), {} refused for their number of values, \
          {} lost (the gate died)",
         mib(peak),
+        sampler.parts(),
         mib(idle),
         PEAK_BOUND >> 20,
         answers.len(),
@@ -348,6 +380,12 @@ fn check(answers: &[(String, u16, String)], idle: u64, peak: u64, side: &str) {
         peak >> 20,
         PEAK_BOUND >> 20
     );
+    assert!(
+        sampler.anon() <= ANON_BOUND,
+        "{side}: the gate's anonymous memory reached {} MiB, over {} MiB",
+        sampler.anon() >> 20,
+        ANON_BOUND >> 20
+    );
 }
 
 fn servers(upstream: &str) -> Vec<hitl_operator::contract::gate_config::GateServer> {
@@ -369,10 +407,7 @@ async fn an_agents_gate_stays_within_its_memory_whatever_it_is_sent() {
     let idle = status_bytes(gate.pid(), "VmHWM:").unwrap();
     let sampler = Sampler::start(gate.pid());
     let answers = feed(&gate.url, None).await;
-    let peak = sampler
-        .peak()
-        .max(status_bytes(gate.pid(), "VmHWM:").unwrap_or(0));
-    check(&answers, idle, peak, "an Agent's gate");
+    check(&answers, idle, &sampler, gate.pid(), "an Agent's gate");
     still_serves(&gate.url, None).await;
 }
 
@@ -391,10 +426,13 @@ async fn a_shared_gate_stays_within_its_memory_whatever_its_callers_send() {
     let idle = status_bytes(gate.pid(), "VmHWM:").unwrap();
     let sampler = Sampler::start(gate.pid());
     let answers = feed(&gate.url, Some("bot")).await;
-    let peak = sampler
-        .peak()
-        .max(status_bytes(gate.pid(), "VmHWM:").unwrap_or(0));
-    check(&answers, idle, peak, "a ToolGate's shared gate");
+    check(
+        &answers,
+        idle,
+        &sampler,
+        gate.pid(),
+        "a ToolGate's shared gate",
+    );
     still_serves(&gate.url, Some("bot")).await;
 }
 

@@ -8,6 +8,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -490,18 +491,27 @@ impl<'de> Visitor<'de> for Key {
 }
 
 /// The keys of an object so far with their case-folded forms: a list while the object is
-/// small, and indexed by form once it has [`INDEX_FROM`] keys, so that a message holding a
-/// huge object costs no quadratic time.
+/// small, and indexed by the hash of the form once it has [`INDEX_FROM`] keys, so that a
+/// message holding a huge object costs no quadratic time. The index holds hashes, not copies
+/// of the keys: an object of many short keys costs a few words a key.
 #[derive(Default)]
 struct Keys<'de> {
     /// Each key and its folded form, when folding changes it.
     seen: Vec<(Cow<'de, str>, Option<String>)>,
-    /// Position in `seen` by folded form, once there are [`INDEX_FROM`] keys.
-    index: HashMap<String, usize>,
+    /// Position in `seen` by the hash of the folded form (the first, when two forms share a
+    /// hash), once there are [`INDEX_FROM`] keys.
+    index: HashMap<u64, usize>,
+    /// Hashes the forms, keyed afresh for each object.
+    hasher: RandomState,
 }
 
 /// How many keys an object has before [`Keys`] indexes them.
 const INDEX_FROM: usize = 16;
+
+/// The folded form of a key of [`Keys::seen`].
+fn form_of<'a>((key, form): &'a (Cow<'_, str>, Option<String>)) -> &'a str {
+    form.as_deref().unwrap_or(key)
+}
 
 impl<'de> Keys<'de> {
     fn is_empty(&self) -> bool {
@@ -512,14 +522,21 @@ impl<'de> Keys<'de> {
     /// not be added: the object already holds it, or a key equal to it ignoring case.
     fn add(&mut self, key: Cow<'de, str>, form: Option<String>) -> Result<(), String> {
         let folded = form.as_deref().unwrap_or(&key);
-        let earlier = if self.seen.len() < INDEX_FROM {
-            self.seen
-                .iter()
-                .find(|(other, other_form)| other_form.as_deref().unwrap_or(other) == folded)
-        } else {
-            self.index.get(folded).map(|&at| &self.seen[at])
+        let scan = |seen: &'_ [(Cow<'de, str>, Option<String>)]| -> Option<usize> {
+            seen.iter().position(|other| form_of(other) == folded)
         };
-        if let Some((other, _)) = earlier {
+        let earlier = if self.seen.len() < INDEX_FROM {
+            scan(&self.seen)
+        } else {
+            match self.index.get(&self.hasher.hash_one(folded)) {
+                Some(&at) if form_of(&self.seen[at]) == folded => Some(at),
+                // Another form with the same hash: look through them all.
+                Some(_) => scan(&self.seen),
+                None => None,
+            }
+        };
+        if let Some(at) = earlier {
+            let other = &self.seen[at].0;
             return Err(if *other == key {
                 format!("duplicate key {:?}", &*key)
             } else {
@@ -531,12 +548,13 @@ impl<'de> Keys<'de> {
         }
         if self.seen.len() + 1 >= INDEX_FROM {
             if self.index.is_empty() {
-                for (at, (other, other_form)) in self.seen.iter().enumerate() {
-                    let other_form = other_form.as_deref().unwrap_or(other);
-                    self.index.insert(other_form.to_owned(), at);
+                for (at, other) in self.seen.iter().enumerate() {
+                    let hash = self.hasher.hash_one(form_of(other));
+                    self.index.entry(hash).or_insert(at);
                 }
             }
-            self.index.insert(folded.to_owned(), self.seen.len());
+            let hash = self.hasher.hash_one(folded);
+            self.index.entry(hash).or_insert(self.seen.len());
         }
         self.seen.push((key, form));
         Ok(())
