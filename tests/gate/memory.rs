@@ -364,6 +364,12 @@ fn check(answers: &[(String, u16, String)], idle: u64, sampler: &Sampler, pid: u
     );
     for (what, status, text) in answers {
         assert_ne!(*status, 0, "{side}: the gate died answering {what}");
+        if *status == 503 {
+            assert!(
+                text.contains("the approval gate is busy") && text.contains("memory budget"),
+                "{side}: {what}: a 503 that does not say why: {text}"
+            );
+        }
         assert!(
             matches!(status, 200 | 202 | 400 | 413 | 502 | 503),
             "{side}: {what}: HTTP {status}: {}",
