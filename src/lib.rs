@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod apiserver;
+pub mod budget;
 pub mod cidr;
 pub mod cli;
 pub mod condition;

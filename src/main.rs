@@ -71,11 +71,14 @@ fn main() -> ExitCode {
         ),
         // One thread: an agent's calls are few, and a proxied message then never waits for
         // another thread to wake up (measured in benches/gate.rs and docs/gate.md).
-        Command::Gate(args) => serve(
-            "gate",
-            tokio::runtime::Builder::new_current_thread(),
-            cli::gate::run(args),
-        ),
+        Command::Gate(args) => {
+            hitl_operator::gate::memory::map_large_allocations();
+            serve(
+                "gate",
+                tokio::runtime::Builder::new_current_thread(),
+                cli::gate::run(args),
+            )
+        }
     }
 }
 

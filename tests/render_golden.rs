@@ -160,7 +160,7 @@ fn the_example_path_rules_compare_cleaned_paths() {
     let decide = |tool: &str, path: &str| {
         policy.decide(&PolicyCall {
             tool,
-            args: &json!({ "path": path }).into(),
+            args: &json!({ "path": path }),
             message_bytes: 100,
             session: None,
         })

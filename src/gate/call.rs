@@ -21,6 +21,7 @@ use super::continuation::{self, Continuation, Watch};
 use super::decision::CallKey;
 use super::hash;
 use super::jsonrpc::{self, ToolCall};
+use super::memory::{NoTree, Tree};
 use super::metrics::Outcome;
 use super::outcome;
 use super::policy::{PolicyCall, PolicyVerdict};
@@ -28,7 +29,7 @@ use super::redact;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
 use crate::Error;
 use crate::api::approval_request::{CallContext, Caller};
-use crate::condition::Activation;
+use crate::condition::{Activation, MAX_INPUT_BYTES};
 use crate::sse;
 
 /// Events the gate queues for a client's event stream that it writes itself (a gated call's
@@ -209,7 +210,16 @@ async fn answer_on_stream<T: Transport>(
 async fn continued<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Response<Body> {
     let up = t.upstream();
     let metrics = &up.shared.metrics;
-    let binding = match hash::digest(&up.shared.key, call.arguments.value()) {
+    let tree = match call.arguments.tree().await {
+        Ok(tree) => tree,
+        Err(why) => {
+            let text = untreed(up, &call, &why);
+            return t.refuse(tool_error(&t, &call, &text)).await;
+        }
+    };
+    let digest = hash::digest(&up.shared.key, tree.value());
+    drop(tree);
+    let binding = match digest {
         Ok(d) => d.binding,
         Err(e) => {
             metrics.call(Outcome::error);
@@ -315,12 +325,22 @@ async fn screen(
     call: &ToolCall,
     message_bytes: usize,
 ) -> Screened {
+    // The arguments as a tree only if a rule's condition may read them, for as long as it does.
+    let tree = if up.policy.reads_arguments(&call.name, message_bytes) {
+        match call.arguments.tree().await {
+            Ok(tree) => Some(tree),
+            Err(why) => return Screened::Refused(untreed(up, call, &why)),
+        }
+    } else {
+        None
+    };
     let verdict = up.policy.decide(&PolicyCall {
         tool: &call.name,
-        args: &call.arguments,
+        args: tree.as_ref().map_or(&Value::Null, Tree::value),
         message_bytes,
         session,
     });
+    drop(tree);
     let metrics = &up.shared.metrics;
     let governed = !matches!(
         verdict,
@@ -358,6 +378,17 @@ async fn screen(
             })
         }
     }
+}
+
+/// The refusal of a call whose arguments the gate would not build into a tree (`why`: more
+/// values than it builds, or its memory budget spent).
+fn untreed(up: &Upstream, call: &ToolCall, why: &NoTree) -> String {
+    tracing::info!(server = %up.label, tool = %call.name, %why, "refused: no tree of the arguments");
+    up.shared.metrics.call(Outcome::error);
+    outcome::error(
+        &call.name,
+        &format!("its arguments cannot be read to decide on the call: {why}"),
+    )
 }
 
 /// The end of a gated call.
@@ -399,7 +430,11 @@ async fn gated(
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> GatedResult {
     let metrics = &up.shared.metrics;
-    let digest = match hash::digest(&up.shared.key, call.arguments.value()) {
+    let tree = match call.arguments.tree().await {
+        Ok(tree) => tree,
+        Err(why) => return GatedResult::Refused(untreed(up, call, &why)),
+    };
+    let digest = match hash::digest(&up.shared.key, tree.value()) {
         Ok(d) => d,
         Err(e) => {
             metrics.call(Outcome::error);
@@ -423,7 +458,7 @@ async fn gated(
             required_approvals: asked.required_approvals,
         },
         digest,
-        preview: redact::preview(call.arguments.value()),
+        preview: redact::preview(tree.value()),
         rule: asked.rule,
         context: CallContext {
             session_id: session.map(|s| s.chars().take(256).collect()),
@@ -438,11 +473,20 @@ async fn gated(
     let facts = up.shared.approvals.grants_enabled().then(|| {
         Activation::new(&up.policy.facts(&PolicyCall {
             tool: &call.name,
-            args: &call.arguments,
+            args: tree.value(),
             message_bytes: outgoing.body.len(),
             session,
         }))
     });
+    // The tree goes before the wait; its share of the budget stays while the conditions'
+    // copy of the arguments (at most `MAX_INPUT_BYTES` of them) does.
+    let _held = match &facts {
+        Some(_) if outgoing.body.len() <= MAX_INPUT_BYTES => Some(tree.into_reservation()),
+        _ => {
+            drop(tree);
+            None
+        }
+    };
     let binding = gated_call.key.binding.clone();
     let (name, kind) = match approve(up, &gated_call, facts.as_ref(), &call.name, progress).await {
         Ok(approved) => approved,

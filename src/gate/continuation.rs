@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::jsonrpc;
 use super::upstream::Upstream;
 
 /// How long a continuation can be taken after the answer that allowed it.
@@ -203,22 +204,31 @@ pub fn check(taken: Option<Continuation>, tool: &str, binding: &str) -> Result<S
 /// gate cannot read as JSON, another id, or a `requestState` that is not a string allows no
 /// continuation.
 pub fn input_required(message: &[u8], id: &Value) -> Option<Option<String>> {
-    // Most answers are not: only those mentioning it are parsed.
+    // Most answers are not: only those mentioning it are read, field by field, without a tree
+    // of the rest.
     memchr::memmem::find(message, b"input_required")?;
-    let msg: Value = serde_json::from_slice(message).ok()?;
-    if msg.get("id") != Some(id) {
+    let value = |raw: &serde_json::value::RawValue| serde_json::from_str::<Value>(raw.get()).ok();
+    // An id is a string or a number: one longer than any the gate keeps is not this call's.
+    let answer_id = jsonrpc::field(message, "id").ok()??;
+    if answer_id.get().len() > MAX_ID_BYTES || value(answer_id).as_ref() != Some(id) {
         return None;
     }
-    let result = msg.get("result")?.as_object()?;
-    if result.get("resultType")?.as_str()? != "input_required" {
+    let result = jsonrpc::field(message, "result").ok()??.get().as_bytes();
+    let result_type = jsonrpc::field(result, "resultType").ok()??;
+    if serde_json::from_str::<String>(result_type.get()).ok()? != "input_required" {
         return None;
     }
-    match result.get("requestState") {
+    match jsonrpc::field(result, "requestState").ok()? {
         None => Some(None),
-        Some(Value::String(state)) => Some(Some(state.clone())),
-        Some(_) => None,
+        Some(state) => match value(state)? {
+            Value::String(state) => Some(Some(state)),
+            _ => None,
+        },
     }
 }
+
+/// The longest JSON-RPC id of an answer [`input_required`] reads as a tree.
+const MAX_ID_BYTES: usize = 1024;
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,6 @@
 //! upstream only as the gate wrote it out again after reading it, never as the client's bytes.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
 use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -13,6 +12,8 @@ use serde_json::{Map, Value, json};
 mod reader;
 
 pub use reader::{Message, read};
+
+use super::memory::{NoTree, Tree};
 
 /// A `tools/call` request.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,24 +36,20 @@ pub struct ToolCall {
 
 /// The arguments of a `tools/call` as the gate wrote them into the message it forwards. They
 /// are checked with the rest of the message as it is read (no key repeated, none equal to
-/// another ignoring case), but become a [`Value`] only when something decides on them: a rule's
-/// condition, the hash and preview of a call held for approval, a header mirroring one. An
-/// ungated call of a tool without rules forwards them without building that value.
-#[derive(Clone, Debug)]
+/// another ignoring case), and become a tree ([`Tree`]) only when something decides on them —
+/// a rule's condition, the hash and preview of a call held for approval — and only for as long
+/// as it decides, within the gate's memory budget ([`super::memory`]). An ungated call of a
+/// tool without rules forwards them without building a tree.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Arguments {
     /// The JSON the gate wrote, a slice of the message it forwards.
     written: Bytes,
-    /// The value, once asked for (boxed: most calls never ask, and every call carries this).
-    value: OnceLock<Box<Value>>,
 }
 
 impl Arguments {
     /// Arguments as the gate wrote them (`written`: JSON of its own writing).
     fn written(written: Bytes) -> Self {
-        Self {
-            written,
-            value: OnceLock::new(),
-        }
+        Self { written }
     }
 
     /// Absent or null arguments: `{}`.
@@ -60,28 +57,123 @@ impl Arguments {
         Self::written(Bytes::from_static(b"{}"))
     }
 
-    /// The arguments as a [`Value`], parsed the first time they are asked for. They parse as
-    /// the message around them did: the gate wrote them from that parse, nested less deeply.
-    pub fn value(&self) -> &Value {
-        self.value.get_or_init(|| {
-            Box::new(serde_json::from_slice(&self.written).expect("the gate's own JSON parses"))
-        })
+    /// The arguments as the gate wrote them (and forwards them).
+    pub fn json(&self) -> &[u8] {
+        &self.written
+    }
+
+    /// The arguments as a tree, holding the worst size of that tree from the gate's memory
+    /// budget while it lives; refused when they hold more than
+    /// [`super::memory::MAX_TREE_VALUES`] values, or when the budget stays spent.
+    pub async fn tree(&self) -> Result<Tree, NoTree> {
+        Tree::of(&self.written).await
+    }
+
+    /// The argument at `path` (a chain of object keys), if present and not null, found
+    /// without building a tree of the rest: a string, number or boolean as it is; an object or
+    /// an array as an empty one (what a header mirroring it can never match).
+    pub fn at(&self, path: &[String]) -> Option<Value> {
+        let mut at: &[u8] = &self.written;
+        for key in path {
+            let raw = field(at, key).expect("the gate's own JSON parses")?;
+            at = raw_bytes(at, raw);
+        }
+        match at.first() {
+            Some(b'{') => Some(Value::Object(Map::new())),
+            Some(b'[') => Some(Value::Array(Vec::new())),
+            _ => Some(serde_json::from_slice(at).expect("the gate's own JSON parses"))
+                .filter(|v: &Value| !v.is_null()),
+        }
+    }
+}
+
+/// The slice of `json` that `raw`, borrowed from it, is.
+fn raw_bytes<'a>(json: &'a [u8], raw: &serde_json::value::RawValue) -> &'a [u8] {
+    let start = raw.get().as_ptr() as usize - json.as_ptr() as usize;
+    &json[start..start + raw.get().len()]
+}
+
+/// The value of `key` in `json` as written there, found without building a tree: `None` when
+/// `json` is not an object or has no such key (the last one, if it repeats it); an error when
+/// it is not JSON.
+pub fn field<'a>(
+    json: &'a [u8],
+    key: &str,
+) -> Result<Option<&'a serde_json::value::RawValue>, serde_json::Error> {
+    let mut parser = serde_json::Deserializer::from_slice(json);
+    let found = Lookup(key).deserialize(&mut parser)?;
+    parser.end()?;
+    Ok(found)
+}
+
+/// Finds the value of one key of an object without building the object: `None` when the JSON
+/// is not an object or has no such key.
+struct Lookup<'k>(&'k str);
+
+impl<'de> DeserializeSeed<'de> for Lookup<'_> {
+    type Value = Option<&'de serde_json::value::RawValue>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Lookup<'_> {
+    type Value = Option<&'de serde_json::value::RawValue>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == self.0 {
+                found = Some(map.next_value::<&'de serde_json::value::RawValue>()?);
+            } else {
+                map.next_value::<de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
     }
 }
 
 impl From<Value> for Arguments {
     fn from(value: Value) -> Self {
-        let written = serde_json::to_vec(&value).expect("a Value is written as JSON");
-        Self {
-            written: written.into(),
-            value: OnceLock::from(Box::new(value)),
-        }
-    }
-}
-
-impl PartialEq for Arguments {
-    fn eq(&self, other: &Self) -> bool {
-        self.value() == other.value()
+        Self::written(
+            serde_json::to_vec(&value)
+                .expect("a Value is written as JSON")
+                .into(),
+        )
     }
 }
 
@@ -421,6 +513,11 @@ pub fn progress(token: &Value, progress: u64, message: &str) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// The arguments as a tree, outside the gate's budget.
+    pub(super) fn parsed(arguments: &Arguments) -> Value {
+        serde_json::from_slice(arguments.json()).unwrap()
+    }
+
     fn classify(body: &[u8]) -> Result<Incoming, Rejected> {
         read(body).map(|m| m.incoming)
     }
@@ -462,7 +559,7 @@ mod tests {
         let call =
             classify(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}"#);
         assert!(
-            matches!(call, Ok(Incoming::ToolsCall(ToolCall { ref arguments, progress_token: None, .. })) if *arguments.value() == json!({}))
+            matches!(call, Ok(Incoming::ToolsCall(ToolCall { ref arguments, progress_token: None, .. })) if parsed(arguments) == json!({}))
         );
     }
 
@@ -509,7 +606,7 @@ mod tests {
     }
 
     #[test]
-    fn a_calls_arguments_are_parsed_only_when_asked_for() {
+    fn a_calls_arguments_are_kept_as_written() {
         let call = |body: &[u8]| match read(body) {
             Ok(Message {
                 incoming: Incoming::ToolsCall(call),
@@ -520,22 +617,53 @@ mod tests {
         let read = call(
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi","n":[1,{"k":null}]}}}"#,
         );
-        assert!(read.arguments.value.get().is_none(), "read, not parsed");
         assert_eq!(
             &*read.arguments.written,
             br#"{"message":"hi","n":[1,{"k":null}]}"#
         );
         assert_eq!(
-            read.arguments.value(),
-            &json!({"message": "hi", "n": [1, {"k": null}]})
+            parsed(&read.arguments),
+            json!({"message": "hi", "n": [1, {"k": null}]})
         );
-        assert!(read.arguments.value.get().is_some(), "parsed once asked");
         for absent in [
             &br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#[..],
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":null}}"#,
         ] {
-            assert_eq!(call(absent).arguments.value(), &json!({}));
+            assert_eq!(parsed(&call(absent).arguments), json!({}));
         }
+    }
+
+    #[test]
+    fn an_argument_is_found_without_a_tree() {
+        let args: Arguments = json!({"a": {"b": "x", "n": 7, "t": true, "z": null, "o": {"k": 1}, "l": [1]}, "s": "top"}).into();
+        let at = |path: &[&str]| args.at(&path.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(at(&["s"]), Some(json!("top")));
+        assert_eq!(at(&["a", "b"]), Some(json!("x")));
+        assert_eq!(at(&["a", "n"]), Some(json!(7)));
+        assert_eq!(at(&["a", "t"]), Some(json!(true)));
+        assert_eq!(at(&["a", "o"]), Some(json!({})));
+        assert_eq!(at(&["a", "l"]), Some(json!([])));
+        for absent in [
+            &["a", "z"][..],
+            &["a", "missing"],
+            &["s", "deeper"],
+            &["a", "l", "0"],
+        ] {
+            assert_eq!(at(absent), None, "{absent:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tree_of_the_arguments_is_refused_past_the_limit_of_values() {
+        use super::super::memory::MAX_TREE_VALUES;
+        let zeros = |n: usize| -> Arguments { json!({"l": vec![0; n - 2]}).into() };
+        let tree = zeros(MAX_TREE_VALUES).tree().await.unwrap();
+        assert_eq!(
+            tree.value()["l"].as_array().unwrap().len(),
+            MAX_TREE_VALUES - 2
+        );
+        let refused = zeros(MAX_TREE_VALUES + 1).tree().await.unwrap_err();
+        assert_eq!(refused, NoTree::TooManyValues);
     }
 
     #[test]
@@ -550,7 +678,10 @@ mod tests {
             panic!("a call")
         };
         let parsed: Value = serde_json::from_slice(&forwarded).unwrap();
-        assert_eq!(&parsed["params"]["arguments"], call.arguments.value());
+        assert_eq!(
+            parsed["params"]["arguments"],
+            super::tests::parsed(&call.arguments)
+        );
         assert_eq!(
             String::from_utf8(forwarded.to_vec()).unwrap(),
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"bank","amount":1.0000000000000001e+23,"n":9007199254740993}}}"#

@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::Value;
 
 use super::jsonrpc::{self, Arguments, Filtered, Incoming, Message, Route};
+use super::memory;
 use super::upstream::Upstream;
 use crate::sse;
 
@@ -134,11 +135,17 @@ pub fn filter_event(up: &Upstream, event: Bytes, request: Option<&Value>) -> Opt
 }
 
 /// [`jsonrpc::filter_tools`] with this server's tools, for a message that may hold a tool list
-/// ([`may_list_tools`]). Other messages, most answers, are not parsed.
+/// ([`may_list_tools`]). Other messages, most answers, are not parsed. The tree of a message
+/// that is parsed holds its share of the gate's memory budget while it lives; one of more than
+/// [`memory::MAX_TREE_VALUES`] values, or one that finds the budget spent, is not relayed.
 pub fn filter_message(up: &Upstream, message: &[u8]) -> Filtered {
     if !may_list_tools(message) {
         return Filtered::Unchanged;
     }
+    let _tree = match memory::try_reserve_tree(message) {
+        Ok(reservation) => reservation,
+        Err(why) => return Filtered::Unreadable(why.to_string()),
+    };
     jsonrpc::filter_tools(
         message,
         |t| up.policy.offers(t),
@@ -451,7 +458,7 @@ pub fn check_routing_headers(
     if must_mirror {
         let missing = declared.iter().flat_map(|d| d.iter()).find(|param| {
             !params.iter().any(|(key, _)| *key == param.header)
-                && argument_at(arguments.value(), &param.path).is_some()
+                && arguments.at(&param.path).is_some()
         });
         if let Some(param) = missing {
             return Err(format!(
@@ -472,7 +479,7 @@ pub fn check_routing_headers(
             ));
         };
         let argument = param.path.join(".");
-        let Some(at) = argument_at(arguments.value(), &param.path) else {
+        let Some(at) = arguments.at(&param.path) else {
             return Err(format!(
                 "header {key} is present but the body's argument {argument:?} is absent"
             ));
@@ -482,22 +489,13 @@ pub fn check_routing_headers(
                 "header {key} is neither visible ASCII nor canonical =?base64?…?="
             ));
         };
-        if !param_matches(at, &value, param.integer) {
+        if !param_matches(&at, &value, param.integer) {
             return Err(format!(
                 "header {key} {value:?} does not match the body's argument {argument:?}"
             ));
         }
     }
     Ok(())
-}
-
-/// The argument at `path` in a call's `arguments`, if present and not null.
-fn argument_at<'a>(arguments: &'a Value, path: &[String]) -> Option<&'a Value> {
-    let mut at = Some(arguments);
-    for step in path {
-        at = at.and_then(|v| v.get(step));
-    }
-    at.filter(|v| !v.is_null())
 }
 
 /// Whether a decoded `Mcp-Param-*` value is the argument `at` as a client renders it: a string

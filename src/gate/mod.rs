@@ -12,6 +12,7 @@ pub mod grants;
 pub mod hash;
 pub mod http_sse;
 pub mod jsonrpc;
+pub mod memory;
 pub mod messages;
 pub mod metrics;
 pub mod open_requests;

@@ -12,9 +12,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::api::agent::RuleAction;
 use crate::api::approval_request::MAX_APPROVALS;
-use crate::condition::{Activation, CallFacts, Condition};
+use crate::condition::{Activation, CallFacts, Condition, MAX_INPUT_BYTES};
 use crate::contract::gate_config::{AgentIdentity, GateRule, GateServer};
-use crate::gate::jsonrpc::Arguments;
+use serde_json::Value;
 
 /// The decision for one call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,8 +47,9 @@ pub enum PolicyVerdict {
 pub struct PolicyCall<'a> {
     /// The tool.
     pub tool: &'a str,
-    /// Its arguments (`{}` when absent), parsed only if a rule's condition reads them.
-    pub args: &'a Arguments,
+    /// Its arguments (`{}` when absent) as a tree, when a rule's condition may read them
+    /// ([`ServerPolicy::reads_arguments`]); `null` otherwise (nothing reads them then).
+    pub args: &'a Value,
     /// Size in bytes of the call's message as the gate read it (bounds CEL's input).
     pub message_bytes: usize,
     /// The MCP session id, when known.
@@ -104,6 +105,17 @@ impl ServerPolicy {
     /// it. An Agent's freeze stops the calls of these tools.
     pub fn governs(&self, tool: &str) -> bool {
         self.gated.contains(tool) || self.rules.contains_key(tool)
+    }
+
+    /// Whether deciding a call of `tool` may read its arguments: a rule about it has a
+    /// condition, and the call's message is small enough for conditions to see them
+    /// ([`MAX_INPUT_BYTES`]). Otherwise [`PolicyCall::args`] may be `null`.
+    pub fn reads_arguments(&self, tool: &str, message_bytes: usize) -> bool {
+        message_bytes <= MAX_INPUT_BYTES
+            && self
+                .rules
+                .get(tool)
+                .is_some_and(|rules| rules.iter().any(|rule| rule.when.is_some()))
     }
 
     /// What to do with `call`.
@@ -166,7 +178,7 @@ impl ServerPolicy {
     /// What conditions (of rules and of grants) see of `call`.
     pub fn facts<'a>(&'a self, call: &PolicyCall<'a>) -> CallFacts<'a> {
         CallFacts {
-            args: call.args.value(),
+            args: call.args,
             args_bytes: call.message_bytes,
             agent: &self.agent,
             namespace: &self.namespace,
@@ -268,7 +280,7 @@ mod tests {
         let message_bytes = args.to_string().len();
         policy.decide(&PolicyCall {
             tool,
-            args: &args.into(),
+            args: &args,
             message_bytes,
             session: None,
         })

@@ -27,6 +27,7 @@ use tower::Service;
 use super::callers::Callers;
 use super::http_sse::{self, SseRoute};
 use super::jsonrpc;
+use super::memory;
 use super::messages::check_single_headers;
 use super::streamable_http;
 use super::upstream::{Upstream, drop_connection_options, is_credential};
@@ -163,8 +164,21 @@ impl Service<Request> for McpRoutes {
                     Err(refused) => return Ok(refused.response()),
                 }
             }
+            // A message's bytes, and what the gate makes of them, are held within its memory
+            // budget until the answer is sent: a POST that finds it spent is refused (503).
+            let reservation = if request.method() == Method::POST {
+                match memory::reserve_message(request.headers()).await {
+                    Some(reservation) => Some(reservation),
+                    None => {
+                        tracing::warn!("refused: the gate's memory budget is spent");
+                        return Ok(memory::busy());
+                    }
+                }
+            } else {
+                None
+            };
             let method = request.method();
-            Ok(match routes.get(request.uri().path()) {
+            let resp = match routes.get(request.uri().path()) {
                 None => status(StatusCode::NOT_FOUND),
                 Some(Target::Streamable(up)) => {
                     streamable_http::streamable(State(up.clone()), request).await
@@ -185,6 +199,10 @@ impl Service<Request> for McpRoutes {
                         not_allowed("POST")
                     }
                 }
+            };
+            Ok(match reservation {
+                Some(reservation) => memory::holding(resp, reservation),
+                None => resp,
             })
         })
     }

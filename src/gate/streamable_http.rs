@@ -19,6 +19,7 @@ use super::call::{self, Reply, STREAM_QUEUE, Transport};
 use super::callers;
 use super::continuation::Watch;
 use super::jsonrpc::{self, Filtered, Incoming, Rejected, ToolCall};
+use super::memory;
 use super::messages::{
     HEADER_MISMATCH, check_body_headers, check_message_headers, filter_event, filter_message,
     message_body, unreadable_text,
@@ -262,6 +263,16 @@ async fn relay_filtered(
     watch: Option<Watch>,
 ) -> Response<Body> {
     let sse = is_event_stream(resp.headers());
+    let reservation = if sse {
+        None
+    } else {
+        match memory::reserve_answer(resp.headers()).await {
+            Ok(reservation) => Some(reservation),
+            Err(why) => {
+                return upstream_failed(&up, &UpstreamError::Unreadable(why.to_string()), None);
+            }
+        }
+    };
     let (builder, body) = up.relay_parts(resp);
     if sse {
         let stream = filter_sse(arrived_first(body).await, up, request, watch);
@@ -289,9 +300,13 @@ async fn relay_filtered(
             );
         }
     };
-    builder
+    let resp = builder
         .body(Body::from(out))
-        .expect("upstream response parts are valid")
+        .expect("upstream response parts are valid");
+    match reservation {
+        Some(reservation) => memory::holding(resp, reservation),
+        None => resp,
+    }
 }
 
 /// An upstream event stream with the tool lists in it filtered (see [`filter_event`]); other
@@ -452,6 +467,15 @@ impl Transport for StreamablePost {
             let events = filter_sse(up.body(resp), up.clone(), None, Some(watch));
             relay_into(events, queue, lost).await;
         } else {
+            let _reservation = match memory::reserve_answer(resp.headers()).await {
+                Ok(reservation) => reservation,
+                Err(why) => {
+                    let _ = queue
+                        .send(lost(UpstreamError::Unreadable(why.to_string())))
+                        .await;
+                    return;
+                }
+            };
             let body = up.read_body(resp).await;
             if let Ok(body) = &body {
                 watch.see(body);

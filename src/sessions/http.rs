@@ -42,7 +42,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+pub use crate::budget::Budget;
 
 use super::metrics::{AuthLabels, LimitLabels, Metrics, RequestLabels};
 use super::store::{
@@ -52,9 +54,6 @@ use super::store::{
 
 /// Where the API's routes begin.
 pub const PREFIX: &str = "/api/";
-
-/// Bytes of one unit of the [`Budget`].
-const BUDGET_UNIT: usize = 1024;
 
 /// What a request holds in memory per byte it reads or loads: the bytes, the strings parsed
 /// from them, and the database driver's copy (a write) or the rows and the JSON written from
@@ -108,41 +107,6 @@ pub struct LimitNotice {
     pub limit: Limit,
     /// The refusal's text.
     pub message: String,
-}
-
-/// The bytes requests may hold at once. A request reserves what it will hold before it reads
-/// or loads it and waits while the budget is spent; a reservation larger than the whole budget
-/// takes the whole budget (it then runs alone).
-#[derive(Clone)]
-pub struct Budget {
-    units: Arc<Semaphore>,
-    total_units: usize,
-}
-
-impl Budget {
-    /// A budget of `bytes`.
-    pub fn new(bytes: usize) -> Self {
-        let total_units = (bytes / BUDGET_UNIT).max(1);
-        Self {
-            units: Arc::new(Semaphore::new(total_units)),
-            total_units,
-        }
-    }
-
-    /// Waits until `bytes` (at most the whole budget) are free, and holds them.
-    pub async fn reserve(&self, bytes: usize) -> OwnedSemaphorePermit {
-        let units = bytes.div_ceil(BUDGET_UNIT).clamp(1, self.total_units);
-        self.units
-            .clone()
-            .acquire_many_owned(u32::try_from(units).unwrap_or(u32::MAX))
-            .await
-            .expect("the budget's semaphore is never closed")
-    }
-
-    /// Bytes free now.
-    pub fn available(&self) -> usize {
-        self.units.available_permits() * BUDGET_UNIT
-    }
 }
 
 /// Bounds of what one request may send, and of what all hold at once.

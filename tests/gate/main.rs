@@ -10,6 +10,7 @@ mod binary;
 mod callers;
 mod config_errors;
 mod freeze;
+mod memory;
 mod npm_peers;
 mod python_peers;
 mod rules;

@@ -8,6 +8,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -58,11 +59,9 @@ pub fn read(body: &[u8]) -> Result<Message, Rejected> {
     let mut route = Route::default();
     let mut request_id = None;
     let incoming = match noted {
-        Noted::Batch(messages) => {
-            for fields in &messages {
-                if matches!(fields.kind()?, Kind::ToolsList | Kind::ToolsCall) {
-                    return Err(Rejected::Batch);
-                }
+        Noted::Batch(refused) => {
+            if let Some(refused) = refused {
+                return Err(refused);
             }
             route.batch = true;
             Incoming::Other
@@ -113,8 +112,11 @@ enum Noted {
     Nothing,
     /// A message (an object in the body's place or a batch's).
     Message(Fields),
-    /// A batch: its messages in order (a member that is not an object noted as such).
-    Batch(Vec<Fields>),
+    /// A batch, and why it is refused: its first member that is not a message the gate
+    /// reads, or that is `tools/list` or `tools/call` (which a batch may not carry). Only
+    /// that is kept of its members, so a batch of many small messages costs no more memory
+    /// than its bytes.
+    Batch(Option<Rejected>),
     /// A `params` object.
     Params(Params),
     /// A `_meta` object's `progressToken`.
@@ -337,7 +339,7 @@ impl<'de> Visitor<'de> for Writer<'_> {
         // An array is a batch only as the whole body; in it, each member is a message.
         let batch = self.place == Place::Body;
         let member = if batch { Place::Message } else { Place::Other };
-        let mut messages = Vec::new();
+        let mut refused = None;
         self.out.push(b'[');
         let mut first = true;
         loop {
@@ -348,8 +350,12 @@ impl<'de> Visitor<'de> for Writer<'_> {
                 break;
             };
             first = false;
-            if batch {
-                messages.push(noted.into_message());
+            if batch && refused.is_none() {
+                refused = match noted.into_message().kind() {
+                    Ok(Kind::ToolsList | Kind::ToolsCall) => Some(Rejected::Batch),
+                    Ok(_) => None,
+                    Err(why) => Some(why),
+                };
             }
         }
         // The comma written for the member that did not come.
@@ -358,7 +364,7 @@ impl<'de> Visitor<'de> for Writer<'_> {
         }
         self.out.push(b']');
         Ok(if batch {
-            Noted::Batch(messages)
+            Noted::Batch(refused)
         } else {
             Noted::Nothing
         })
@@ -485,18 +491,27 @@ impl<'de> Visitor<'de> for Key {
 }
 
 /// The keys of an object so far with their case-folded forms: a list while the object is
-/// small, and indexed by form once it has [`INDEX_FROM`] keys, so that a message holding a
-/// huge object costs no quadratic time.
+/// small, and indexed by the hash of the form once it has [`INDEX_FROM`] keys, so that a
+/// message holding a huge object costs no quadratic time. The index holds hashes, not copies
+/// of the keys: an object of many short keys costs a few words a key.
 #[derive(Default)]
 struct Keys<'de> {
     /// Each key and its folded form, when folding changes it.
     seen: Vec<(Cow<'de, str>, Option<String>)>,
-    /// Position in `seen` by folded form, once there are [`INDEX_FROM`] keys.
-    index: HashMap<String, usize>,
+    /// Position in `seen` by the hash of the folded form (the first, when two forms share a
+    /// hash), once there are [`INDEX_FROM`] keys.
+    index: HashMap<u64, usize>,
+    /// Hashes the forms, keyed afresh for each object.
+    hasher: RandomState,
 }
 
 /// How many keys an object has before [`Keys`] indexes them.
 const INDEX_FROM: usize = 16;
+
+/// The folded form of a key of [`Keys::seen`].
+fn form_of<'a>((key, form): &'a (Cow<'_, str>, Option<String>)) -> &'a str {
+    form.as_deref().unwrap_or(key)
+}
 
 impl<'de> Keys<'de> {
     fn is_empty(&self) -> bool {
@@ -507,14 +522,21 @@ impl<'de> Keys<'de> {
     /// not be added: the object already holds it, or a key equal to it ignoring case.
     fn add(&mut self, key: Cow<'de, str>, form: Option<String>) -> Result<(), String> {
         let folded = form.as_deref().unwrap_or(&key);
-        let earlier = if self.seen.len() < INDEX_FROM {
-            self.seen
-                .iter()
-                .find(|(other, other_form)| other_form.as_deref().unwrap_or(other) == folded)
-        } else {
-            self.index.get(folded).map(|&at| &self.seen[at])
+        let scan = |seen: &'_ [(Cow<'de, str>, Option<String>)]| -> Option<usize> {
+            seen.iter().position(|other| form_of(other) == folded)
         };
-        if let Some((other, _)) = earlier {
+        let earlier = if self.seen.len() < INDEX_FROM {
+            scan(&self.seen)
+        } else {
+            match self.index.get(&self.hasher.hash_one(folded)) {
+                Some(&at) if form_of(&self.seen[at]) == folded => Some(at),
+                // Another form with the same hash: look through them all.
+                Some(_) => scan(&self.seen),
+                None => None,
+            }
+        };
+        if let Some(at) = earlier {
+            let other = &self.seen[at].0;
             return Err(if *other == key {
                 format!("duplicate key {:?}", &*key)
             } else {
@@ -526,12 +548,13 @@ impl<'de> Keys<'de> {
         }
         if self.seen.len() + 1 >= INDEX_FROM {
             if self.index.is_empty() {
-                for (at, (other, other_form)) in self.seen.iter().enumerate() {
-                    let other_form = other_form.as_deref().unwrap_or(other);
-                    self.index.insert(other_form.to_owned(), at);
+                for (at, other) in self.seen.iter().enumerate() {
+                    let hash = self.hasher.hash_one(form_of(other));
+                    self.index.entry(hash).or_insert(at);
                 }
             }
-            self.index.insert(folded.to_owned(), self.seen.len());
+            let hash = self.hasher.hash_one(folded);
+            self.index.entry(hash).or_insert(self.seen.len());
         }
         self.seen.push((key, form));
         Ok(())

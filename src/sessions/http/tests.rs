@@ -569,21 +569,3 @@ async fn a_body_past_the_bound_is_refused_unread() {
     // Every reservation was given back.
     assert_eq!(h.api.budget().available(), 1 << 20);
 }
-
-#[tokio::test]
-async fn the_budget_makes_a_request_wait_while_others_hold_it() {
-    let budget = Budget::new(64 << 10);
-    let held = budget.reserve(48 << 10).await;
-    let mut waiting = Box::pin(budget.reserve(32 << 10));
-    assert!(futures::poll!(&mut waiting).is_pending());
-    drop(held);
-    let second = waiting.await;
-    // Larger than the whole budget: it takes it all, and runs alone.
-    let mut alone = Box::pin(budget.reserve(1 << 30));
-    assert!(futures::poll!(&mut alone).is_pending());
-    drop(second);
-    let all = alone.await;
-    assert_eq!(budget.available(), 0);
-    drop(all);
-    assert_eq!(budget.available(), 64 << 10);
-}

@@ -1,0 +1,122 @@
+//! A budget of bytes in memory shared by the requests of one process: each reserves what it
+//! will hold before it reads it, and gives it back when it lets go. The session store
+//! ([`crate::sessions::http`]) waits for its share; the gate ([`crate::gate::memory`]) waits a
+//! little, then refuses (HTTP 503), so that no request waits behind another's approval.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Bytes of one unit of a [`Budget`].
+const UNIT: usize = 1024;
+
+/// The bytes requests may hold at once. A reservation larger than the whole budget takes the
+/// whole budget (it then runs alone). Reservations are served in order: a large one that waits
+/// holds back the smaller ones behind it, which is what keeps it from starving.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    units: Arc<Semaphore>,
+    total_units: usize,
+}
+
+/// A share of a [`Budget`], given back when dropped.
+pub type Reservation = OwnedSemaphorePermit;
+
+impl Budget {
+    /// A budget of `bytes`.
+    pub fn new(bytes: usize) -> Self {
+        let total_units = (bytes / UNIT).max(1);
+        Self {
+            units: Arc::new(Semaphore::new(total_units)),
+            total_units,
+        }
+    }
+
+    /// Waits until `bytes` (at most the whole budget) are free, and holds them.
+    pub async fn reserve(&self, bytes: usize) -> Reservation {
+        self.units
+            .clone()
+            .acquire_many_owned(self.units_of(bytes))
+            .await
+            .expect("the budget's semaphore is never closed")
+    }
+
+    /// [`Self::reserve`], waiting at most `wait`: `None` when the bytes were not free by then.
+    pub async fn reserve_within(&self, bytes: usize, wait: Duration) -> Option<Reservation> {
+        tokio::time::timeout(wait, self.reserve(bytes)).await.ok()
+    }
+
+    /// Holds `bytes` (at most the whole budget) if they are free now, without waiting.
+    pub fn try_reserve(&self, bytes: usize) -> Option<Reservation> {
+        self.units
+            .clone()
+            .try_acquire_many_owned(self.units_of(bytes))
+            .ok()
+    }
+
+    /// Bytes free now.
+    pub fn available(&self) -> usize {
+        self.units.available_permits() * UNIT
+    }
+
+    /// The whole budget, in bytes.
+    pub fn total(&self) -> usize {
+        self.total_units * UNIT
+    }
+
+    fn units_of(&self, bytes: usize) -> u32 {
+        let units = bytes.div_ceil(UNIT).clamp(1, self.total_units);
+        u32::try_from(units).unwrap_or(u32::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_reservation_waits_while_others_hold_the_budget() {
+        let budget = Budget::new(64 << 10);
+        let held = budget.reserve(48 << 10).await;
+        let mut waiting = Box::pin(budget.reserve(32 << 10));
+        assert!(futures::poll!(&mut waiting).is_pending());
+        drop(held);
+        let second = waiting.await;
+        // Larger than the whole budget: it takes it all, and runs alone.
+        let mut alone = Box::pin(budget.reserve(1 << 30));
+        assert!(futures::poll!(&mut alone).is_pending());
+        drop(second);
+        let all = alone.await;
+        assert_eq!(budget.available(), 0);
+        drop(all);
+        assert_eq!(budget.available(), 64 << 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bounded_wait_gives_up_and_leaves_the_budget_as_it_was() {
+        let budget = Budget::new(64 << 10);
+        let held = budget.reserve(60 << 10).await;
+        assert!(
+            budget
+                .reserve_within(8 << 10, Duration::from_secs(2))
+                .await
+                .is_none()
+        );
+        assert_eq!(budget.available(), 4 << 10);
+        // Freed while it waits: granted.
+        let late = budget.reserve_within(8 << 10, Duration::from_secs(2));
+        let freed = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(held);
+        };
+        let (got, ()) = tokio::join!(late, freed);
+        assert!(got.is_some());
+        assert_eq!(budget.available(), 56 << 10);
+        // Without waiting: granted only when free now.
+        assert!(budget.try_reserve(60 << 10).is_none());
+        let now = budget.try_reserve(56 << 10);
+        assert!(now.is_some());
+        assert_eq!(budget.available(), 0);
+    }
+}
