@@ -27,8 +27,10 @@ use serde_json::Value;
 
 use crate::harness::*;
 
-/// The peak resident memory the gate may reach: its container's limit, 128 MiB, less room.
-const PEAK_BOUND: u64 = 100 << 20;
+/// The peak resident memory the gate may reach: its container's limit, 128 MiB, less 8 MiB.
+/// A debug build's code pages alone are about 48 MiB of it (a release build's far fewer), so
+/// [`ANON_BOUND`] is the tight bound; this one says the container is never killed.
+const PEAK_BOUND: u64 = 120 << 20;
 
 /// The anonymous memory (what the gate allocated, without the executable's code pages, which
 /// a debug build has many of) it may reach: its 40 MiB budget and its own working memory.
