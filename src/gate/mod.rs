@@ -19,6 +19,7 @@ pub mod outcome;
 pub mod policy;
 pub mod pool;
 pub mod redact;
+pub mod resume;
 pub mod routes;
 pub mod server;
 pub mod sessions;
