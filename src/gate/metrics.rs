@@ -225,7 +225,9 @@ mod tests {
         m.session_resumed("tools/fs", Resumed::failed);
         let text = m.encode();
         assert!(
-            text.contains(r#"hitl_gate_upstream_sessions_resumed_total{server="tools/fs",outcome="failed"} 2"#),
+            text.contains(
+                r#"hitl_gate_upstream_sessions_resumed_total{server="tools/fs",outcome="failed"} 2"#
+            ),
             "{text}"
         );
         assert!(

@@ -74,7 +74,10 @@ pub struct ResumableSession {
 impl ResumableSession {
     /// The upstream session serving the client's now.
     fn upstream(&self) -> HeaderValue {
-        self.upstream.lock().expect("resumable session lock").clone()
+        self.upstream
+            .lock()
+            .expect("resumable session lock")
+            .clone()
     }
 
     /// `headers` naming the upstream session `upstream` instead of the client's.
@@ -243,18 +246,9 @@ pub async fn send(
     }
     tracing::info!(server = %up.label, status = status.as_u16(),
         "the upstream forgot the client's MCP session (restarted?); beginning a new one");
-    let renewed = match renew(up, session, headers, &serving).await {
-        Ok(renewed) => {
-            up.shared
-                .metrics
-                .session_resumed(&up.label, Resumed::resumed);
-            renewed
-        }
-        Err(why) => {
-            up.shared.metrics.session_resumed(&up.label, Resumed::failed);
-            return Err(UpstreamError::SessionLost(why));
-        }
-    };
+    let renewed = renew(up, session, headers, &serving)
+        .await
+        .map_err(UpstreamError::SessionLost)?;
     let on = session.on(headers, &renewed);
     let resp = up
         .send_as_is(method, uri, on.as_ref().unwrap_or(headers), body)
@@ -263,7 +257,8 @@ pub async fn send(
 }
 
 /// The upstream session that serves `session` once the one that served it (`forgotten`) is
-/// gone: a new one this call begins, or the one a concurrent request began meanwhile.
+/// gone: a new one this call begins (counted in the metrics, as is a failure to), or the one a
+/// concurrent request began meanwhile.
 async fn renew(
     up: &Upstream,
     session: &ResumableSession,
@@ -275,6 +270,29 @@ async fn renew(
     if serving != *forgotten {
         return Ok(serving);
     }
+    let begun = begin(up, session, headers).await;
+    let outcome = match &begun {
+        Ok(id) => {
+            tracing::info!(server = %up.label, "the client's MCP session goes on on a new upstream session");
+            *session.upstream.lock().expect("resumable session lock") = id.clone();
+            Resumed::resumed
+        }
+        Err(why) => {
+            tracing::warn!(server = %up.label, %why, "no new upstream session for the client's");
+            Resumed::failed
+        }
+    };
+    up.shared.metrics.session_resumed(&up.label, outcome);
+    begun
+}
+
+/// Begins a new upstream session for `session`: `initialize` with the client's message, then
+/// `notifications/initialized`; its id, or why there is none.
+async fn begin(
+    up: &Upstream,
+    session: &ResumableSession,
+    headers: &HeaderMap,
+) -> Result<HeaderValue, String> {
     let mut opening = opening_headers(headers, session.protocol.as_ref());
     let resp = up
         .send_as_is(
@@ -292,13 +310,14 @@ async fn renew(
             resp.status()
         ));
     }
-    let Some(id) = resp.headers().get(SESSION_HEADER).cloned() else {
+    let id = resp.headers().get(SESSION_HEADER).cloned();
+    let result = initialize_result(up, resp).await?;
+    let Some(id) = id else {
         return Err(format!(
             "upstream {} began no session (no Mcp-Session-Id) on the gate's new initialize",
             up.label
         ));
     };
-    let result = initialize_result(up, resp).await?;
     opening.insert(SESSION_HEADER, id.clone());
     if let Some(version) = result["protocolVersion"]
         .as_str()
@@ -324,8 +343,6 @@ async fn renew(
             up.label
         ));
     }
-    tracing::info!(server = %up.label, "the client's MCP session goes on on a new upstream session");
-    *session.upstream.lock().expect("resumable session lock") = id.clone();
     Ok(id)
 }
 
@@ -379,11 +396,20 @@ async fn initialize_result(up: &Upstream, resp: UpstreamResponse) -> Result<Valu
                 break;
             }
         }
-        found.ok_or_else(|| format!("upstream {} ended its answer to the gate's new initialize without one", up.label))?
+        found.ok_or_else(|| {
+            format!(
+                "upstream {} ended its answer to the gate's new initialize without one",
+                up.label
+            )
+        })?
     } else {
         let body = up.read_body(resp).await.map_err(read_failed)?;
-        serde_json::from_slice::<Value>(&body)
-            .map_err(|e| format!("upstream {} answered the gate's new initialize with no JSON-RPC message: {e}", up.label))?
+        serde_json::from_slice::<Value>(&body).map_err(|e| {
+            format!(
+                "upstream {} answered the gate's new initialize with no JSON-RPC message: {e}",
+                up.label
+            )
+        })?
     };
     match message.get("result") {
         Some(result) if result.is_object() => Ok(result.clone()),
@@ -442,10 +468,7 @@ mod tests {
             StatusCode::BAD_GATEWAY,
         ] {
             assert!(
-                !forgot_session(
-                    other,
-                    br#"{"error":{"message":"Session not found"}}"#
-                ),
+                !forgot_session(other, br#"{"error":{"message":"Session not found"}}"#),
                 "{other}"
             );
         }

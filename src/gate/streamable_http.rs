@@ -115,7 +115,10 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             if let Some(refused) = session_over_budget(&up, caller.as_deref()) {
                 return refused;
             }
-            match up.send(method, up.uri.clone(), &headers, body.clone()).await {
+            match up
+                .send(method, up.uri.clone(), &headers, body.clone())
+                .await
+            {
                 Ok(resp) => {
                     note_begun(&up, &resp, caller.as_deref(), body, &headers);
                     relay_filtered(resp, None, up.clone(), None).await

@@ -12,5 +12,6 @@ mod config_errors;
 mod freeze;
 mod npm_peers;
 mod python_peers;
+mod restart;
 mod rules;
 mod stub_upstream;
