@@ -27,7 +27,7 @@ struct Peer {
 
 impl Peer {
     async fn start(command: Command) -> Self {
-        let (child, port) = spawn_listening("a tool server", |port| command(port)).await;
+        let (child, port) = spawn_listening("a tool server", &command).await;
         Self {
             child: Some(child),
             port,
