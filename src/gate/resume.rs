@@ -249,10 +249,8 @@ pub async fn send(
     let renewed = renew(up, session, headers, &serving)
         .await
         .map_err(UpstreamError::SessionLost)?;
-    let on = session.on(headers, &renewed);
-    let resp = up
-        .send_as_is(method, uri, on.as_ref().unwrap_or(headers), body)
-        .await?;
+    let resend = resent(headers, &renewed);
+    let resp = up.send_as_is(method, uri, &resend, body).await?;
     Ok(session.answer(resp))
 }
 
@@ -344,6 +342,15 @@ async fn begin(
         ));
     }
     Ok(id)
+}
+
+/// The client's request `headers` as sent again on the new upstream session `renewed`: without
+/// a `Last-Event-ID`, which named an event of the forgotten session.
+fn resent(headers: &HeaderMap, renewed: &HeaderValue) -> HeaderMap {
+    let mut resent = headers.clone();
+    resent.insert(SESSION_HEADER, renewed.clone());
+    resent.remove("last-event-id");
+    resent
 }
 
 /// The headers of the gate's `initialize` on a new upstream session: the client's request's,
@@ -537,6 +544,18 @@ mod tests {
         assert!(shared.of(&named("a1")).is_some());
         assert!(shared.of(&named("b1")).is_none());
         assert_eq!(shared.len(), 3);
+    }
+
+    #[test]
+    fn a_request_sent_again_names_the_new_session_and_no_old_event() {
+        let mut client = HeaderMap::new();
+        client.insert(SESSION_HEADER, value("c1"));
+        client.insert("last-event-id", value("old-7"));
+        client.insert(PROTOCOL_HEADER, value("2025-06-18"));
+        let resent = resent(&client, &value("u2"));
+        assert_eq!(resent[SESSION_HEADER], "u2");
+        assert!(resent.get("last-event-id").is_none());
+        assert_eq!(resent[PROTOCOL_HEADER], "2025-06-18");
     }
 
     #[test]
