@@ -506,3 +506,53 @@ async fn a_server_that_refuses_the_new_initialize_is_named_in_the_answer() {
     assert_eq!(state.load(std::sync::atomic::Ordering::SeqCst), 6);
     assert_eq!(resumed(&gate, "refusing", "failed").await, 2);
 }
+
+/// Legacy HTTP+SSE: the session is the upstream's event stream, which ends when the server
+/// restarts; the gate ends the client's stream with it and forgets the session, so nothing is
+/// sent on a stream that no longer exists (docs/gate.md, "A tool server's restart").
+#[tokio::test]
+async fn a_legacy_sse_session_ends_with_the_servers_stream() {
+    init();
+    let mut peer = Peer::node(&[
+        "node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        "sse",
+    ])
+    .await;
+    let api = FakeApi::start().await;
+    let cfg = config(
+        vec![server(
+            "legacy",
+            McpProtocol::Sse,
+            &format!("{}/sse", peer.url()),
+            &["echo"],
+            &[],
+        )],
+        3600.0,
+        30.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let signals = Signals::new();
+    let echo = |m: &str| call("echo", json!({"message": m}));
+    let task = tokio::spawn({
+        let url = gate.route("legacy");
+        let ops = json!([
+            echo("one"),
+            signals.touch("before"),
+            signals.wait("restarted"),
+            echo("two")
+        ]);
+        async move { client(&url, "sse", ops).await }
+    });
+    signals.touched("before").await;
+    peer.restart().await;
+    signals.go("restarted");
+    let out = task.await.unwrap();
+    assert_eq!(result_text(&out[0]), ("Echo: one".to_string(), false));
+    // Answered at once, not left waiting: the gate no longer knows the session.
+    let error = out[3]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("404") && error.contains("unknown session"),
+        "{out:?}"
+    );
+    assert_eq!(resumed(&gate, "legacy", "resumed").await, 0);
+}
