@@ -175,8 +175,9 @@ impl Resumable {
         let id = headers.get(SESSION_HEADER)?.to_str().ok()?;
         let mut inner = self.inner.lock().expect("resumable lock");
         let session = inner.sessions.get(id)?.clone();
-        let caller = inner.order.caller_of(&id.to_string()).cloned()?;
-        inner.order.touch(id.to_string(), caller, usize::MAX);
+        let key = id.to_string();
+        let caller = inner.order.caller_of(&key).cloned()?;
+        inner.order.touch(key, caller, usize::MAX);
         Some(session)
     }
 
