@@ -556,3 +556,63 @@ async fn a_legacy_sse_session_ends_with_the_servers_stream() {
     );
     assert_eq!(resumed(&gate, "legacy", "resumed").await, 0);
 }
+
+/// The MCP clients of kagent's runtime itself (the `mcp` package of kagent-adk 0.7.4 and 0.10.4,
+/// from `make runtime-peers`) keep their session through the recorder's restart: every call
+/// after it answered, on the same session id, each run once.
+#[tokio::test]
+async fn kagent_runtimes_mcp_clients_keep_their_session_through_the_restart() {
+    let (mut peer, _api, gate) = recorder_env().await;
+    let runtime = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kagent-runtime");
+    for (n, venv) in [".venv-0.7.4", ".venv-0.10.4"].into_iter().enumerate() {
+        let python = runtime.join(venv).join("bin/python");
+        assert!(
+            python.is_file(),
+            "tests/kagent-runtime/{venv} is missing: run `make runtime-peers`"
+        );
+        let signals = Signals::new();
+        let mut command = tokio::process::Command::new(python);
+        command
+            .arg(runtime.join("mcp_restart_client.py"))
+            .arg(gate.route("recorder"))
+            .arg(signals.0.path())
+            .kill_on_drop(true);
+        let run = tokio::spawn(async move { command.output().await.unwrap() });
+        let before = signals.touched("before").await;
+        peer.restart().await;
+        signals.go("restarted");
+        let out = run.await.unwrap();
+        assert!(
+            out.status.success(),
+            "{venv}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3, "{venv}: {lines:?}");
+        for line in &lines {
+            let path = line["path"].as_str().unwrap();
+            assert_eq!(
+                line["text"],
+                format!("contents of {path}"),
+                "{venv}: {line}"
+            );
+            assert_eq!(line["is_error"], false, "{venv}: {line}");
+            assert_eq!(
+                line["session"],
+                before.as_str(),
+                "{venv}: the session id changed"
+            );
+        }
+        let ran: Vec<_> = peer
+            .recorded()
+            .await
+            .iter()
+            .map(|c| c["args"]["path"].clone())
+            .collect();
+        assert_eq!(ran, [json!("/two"), json!("/three")], "{venv}");
+        assert_eq!(resumed(&gate, "recorder", "resumed").await, n as u64 + 1);
+    }
+}
