@@ -616,3 +616,72 @@ async fn kagent_runtimes_mcp_clients_keep_their_session_through_the_restart() {
         assert_eq!(resumed(&gate, "recorder", "resumed").await, n as u64 + 1);
     }
 }
+
+/// On a shared gate (a ToolGate) the session stays its caller's across the restart: bot-a's
+/// calls after it are answered on its session, and bot-b naming that session is refused as
+/// before, nothing forwarded.
+#[tokio::test]
+async fn a_shared_gates_session_stays_its_callers_across_the_restart() {
+    init();
+    let mut peer = Peer::node(&["recorder.mjs"]).await;
+    let api = FakeApi::start().await;
+    for (token, user) in [("a", "bot-a"), ("b", "bot-b")] {
+        api.add_token(
+            token,
+            &format!("system:serviceaccount:apps:{user}"),
+            &["system:serviceaccounts"],
+            &[GATE_AUDIENCE],
+        );
+    }
+    let cfg = shared_config(
+        vec![server(
+            "recorder",
+            STREAMABLE,
+            &format!("{}/mcp", peer.url()),
+            &["read_file"],
+            &[],
+        )],
+        3600.0,
+        30.0,
+    );
+    let gate = Gate::start(&cfg, &api).await;
+    let signals = Signals::new();
+    let read = |p: &str| call("read_file", json!({"path": p}));
+    let task = tokio::spawn({
+        let url = gate.route("recorder");
+        let ops = json!([
+            read("/1"),
+            signals.touch("before"),
+            signals.wait("restarted"),
+            read("/2")
+        ]);
+        async move { client_with(&url, "streamable", ops, json!({"token": "a"})).await }
+    });
+    let session = signals.touched("before").await;
+    peer.restart().await;
+    signals.go("restarted");
+    let out = task.await.unwrap();
+    assert_eq!(result_text(&out[3]), ("contents of /2".to_string(), false));
+    let by_b = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(gate.route("recorder"))
+        .header("authorization", "Bearer b")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "read_file", "arguments": {"path": "/b"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_b.status(), 404, "bot-b cannot use bot-a's session");
+    let ran: Vec<_> = peer
+        .recorded()
+        .await
+        .iter()
+        .map(|c| c["args"]["path"].clone())
+        .collect();
+    assert_eq!(ran, [json!("/2")]);
+    assert_eq!(resumed(&gate, "recorder", "resumed").await, 1);
+}
