@@ -44,6 +44,24 @@ struct CallLabels {
     outcome: Outcome,
 }
 
+/// How the gate's attempt to carry a client's MCP session onto a new upstream session ended
+/// ([`super::resume`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Resumed {
+    /// A new upstream session began (`initialize`, `notifications/initialized`) and serves the
+    /// client's session from now on.
+    resumed,
+    /// The new `initialize` failed; the client's request was answered with an error.
+    failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResumedLabels {
+    server: String,
+    outcome: Resumed,
+}
+
 /// Every metric of the gate, registered in one registry.
 #[derive(Debug)]
 pub struct Metrics {
@@ -55,6 +73,7 @@ pub struct Metrics {
     grant_use_conflicts: Counter,
     open_request_cap_reached: Counter,
     awaiting_decision: Gauge,
+    sessions_resumed: Family<ResumedLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -102,6 +121,12 @@ impl Default for Metrics {
             "Gated calls in the approval flow now: their request is being found, created or waited on",
             awaiting_decision.clone(),
         );
+        let sessions_resumed = Family::<ResumedLabels, Counter>::default();
+        registry.register(
+            "upstream_sessions_resumed",
+            "Client MCP sessions the gate carried onto a new upstream session after the upstream forgot theirs (a restart), by server and outcome",
+            sessions_resumed.clone(),
+        );
         Self {
             registry,
             calls,
@@ -111,6 +136,7 @@ impl Default for Metrics {
             grant_use_conflicts,
             open_request_cap_reached,
             awaiting_decision,
+            sessions_resumed,
         }
     }
 }
@@ -140,6 +166,17 @@ impl Metrics {
     /// Counts a `tools/call` outcome.
     pub fn call(&self, outcome: Outcome) {
         self.calls.get_or_create(&CallLabels { outcome }).inc();
+    }
+
+    /// Counts an attempt to carry a client's session of `server` (`namespace/name`) onto a new
+    /// upstream session.
+    pub fn session_resumed(&self, server: &str, outcome: Resumed) {
+        self.sessions_resumed
+            .get_or_create(&ResumedLabels {
+                server: server.to_string(),
+                outcome,
+            })
+            .inc();
     }
 
     /// Records how long a gated call waited for its decision.
@@ -183,7 +220,16 @@ mod tests {
         m.call(Outcome::forwarded);
         m.approval_wait(Duration::from_millis(300));
         m.upstream(Duration::from_micros(250));
+        m.session_resumed("tools/fs", Resumed::resumed);
+        m.session_resumed("tools/fs", Resumed::failed);
+        m.session_resumed("tools/fs", Resumed::failed);
         let text = m.encode();
+        assert!(
+            text.contains(
+                r#"hitl_gate_upstream_sessions_resumed_total{server="tools/fs",outcome="failed"} 2"#
+            ),
+            "{text}"
+        );
         assert!(
             text.contains(r#"hitl_gate_tool_calls_total{outcome="denied"} 2"#),
             "{text}"

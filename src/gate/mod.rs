@@ -20,6 +20,7 @@ pub mod outcome;
 pub mod policy;
 pub mod pool;
 pub mod redact;
+pub mod resume;
 pub mod routes;
 pub mod server;
 pub mod sessions;

@@ -69,10 +69,15 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             // the upstream answers.
             sessions::ledger().end(&up.server.namespace, &up.server.name, id);
         }
-        return match up
+        let is_delete = method == Method::DELETE;
+        let sent = up
             .send(method, up.uri.clone(), &headers, Bytes::new())
-            .await
-        {
+            .await;
+        if is_delete && let Some(id) = session_id(&headers) {
+            // Sent to the upstream session serving it: the client's session is not carried on.
+            up.resumable.end(id);
+        }
+        return match sent {
             // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
             Ok(resp) if is_get => relay_filtered(resp, None, up.clone(), None).await,
             Ok(resp) => up.relay(resp),
@@ -111,9 +116,12 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             if let Some(refused) = session_over_budget(&up, caller.as_deref()) {
                 return refused;
             }
-            match up.send(method, up.uri.clone(), &headers, body).await {
+            match up
+                .send(method, up.uri.clone(), &headers, body.clone())
+                .await
+            {
                 Ok(resp) => {
-                    note_begun(&up, &resp, caller.as_deref());
+                    note_begun(&up, &resp, caller.as_deref(), body, &headers);
                     relay_filtered(resp, None, up.clone(), None).await
                 }
                 Err(e) => upstream_failed(&up, &e, request.as_ref()),
@@ -184,23 +192,28 @@ pub fn session_over_budget(up: &Upstream, caller: Option<&Caller>) -> Option<Res
 
 /// Records the session an upstream assigned in a successful answer to an `initialize` (its
 /// `Mcp-Session-Id`, visible ASCII as MCP requires) as begun at this gate, by `caller` on a
-/// shared gate.
-fn note_begun(up: &Upstream, resp: &UpstreamResponse, caller: Option<&Caller>) {
+/// shared gate, and as one the gate carries across the upstream's restart with the client's
+/// `initialize` message and `headers` ([`super::resume`]).
+fn note_begun(
+    up: &Upstream,
+    resp: &UpstreamResponse,
+    caller: Option<&Caller>,
+    initialize: Bytes,
+    headers: &HeaderMap,
+) {
     if !resp.status().is_success() {
         return;
     }
-    let Some(id) = resp.headers().get(SESSION_HEADER) else {
+    let Some(value) = resp.headers().get(SESSION_HEADER) else {
         return;
     };
-    if id.as_bytes().iter().all(u8::is_ascii_graphic)
-        && let Ok(id) = id.to_str()
+    if value.as_bytes().iter().all(u8::is_ascii_graphic)
+        && let Ok(id) = value.to_str()
     {
-        sessions::ledger().begin(
-            &up.server.namespace,
-            &up.server.name,
-            id,
-            caller.map(|c| c.username.as_str()),
-        );
+        let caller = caller.map(|c| c.username.as_str());
+        sessions::ledger().begin(&up.server.namespace, &up.server.name, id, caller);
+        let protocol = headers.get(PROTOCOL_HEADER).cloned();
+        up.resumable.begin(value, initialize, protocol, caller);
     }
 }
 

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Uri, header};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper::body::{Body as _, Incoming};
 
 use super::approval::Approvals;
@@ -20,11 +20,21 @@ use super::messages::ParamHeaders;
 use super::metrics::Metrics;
 use super::policy::ServerPolicy;
 use super::pool::{Connector, Pool, SendError};
+use super::resume::{self, Resumable};
 use crate::contract::binding_key::BindingKey;
 use crate::contract::gate_config::GateServer;
 
 /// An upstream response, its body still to be read.
-pub type UpstreamResponse = Response<Incoming>;
+pub type UpstreamResponse = Response<UpstreamBody>;
+
+/// The body of an upstream response: as it comes, or read whole by the gate already (an
+/// error answer it looked into: [`super::resume`]).
+pub type UpstreamBody = Either<Incoming, Full<Bytes>>;
+
+/// A body the gate read whole, as an upstream response's.
+pub fn full_body(bytes: Bytes) -> UpstreamBody {
+    Either::Right(Full::new(bytes))
+}
 
 /// What every route shares: how to connect to upstreams, approvals and metrics.
 #[derive(Clone)]
@@ -70,6 +80,8 @@ pub struct Upstream {
     pub param_headers: ParamHeaders,
     /// Approved calls that may go on after an `input_required` answer.
     pub continuations: Continuations,
+    /// The client sessions the gate carries across the server's restarts.
+    pub resumable: Resumable,
 }
 
 /// Headers never relayed in either direction (hop-by-hop, or recomputed); `Content-Length`
@@ -153,6 +165,10 @@ pub enum UpstreamError {
     /// The answer holds a message other parsers could read differently from the gate.
     #[error("sent an answer the gate cannot read unambiguously: {0}")]
     Unreadable(String),
+    /// The upstream forgot the client's session (it restarted) and the gate could not begin a
+    /// new one ([`super::resume`]): the request was not taken.
+    #[error("lost the MCP session (restarted?) and the gate could not begin a new one: {0}")]
+    SessionLost(String),
 }
 
 /// An error and its sources, `: `-separated. The client's errors never hold the request's
@@ -174,6 +190,9 @@ impl UpstreamError {
     pub fn tell(&self, label: &str) -> String {
         match self {
             Self::Unreachable(_) => format!("upstream {label} unreachable"),
+            Self::SessionLost(why) => format!(
+                "upstream {label} lost the MCP session (restarted?) and the gate could not begin a new one: {why}"
+            ),
             Self::Redirect(_)
             | Self::TimedOut(_)
             | Self::Body(_)
@@ -187,6 +206,7 @@ impl UpstreamError {
     pub fn may_have_reached(&self) -> bool {
         match self {
             Self::Unreachable(e) => !matches!(e, SendError::Connect(_)),
+            Self::SessionLost(_) => false,
             Self::Redirect(_)
             | Self::TimedOut(_)
             | Self::Body(_)
@@ -203,7 +223,8 @@ impl UpstreamError {
             | Self::Redirect(_)
             | Self::Body(_)
             | Self::TooLarge
-            | Self::Unreadable(_) => StatusCode::BAD_GATEWAY,
+            | Self::Unreadable(_)
+            | Self::SessionLost(_) => StatusCode::BAD_GATEWAY,
         }
     }
 }
@@ -264,16 +285,45 @@ impl Upstream {
             shared,
             param_headers: ParamHeaders::default(),
             continuations: Continuations::default(),
+            resumable: Resumable::default(),
         })
     }
 
-    /// Sends a request upstream: the client's headers minus hop-by-hop ones, minus those
-    /// describing the client's body, minus any the gate configures and, on a shared gate,
-    /// minus the caller's credentials ([`is_credential`]), then the configured ones. A non-empty `body` is a message the gate wrote, so it goes with the gate's own
+    /// Sends a request upstream ([`Self::send_as_is`]); a request naming a client session the
+    /// gate carries goes to the upstream session serving it, and is sent again, once, on a new
+    /// upstream session if the upstream forgot it ([`super::resume`]).
+    pub async fn send(
+        &self,
+        method: Method,
+        uri: Uri,
+        client_headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        match self.resumable.of(client_headers) {
+            // Boxed: only requests of a session take this path.
+            Some(session) => {
+                Box::pin(resume::send(
+                    self,
+                    &session,
+                    method,
+                    uri,
+                    client_headers,
+                    body,
+                ))
+                .await
+            }
+            None => self.send_as_is(method, uri, client_headers, body).await,
+        }
+    }
+
+    /// Sends a request upstream as it is: the client's headers minus hop-by-hop ones, minus
+    /// those describing the client's body, minus any the gate configures and, on a shared gate,
+    /// minus the caller's credentials ([`is_credential`]), then the configured ones. A
+    /// non-empty `body` is a message the gate wrote, so it goes with the gate's own
     /// `Content-Type: application/json`. Redirects within the upstream's origin are followed
     /// (see [`Self::follow`]). The response head must come within `params.timeout`, when set,
     /// redirects included.
-    pub async fn send(
+    pub async fn send_as_is(
         &self,
         method: Method,
         uri: Uri,
@@ -293,7 +343,7 @@ impl Upstream {
         resp
     }
 
-    /// [`Self::send`] without its time limit.
+    /// [`Self::send_as_is`] without its time limit.
     async fn exchange(
         &self,
         method: Method,
@@ -387,7 +437,7 @@ impl Upstream {
             .await
             .map_err(UpstreamError::Unreachable)?;
         drop_connection_options(resp.headers_mut());
-        Ok(resp)
+        Ok(resp.map(Either::Left))
     }
 
     /// The upstream request: see [`Self::send`].
@@ -451,6 +501,17 @@ impl Upstream {
         read_all(self.body(resp)).await
     }
 
+    /// The head of an upstream response and its whole body, read as [`Self::read_body`] does.
+    pub async fn read_answer(
+        &self,
+        resp: UpstreamResponse,
+    ) -> Result<(axum::http::response::Parts, Bytes), UpstreamError> {
+        let limit = self.idle_limit(resp.headers());
+        let (parts, body) = resp.into_parts();
+        let body = read_all(idle_limited(data(body), limit)).await?;
+        Ok((parts, body.into()))
+    }
+
     /// Relays an upstream response unchanged (status, headers, streamed body).
     pub fn relay(&self, resp: UpstreamResponse) -> Response<Body> {
         let (head, body) = self.split(resp, &HOP_BY_HOP[..HOP_BY_HOP.len() - 1]);
@@ -500,7 +561,7 @@ fn target(url: &reqwest::Url) -> Result<Uri, axum::http::uri::InvalidUri> {
 }
 
 /// The data of an upstream body, chunk by chunk (trailers are dropped).
-fn data(mut body: Incoming) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
+fn data(mut body: UpstreamBody) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
     futures::stream::poll_fn(move |cx| {
         loop {
             return match std::task::ready!(Pin::new(&mut body).poll_frame(cx)) {

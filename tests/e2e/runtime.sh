@@ -22,8 +22,12 @@
 #  6. the runtime's token (audience hitl-operator-sessions) is no Kubernetes credential; an
 #     Agent in approval mode Runtime (no gate, no kagent) gets the store as its KAGENT_URL and
 #     waits only for its pod (Ready=False DeploymentNotReady, never NoSessionApi);
-#  7. the newest release (kagent-adk 0.10.4) in the same pod: ungated, gated approved, and its
-#     conversation across a store restart as in 1b.
+#  5b. the tool server restarts (a new recorder process on its port, as a rollout starts one)
+#     between turns, and in the middle of one while a gated call waits for its approval: every
+#     turn after is answered (a new conversation and the same one), the approved call runs
+#     once — the gate carries the runtime's MCP session onto the new server (docs/gate.md);
+#  7. the newest release (kagent-adk 0.10.4) in the same pod: ungated, gated approved, its
+#     conversation across a store restart as in 1b, and the tool server's restarts as in 5b.
 # Figures: message/send -> ApprovalRequest, approval -> A2A answer, against the ungated turn.
 #
 # Needs: the binaries (run.sh builds them), the npm peers and the runtime's venv
@@ -245,6 +249,45 @@ reply sum
 expect_answer "$ANSWER" "5"
 ok "SSE: echo answered, get-sum ran after approval"
 
+# restart_recorder: a new process of the npm recorder on its port, as a rollout starts one; it
+# knows none of the old one's MCP sessions (it answers them 404).
+restart_recorder() {
+  stop recorder
+  start recorder "$WORK/recorder.log" env PORT="$RECORDER_PORT" node "$PEERS/recorder.mjs"
+  wait_for "the restarted recorder" 20 http_ok "http://127.0.0.1:$RECORDER_PORT/calls"
+}
+# tool_server_restarts TAG: the recorder restarted between two turns, then while a gated call
+# waits for its approval; every turn after is answered, the approved call runs once.
+tool_server_restarts() {
+  local tag=$1 context mid
+  send "restart-before-$tag" "CALL read_file {\"path\": \"/data/before-$tag.txt\"}"
+  reply "restart-before-$tag"
+  expect_answer "$ANSWER" "contents of /data/before-$tag.txt"
+  context=$(field "$ANSWER" context_id)
+  restart_recorder
+  send "restart-new-$tag" "CALL read_file {\"path\": \"/data/new-$tag.txt\"}"
+  reply "restart-new-$tag"
+  expect_answer "$ANSWER" "contents of /data/new-$tag.txt"
+  send "restart-same-$tag" "CALL read_file {\"path\": \"/data/same-$tag.txt\"}" "$context"
+  reply "restart-same-$tag"
+  expect_answer "$ANSWER" "contents of /data/same-$tag.txt"
+  send "restart-mid-$tag" "CALL delete_file {\"path\": \"/data/mid-$tag.csv\"}"
+  the_request mid "/data/mid-$tag.csv"
+  restart_recorder
+  kubectl hitl approve "$mid" -n "$NS" --reason "e2e: approved after the tool server restarted" >/dev/null
+  reply "restart-mid-$tag"
+  expect_answer "$ANSWER" "deleted /data/mid-$tag.csv"
+  [ "$(runs delete_file "/data/mid-$tag.csv")" = 1 ] || fail "the approved call ran $(runs delete_file "/data/mid-$tag.csv") times"
+  wait_for "request $mid Executed" 10 eval '[ "$(jp "approvalrequest/$mid" "{.status.phase}")" = Executed ]'
+  send "restart-after-$tag" "CALL read_file {\"path\": \"/data/after-$tag.txt\"}"
+  reply "restart-after-$tag"
+  expect_answer "$ANSWER" "contents of /data/after-$tag.txt"
+}
+
+step "7b. the tool server restarts between turns and in the middle of one (kagent-adk $("$VENV/bin/pip" show kagent-adk | sed -n 's/^Version: //p'))"
+tool_server_restarts 074
+ok "recorder restarted between turns: a new conversation and the same one answered; restarted while a gated call waited: approved, ran once, Executed; the next turn answered"
+
 step "8. the runtime's token, and an Agent in approval mode Runtime"
 TOKEN=$WORK/pod/volumes/kagent-token/kagent-token
 [ -s "$TOKEN" ] || fail "no kagent-token was mounted"
@@ -284,6 +327,8 @@ expect_answer "$ANSWER" "deleted /data/newest.csv"
 ok "the newest runtime: read_file straight through, delete_file approved and run once"
 remembered 0104
 ok "the newest runtime: turn 1, the store SIGKILLed and restarted ($STORE_RESTART_S s), turn 2 reached the model with turn 1 in its history"
+tool_server_restarts 0104
+ok "the newest runtime: the recorder restarted between turns and while a gated call waited; every turn after answered, the approved call ran once"
 
 echo
 cat "$FIGURES"

@@ -13,5 +13,6 @@ mod freeze;
 mod memory;
 mod npm_peers;
 mod python_peers;
+mod restart;
 mod rules;
 mod stub_upstream;

@@ -6,11 +6,15 @@
 // identity at a shared gate).
 // Operations: {"op":"list"} | {"op":"call","name":"echo","args":{...},"progress":true}
 //             | {"op":"terminate"} (DELETE of the Streamable HTTP session)
+//             | {"op":"touch","file":"..."} (writes the session id, or "", to the file: a test
+//               waiting for it knows the operations before it are done)
+//             | {"op":"wait","file":"..."} (waits, at most 120 s, until the file exists)
 //             | {"op":"raw","body":"...","contentType":"..."} (POSTs the body as given on the
 //               client's session, as a hostile client would; waits 500 ms for stray answers)
 // Prints one JSON line per operation: {"op","tools"} | {"op","result","progress"} | {"op","error"}
 // | {"op","status","text","errors"} (errors: what the client reported meanwhile, such as
 // answers to requests it never made).
+import { existsSync, writeFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
@@ -64,6 +68,15 @@ for (const op of ops) {
       const text = await resp.text();
       await new Promise((resolve) => setTimeout(resolve, 500));
       console.log(JSON.stringify({ op: "raw", status: resp.status, text, errors }));
+    } else if (op.op === "touch") {
+      writeFileSync(op.file, transport.sessionId ?? "");
+      console.log(JSON.stringify({ op: "touch", session: transport.sessionId ?? null }));
+    } else if (op.op === "wait") {
+      const until = Date.now() + 120000;
+      while (!existsSync(op.file) && Date.now() < until) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      console.log(JSON.stringify({ op: "wait", found: existsSync(op.file) }));
     } else if (op.op === "terminate") {
       const session = transport.sessionId;
       await transport.terminateSession();
