@@ -337,7 +337,7 @@ mod tests {
             "a-gate",
             &default_cluster_cidrs(),
             &session_api().token_volume(),
-            &node_access::deployment(&objects.deployment),
+            &node_access::deployment(&objects.deployment, Some(GATE_CONTAINER)),
         )
     }
 

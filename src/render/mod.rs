@@ -347,6 +347,11 @@ pub fn render_agent(
         max_open_requests(&object, &approval_fields, options.max_open_requests)?;
     let placement = gate_placement(&object, declarative, mode, options.default_placement)?;
     agent_volumes::check(&object, agent, mode.uses_gate().then_some(placement))?;
+    let refuse_node_access = mode.uses_gate() && !options.allow_agent_node_access;
+    if refuse_node_access {
+        // The Agent's own fields first, before any reference is looked up.
+        refuse_node_access_of(&object, mode, &node_access::agent(agent))?;
+    }
     let approval_rules = declarative
         .approval
         .as_ref()
@@ -536,9 +541,11 @@ pub fn render_agent(
     {
         warnings.push(format!("{object}: {warning}"));
     }
+    // Then whatever else the rendered pods hold (fail closed: nothing the operator renders
+    // should reach the node next to a gate).
     let node_access = node_access::agent_pods(agent, &objects);
-    if mode.uses_gate() && !options.allow_agent_node_access {
-        refuse_node_access(&object, mode, &node_access)?;
+    if refuse_node_access {
+        refuse_node_access_of(&object, mode, &node_access)?;
     }
     let isolation = gate.as_ref().and_then(|gate| {
         isolation::isolation(
@@ -566,7 +573,7 @@ pub fn render_agent(
 
 /// Refuses an Agent (`object`) whose pods reach the node (`access`) next to the gate of
 /// approval `mode`: the error names the first field, and the others after it.
-fn refuse_node_access(
+fn refuse_node_access_of(
     object: &str,
     mode: ApprovalMode,
     access: &[node_access::NodeAccess],

@@ -159,10 +159,11 @@ fn container(field: &str, container: &Container) -> Vec<NodeAccess> {
         .unwrap_or_default()
 }
 
-/// What `pod`, at `field`, gives of the node to its containers other than the approval gate:
-/// each container's and init container's security context, the host namespaces, the pod's
-/// security context and its volumes.
-pub fn pod(field: &str, pod: &PodSpec) -> Vec<NodeAccess> {
+/// What `pod`, at `field`, gives of the node to its containers other than `except` (the
+/// approval gate beside the agent, whose own settings are the operator's): each container's
+/// and init container's security context, the host namespaces, the pod's security context
+/// and its volumes.
+pub fn pod(field: &str, pod: &PodSpec, except: Option<&str>) -> Vec<NodeAccess> {
     let mut access = Vec::new();
     let lists = [
         ("containers", Some(&pod.containers)),
@@ -170,7 +171,7 @@ pub fn pod(field: &str, pod: &PodSpec) -> Vec<NodeAccess> {
     ];
     for (list, containers) in lists {
         for (index, c) in containers.into_iter().flatten().enumerate() {
-            if c.name != GATE_CONTAINER {
+            if Some(c.name.as_str()) != except {
                 access.extend(container(&format!("{field}.{list}[{index}]"), c));
             }
         }
@@ -241,9 +242,9 @@ pub fn agent(agent: &Agent) -> Vec<NodeAccess> {
     access
 }
 
-/// What a rendered Deployment's pods give of the node, fields named
-/// `Deployment <namespace>/<name> spec.template.spec...`.
-pub fn deployment(deployment: &Deployment) -> Vec<NodeAccess> {
+/// What a rendered Deployment's pods give of the node to their containers other than
+/// `except`, fields named `Deployment <namespace>/<name> spec.template.spec...`.
+pub fn deployment(deployment: &Deployment, except: Option<&str>) -> Vec<NodeAccess> {
     let Some(spec) = deployment
         .spec
         .as_ref()
@@ -256,14 +257,14 @@ pub fn deployment(deployment: &Deployment) -> Vec<NodeAccess> {
         deployment.namespace().unwrap_or_default(),
         deployment.name_any()
     );
-    pod(&field, spec)
+    pod(&field, spec, except)
 }
 
 /// What the agent's pods, as rendered in `objects`, give of the node: named by the Agent's
 /// own fields when it asks for it itself, else by the rendered Deployment's (the operator's
 /// part of the pods, which the tests keep clear of all of it).
 pub fn agent_pods(owner: &Agent, objects: &AgentObjects) -> Vec<NodeAccess> {
-    let rendered = deployment(&objects.deployment);
+    let rendered = deployment(&objects.deployment, Some(GATE_CONTAINER));
     if rendered.is_empty() {
         return rendered;
     }
