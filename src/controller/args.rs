@@ -238,6 +238,21 @@ mod tests {
         assert!(args.gate_image.ends_with(env!("CARGO_PKG_VERSION")));
         assert_eq!(args.cluster_cidrs, default_cluster_cidrs());
         assert!(args.notifier_allow_cidrs.is_empty());
+        assert!(!args.allow_agent_node_access);
+        assert!(!args.render_options().allow_agent_node_access);
+        for allowed in [
+            &["--allow-agent-node-access"][..],
+            &["--allow-agent-node-access=true"],
+        ] {
+            let args = Cli::try_parse_from([&["controller"][..], allowed].concat())
+                .unwrap()
+                .args;
+            assert!(args.render_options().allow_agent_node_access, "{allowed:?}");
+        }
+        let refused = Cli::try_parse_from(["controller", "--allow-agent-node-access=false"])
+            .unwrap()
+            .args;
+        assert!(!refused.render_options().allow_agent_node_access);
         assert_eq!(
             args.session_store_url.to_string(),
             "http://hitl-sessions.hitl-system.svc:8083"
