@@ -182,9 +182,64 @@ fn invalid_examples_fail_with_one_apiserver_style_line_each() {
             "error: examples/invalid/require-approval-not-in-tool-names.yaml: The Agent \"a\" is invalid: spec.declarative.tools[0].mcpServer: Invalid value: each requireApproval entry must also appear in toolNames",
             "error: examples/invalid/missing-tool-server.yaml: Agent default/c: spec.declarative.tools[0].mcpServer: RemoteMCPServer default/no-such-server not found",
             "error: examples/invalid/mounts-gate-volume.yaml: Agent default/e: spec.declarative.deployment.volumeMounts[1].name: Forbidden: \"binding-key\" is the approval gate's volume; the agent container may not mount it",
+            NODE_ACCESS_REFUSED,
             "error: examples/invalid/rule-condition-does-not-compile.yaml: Agent default/d: spec.declarative.approval.rules[1].when: Invalid value: \"args.amount > > 1000\": CEL: 1:15: Syntax error: extraneous input '>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}",
         ]
     );
+}
+
+/// How `render` refuses examples/invalid/node-access.yaml: privileged, and the node's
+/// /var/lib/kubelet as a hostPath volume.
+const NODE_ACCESS_REFUSED: &str = "error: examples/invalid/node-access.yaml: Agent default/node-reader: spec.declarative.deployment.securityContext.privileged: Forbidden: a privileged container has every capability and the node's devices: the agent's pods could reach the node, where the kubelet keeps the approval gate's credentials, and go around the gate of approval mode Gate (also spec.declarative.deployment.volumes[0].hostPath); remove it, or have the operator allow it with --allow-agent-node-access (the chart's allowAgentNodeAccess: the gate can then be bypassed)";
+
+#[test]
+fn an_agent_that_reaches_the_node_is_refused_unless_the_flag_allows_it() {
+    let files = [
+        "render",
+        "-f",
+        "examples/model-openai.yaml",
+        "-f",
+        "examples/invalid/node-access.yaml",
+        "-o",
+        "json",
+    ];
+    let (code, stdout, stderr) = hitl(&files);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stdout.is_empty());
+    assert_eq!(stderr.lines().collect::<Vec<_>>(), [NODE_ACCESS_REFUSED]);
+
+    for allow in [
+        &["--allow-agent-node-access"][..],
+        &["--allow-agent-node-access=true"],
+    ] {
+        let (code, stdout, stderr) = hitl(&[&files[..], allow].concat());
+        assert_eq!(code, 0, "{stderr}");
+        let warning = stderr
+            .lines()
+            .find(|line| line.contains("GateIsolated=False"))
+            .unwrap_or_else(|| panic!("no GateIsolated warning: {stderr}"));
+        assert_eq!(
+            warning,
+            "warning: examples/invalid/node-access.yaml: Agent default/node-reader: GateIsolated=False (AgentReachesNode): the agent's pods can reach the node they run on: spec.declarative.deployment.securityContext.privileged (a privileged container has every capability and the node's devices); spec.declarative.deployment.volumes[0].hostPath (volume \"kubelet\" mounts the node's \"/var/lib/kubelet\"); the kubelet keeps the pod's gate.json with the tool servers' credentials, its binding key and the gate's token under its folder there (/var/lib/kubelet), so the agent can call RemoteMCPServer default/ledger (delete_entry) directly or act as the gate, skipping approval"
+        );
+        let list: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let pod = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["kind"] == "Deployment")
+            .map(|d| &d["spec"]["template"]["spec"])
+            .unwrap();
+        assert_eq!(pod["containers"][0]["securityContext"]["privileged"], true);
+        assert!(pod["volumes"].to_string().contains("/var/lib/kubelet"));
+    }
+    let (code, _, stderr) = hitl(&[&files[..], &["--allow-agent-node-access=false"]].concat());
+    assert_eq!(code, 1, "{stderr}");
+
+    // Without a gate (Runtime mode) nothing is refused and nothing is isolated to report.
+    let (code, _, stderr) = hitl(&[&files[..], &["--approval-mode", "Runtime"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("GateIsolated"), "{stderr}");
 }
 
 #[test]

@@ -933,3 +933,239 @@ fn a_tool_gate_with_a_wait_longer_than_its_timeout_names_the_field() {
         ]
     );
 }
+
+/// Issue 59: each field of an Agent's own deployment that reaches the node, and how the
+/// renderer names it, as the verdict and the refusal must.
+fn node_fields() -> Vec<(String, String)> {
+    let mut cases = vec![
+        (
+            "securityContext: {privileged: true}".to_owned(),
+            "securityContext.privileged".to_owned(),
+        ),
+        (
+            "securityContext: {windowsOptions: {hostProcess: true}}".to_owned(),
+            "securityContext.windowsOptions.hostProcess".to_owned(),
+        ),
+        (
+            "podSecurityContext: {windowsOptions: {hostProcess: true}}".to_owned(),
+            "podSecurityContext.windowsOptions.hostProcess".to_owned(),
+        ),
+        (
+            "volumes: [{name: scratch, emptyDir: {}}, {name: kubelet, hostPath: {path: /var/lib/kubelet}}]".to_owned(),
+            "volumes[1].hostPath".to_owned(),
+        ),
+        (
+            "volumes: [{name: repo, gitRepo: {repository: \"https://example.com/r.git\"}}]".to_owned(),
+            "volumes[0].gitRepo".to_owned(),
+        ),
+    ];
+    for (name, _) in hitl_operator::render::node_access::NODE_CAPABILITIES {
+        for spelled in [name.to_string(), format!("cap_{}", name.to_lowercase())] {
+            cases.push((
+                format!("securityContext: {{capabilities: {{add: [CHOWN, {spelled}]}}}}"),
+                "securityContext.capabilities.add[1]".to_owned(),
+            ));
+        }
+    }
+    cases
+}
+
+fn reaching(mode: &str, deployment: &str) -> String {
+    format!(
+        "{MODEL}---\n{}---\n{}",
+        SERVER.replace(
+            "spec: {url: \"http://fs:3000/mcp\"}",
+            "spec: {url: \"http://fs:3000/mcp\", headersFrom: [{name: Authorization, value: Bearer x}]}"
+        ),
+        agent(&format!(
+            "tools: [{{type: McpServer, mcpServer: {{name: fs, toolNames: [rm], requireApproval: [rm]}}}}]\napproval: {{mode: {mode}}}\ndeployment: {{{deployment}}}"
+        ))
+    )
+}
+
+#[test]
+fn an_agent_whose_pods_reach_the_node_is_refused_next_to_a_gate_unless_allowed() {
+    let allowed = RenderOptions {
+        allow_agent_node_access: true,
+        ..RenderOptions::default()
+    };
+    let cases = node_fields();
+    assert_eq!(cases.len(), 5 + 2 * 8);
+    for (deployment, field) in cases {
+        let field = format!("spec.declarative.deployment.{field}");
+        for mode in ["Gate", "Both"] {
+            let yaml = reaching(mode, &deployment);
+            let refused = problems(&yaml);
+            assert_eq!(refused.len(), 1, "{refused:?}");
+            let prefix = format!("t.yaml: Agent ns/a: {field}: Forbidden: ");
+            assert!(refused[0].starts_with(&prefix), "{deployment}: {refused:?}");
+            assert!(
+                refused[0].contains(&format!(
+                    "go around the gate of approval mode {mode}; remove it, or have the operator allow it with --allow-agent-node-access (the chart's allowAgentNodeAccess: the gate can then be bypassed)"
+                )),
+                "{refused:?}"
+            );
+            // Allowed: rendered, and GateIsolated=False names the field.
+            let documents = parse_documents("t.yaml", &yaml).unwrap();
+            let report = render_documents(documents, "ns", &allowed);
+            assert!(report.problems.is_empty(), "{:?}", report.problems);
+            let verdict = report
+                .warnings
+                .iter()
+                .find(|w| w.contains("GateIsolated=False"))
+                .unwrap_or_else(|| panic!("{deployment}: {:?}", report.warnings));
+            assert!(
+                verdict.starts_with(&format!(
+                    "t.yaml: Agent ns/a: GateIsolated=False (AgentReachesNode): the agent's pods can reach the node they run on: {field} ("
+                )),
+                "{verdict}"
+            );
+        }
+        // Without a gate there is nothing to go around.
+        let report = render(&reaching("Runtime", &deployment));
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        assert!(
+            !report.warnings.iter().any(|w| w.contains("GateIsolated")),
+            "{:?}",
+            report.warnings
+        );
+    }
+}
+
+#[test]
+fn a_refusal_names_every_field_that_reaches_the_node() {
+    let refused = problems(&reaching(
+        "Gate",
+        "securityContext: {privileged: true, capabilities: {add: [SYS_PTRACE]}}, volumes: [{name: k, hostPath: {path: /}}]",
+    ));
+    assert!(
+        refused[0].starts_with(
+            "t.yaml: Agent ns/a: spec.declarative.deployment.securityContext.privileged: Forbidden: a privileged container has every capability and the node's devices: "
+        ),
+        "{refused:?}"
+    );
+    assert!(
+        refused[0].contains(
+            " (also spec.declarative.deployment.securityContext.capabilities.add[0], spec.declarative.deployment.volumes[0].hostPath); "
+        ),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn weaker_settings_than_node_access_are_not_refused() {
+    for deployment in [
+        "securityContext: {allowPrivilegeEscalation: true, runAsUser: 0}",
+        "securityContext: {seccompProfile: {type: Unconfined}, appArmorProfile: {type: Unconfined}}",
+        "securityContext: {capabilities: {add: [NET_ADMIN, NET_RAW, DAC_OVERRIDE, MKNOD, SYS_CHROOT]}}",
+        "podSecurityContext: {seccompProfile: {type: Unconfined}, runAsUser: 0}",
+        "volumes: [{name: c, persistentVolumeClaim: {claimName: data}}]",
+    ] {
+        let report = render(&reaching("Gate", deployment));
+        assert!(
+            report.problems.is_empty(),
+            "{deployment}: {:?}",
+            report.problems
+        );
+        assert!(
+            !report.warnings.iter().any(|w| w.contains("GateIsolated")),
+            "{deployment}: {:?}",
+            report.warnings
+        );
+    }
+}
+
+/// Skills run their init container under the agent container's security context: one
+/// privileged Agent is refused once, by its own field.
+#[test]
+fn skills_beside_a_privileged_agent_name_the_agents_field() {
+    let yaml = reaching("Gate", "securityContext: {privileged: true}").replace(
+        "spec:\n  type: Declarative\n",
+        "spec:\n  type: Declarative\n  skills: {refs: [ghcr.io/org/skill:v1]}\n",
+    );
+    let refused = problems(&yaml);
+    assert_eq!(refused.len(), 1);
+    assert!(
+        refused[0].starts_with(
+            "t.yaml: Agent ns/a: spec.declarative.deployment.securityContext.privileged: Forbidden:"
+        ),
+        "{refused:?}"
+    );
+    assert!(!refused[0].contains("(also"), "{refused:?}");
+}
+
+/// The Deployments `report` rendered, by name.
+fn deployments(report: &RenderReport) -> Vec<(String, k8s_openapi::api::apps::v1::Deployment)> {
+    report
+        .objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap().to_owned(),
+                serde_json::from_value(o.clone()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 59: the gate's own pods (an Agent's Gateway, a ToolGate) take from their owner only
+/// replicas, resources, pull secrets and scheduling: none of it reaches the node, whatever the
+/// owner sets, the gate container included.
+#[test]
+fn the_gates_own_pods_reach_no_node_whatever_their_owner_sets() {
+    use hitl_operator::render::node_access;
+    let scheduling = "nodeSelector: {disk: ssd}, tolerations: [{operator: Exists}], affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: k, operator: Exists}]}]}}}";
+    let everything = format!(
+        "replicas: 2, imagePullSecrets: [{{name: pull}}], {scheduling}, securityContext: {{privileged: true, capabilities: {{add: [ALL]}}, windowsOptions: {{hostProcess: true}}}}, podSecurityContext: {{windowsOptions: {{hostProcess: true}}}}, volumes: [{{name: k, hostPath: {{path: /var/lib/kubelet}}}}]"
+    );
+    let yaml = reaching("Gate", &everything).replace(
+        "approval: {mode: Gate}",
+        "approval: {mode: Gate, placement: Gateway}",
+    );
+    let allowed = RenderOptions {
+        allow_agent_node_access: true,
+        ..RenderOptions::default()
+    };
+    let report = render_documents(parse_documents("t.yaml", &yaml).unwrap(), "ns", &allowed);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let rendered = deployments(&report);
+    let names: Vec<&str> = rendered.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["a", "a-gate"]);
+    // The agent's pods have all of it (so the scan sees it), the gate's none.
+    assert_eq!(node_access::deployment(&rendered[0].1, None).len(), 5);
+    assert_eq!(node_access::deployment(&rendered[1].1, None), []);
+    let gate_pod = rendered[1]
+        .1
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(gate_pod.node_selector.as_ref().unwrap()["disk"], "ssd");
+
+    let tool_gate = format!(
+        "{}---\n{}",
+        SERVER,
+        tool_gate(&format!(
+            "{{server: {{remoteMCPServer: fs}}, toolNames: [rm], requireApproval: [rm], deployment: {{replicas: 3, resources: {{limits: {{memory: 256Mi}}}}, {scheduling}}}}}"
+        ))
+    );
+    let report = render(&tool_gate);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let rendered = deployments(&report);
+    assert_eq!(rendered.len(), 1);
+    assert_eq!(node_access::deployment(&rendered[0].1, None), []);
+    let pod = rendered[0]
+        .1
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(pod.tolerations.as_ref().unwrap().len(), 1);
+}

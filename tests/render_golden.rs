@@ -257,3 +257,59 @@ fn bedrock_credentials_come_from_the_aws_secret() {
         ApprovalMode::Runtime
     ));
 }
+
+/// Issue 59: no example asks for a way to the node, next to a gate in either placement: each renders
+/// (nothing is refused next to a gate), no pod it renders reaches the node (the gate's own
+/// included), and no verdict is AgentReachesNode.
+#[test]
+fn no_example_reaches_the_node() {
+    use hitl_operator::api::GatePlacement;
+    use hitl_operator::render::node_access;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut files: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .map(|path| format!("examples/{}", path.file_name().unwrap().to_str().unwrap()))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    let files: Vec<&str> = files.iter().map(String::as_str).collect();
+    for mode in [ApprovalMode::Gate, ApprovalMode::Both] {
+        for placement in [GatePlacement::Sidecar, GatePlacement::Gateway] {
+            let options = RenderOptions {
+                default_approval_mode: mode,
+                default_placement: placement,
+                ..RenderOptions::default()
+            };
+            let report = render_documents(documents(&files), "default", &options);
+            assert!(
+                report.problems.is_empty(),
+                "{mode:?} {placement:?}: {:#?}",
+                report.problems
+            );
+            assert!(
+                !report
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains("AgentReachesNode")),
+                "{:?}",
+                report.warnings
+            );
+            let deployments: Vec<k8s_openapi::api::apps::v1::Deployment> = report
+                .objects
+                .iter()
+                .filter(|o| o["kind"] == "Deployment")
+                .map(|o| serde_json::from_value(o.clone()).unwrap())
+                .collect();
+            assert!(deployments.len() >= 8, "{mode:?} {placement:?}");
+            for deployment in &deployments {
+                assert_eq!(
+                    node_access::deployment(deployment, None),
+                    [],
+                    "{mode:?} {placement:?}"
+                );
+            }
+        }
+    }
+}

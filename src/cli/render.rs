@@ -99,6 +99,16 @@ pub struct RenderArgs {
         value_parser = clap::value_parser!(u32).range(1..=1000)
     )]
     pub default_max_open_requests: u32,
+    /// Render Agents whose pods can reach the node next to a gate instead of refusing them;
+    /// they are reported GateIsolated=False (the controller's --allow-agent-node-access).
+    #[arg(
+        long,
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub allow_agent_node_access: bool,
 }
 
 /// What a render produced: objects to print, or problems (one line each), plus warnings.
@@ -330,6 +340,7 @@ pub fn run(args: &RenderArgs) -> u8 {
         session_store_url: args.session_store_url.clone(),
         kagent_url: args.kagent_url.clone(),
         kagent_grpc_url: args.kagent_grpc_url.clone(),
+        allow_agent_node_access: args.allow_agent_node_access,
     };
     let documents = match manifest::load(&args.paths, args.recursive) {
         Ok(documents) => documents,

@@ -87,6 +87,19 @@ pub struct ControllerArgs {
     /// Image of the init container that fetches an Agent's skills.
     #[arg(long, env = "SKILLS_INIT_IMAGE", default_value = DEFAULT_SKILLS_INIT_IMAGE)]
     pub skills_init_image: String,
+    /// Render Agents whose pods can reach the node (privileged, node capabilities, host
+    /// namespaces, hostPath) in approval modes Gate and Both, reporting `GateIsolated=False,
+    /// AgentReachesNode`, instead of refusing them: the gate can be bypassed
+    /// (docs/placement.md, "Node access").
+    #[arg(
+        long,
+        env = "ALLOW_AGENT_NODE_ACCESS",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub allow_agent_node_access: bool,
     /// Longest lifetime of an ApprovalGrant (`expiresAt` after its creation) the gates
     /// honour, such as 24h; `off` turns grants off: every gated call asks a person.
     #[arg(long, env = "GRANT_MAX_TTL", default_value = DEFAULT_GRANT_MAX_TTL)]
@@ -198,6 +211,7 @@ impl ControllerArgs {
             session_store_url: self.session_store_url.clone(),
             kagent_url: self.kagent_url.clone(),
             kagent_grpc_url: self.kagent_grpc_url.clone(),
+            allow_agent_node_access: self.allow_agent_node_access,
         }
     }
 }
@@ -224,6 +238,21 @@ mod tests {
         assert!(args.gate_image.ends_with(env!("CARGO_PKG_VERSION")));
         assert_eq!(args.cluster_cidrs, default_cluster_cidrs());
         assert!(args.notifier_allow_cidrs.is_empty());
+        assert!(!args.allow_agent_node_access);
+        assert!(!args.render_options().allow_agent_node_access);
+        for allowed in [
+            &["--allow-agent-node-access"][..],
+            &["--allow-agent-node-access=true"],
+        ] {
+            let args = Cli::try_parse_from([&["controller"][..], allowed].concat())
+                .unwrap()
+                .args;
+            assert!(args.render_options().allow_agent_node_access, "{allowed:?}");
+        }
+        let refused = Cli::try_parse_from(["controller", "--allow-agent-node-access=false"])
+            .unwrap()
+            .args;
+        assert!(!refused.render_options().allow_agent_node_access);
         assert_eq!(
             args.session_store_url.to_string(),
             "http://hitl-sessions.hitl-system.svc:8083"

@@ -1,7 +1,9 @@
 //! Whether the agent can reach its gated tool servers only through the gate: the
 //! `GateIsolated` condition, computed from what was rendered (pure).
 //!
-//! First the pods: if the agent container mounts a volume that reaches one of the gate
+//! First the node: if a container of the agent's pods other than the gate can reach the node
+//! ([`super::node_access`]), the kubelet's folder there holds what the gate's volumes hold,
+//! and nothing is isolated. Then the pods: if the agent container mounts a volume that reaches one of the gate
 //! container's (gate.json, the binding key, the gate's token; see [`super::agent_volumes`]),
 //! nothing is isolated. Then the network: in Sidecar placement the agent container shares the
 //! gate's network, so the only thing between it and a server is a credential that only
@@ -18,6 +20,7 @@ use crate::cidr::Cidr;
 use crate::contract::gate_config::GateServer;
 use crate::render::agent_volumes::{Reach, Sharing, reach};
 use crate::render::network::host_in_cluster;
+use crate::render::node_access::NodeAccess;
 use crate::render::objects::{AGENT_CONTAINER, AgentObjects, GATE_CONTAINER};
 use crate::render::proxy::PROXY_HOST_HEADER;
 
@@ -44,6 +47,9 @@ pub const EXTERNAL_SERVER_REACHABLE: &str = "ExternalServerReachable";
 /// False: the agent container mounts one of the gate container's volumes, or a volume with
 /// what one of them holds.
 pub const AGENT_MOUNTS_GATE_VOLUME: &str = "AgentMountsGateVolume";
+/// False: a container of the agent's pods other than the gate can reach the node, where the
+/// kubelet keeps the gate's volumes.
+pub const AGENT_REACHES_NODE: &str = "AgentReachesNode";
 
 fn pod_spec(deployment: &Deployment) -> Option<&PodSpec> {
     deployment.spec.as_ref()?.template.spec.as_ref()
@@ -117,7 +123,8 @@ fn host(url: &str) -> String {
 }
 
 /// The verdict for an Agent whose gate guards `servers`, rendered as `objects` with the
-/// runtime's token volume `runtime_token`; `None` when no server has a tool that requires
+/// runtime's token volume `runtime_token`, whose pods reach the node through `node_access`
+/// ([`super::node_access::agent_pods`]); `None` when no server has a tool that requires
 /// approval or that a rule may hold or deny (there is nothing to go around).
 pub fn isolation(
     placement: GatePlacement,
@@ -126,6 +133,7 @@ pub fn isolation(
     gate_service: &str,
     cluster_cidrs: &[Cidr],
     runtime_token: &Volume,
+    node_access: &[NodeAccess],
 ) -> Option<Isolation> {
     let gated: Vec<&GateServer> = servers
         .iter()
@@ -150,6 +158,29 @@ pub fn isolation(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    if !node_access.is_empty() {
+        let fields: Vec<String> = node_access
+            .iter()
+            .map(|access| format!("{} ({})", access.field, access.why))
+            .collect();
+        let whose = match placement {
+            GatePlacement::Sidecar => {
+                "the pod's gate.json with the tool servers' credentials, its binding key and the gate's token"
+            }
+            GatePlacement::Gateway => {
+                "the volumes of a gate pod on the same node (gate.json with the tool servers' credentials, the binding key, the gate's token), and the node's network is not confined by the NetworkPolicies"
+            }
+        };
+        return Some(Isolation {
+            isolated: false,
+            reason: AGENT_REACHES_NODE,
+            message: format!(
+                "the agent's pods can reach the node they run on: {}; the kubelet keeps {whose} under its folder there (/var/lib/kubelet), so the agent can call {} directly or act as the gate, skipping approval",
+                fields.join("; "),
+                names(gated.iter().collect())
+            ),
+        });
+    }
     if let Some((mine, theirs, how)) = gate_volume_in_agent(objects, runtime_token) {
         let what = match how {
             Reach::Name => format!("the approval gate's volume {theirs:?}"),
@@ -237,6 +268,7 @@ mod tests {
     use crate::render::RenderOptions;
     use crate::render::model::RenderedModel;
     use crate::render::network::default_cluster_cidrs;
+    use crate::render::node_access;
     use crate::render::objects::{self, ObjectInputs};
 
     fn server(name: &str, url: &str, gated: &[&str], headers: &[&str]) -> GateServer {
@@ -305,6 +337,7 @@ mod tests {
             "a-gate",
             &default_cluster_cidrs(),
             &session_api().token_volume(),
+            &node_access::deployment(&objects.deployment, Some(GATE_CONTAINER)),
         )
     }
 
@@ -539,5 +572,231 @@ mod tests {
         mount_in_agent(&mut gateway, "mine", Some(token));
         let found = verdict_for(GatePlacement::Gateway, &servers, &gateway).unwrap();
         assert_eq!(found.reason, "GatewayIsolated");
+    }
+
+    /// Container fields that reach the node: the security context to set (JSON), and the
+    /// field path under the container that the verdict must name.
+    fn container_cases() -> Vec<(serde_json::Value, String)> {
+        let mut cases = vec![
+            (
+                serde_json::json!({"privileged": true}),
+                "securityContext.privileged".to_owned(),
+            ),
+            (
+                serde_json::json!({"windowsOptions": {"hostProcess": true}}),
+                "securityContext.windowsOptions.hostProcess".to_owned(),
+            ),
+        ];
+        for (name, _) in node_access::NODE_CAPABILITIES {
+            // As written, lower case, and with the CAP_ prefix, after a harmless one.
+            for spelled in [
+                name.to_string(),
+                name.to_ascii_lowercase(),
+                format!("CAP_{name}"),
+            ] {
+                cases.push((
+                    serde_json::json!({"capabilities": {"add": ["NET_BIND_SERVICE", spelled]}}),
+                    "securityContext.capabilities.add[1]".to_owned(),
+                ));
+            }
+        }
+        cases
+    }
+
+    /// Pod fields that reach the node: the pod spec fields to merge in (JSON), and the path
+    /// the verdict must name, under the pod spec.
+    fn pod_cases(volumes_before: usize) -> Vec<(serde_json::Value, String)> {
+        let mut cases: Vec<(serde_json::Value, String)> = ["hostPID", "hostNetwork", "hostIPC"]
+            .into_iter()
+            .map(|field| (serde_json::json!({ field: true }), field.to_owned()))
+            .collect();
+        cases.push((
+            serde_json::json!({"securityContext": {"windowsOptions": {"hostProcess": true}}}),
+            "securityContext.windowsOptions.hostProcess".to_owned(),
+        ));
+        for (source, field) in [
+            (
+                serde_json::json!({"hostPath": {"path": "/var/lib/kubelet"}}),
+                "hostPath",
+            ),
+            (
+                serde_json::json!({"hostPath": {"path": "/tmp/x", "type": "DirectoryOrCreate"}}),
+                "hostPath",
+            ),
+            (
+                serde_json::json!({"gitRepo": {"repository": "https://example.com/r.git"}}),
+                "gitRepo",
+            ),
+        ] {
+            let mut volume = source;
+            volume["name"] = "node".into();
+            cases.push((
+                serde_json::json!({ "volumes": [volume] }),
+                format!("volumes[{volumes_before}].{field}"),
+            ));
+        }
+        cases
+    }
+
+    fn set_security_context(container: &mut Container, context: &serde_json::Value) {
+        container.security_context = Some(serde_json::from_value(context.clone()).unwrap());
+    }
+
+    /// `pod` with the fields of `patch` set (volumes appended).
+    fn patch_pod(pod: &mut PodSpec, patch: &serde_json::Value) {
+        let mut value = serde_json::to_value(&*pod).unwrap();
+        for (key, field) in patch.as_object().unwrap() {
+            match (key.as_str(), value[key].as_array_mut()) {
+                ("volumes", Some(volumes)) => volumes.extend(field.as_array().unwrap().clone()),
+                _ => value[key] = field.clone(),
+            }
+        }
+        *pod = serde_json::from_value(value).unwrap();
+    }
+
+    fn assert_reaches_node(found: Option<Isolation>, field: &str, case: &str) {
+        let found = found.unwrap();
+        assert!(!found.isolated, "{case}");
+        assert_eq!(found.reason, "AgentReachesNode", "{case}");
+        assert!(
+            found.message.contains(&format!(
+                "the agent's pods can reach the node they run on: Deployment ns/a spec.template.spec.{field} ("
+            )),
+            "{case}: {}",
+            found.message
+        );
+        assert!(
+            found
+                .message
+                .contains("RemoteMCPServer ns/pay (delete_file)"),
+            "{case}"
+        );
+    }
+
+    #[test]
+    fn every_node_field_of_every_container_but_the_gate_and_of_the_pod_is_named() {
+        let servers = credentialed();
+        let mut checked = 0;
+        for placement in [GatePlacement::Sidecar, GatePlacement::Gateway] {
+            let clean = rendered(placement);
+            assert!(
+                verdict_for(placement, &servers, &clean).unwrap().isolated,
+                "{placement:?}"
+            );
+            // The agent container, and an init container beside the gate (if any).
+            let inits = pod_spec(&clean.deployment)
+                .unwrap()
+                .init_containers
+                .as_ref()
+                .map_or(0, Vec::len);
+            for (context, field) in container_cases() {
+                let mut agent = clean.clone();
+                set_security_context(&mut agent_pod(&mut agent).containers[0], &context);
+                let case = format!("{placement:?} agent container {context}");
+                let path = format!("containers[0].{field}");
+                assert_reaches_node(verdict_for(placement, &servers, &agent), &path, &case);
+
+                let mut init = clean.clone();
+                let mut extra = Container {
+                    name: "extra".to_owned(),
+                    ..Container::default()
+                };
+                set_security_context(&mut extra, &context);
+                agent_pod(&mut init)
+                    .init_containers
+                    .get_or_insert_default()
+                    .push(extra);
+                let case = format!("{placement:?} init container {context}");
+                let path = format!("initContainers[{inits}].{field}");
+                assert_reaches_node(verdict_for(placement, &servers, &init), &path, &case);
+                checked += 2;
+            }
+            let volumes = pod_spec(&clean.deployment)
+                .unwrap()
+                .volumes
+                .as_ref()
+                .map_or(0, Vec::len);
+            for (patch, field) in pod_cases(volumes) {
+                let mut pod = clean.clone();
+                patch_pod(agent_pod(&mut pod), &patch);
+                let case = format!("{placement:?} pod {patch}");
+                assert_reaches_node(verdict_for(placement, &servers, &pod), &field, &case);
+                checked += 1;
+            }
+        }
+        assert_eq!(
+            checked,
+            2 * (2 * (2 + 3 * node_access::NODE_CAPABILITIES.len()) + 7)
+        );
+    }
+
+    #[test]
+    fn the_gate_containers_own_fields_and_weaker_settings_keep_the_verdict() {
+        let servers = credentialed();
+        let clean = rendered(GatePlacement::Sidecar);
+        // The gate sidecar itself is not the agent.
+        let mut gate_privileged = clean.clone();
+        set_security_context(
+            &mut agent_pod(&mut gate_privileged)
+                .init_containers
+                .as_mut()
+                .unwrap()[0],
+            &serde_json::json!({"privileged": true, "capabilities": {"add": ["SYS_ADMIN"]}}),
+        );
+        assert_eq!(
+            pod_spec(&gate_privileged.deployment)
+                .unwrap()
+                .init_containers
+                .as_ref()
+                .unwrap()[0]
+                .name,
+            GATE_CONTAINER
+        );
+        let found = verdict_for(GatePlacement::Sidecar, &servers, &gate_privileged).unwrap();
+        assert_eq!(found.reason, "CredentialsOnlyInGate");
+        // What is weaker than a way to the node is not counted (docs/placement.md).
+        for context in [
+            serde_json::json!({"allowPrivilegeEscalation": true}),
+            serde_json::json!({"seccompProfile": {"type": "Unconfined"}}),
+            serde_json::json!({"appArmorProfile": {"type": "Unconfined"}}),
+            serde_json::json!({"procMount": "Unmasked"}),
+            serde_json::json!({"privileged": false, "runAsUser": 0}),
+            serde_json::json!({"capabilities": {"add": ["NET_ADMIN", "NET_RAW", "DAC_OVERRIDE", "CHOWN", "SYS_CHROOT", "MKNOD"]}}),
+        ] {
+            let mut agent = clean.clone();
+            set_security_context(&mut agent_pod(&mut agent).containers[0], &context);
+            let found = verdict_for(GatePlacement::Sidecar, &servers, &agent).unwrap();
+            assert_eq!(found.reason, "CredentialsOnlyInGate", "{context}");
+        }
+        let mut pod = clean.clone();
+        patch_pod(
+            agent_pod(&mut pod),
+            &serde_json::json!({"hostPID": false, "hostNetwork": false, "volumes": [{"name": "pvc", "persistentVolumeClaim": {"claimName": "c"}}]}),
+        );
+        let found = verdict_for(GatePlacement::Sidecar, &servers, &pod).unwrap();
+        assert_eq!(found.reason, "CredentialsOnlyInGate");
+    }
+
+    #[test]
+    fn gateway_says_the_node_holds_a_gate_pods_volumes_and_escapes_the_policies() {
+        let servers = credentialed();
+        let mut pod = rendered(GatePlacement::Gateway);
+        patch_pod(
+            agent_pod(&mut pod),
+            &serde_json::json!({"hostNetwork": true}),
+        );
+        let found = verdict_for(GatePlacement::Gateway, &servers, &pod).unwrap();
+        assert!(
+            found
+                .message
+                .contains("the volumes of a gate pod on the same node"),
+            "{}",
+            found.message
+        );
+        assert!(
+            found
+                .message
+                .contains("not confined by the NetworkPolicies")
+        );
     }
 }

@@ -11,6 +11,7 @@ pub mod isolation;
 pub mod memory;
 pub mod model;
 pub mod network;
+pub mod node_access;
 pub mod objects;
 pub mod prompt;
 pub mod proxy;
@@ -98,6 +99,9 @@ pub struct RenderOptions {
     pub kagent_url: Option<SessionApiUrl>,
     /// kagent's gRPC controller API for the runtimes that need it (`--kagent-grpc-url`).
     pub kagent_grpc_url: Option<String>,
+    /// Render Agents whose pods reach the node next to a gate (`--allow-agent-node-access`):
+    /// the gate can then be bypassed, and `GateIsolated` says so. Off: they are refused.
+    pub allow_agent_node_access: bool,
 }
 
 /// Default longest lifetime of an ApprovalGrant: one day.
@@ -151,6 +155,7 @@ impl Default for RenderOptions {
             session_store_url: SessionApiUrl::default_store(),
             kagent_url: None,
             kagent_grpc_url: None,
+            allow_agent_node_access: false,
         }
     }
 }
@@ -342,6 +347,11 @@ pub fn render_agent(
         max_open_requests(&object, &approval_fields, options.max_open_requests)?;
     let placement = gate_placement(&object, declarative, mode, options.default_placement)?;
     agent_volumes::check(&object, agent, mode.uses_gate().then_some(placement))?;
+    let refuse_node_access = mode.uses_gate() && !options.allow_agent_node_access;
+    if refuse_node_access {
+        // The Agent's own fields first, before any reference is looked up.
+        refuse_node_access_of(&object, mode, &node_access::agent(agent))?;
+    }
     let approval_rules = declarative
         .approval
         .as_ref()
@@ -531,6 +541,12 @@ pub fn render_agent(
     {
         warnings.push(format!("{object}: {warning}"));
     }
+    // Then whatever else the rendered pods hold (fail closed: nothing the operator renders
+    // should reach the node next to a gate).
+    let node_access = node_access::agent_pods(agent, &objects);
+    if refuse_node_access {
+        refuse_node_access_of(&object, mode, &node_access)?;
+    }
     let isolation = gate.as_ref().and_then(|gate| {
         isolation::isolation(
             placement,
@@ -539,6 +555,7 @@ pub fn render_agent(
             &objects::gate_name(agent),
             &options.cluster_cidrs,
             &session_api.token_volume(),
+            &node_access,
         )
     });
     Ok(RenderedAgent {
@@ -551,6 +568,33 @@ pub fn render_agent(
         warnings,
         isolation,
         session_api,
+    })
+}
+
+/// Refuses an Agent (`object`) whose pods reach the node (`access`) next to the gate of
+/// approval `mode`: the error names the first field, and the others after it.
+fn refuse_node_access_of(
+    object: &str,
+    mode: ApprovalMode,
+    access: &[node_access::NodeAccess],
+) -> Result<()> {
+    let Some((first, others)) = access.split_first() else {
+        return Ok(());
+    };
+    let also = if others.is_empty() {
+        String::new()
+    } else {
+        let fields: Vec<&str> = others.iter().map(|a| a.field.as_str()).collect();
+        format!(" (also {})", fields.join(", "))
+    };
+    Err(Error::InvalidSpec {
+        object: object.to_owned(),
+        field: first.field.clone(),
+        message: format!(
+            "Forbidden: {}: the agent's pods could reach the node, where the kubelet keeps the approval gate's credentials, and go around the gate of approval mode {}{also}; remove it, or have the operator allow it with --allow-agent-node-access (the chart's allowAgentNodeAccess: the gate can then be bypassed)",
+            first.why,
+            mode.as_str()
+        ),
     })
 }
 

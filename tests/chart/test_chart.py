@@ -244,6 +244,7 @@ def test_default_deployment(chart):
         "--log-format": "json",
         "--default-approval-mode": "Gate",
         "--default-placement": "Sidecar",
+        "--allow-agent-node-access": "false",
         "--agent-image": "cr.kagent.dev/kagent-dev/kagent/app:0.7.4",
         "--gate-image": "ghcr.io/hitl-operator/hitl-operator:0.1.0",
         "--cluster-cidrs": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16",
@@ -263,6 +264,13 @@ def test_default_deployment(chart):
     assert c["resources"]["requests"] and c["resources"]["limits"]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_node_access_of_agents_is_refused_unless_the_value_allows_it(chart):
+    # Default false: the controller refuses Agents whose pods reach the node next to a gate.
+    assert args_map(controller(objects(chart)))["--allow-agent-node-access"] == "false"
+    docs = objects(chart, {"allowAgentNodeAccess": True})
+    assert args_map(controller(docs))["--allow-agent-node-access"] == "true"
 
 
 def test_proxy_url_is_passed_to_the_controller(chart):
@@ -1107,6 +1115,8 @@ def test_sessions_manifests_match_kubernetes_schemas(chart, values):
         ({"grants": {"maxTTL": "forever"}}, "maxTTL"),
         ({"grants": {"maxTTL": ""}}, "maxTTL"),
         ({"grants": {"maxTTL": "1d"}}, "maxTTL"),
+        ({"allowAgentNodeAccess": "true"}, "allowAgentNodeAccess"),
+        ({"allowAgentNodeAccess": 1}, "allowAgentNodeAccess"),
         ({"defaultMaxOpenRequests": 0}, "defaultMaxOpenRequests"),
         ({"defaultMaxOpenRequests": 1001}, "defaultMaxOpenRequests"),
         ({"quota": {"approvalRequests": {"count": 0}}}, "count"),
@@ -1154,7 +1164,7 @@ def test_schema_accepts_defaults_and_examples(chart):
     for values in POLICY_VARIANTS.values():
         chart.validate_schema(values)
     chart.validate_schema({"watchNamespace": "agents", "defaultApprovalMode": "Runtime",
-                           "image": {"tag": "sha256:" + "a" * 64}})
+                           "image": {"tag": "sha256:" + "a" * 64}, "allowAgentNodeAccess": True})
     chart.validate_schema({"sessions": {
         "image": {"repository": "registry.example/hitl", "tag": "1.2.3"},
         "replicas": 3,

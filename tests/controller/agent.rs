@@ -1321,3 +1321,140 @@ async fn a_namespace_freeze_is_reported_on_the_agent_and_its_lifting_too() {
     );
     assert_eq!(requests[2].body["reason"], "Unfrozen");
 }
+
+/// Issue 59: the Agent as `agent()` with a privileged agent container mounting the node's
+/// /var/lib/kubelet.
+fn node_reader() -> Agent {
+    let mut agent = agent();
+    agent.spec.declarative.as_mut().unwrap().deployment = Some(Box::new(yaml(
+        "{securityContext: {privileged: true}, volumes: [{name: kubelet, hostPath: {path: /var/lib/kubelet}}], volumeMounts: [{name: kubelet, mountPath: /host}]}",
+    )));
+    agent
+}
+
+#[tokio::test]
+async fn an_agent_that_reaches_the_node_is_refused_naming_the_field_and_nothing_is_applied() {
+    let agent = node_reader();
+    let server = server(&[]);
+    let script = vec![
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ];
+    let cache = Cache {
+        agents: vec![agent.clone()],
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            cached(agent.clone()),
+            with_refs(cache, &server).context(client, at(0)),
+        )
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(
+        requests.len(),
+        2,
+        "only the status and the Event are written"
+    );
+    let status = &requests[0].body;
+    assert!(
+        conditions(status).contains(&("Accepted".into(), "False".into(), "InvalidSpec".into())),
+        "{status:#}"
+    );
+    let message = condition_message(status, "Accepted");
+    assert!(
+        message.starts_with(
+            "Agent ns/a: spec.declarative.deployment.securityContext.privileged: Forbidden: a privileged container has every capability and the node's devices: "
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("(also spec.declarative.deployment.volumes[0].hostPath)"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn an_allowed_agent_that_reaches_the_node_is_applied_and_not_isolated() {
+    let agent = node_reader();
+    let server = server(&[]);
+    let allowed = RenderOptions {
+        allow_agent_node_access: true,
+        ..RenderOptions::default()
+    };
+    let mut refs = RefStore::default();
+    refs.insert_model_config(model_config());
+    refs.insert_remote_mcp_server(server.clone());
+    let objects = render_agent(&agent, &refs, &allowed).unwrap().objects;
+    let mut script = Vec::from(created("/api/v1/namespaces/ns/secrets/a"));
+    script.push(expect(Method::POST, KEY_CREATE, json!({})));
+    for path in [
+        "/api/v1/namespaces/ns/serviceaccounts/a",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/a-approval-gate",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings/a-approval-gate",
+        "/apis/apps/v1/namespaces/ns/deployments/a",
+        "/api/v1/namespaces/ns/services/a",
+    ] {
+        script.extend(created(path));
+    }
+    script.extend([
+        expect(
+            Method::PATCH,
+            &format!("/apis/kagent.dev/v1alpha2/namespaces/ns/agents/a/status{APPLY}"),
+            json_of(&agent),
+        ),
+        expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events?",
+            event_created(),
+        ),
+    ]);
+    let cache = Cache {
+        agents: vec![agent.clone()],
+        render: allowed,
+        ..Cache::default()
+    };
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            cached(agent.clone()),
+            with_refs(cache, &server).context(client, at(0)),
+        )
+    })
+    .await;
+    result.expect("reconcile succeeds");
+    let written = writes(&requests);
+    assert_eq!(written[5], &json_of(&objects.deployment));
+    assert_eq!(
+        written[5]["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"],
+        true
+    );
+    let status = written[7];
+    assert!(
+        conditions(status).contains(&(
+            "GateIsolated".into(),
+            "False".into(),
+            "AgentReachesNode".into()
+        )),
+        "{status:#}"
+    );
+    let message = condition_message(status, "GateIsolated");
+    assert!(
+        message.starts_with(
+            "the agent's pods can reach the node they run on: spec.declarative.deployment.securityContext.privileged (a privileged container has every capability and the node's devices); spec.declarative.deployment.volumes[0].hostPath (volume \"kubelet\" mounts the node's \"/var/lib/kubelet\"); "
+        ),
+        "{message}"
+    );
+    assert!(
+        conditions(status).contains(&("Accepted".into(), "True".into(), "Reconciled".into())),
+        "{status:#}"
+    );
+}

@@ -120,6 +120,8 @@ pub struct Cache {
     /// Objects of the rendered kinds that are not ours, as the watches of their names list
     /// them: (kind, namespace, name).
     pub others: Vec<(&'static str, &'static str, &'static str)>,
+    /// The operator's render settings (the controller's flags).
+    pub render: RenderOptions,
 }
 
 impl Cache {
@@ -149,7 +151,7 @@ impl Cache {
                 client,
                 Arc::new(FixedClock(Mutex::new(now))),
                 Arc::new(Metrics::default()),
-                RenderOptions::default(),
+                self.render,
                 stores,
                 CacheSync::default(),
                 Some("test".into()),

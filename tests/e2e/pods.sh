@@ -777,15 +777,11 @@ expect_answer "$ANSWER" "deleted /data/kubelet.csv"
 [ "$(runs delete_file /data/kubelet.csv)" = 1 ] || fail "delete_file ran $(runs delete_file /data/kubelet.csv) times with the kubelet down"
 [ "$(node_lease)" = "$LEASE_DOWN" ] || fail "the node's Lease was renewed while the kubelet was down: is another kubelet running?"
 DOWN_FOR=$(elapsed "$T_DOWN")
-# Started without the descriptors this suite holds: the kubelet outlives the suite, and one of
-# them is flock's lock on /tmp/e2e.lock, which a kubelet holding it would keep from every later
-# suite (seen: every e2e run waited on a restarted kubelet).
-inherited=""
-for fd in /proc/$BASHPID/fd/*; do
-  fd=${fd##*/}
-  [ "$fd" -le 2 ] || inherited+=" $fd>&-"
-done
-eval "setsid \"\${KUBELET_CMD[@]}\" >>\"\$CLUSTER_DIR/node/kubelet.log\" 2>&1 </dev/null $inherited &"
+# With no descriptor but stdin, stdout and stderr: run as `flock /tmp/e2e.lock tests/e2e/run.sh
+# pods`, the suite's descriptor of the lock would live on in the kubelet, and hold the lock for
+# every other suite long after this one ended.
+setsid bash -c 'for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; exec "$@"' \
+  kubelet "${KUBELET_CMD[@]}" >>"$CLUSTER_DIR/node/kubelet.log" 2>&1 </dev/null &
 echo $! >"$CLUSTER_DIR/node/kubelet.pid"
 wait_for "the restarted kubelet to renew the node's Lease" 60 eval '[ "$(node_lease)" != "$LEASE_DOWN" ]'
 wait_for "the node Ready" 60 node_ready

@@ -4,7 +4,7 @@
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
 # Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, grants,
-#        notify, slack, rewind, toolgate, toolgate-isolation, sessions, runtime, pods
+#        notify, slack, rewind, toolgate, toolgate-isolation, node-access, sessions, runtime, pods
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -31,6 +31,9 @@
 #   toolgate-isolation tests/e2e/toolgate-isolation.sh: one ToolGate cannot stop the
 #           TokenReview binding of the others, a refused or deleted one grants nothing, no
 #           planted object is adopted, no gate Secret is read by reference (issue 54)
+#   node-access tests/e2e/node-access.sh: an Agent whose pods reach the node (privileged,
+#           hostPath /var/lib/kubelet) is refused next to a gate naming the field, and with the
+#           chart's allowAgentNodeAccess reported GateIsolated=False naming it (issue 59)
 #   sessions tests/e2e/sessions.sh: the session store as the chart runs it, with its own
 #           ServiceAccount and the chart's RBAC: auth by each Agent pod's bound token (refused
 #           or scoped), kagent-adk 0.7.4 and 0.10.4's clients, SIGKILL in a loop of appends,
@@ -54,7 +57,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate toolgate-isolation sessions runtime pods)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate toolgate-isolation node-access sessions runtime pods)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins
