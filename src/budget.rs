@@ -3,9 +3,12 @@
 //! ([`crate::sessions::http`]) waits for its share; the gate ([`crate::gate::memory`]) waits a
 //! little, then refuses (HTTP 503), so that no request waits behind another's approval.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Bytes of one unit of a [`Budget`].
@@ -68,6 +71,43 @@ impl Budget {
     fn units_of(&self, bytes: usize) -> u32 {
         let units = bytes.div_ceil(UNIT).clamp(1, self.total_units);
         u32::try_from(units).unwrap_or(u32::MAX)
+    }
+}
+
+/// A response body that holds a share of a [`Budget`] until it is dropped: sent, or its client
+/// went away.
+pub struct HoldingBody<B> {
+    body: B,
+    _reservation: Option<Reservation>,
+}
+
+impl<B> HoldingBody<B> {
+    /// `body`, holding `reservation` (if any) as long as it lives.
+    pub fn new(body: B, reservation: Option<Reservation>) -> Self {
+        Self {
+            body,
+            _reservation: reservation,
+        }
+    }
+}
+
+impl<B: Body + Unpin> Body for HoldingBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -12,20 +12,17 @@
 //! - nesting is bounded by serde_json's recursion limit (127 levels), which every parse
 //!   keeps (none disables it).
 
-use std::pin::Pin;
 use std::sync::OnceLock;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
-use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::jsonrpc;
 use super::messages::MAX_MESSAGE_BYTES;
-use crate::budget::{Budget, Reservation};
+use crate::budget::{Budget, HoldingBody, Reservation};
 
 /// The bytes of messages and trees the gate holds at once: 40 MiB, room for the largest
 /// message (4 MiB, [`MESSAGE_FACTOR`] times) and the largest tree made of it together. With
@@ -303,38 +300,7 @@ pub fn busy() -> Response<Body> {
 
 /// `resp` with its body holding `reservation` until it is sent (or its client goes away).
 pub fn holding(resp: Response<Body>, reservation: Reservation) -> Response<Body> {
-    resp.map(|body| {
-        Body::new(Held {
-            body,
-            _reservation: reservation,
-        })
-    })
-}
-
-/// A body that holds a share of the budget as long as it lives.
-struct Held {
-    body: Body,
-    _reservation: Reservation,
-}
-
-impl http_body::Body for Held {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
+    resp.map(|body| Body::new(HoldingBody::new(body, Some(reservation))))
 }
 
 #[cfg(test)]

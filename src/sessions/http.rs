@@ -30,9 +30,7 @@
 //! `max_in_flight_bytes` ([`Budget`]), waiting while others hold it. Bodies are parsed into
 //! the few fields read (a task's id and state), never into a JSON tree.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -45,6 +43,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 pub use crate::budget::Budget;
+use crate::budget::HoldingBody;
 
 use super::metrics::{AuthLabels, LimitLabels, Metrics, RequestLabels};
 use super::store::{
@@ -251,42 +250,12 @@ fn ok<T: Serialize>(
     match serde_json::to_writer(&mut body, &envelope) {
         Ok(()) => json(
             status,
-            Body::new(Held {
-                body: Full::new(Bytes::from(body)),
-                _permit: permit,
-            }),
+            Body::new(HoldingBody::new(Full::new(Bytes::from(body)), permit)),
         ),
         Err(e) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("Error marshalling JSON response: {e}"),
         ),
-    }
-}
-
-/// A response body that holds its share of the [`Budget`] until it is dropped (sent, or the
-/// client went away).
-struct Held {
-    body: Full<Bytes>,
-    _permit: Option<OwnedSemaphorePermit>,
-}
-
-impl http_body::Body for Held {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
     }
 }
 

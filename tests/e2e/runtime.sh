@@ -288,6 +288,22 @@ step "7b. the tool server restarts between turns and in the middle of one (kagen
 tool_server_restarts 074
 ok "recorder restarted between turns: a new conversation and the same one answered; restarted while a gated call waited: approved, ran once, Executed; the next turn answered"
 
+# A legacy SSE session is not carried across its server's restart (docs/gate.md, "A tool
+# server's restart"): the gate ends the runtime's stream with the server's, and kagent-adk
+# begins a new SSE session for its next turn, which is answered.
+step "7c. the SSE tool server restarts between turns"
+stop everything
+start everything "$WORK/everything-restarted.log" env PORT="$SSE_PORT" \
+  node "$PEERS/node_modules/@modelcontextprotocol/server-everything/dist/index.js" sse
+wait_for "server-everything (SSE) restarted" 20 port_open "$SSE_PORT"
+send sse-after "CALL echo {\"message\": \"after the SSE restart\"}"
+reply sse-after
+expect_answer "$ANSWER" "Echo: after the SSE restart"
+send sse-again "CALL echo {\"message\": \"once more over SSE\"}"
+reply sse-again
+expect_answer "$ANSWER" "Echo: once more over SSE"
+ok "SSE server restarted between turns: the next two turns answered over a new SSE session"
+
 step "8. the runtime's token, and an Agent in approval mode Runtime"
 TOKEN=$WORK/pod/volumes/kagent-token/kagent-token
 [ -s "$TOKEN" ] || fail "no kagent-token was mounted"
