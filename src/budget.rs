@@ -46,7 +46,12 @@ impl Budget {
     }
 
     /// [`Self::reserve`], waiting at most `wait`: `None` when the bytes were not free by then.
+    /// Bytes free now are taken without setting up the wait (freed bytes go to the
+    /// reservations waiting first, so this takes nothing one of them needs).
     pub async fn reserve_within(&self, bytes: usize, wait: Duration) -> Option<Reservation> {
+        if let Some(now) = self.try_reserve(bytes) {
+            return Some(now);
+        }
         tokio::time::timeout(wait, self.reserve(bytes)).await.ok()
     }
 
@@ -71,6 +76,71 @@ impl Budget {
     fn units_of(&self, bytes: usize) -> u32 {
         let units = bytes.div_ceil(UNIT).clamp(1, self.total_units);
         u32::try_from(units).unwrap_or(u32::MAX)
+    }
+}
+
+/// A share of a [`Budget`] that grows and shrinks with what its holder holds (an event being
+/// read from a stream, which grows chunk by chunk): nothing at first.
+#[derive(Debug)]
+pub struct Share {
+    budget: Budget,
+    held: Option<Reservation>,
+}
+
+impl Share {
+    /// An empty share of `budget`.
+    pub fn new(budget: Budget) -> Self {
+        Self { budget, held: None }
+    }
+
+    /// The bytes it holds now.
+    pub fn bytes(&self) -> usize {
+        self.held.as_ref().map_or(0, |r| r.num_permits() * UNIT)
+    }
+
+    /// Holds at least `bytes` (at most the whole budget), taking what is missing now if it is
+    /// free, or else waiting at most `wait` for it: `false` when it was not free by then (the
+    /// share is then as it was).
+    pub async fn grow_to(&mut self, bytes: usize, wait: Duration) -> bool {
+        let have = self.held.as_ref().map_or(0, |r| r.num_permits());
+        let want = self.budget.units_of(bytes) as usize;
+        let Some(missing) = want.checked_sub(have).filter(|m| *m > 0) else {
+            return true;
+        };
+        let missing = u32::try_from(missing).unwrap_or(u32::MAX);
+        let units = &self.budget.units;
+        let more = match units.clone().try_acquire_many_owned(missing) {
+            Ok(more) => more,
+            Err(_) => {
+                let acquire = units.clone().acquire_many_owned(missing);
+                match tokio::time::timeout(wait, acquire).await {
+                    Ok(more) => more.expect("the budget's semaphore is never closed"),
+                    Err(_) => return false,
+                }
+            }
+        };
+        match &mut self.held {
+            Some(held) => held.merge(more),
+            None => self.held = Some(more),
+        }
+        true
+    }
+
+    /// Gives back what it holds beyond `bytes`.
+    pub fn shrink_to(&mut self, bytes: usize) {
+        let keep = if bytes == 0 {
+            0
+        } else {
+            self.budget.units_of(bytes) as usize
+        };
+        let Some(held) = &mut self.held else {
+            return;
+        };
+        if keep == 0 {
+            self.held = None;
+        } else if let Some(excess) = held.num_permits().checked_sub(keep).filter(|e| *e > 0) {
+            drop(held.split(excess));
+        }
     }
 }
 
@@ -131,6 +201,37 @@ mod tests {
         assert_eq!(budget.available(), 0);
         drop(all);
         assert_eq!(budget.available(), 64 << 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_share_grows_within_the_budget_and_gives_back_what_it_no_longer_holds() {
+        let budget = Budget::new(64 << 10);
+        let mut share = Share::new(budget.clone());
+        assert!(share.grow_to(10 << 10, Duration::from_secs(1)).await);
+        assert!(share.grow_to(20 << 10, Duration::from_secs(1)).await);
+        // Already held: nothing more taken.
+        assert!(share.grow_to(15 << 10, Duration::from_secs(1)).await);
+        assert_eq!((share.bytes(), budget.available()), (20 << 10, 44 << 10));
+        // Past what is free: it waits, gives up, and stays as it was.
+        let other = budget.reserve(40 << 10).await;
+        assert!(!share.grow_to(30 << 10, Duration::from_secs(1)).await);
+        assert_eq!((share.bytes(), budget.available()), (20 << 10, 4 << 10));
+        // Freed while it waits: it grows.
+        let grown = share.grow_to(30 << 10, Duration::from_secs(2));
+        let freed = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(other);
+        };
+        let (got, ()) = tokio::join!(grown, freed);
+        assert!(got);
+        assert_eq!(budget.available(), 34 << 10);
+        // More than the whole budget: it holds the whole budget, no more.
+        assert!(share.grow_to(1 << 20, Duration::from_secs(1)).await);
+        assert_eq!((share.bytes(), budget.available()), (64 << 10, 0));
+        share.shrink_to(5 << 10);
+        assert_eq!((share.bytes(), budget.available()), (5 << 10, 59 << 10));
+        share.shrink_to(0);
+        assert_eq!((share.bytes(), budget.available()), (0, 64 << 10));
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,9 +5,12 @@
 use std::borrow::Cow;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures::Stream;
+use futures::{Stream, StreamExt};
+
+use crate::budget::{Budget, Share};
 
 /// The longest event the splitter holds, 16 MiB (terminator included). A longer one ends the
 /// stream with [`EventTooLarge`] rather than being buffered without bound: an MCP message that
@@ -22,6 +25,28 @@ pub struct EventTooLarge;
 impl From<EventTooLarge> for std::io::Error {
     fn from(e: EventTooLarge) -> Self {
         std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
+}
+
+/// An event that could not be held within a memory budget: the budget stayed spent for the
+/// whole wait ([`charged_events`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "an upstream event could not be held within the approval gate's memory budget ({} MiB): \
+     it stayed spent for {} s; the stream is cut",
+    .budget >> 20,
+    .waited.as_secs()
+)]
+pub struct OverBudget {
+    /// The budget, in bytes.
+    pub budget: usize,
+    /// How long the event waited for its share.
+    pub waited: Duration,
+}
+
+impl From<OverBudget> for std::io::Error {
+    fn from(e: OverBudget) -> Self {
+        std::io::Error::other(e)
     }
 }
 
@@ -83,6 +108,11 @@ impl Splitter {
         if !self.chunk.is_empty() {
             self.buf.extend_from_slice(&std::mem::take(&mut self.chunk));
         }
+    }
+
+    /// The bytes pushed and not yet given out as events.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() + self.chunk.len()
     }
 
     /// What is left when the stream ends (an unterminated event), if anything.
@@ -172,6 +202,76 @@ where
             }
         }
     }
+}
+
+/// [`events`], with the bytes the stream holds charged to `budget`: twice the bytes of the
+/// event being gathered (its bytes, and the copy a rewritten event is written into), growing
+/// chunk by chunk, and of the events given out until the next one is asked for (they have then
+/// been relayed). Each chunk's share is taken before the next chunk is read; when the budget
+/// stays spent for `wait`, the stream ends with [`OverBudget`]. So however many streams carry
+/// however large events (up to [`MAX_EVENT_BYTES`]), what they hold stays within the budget,
+/// but for the one chunk each has just read.
+pub fn charged_events<E>(
+    stream: impl Stream<Item = Result<Bytes, E>> + Send + 'static,
+    budget: Budget,
+    wait: Duration,
+) -> impl Stream<Item = Result<Bytes, E>> + Send
+where
+    E: From<EventTooLarge> + From<OverBudget> + Send + 'static,
+{
+    let total = budget.total();
+    let state = Charged {
+        stream: Box::pin(stream),
+        splitter: Some(Splitter::default()),
+        share: Share::new(budget),
+    };
+    futures::stream::unfold(state, move |mut st| async move {
+        loop {
+            let splitter = st.splitter.as_mut()?;
+            match splitter.next_event() {
+                // Its share stays held until the next chunk is read.
+                Ok(Some(event)) => return Some((Ok(event), st)),
+                Ok(None) => {}
+                Err(e) => {
+                    st.splitter = None;
+                    return Some((Err(e.into()), st));
+                }
+            }
+            // The events given out were taken: what is held now is what is being gathered.
+            st.share.shrink_to(2 * splitter.buffered());
+            match st.stream.next().await {
+                Some(Ok(chunk)) => {
+                    splitter.push(chunk);
+                    let charge = 2 * splitter.buffered();
+                    if !st.share.grow_to(charge, wait).await {
+                        st.splitter = None;
+                        let over = OverBudget {
+                            budget: total,
+                            waited: wait,
+                        };
+                        return Some((Err(over.into()), st));
+                    }
+                }
+                Some(Err(e)) => {
+                    st.splitter = None;
+                    return Some((Err(e), st));
+                }
+                None => {
+                    let rest = st.splitter.take().and_then(Splitter::finish);
+                    return rest.map(|rest| (Ok(rest), st));
+                }
+            }
+        }
+    })
+}
+
+/// See [`charged_events`].
+struct Charged<S> {
+    stream: Pin<Box<S>>,
+    /// `None` once the stream has ended.
+    splitter: Option<Splitter>,
+    /// The share of the budget the stream holds.
+    share: Share,
 }
 
 /// Length of the line terminator at `i`: `Some(0)` if none, `None` if undecidable yet (a `\r`

@@ -4,6 +4,7 @@
 //! up (of equals, the one whose oldest key is oldest), so one caller filling the structure
 //! never evicts another caller's keys while it holds fewer.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 
@@ -53,6 +54,34 @@ impl<K: Clone + Eq + Hash, C: Clone + Eq + Hash> CallerQuota<K, C> {
             forgotten.extend(self.forget_oldest_of(&largest));
         }
         forgotten
+    }
+
+    /// Makes `key`, if it is held, the most recently used (of all and of its caller), as
+    /// [`Self::touch`] with its own caller does, without copying the key or its caller: what a
+    /// key's every use costs. Whether it is held.
+    pub fn refresh<Q>(&mut self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
+        let Some((tick, caller)) = self.ticks.get_mut(key) else {
+            return false;
+        };
+        if *tick + 1 == self.next {
+            // The most recently used already.
+            return true;
+        }
+        let (old, new) = (*tick, self.next);
+        self.next += 1;
+        *tick = new;
+        if let Some(key) = self.by_age.remove(&old) {
+            self.by_age.insert(new, key);
+        }
+        if let Some(ticks) = self.by_caller.get_mut(caller) {
+            ticks.remove(&old);
+            ticks.insert(new);
+        }
+        true
     }
 
     /// Forgets `key`; whether it was held.
@@ -147,6 +176,26 @@ mod tests {
         assert_eq!(quota.touch("b5", "bob", 3), ["b3"]);
         assert!(quota.forget(&"b5"));
         assert!(!quota.forget(&"b5"));
+        assert!(quota.consistent());
+    }
+
+    #[test]
+    fn a_refreshed_key_is_the_last_its_caller_and_the_whole_forget() {
+        let mut quota = CallerQuota::new(4);
+        for key in ["a0", "a1", "a2"] {
+            quota.touch(key.to_string(), "alice", 3);
+        }
+        assert!(quota.refresh("a0"));
+        // The most recent already: nothing moves.
+        assert!(quota.refresh("a0"));
+        assert!(!quota.refresh("nobody"));
+        assert!(quota.consistent());
+        // Past alice's quota her oldest goes: a1, no longer a0.
+        assert_eq!(quota.touch("a3".to_string(), "alice", 3), ["a1"]);
+        quota.touch("b0".to_string(), "bob", 3);
+        assert!(quota.refresh("a2"));
+        // Past the capacity the largest holder (alice) gives up her oldest: a0.
+        assert_eq!(quota.touch("b1".to_string(), "bob", 3), ["a0"]);
         assert!(quota.consistent());
     }
 }

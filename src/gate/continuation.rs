@@ -156,6 +156,11 @@ impl Watch {
         Self { up, id, next }
     }
 
+    /// The JSON-RPC id of the call whose answer is watched.
+    pub fn id(&self) -> &Value {
+        &self.id
+    }
+
     /// Looks at one message of the answer.
     pub fn see(&self, message: &[u8]) {
         let Some(request_state) = input_required(message, &self.id) else {

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use super::call::{self, Reply, STREAM_QUEUE, Transport};
 use super::continuation::Watch;
 use super::jsonrpc::{self, Incoming, ToolCall};
+use super::memory::{self, MessageShare};
 use super::messages::{check_body_headers, check_message_headers, filter_event, message_body};
 use super::metrics::Outcome;
 use super::sessions;
@@ -129,7 +130,7 @@ pub async fn open(
         id: id.clone(),
     };
     let endpoint = format!("{}/messages?session={id}", up.server.route);
-    let upstream_events = sse::events(up.body(resp)).filter_map(move |ev| {
+    let upstream_events = memory::upstream_events(up.body(resp)).filter_map(move |ev| {
         // Keep the guard alive as long as the stream.
         let _ = &guard;
         std::future::ready(rewrite_event(
@@ -214,6 +215,7 @@ pub async fn message(
     State(route): State<Arc<SseRoute>>,
     Query(q): Query<MessageQuery>,
     caller: Option<Extension<Arc<Caller>>>,
+    share: Option<Extension<MessageShare>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response<Body> {
@@ -265,6 +267,7 @@ pub async fn message(
         id: q.session,
         headers,
         caller,
+        _share: share.map(|Extension(share)| share),
     };
     match message.incoming {
         Incoming::Other | Incoming::Initialize | Incoming::ToolsList { .. } => {
@@ -292,6 +295,9 @@ struct SsePost {
     headers: HeaderMap,
     /// The session's caller, on a shared gate.
     caller: Option<Arc<Caller>>,
+    /// The message's share of the gate's memory budget, held as long as the message: past the
+    /// POST's answer (202) for a call held for approval.
+    _share: Option<MessageShare>,
 }
 
 impl SsePost {

@@ -9,20 +9,26 @@
 //!   values, counted first without building anything ([`reserve_tree`]), and reserves its
 //!   worst size ([`tree_bytes`]) from the same budget while it lives: a tree of small values
 //!   takes up to 90 times its JSON, so it is its values that bound it, not its bytes;
+//! - an upstream's event stream holds the bytes of the event it gathers and relays within the
+//!   same budget ([`upstream_events`]), as a call held for approval on an HTTP+SSE session
+//!   holds its message's share after its POST was answered ([`MessageShare`]);
 //! - nesting is bounded by serde_json's recursion limit (127 levels), which every parse
 //!   keeps (none disables it).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use bytes::Bytes;
+use futures::Stream;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::jsonrpc;
 use super::messages::MAX_MESSAGE_BYTES;
 use crate::budget::{Budget, HoldingBody, Reservation};
+use crate::sse;
 
 /// The bytes of messages and trees the gate holds at once: 40 MiB, room for the largest
 /// message (4 MiB, [`MESSAGE_FACTOR`] times) and the largest tree made of it together. With
@@ -285,6 +291,21 @@ pub async fn reserve_answer(headers: &HeaderMap) -> Result<Reservation, NoTree> 
         .await
         .ok_or(NoTree::Busy)
 }
+
+/// An upstream's event stream cut into events, each held within the gate's [`budget`] while it
+/// is gathered and relayed ([`sse::charged_events`]): twice its bytes, waiting at most
+/// [`ANSWER_WAIT`] for them, after which the stream is cut ([`sse::OverBudget`]).
+pub fn upstream_events(
+    stream: impl Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+) -> impl Stream<Item = std::io::Result<Bytes>> + Send {
+    sse::charged_events(stream, budget().clone(), ANSWER_WAIT)
+}
+
+/// A client message's share of the budget, handed to the handler of an HTTP+SSE message
+/// endpoint: its POST is answered (202) before a call held for approval is, so the message
+/// holds its share as long as the handler holds it, not only until the POST's answer is sent.
+#[derive(Clone, Debug)]
+pub struct MessageShare(pub Arc<Reservation>);
 
 /// The refusal of a request that found the budget spent: HTTP 503 with `Retry-After`, and a
 /// JSON-RPC error saying why.

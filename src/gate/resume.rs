@@ -36,6 +36,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::caller_quota::CallerQuota;
+use super::memory;
 use super::messages::{METHOD_HEADER, NAME_HEADER, PARAM_HEADER_PREFIX, PROTOCOL_HEADER};
 use super::metrics::Resumed;
 use super::sessions::MAX_SESSION_ID_BYTES;
@@ -73,7 +74,7 @@ pub struct ResumableSession {
 
 impl ResumableSession {
     /// The upstream session serving the client's now.
-    fn upstream(&self) -> HeaderValue {
+    pub fn upstream(&self) -> HeaderValue {
         self.upstream
             .lock()
             .expect("resumable session lock")
@@ -81,7 +82,7 @@ impl ResumableSession {
     }
 
     /// `headers` naming the upstream session `upstream` instead of the client's.
-    fn on(&self, headers: &HeaderMap, upstream: &HeaderValue) -> Option<HeaderMap> {
+    pub fn on(&self, headers: &HeaderMap, upstream: &HeaderValue) -> Option<HeaderMap> {
         (*upstream != self.client).then(|| {
             let mut headers = headers.clone();
             headers.insert(SESSION_HEADER, upstream.clone());
@@ -175,10 +176,7 @@ impl Resumable {
         let id = headers.get(SESSION_HEADER)?.to_str().ok()?;
         let mut inner = self.inner.lock().expect("resumable lock");
         let session = inner.sessions.get(id)?.clone();
-        let key = id.to_string();
-        let caller = inner.order.caller_of(&key).cloned()?;
-        inner.order.touch(key, caller, usize::MAX);
-        Some(session)
+        inner.order.refresh(id).then_some(session)
     }
 
     /// Forgets the client's session `id` (it deleted it).
@@ -212,34 +210,41 @@ pub fn forgot_session(status: StatusCode, body: &[u8]) -> bool {
     }
 }
 
-/// Sends a request of the client's `session` to the upstream session serving it, and, when the
-/// upstream forgot that session, begins a new one and sends the request again, once (see the
-/// module). A `DELETE` is never sent again: the session it ends is gone either way.
-pub async fn send(
+/// Whether the upstream's answer `resp` to a request (`method`) may say it forgot the session
+/// the request named: 404 or 400, not an event stream, and not to a `DELETE` (never sent
+/// again: the session it ends is gone either way). Anything else is relayed as it came.
+pub fn may_have_forgotten(method: &Method, resp: &UpstreamResponse) -> bool {
+    matches!(
+        resp.status(),
+        StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST
+    ) && method != Method::DELETE
+        && !is_event_stream(resp.headers())
+}
+
+/// A client's request the gate may send again on a new upstream session.
+pub struct Request<'a> {
+    /// Its method.
+    pub method: Method,
+    /// Where it goes.
+    pub uri: axum::http::Uri,
+    /// The client's headers (naming the client's session).
+    pub headers: &'a HeaderMap,
+    /// The message, as the gate wrote it.
+    pub body: Bytes,
+}
+
+/// What follows an answer `resp` that [`may_have_forgotten`] the client's `session` to its
+/// `request`, sent to the upstream session `serving` it ([`Upstream::send`]): when the
+/// upstream did forget it, the gate begins a new one and sends the request again, once (see
+/// the module); otherwise the answer is relayed as it came.
+pub async fn after_failure(
     up: &Upstream,
     session: &ResumableSession,
-    method: Method,
-    uri: axum::http::Uri,
-    headers: &HeaderMap,
-    body: Bytes,
+    request: Request<'_>,
+    serving: HeaderValue,
+    resp: UpstreamResponse,
 ) -> Result<UpstreamResponse, UpstreamError> {
-    let serving = session.upstream();
-    let on = session.on(headers, &serving);
-    let resp = up
-        .send_as_is(
-            method.clone(),
-            uri.clone(),
-            on.as_ref().unwrap_or(headers),
-            body.clone(),
-        )
-        .await?;
     let status = resp.status();
-    let may_have_forgotten = matches!(status, StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST)
-        && method != Method::DELETE
-        && !is_event_stream(resp.headers());
-    if !may_have_forgotten {
-        return Ok(session.answer(resp));
-    }
     let (parts, answer) = up.read_answer(resp).await?;
     if !forgot_session(status, &answer) {
         let resp = UpstreamResponse::from_parts(parts, full_body(answer));
@@ -247,11 +252,13 @@ pub async fn send(
     }
     tracing::info!(server = %up.label, status = status.as_u16(),
         "the upstream forgot the client's MCP session (restarted?); beginning a new one");
-    let renewed = renew(up, session, headers, &serving)
+    let renewed = renew(up, session, request.headers, &serving)
         .await
         .map_err(UpstreamError::SessionLost)?;
-    let resend = resent(headers, &renewed);
-    let resp = up.send_as_is(method, uri, &resend, body).await?;
+    let resend = resent(request.headers, &renewed);
+    let resp = up
+        .send_as_is(request.method, request.uri, &resend, request.body)
+        .await?;
     Ok(session.answer(resp))
 }
 
@@ -390,7 +397,7 @@ fn opening_headers(client: &HeaderMap, protocol: Option<&HeaderValue>) -> Header
 async fn initialize_result(up: &Upstream, resp: UpstreamResponse) -> Result<Value, String> {
     let read_failed = |e: UpstreamError| e.tell(&up.label);
     let message = if is_event_stream(resp.headers()) {
-        let mut events = std::pin::pin!(sse::events(up.body(resp)));
+        let mut events = std::pin::pin!(memory::upstream_events(up.body(resp)));
         let mut found = None;
         while let Some(event) = events.next().await {
             let event = event.map_err(|e| read_failed(UpstreamError::Body(e)))?;

@@ -166,7 +166,7 @@ impl Service<Request> for McpRoutes {
             }
             // A message's bytes, and what the gate makes of them, are held within its memory
             // budget until the answer is sent: a POST that finds it spent is refused (503).
-            let reservation = if request.method() == Method::POST {
+            let mut reservation = if request.method() == Method::POST {
                 match memory::reserve_message(request.headers()).await {
                     Some(reservation) => Some(reservation),
                     None => {
@@ -177,7 +177,7 @@ impl Service<Request> for McpRoutes {
             } else {
                 None
             };
-            let method = request.method();
+            let method = request.method().clone();
             let resp = match routes.get(request.uri().path()) {
                 None => status(StatusCode::NOT_FOUND),
                 Some(Target::Streamable(up)) => {
@@ -193,6 +193,13 @@ impl Service<Request> for McpRoutes {
                 }
                 Some(Target::SseMessages(route)) => {
                     if method == Method::POST {
+                        // Its POST is answered (202) before a call held for approval is: the
+                        // handler holds the message's share as long as it holds the message.
+                        if let Some(reservation) = reservation.take() {
+                            request
+                                .extensions_mut()
+                                .insert(memory::MessageShare(Arc::new(reservation)));
+                        }
                         Handler::<_, Arc<SseRoute>>::call(http_sse::message, request, route.clone())
                             .await
                     } else {

@@ -79,7 +79,7 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
         }
         return match sent {
             // A GET stream may replay earlier responses (Last-Event-ID): filter tool lists.
-            Ok(resp) if is_get => relay_filtered(resp, None, up.clone(), None).await,
+            Ok(resp) if is_get => relay_filtered(resp, None, None, up.clone(), None).await,
             Ok(resp) => up.relay(resp),
             Err(e) => upstream_failed(&up, &e, None),
         };
@@ -109,7 +109,7 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
     let request = message.request_id;
     match message.incoming {
         Incoming::Other => match up.send(method, up.uri.clone(), &headers, body).await {
-            Ok(resp) => relay_filtered(resp, None, up.clone(), None).await,
+            Ok(resp) => relay_filtered(resp, None, request.clone(), up.clone(), None).await,
             Err(e) => upstream_failed(&up, &e, request.as_ref()),
         },
         Incoming::Initialize => {
@@ -122,13 +122,13 @@ pub async fn streamable(State(up): State<Arc<Upstream>>, request: Request) -> Re
             {
                 Ok(resp) => {
                     note_begun(&up, &resp, caller.as_deref(), body, &headers);
-                    relay_filtered(resp, None, up.clone(), None).await
+                    relay_filtered(resp, None, request.clone(), up.clone(), None).await
                 }
                 Err(e) => upstream_failed(&up, &e, request.as_ref()),
             }
         }
         Incoming::ToolsList { id } => match up.send(method, up.uri.clone(), &headers, body).await {
-            Ok(resp) => relay_filtered(resp, Some(id), up.clone(), None).await,
+            Ok(resp) => relay_filtered(resp, Some(id), request.clone(), up.clone(), None).await,
             Err(e) => upstream_failed(&up, &e, request.as_ref()),
         },
         Incoming::ToolsCall(call) => {
@@ -269,9 +269,12 @@ fn upstream_failed(up: &Upstream, e: &UpstreamError, request: Option<&Value>) ->
 /// error answering it (HTTP 502 for a JSON answer), or dropped. Bodies without a message
 /// (`202 Accepted`) pass as they are; JSON answers are read whole, up to
 /// [`super::upstream::MAX_BODY_BYTES`]. `watch` sees every message before it is relayed.
+/// `answering` is the id of the request this POST carried, if any: an event stream cut for
+/// the gate's memory budget ends with an error answering it.
 async fn relay_filtered(
     resp: UpstreamResponse,
     request: Option<Value>,
+    answering: Option<Value>,
     up: Arc<Upstream>,
     watch: Option<Watch>,
 ) -> Response<Body> {
@@ -288,7 +291,7 @@ async fn relay_filtered(
     };
     let (builder, body) = up.relay_parts(resp);
     if sse {
-        let stream = filter_sse(arrived_first(body).await, up, request, watch);
+        let stream = filter_sse(arrived_first(body).await, up, request, answering, watch);
         return builder
             .body(Body::from_stream(stream))
             .expect("upstream response parts are valid");
@@ -325,14 +328,18 @@ async fn relay_filtered(
 /// An upstream event stream with the tool lists in it filtered (see [`filter_event`]); other
 /// events pass as the exact bytes received. An error (an event past
 /// [`sse::MAX_EVENT_BYTES`], a silent or broken upstream) is logged and ends the stream.
-/// `watch` sees the data of every event before it is relayed.
+/// `watch` sees the data of every event before it is relayed. Each event is held within the
+/// gate's memory budget ([`memory::upstream_events`]); a stream cut for it ends, when it
+/// answers a request (`answering`: its id), with an error answering that request, so that the
+/// client is not left waiting.
 fn filter_sse(
     upstream: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
     up: Arc<Upstream>,
     request: Option<Value>,
+    answering: Option<Value>,
     watch: Option<Watch>,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
-    sse::events(upstream).filter_map(move |event| {
+    memory::upstream_events(upstream).filter_map(move |event| {
         std::future::ready(match event {
             Ok(event) => {
                 if let Some(watch) = &watch
@@ -344,10 +351,22 @@ fn filter_sse(
             }
             Err(e) => {
                 tracing::warn!(server = %up.label, error = %e, "upstream event stream cut off");
-                Some(Err(e))
+                match &answering {
+                    Some(id) if is_over_budget(&e) => {
+                        let why = format!("approval gate: upstream {}: {e}", up.label);
+                        Some(Ok(sse::message(&jsonrpc::error_response(id, -32603, &why))))
+                    }
+                    _ => Some(Err(e)),
+                }
             }
         })
     })
+}
+
+/// Whether `e` cut a stream for the gate's memory budget ([`sse::OverBudget`]).
+fn is_over_budget(e: &io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.is::<sse::OverBudget>())
 }
 
 /// The MCP session id the client sent, if any.
@@ -421,7 +440,7 @@ impl Transport for StreamablePost {
         {
             Ok(resp) => {
                 metrics.call(Outcome::forwarded);
-                self.relay(resp, None).await
+                relay_filtered(resp, None, Some(call.id.clone()), up.clone(), None).await
             }
             Err(e) => {
                 tracing::warn!(server = %up.label, tool = %call.name, error = %e, "upstream failed");
@@ -438,7 +457,8 @@ impl Transport for StreamablePost {
     }
 
     async fn relay(&self, resp: UpstreamResponse, watch: Option<Watch>) -> Response<Body> {
-        relay_filtered(resp, None, self.up.clone(), watch).await
+        let answering = watch.as_ref().map(|w| w.id().clone());
+        relay_filtered(resp, None, answering, self.up.clone(), watch).await
     }
 
     /// An event stream if the client asked for progress and takes one (`Accept`); otherwise
@@ -477,7 +497,7 @@ impl Transport for StreamablePost {
     ) {
         let up = &self.up;
         if is_event_stream(resp.headers()) {
-            let events = filter_sse(up.body(resp), up.clone(), None, Some(watch));
+            let events = filter_sse(up.body(resp), up.clone(), None, None, Some(watch));
             relay_into(events, queue, lost).await;
         } else {
             let _reservation = match memory::reserve_answer(resp.headers()).await {

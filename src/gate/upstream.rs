@@ -299,21 +299,29 @@ impl Upstream {
         client_headers: &HeaderMap,
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamError> {
-        match self.resumable.of(client_headers) {
-            // Boxed: only requests of a session take this path.
-            Some(session) => {
-                Box::pin(resume::send(
-                    self,
-                    &session,
-                    method,
-                    uri,
-                    client_headers,
-                    body,
-                ))
-                .await
-            }
-            None => self.send_as_is(method, uri, client_headers, body).await,
+        let Some(session) = self.resumable.of(client_headers) else {
+            return self.send_as_is(method, uri, client_headers, body).await;
+        };
+        let serving = session.upstream();
+        let on = session.on(client_headers, &serving);
+        let headers = on.as_ref().unwrap_or(client_headers);
+        let resp = self
+            .send_as_is(method.clone(), uri.clone(), headers, body.clone())
+            .await?;
+        if !resume::may_have_forgotten(&method, &resp) {
+            return Ok(session.answer(resp));
         }
+        // Boxed: only an answer that may say the upstream forgot the session takes this path.
+        let request = resume::Request {
+            method,
+            uri,
+            headers: client_headers,
+            body,
+        };
+        Box::pin(resume::after_failure(
+            self, &session, request, serving, resp,
+        ))
+        .await
     }
 
     /// Sends a request upstream as it is: the client's headers minus hop-by-hop ones, minus

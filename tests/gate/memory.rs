@@ -6,6 +6,11 @@
 //! `tools/call`s of 4 MiB from an Agent's container and from a ToolGate's caller, and as an
 //! upstream's tool lists and call results.
 //!
+//! An upstream's event streams are held to the same bound: events of 16 MiB, the most the gate
+//! reads, on [`STREAMS`] concurrent streams, Streamable HTTP and HTTP+SSE. Before their bytes
+//! were charged to the gate's budget (73177e9) each stream held its event whole: 16 streams
+//! took the gate past 250 MiB.
+//!
 //! Before the bound (main at 77bb91e) one 4 MiB call of `[0,0,…]` held for approval built a
 //! tree of hundreds of MiB; a sampler kills the gate past [`KILL_AT`] so that such a run fails
 //! without taking the machine's memory.
@@ -18,7 +23,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use futures::future::join_all;
 use hitl_operator::api::remote_mcp_server::McpProtocol;
 use hitl_operator::contract::gate_config::GateConfig;
@@ -151,6 +156,7 @@ struct GateProcess {
 
 impl GateProcess {
     async fn start(mut config: GateConfig, api: &FakeApi) -> Self {
+        let route = config.servers[0].route.clone();
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(
@@ -195,7 +201,7 @@ impl GateProcess {
         assert!(up, "the gate binary did not start");
         Self {
             child,
-            url: format!("http://127.0.0.1:{mcp_port}/servers/tools/shapes/mcp"),
+            url: format!("http://127.0.0.1:{mcp_port}{route}"),
             _dir: dir,
         }
     }
@@ -455,4 +461,219 @@ async fn still_serves(url: &str, token: Option<&str>) {
         .unwrap_or_default();
     assert!(said.contains("approval"), "{text}");
     assert!(!said.contains("memory") && !said.contains("busy"), "{text}");
+}
+
+/// Concurrent upstream event streams in [`an_upstreams_large_events_stay_within_the_memory`].
+const STREAMS: usize = 16;
+
+/// The data of each upstream event: just under the 16 MiB the gate reads of one event.
+const EVENT_DATA: usize = (16 << 20) - 4096;
+
+/// The text of a 16 MiB event's result: `x`s, shared by every answer the stub sends.
+fn large_text() -> Bytes {
+    Bytes::from(vec![b'x'; EVENT_DATA - 200])
+}
+
+/// An event answering request `id` with a result of `text`, as three chunks (the text shared).
+fn large_event(id: &str, text: &Bytes) -> Vec<Bytes> {
+    vec![
+        Bytes::from(format!(
+            r#"event: message
+data: {{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":""#
+        )),
+        text.clone(),
+        Bytes::from_static(b"\"}]}}\n\n"),
+    ]
+}
+
+/// A Streamable HTTP upstream answering every request with one event of 16 MiB, and an
+/// HTTP+SSE upstream (`/sse`) whose stream, after its `endpoint`, carries two such events.
+async fn large_events_upstream() -> (String, String) {
+    let text = large_text();
+    let post_text = text.clone();
+    let app = Router::new()
+        .route(
+            "/mcp",
+            post(move |body: Bytes| {
+                let text = post_text.clone();
+                async move {
+                    let msg: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let chunks = large_event(&msg["id"].to_string(), &text);
+                    let stream =
+                        futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>));
+                    (
+                        [("content-type", "text/event-stream")],
+                        axum::body::Body::from_stream(stream),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/sse",
+            get(move || {
+                let text = text.clone();
+                async move {
+                    let mut chunks = vec![Bytes::from_static(
+                        b"event: endpoint\ndata: /messages?s=1\n\n",
+                    )];
+                    chunks.extend(large_event("1", &text));
+                    chunks.extend(large_event("2", &text));
+                    let stream =
+                        futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>));
+                    (
+                        [("content-type", "text/event-stream")],
+                        axum::body::Body::from_stream(stream),
+                    )
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("{base}/mcp"), format!("{base}/sse"))
+}
+
+/// What a client got of one stream: the whole events' count, and the text of what it got.
+struct Got {
+    whole: usize,
+    text: String,
+}
+
+/// Reads a response of events whole, counting the events holding a 16 MiB result.
+async fn read_events(resp: reqwest::Response) -> Got {
+    let mut whole = 0;
+    let mut text = String::new();
+    let mut resp = resp;
+    let mut pending = Vec::new();
+    // How far `pending` was searched for the end of its event, less the byte that may begin it.
+    let mut searched = 0;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => pending.extend_from_slice(&chunk),
+            Ok(None) => break,
+            Err(e) => {
+                text.push_str(&format!("[cut: {e}]"));
+                break;
+            }
+        }
+        loop {
+            let Some(at) = pending[searched..].windows(2).position(|w| w == b"\n\n") else {
+                searched = pending.len().saturating_sub(1);
+                break;
+            };
+            let end = searched + at;
+            searched = 0;
+            let event: Vec<u8> = pending.drain(..end + 2).collect();
+            if event.len() > EVENT_DATA - 1024 {
+                whole += 1;
+            } else {
+                text.push_str(&String::from_utf8_lossy(&event));
+            }
+        }
+    }
+    text.push_str(&String::from_utf8_lossy(&pending[..pending.len().min(300)]));
+    Got { whole, text }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_upstreams_large_events_stay_within_the_memory() {
+    init();
+    let (streamable, legacy) = large_events_upstream().await;
+    let api = FakeApi::start().await;
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    // Streamable HTTP: ungated calls answered with one event of 16 MiB each.
+    let up = server(
+        "events",
+        McpProtocol::StreamableHttp,
+        &streamable,
+        &["bulk"],
+        &[],
+    );
+    let gate = GateProcess::start(config(vec![up], 3600.0, 2.0), &api).await;
+    let sampler = Sampler::start(gate.pid());
+    let got = join_all((0..STREAMS).map(|i| {
+        let (http, url) = (http.clone(), gate.url.clone());
+        async move {
+            let resp = http
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(call_body(i, "bulk", r#""large""#))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            read_events(resp).await
+        }
+    }))
+    .await;
+    report_events("Streamable HTTP", &got, &sampler, gate.pid());
+    // A cut stream told its client why, answering its call.
+    for g in got.iter().filter(|g| g.whole == 0) {
+        assert!(
+            g.text.contains(r#""error""#) && g.text.contains("memory budget (40 MiB)"),
+            "a cut answer that does not say why: {}",
+            &g.text[..g.text.len().min(600)]
+        );
+    }
+    drop(sampler);
+    drop(gate);
+
+    // HTTP+SSE: streams each carrying two events of 16 MiB.
+    let up = server("events", McpProtocol::Sse, &legacy, &["bulk"], &[]);
+    let gate = GateProcess::start(config(vec![up], 3600.0, 2.0), &api).await;
+    let sampler = Sampler::start(gate.pid());
+    let got = join_all((0..STREAMS).map(|_| {
+        let (http, url) = (http.clone(), gate.url.clone());
+        async move {
+            let resp = http.get(&url).send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            read_events(resp).await
+        }
+    }))
+    .await;
+    report_events("HTTP+SSE", &got, &sampler, gate.pid());
+    for g in got.iter().filter(|g| g.whole < 2) {
+        assert!(
+            g.text.contains("[cut"),
+            "a stream that neither carried its events nor was cut: {}",
+            &g.text[..g.text.len().min(600)]
+        );
+    }
+}
+
+/// Prints what the streams got and the gate's peak, and holds the gate to its bounds, alive,
+/// with at least one stream's events carried whole.
+fn report_events(side: &str, got: &[Got], sampler: &Sampler, pid: u32) {
+    let peak = sampler.peak().max(status_bytes(pid, "VmHWM:").unwrap_or(0));
+    let whole: usize = got.iter().map(|g| g.whole).sum();
+    let cut = got.iter().filter(|g| g.whole == 0).count();
+    eprintln!(
+        "{side}: {STREAMS} streams of 16 MiB events: the gate's peak resident memory {:.1} MiB \
+         ({}; bound {} MiB); {whole} events carried whole, {cut} streams cut",
+        peak as f64 / (1 << 20) as f64,
+        sampler.parts(),
+        PEAK_BOUND >> 20,
+    );
+    assert!(
+        status_bytes(pid, "VmRSS:").is_some(),
+        "{side}: the gate died"
+    );
+    assert!(whole > 0, "{side}: no event was carried whole");
+    assert!(
+        peak <= PEAK_BOUND,
+        "{side}: the gate's peak resident memory {} MiB is over {} MiB",
+        peak >> 20,
+        PEAK_BOUND >> 20
+    );
+    assert!(
+        sampler.anon() <= ANON_BOUND,
+        "{side}: the gate's anonymous memory reached {} MiB, over {} MiB",
+        sampler.anon() >> 20,
+        ANON_BOUND >> 20
+    );
 }
