@@ -146,8 +146,8 @@ pub async fn tools_call<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Resp
                 &|_| {},
             ));
             return match gated.await {
-                GatedResult::Forwarded(resp, request, binding) => {
-                    let watch = watch(&t, &call, binding, request);
+                GatedResult::Forwarded(resp, request, binding, note) => {
+                    let watch = watch(&t, &call, binding, request).with_note(note);
                     t.relay(resp, Some(watch)).await
                 }
                 GatedResult::Refused(text) => t.refuse(tool_error(&t, &call, &text)).await,
@@ -184,8 +184,8 @@ async fn answer_on_stream<T: Transport>(
         }
     };
     let text = match result {
-        GatedResult::Forwarded(resp, request, binding) if resp.status().is_success() => {
-            let watch = watch(&t, &call, binding, request.clone());
+        GatedResult::Forwarded(resp, request, binding, note) if resp.status().is_success() => {
+            let watch = watch(&t, &call, binding, request.clone()).with_note(note);
             let lost = |e: UpstreamError| {
                 let why = e.tell(&up.label);
                 let text = outcome::upstream_lost(&call.name, Some(&request), &why);
@@ -194,7 +194,7 @@ async fn answer_on_stream<T: Transport>(
             t.relay_to_stream(resp, &queue, lost, watch).await;
             return;
         }
-        GatedResult::Forwarded(resp, request, _) => {
+        GatedResult::Forwarded(resp, request, _, _) => {
             let why = format!("HTTP {}", resp.status());
             outcome::upstream_failed_after_approval(&call.name, &request, &why)
         }
@@ -395,9 +395,9 @@ fn untreed(up: &Upstream, call: &ToolCall, why: &NoTree) -> String {
 
 /// The end of a gated call.
 enum GatedResult {
-    /// Approved and forwarded: the upstream's answer, the request that approved it, and the
-    /// binding hash of the arguments.
-    Forwarded(UpstreamResponse, String, String),
+    /// Approved and forwarded: the upstream's answer, the request that approved it, the
+    /// binding hash of the arguments, and the note for the result (an edited call's).
+    Forwarded(UpstreamResponse, String, String, Option<String>),
     /// Not forwarded: the text for the caller.
     Refused(String),
 }
@@ -533,8 +533,7 @@ async fn gated(
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, request = %name, outcome = ?kind, "approved call forwarded");
             metrics.call(kind);
-            let _ = &note;
-            GatedResult::Forwarded(resp, name, binding)
+            GatedResult::Forwarded(resp, name, binding, note)
         }
         Err(e) => {
             tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "upstream failed after approval");
