@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::core::ObjectMeta;
 use serde_json::Value;
@@ -51,8 +51,6 @@ use crate::condition::Activation;
 use crate::contract::gate_config::AgentIdentity;
 use crate::{Error, Result};
 
-/// The condition of a request whose edit the gate refused (the call did not run).
-pub const EDIT_REFUSED: &str = "EditRefused";
 /// Longest `spec.message`.
 const MAX_MESSAGE_CHARS: usize = 4096;
 /// How many generations a call may race through before the gate gives up.
@@ -770,7 +768,8 @@ impl Approvals {
 
     /// Finishes the edited request `req` (of `key`) without running anything, because the gate
     /// refused its edit (`why` names the path and the reason): phase Cancelled, the reason in
-    /// `status.message` and the condition `EditRefused`. Written only while the request still
+    /// `status.message` (the controller records it in its Finished condition and an Event).
+    /// Written only while the request still
     /// approves the call (so never over a consumption); otherwise nothing is written.
     pub async fn refuse_edit(&self, req: ApprovalRequest, key: &CallKey, why: &str) -> Result<()> {
         let name = req.metadata.name.clone().unwrap_or_default();
@@ -798,26 +797,10 @@ impl Approvals {
                 }
                 let now = Time(self.clock.now());
                 let recorded = current.status.as_ref().and_then(|s| s.decided_at.clone());
-                // A merge patch replaces the list: the others' conditions are carried over.
-                let mut conditions = current
-                    .status
-                    .as_ref()
-                    .map(|s| s.conditions.clone())
-                    .unwrap_or_default();
-                conditions.retain(|c| c.type_ != EDIT_REFUSED);
-                conditions.push(Condition {
-                    type_: EDIT_REFUSED.into(),
-                    status: "True".into(),
-                    reason: EDIT_REFUSED.into(),
-                    message: message.clone(),
-                    last_transition_time: now.clone(),
-                    observed_generation: current.metadata.generation,
-                });
                 Ok(ApprovalRequestStatus {
                     phase: Some(Phase::Cancelled),
                     decided_at: recorded.is_none().then(|| now.clone()),
                     message: Some(message.clone()),
-                    conditions,
                     ..ApprovalRequestStatus::default()
                 })
             })

@@ -139,7 +139,6 @@ expect_in "the client's result" "the Agent's approval rule 'protect' denies the 
 cancelled() { [ "$(jp "approvalrequest/$REQ" '{.status.phase}')" = Cancelled ]; }
 wait_for "$REQ Cancelled" 20 cancelled
 expect_in "status.message" "the Agent's approval rule 'protect' denies the edited call" "$(jp "approvalrequest/$REQ" '{.status.message}')"
-expect_in "the EditRefused condition" "True" "$(jp "approvalrequest/$REQ" '{.status.conditions[?(@.type=="EditRefused")].status}')"
 [ "$(runs delete_file /tmp/c)" = 0 ] && [ "$(runs delete_file /protected/c)" = 0 ] || fail "a call ran"
 ok "refused: neither /tmp/c nor /protected/c ran; $REQ Cancelled with the rule named"
 
