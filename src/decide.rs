@@ -637,9 +637,17 @@ mod tests {
         );
         assert!(outcome.is_success());
         // Needing two: the edit and the editor's approval, no decision yet.
-        let (change, outcome) = write_for(&pending(Some(2)), &edit_by("alice", patch), now).unwrap();
+        let (change, outcome) =
+            write_for(&pending(Some(2)), &edit_by("alice", patch), now).unwrap();
         assert!(change.decision.is_none() && change.edit.is_some());
-        assert_eq!(outcome, Outcome::Edited { name: "helper-delete-file-1".into(), given: 1, required: 2 });
+        assert_eq!(
+            outcome,
+            Outcome::Edited {
+                name: "helper-delete-file-1".into(),
+                given: 1,
+                required: 2
+            }
+        );
     }
 
     #[test]
@@ -647,20 +655,37 @@ mod tests {
         let now: Timestamp = AT.parse().unwrap();
         let mut edited = pending(Some(2));
         // Bob approved the original; Alice edited it.
-        edited.spec.approvals = vec![Approval { approved_by: "bob".into(), reason: None, at: None }];
+        edited.spec.approvals = vec![Approval {
+            approved_by: "bob".into(),
+            reason: None,
+            at: None,
+        }];
         let (change, _) = write_for(&edited, &edit_by("alice", "[]"), now).unwrap();
         edited.spec.edit = change.edit.map(Box::new);
         edited.spec.edit_approvals = change.edit_approvals.unwrap();
         // Bob's approval of the original does not count: his approval of the edit makes 2/2.
-        let bob = Request { user: "bob".into(), edit: None, ..edit_by("bob", "") };
+        let bob = Request {
+            user: "bob".into(),
+            edit: None,
+            ..edit_by("bob", "")
+        };
         let (change, outcome) = write_for(&edited, &bob, now).unwrap();
-        assert_eq!(outcome, Outcome::Approved { name: "helper-delete-file-1".into(), given: 2, required: 2 });
+        assert_eq!(
+            outcome,
+            Outcome::Approved {
+                name: "helper-delete-file-1".into(),
+                given: 2,
+                required: 2
+            }
+        );
         assert_eq!(change.decision.unwrap().decided_by, "bob");
         assert_eq!(change.edit_approvals.unwrap().len(), 2);
         assert!(change.approvals.is_none() && change.edit.is_none());
         // A second edit is refused: an edit is written once.
         let carol = edit_by("carol", "[]");
-        assert!(matches!(write_for(&edited, &carol, now), Err(Outcome::Rejected { message, .. }) if message.contains("already edited by alice")));
+        assert!(
+            matches!(write_for(&edited, &carol, now), Err(Outcome::Rejected { message, .. }) if message.contains("already edited by alice"))
+        );
     }
 
     #[test]

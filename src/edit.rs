@@ -121,8 +121,7 @@ pub fn check_redacted(patch: &Patch, preview: &Map<String, Value>) -> Result<(),
 
 /// Whether the JSON pointer `upper` is `lower` or one of its ancestors.
 fn is_at_or_above(upper: &str, lower: &str) -> bool {
-    lower == upper
-        || (lower.starts_with(upper) && lower.as_bytes().get(upper.len()) == Some(&b'/'))
+    lower == upper || (lower.starts_with(upper) && lower.as_bytes().get(upper.len()) == Some(&b'/'))
 }
 
 /// `arguments` (a call's `params.arguments`; absent is `{}`) with `patch` applied: an object,

@@ -56,7 +56,12 @@ fn set(mut object: Value, pointer: &str, value: Value) -> Value {
 
 fn unset(mut object: Value, pointer: &str) -> Value {
     let (parent, key) = pointer.rsplit_once('/').unwrap();
-    object.pointer_mut(parent).unwrap().as_object_mut().unwrap().remove(key);
+    object
+        .pointer_mut(parent)
+        .unwrap()
+        .as_object_mut()
+        .unwrap()
+        .remove(key);
     object
 }
 
@@ -70,12 +75,19 @@ fn edited(object: Value, approvers: &[&str]) -> Value {
     if approvers.is_empty() {
         return object;
     }
-    let approvals: Vec<Value> = approvers.iter().map(|by| json!({"approvedBy": by, "reason": "ok"})).collect();
+    let approvals: Vec<Value> = approvers
+        .iter()
+        .map(|by| json!({"approvedBy": by, "reason": "ok"}))
+        .collect();
     set(object, "/spec/editApprovals", json!(approvals))
 }
 
 fn approve(object: Value, by: &str) -> Value {
-    set(object, "/spec/decision", json!({"type": "Approve", "decidedBy": by}))
+    set(
+        object,
+        "/spec/decision",
+        json!({"type": "Approve", "decidedBy": by}),
+    )
 }
 
 fn quorum(object: Value, approvers: &[&str]) -> Value {
@@ -83,7 +95,10 @@ fn quorum(object: Value, approvers: &[&str]) -> Value {
     if approvers.is_empty() {
         return object;
     }
-    let approvals: Vec<Value> = approvers.iter().map(|by| json!({"approvedBy": by, "reason": "ok"})).collect();
+    let approvals: Vec<Value> = approvers
+        .iter()
+        .map(|by| json!({"approvedBy": by, "reason": "ok"}))
+        .collect();
     set(object, "/spec/approvals", json!(approvals))
 }
 
@@ -94,7 +109,10 @@ fn an_edit_with_the_editors_approval_and_decision_is_accepted() {
     // The edit alone first, the approval and decision later.
     let alone = edited(request(), &[]);
     accepted(&alone, Some(&old));
-    accepted(&approve(edited(request(), &["alice"]), "alice"), Some(&alone));
+    accepted(
+        &approve(edited(request(), &["alice"]), "alice"),
+        Some(&alone),
+    );
 }
 
 #[test]
@@ -105,7 +123,11 @@ fn no_edit_at_creation() {
         "spec.edit cannot be set when the request is created",
     );
     refused(
-        &set(request(), "/spec/editApprovals", json!([{"approvedBy": "bob"}])),
+        &set(
+            request(),
+            "/spec/editApprovals",
+            json!([{"approvedBy": "bob"}]),
+        ),
         None,
         "spec.editApprovals cannot be set when the request is created",
     );
@@ -117,9 +139,21 @@ fn the_edit_is_write_once() {
     const ONCE: &str = "spec.edit is write-once";
     // Removed, nulled, replaced (by another editor, another patch, another reason).
     refused(&unset(old.clone(), "/spec/edit"), Some(&old), ONCE);
-    refused(&set(old.clone(), "/spec/edit", Value::Null), Some(&old), ONCE);
-    refused(&set(old.clone(), "/spec/edit", edit_by("mallory")), Some(&old), ONCE);
-    refused(&set(old.clone(), "/spec/edit/patch", json!("[]")), Some(&old), ONCE);
+    refused(
+        &set(old.clone(), "/spec/edit", Value::Null),
+        Some(&old),
+        ONCE,
+    );
+    refused(
+        &set(old.clone(), "/spec/edit", edit_by("mallory")),
+        Some(&old),
+        ONCE,
+    );
+    refused(
+        &set(old.clone(), "/spec/edit/patch", json!("[]")),
+        Some(&old),
+        ONCE,
+    );
     refused(&unset(old.clone(), "/spec/edit/reason"), Some(&old), ONCE);
 }
 
@@ -149,7 +183,8 @@ fn the_quorum_starts_again_on_the_edit() {
     let original = quorum(request(), &["bob", "carol"]);
     let old = edited(original.clone(), &["alice"]);
     accepted(&old, Some(&original));
-    const NEEDS: &str = "an Approve decision on an edited request (spec.edit) needs spec.requiredApprovals";
+    const NEEDS: &str =
+        "an Approve decision on an edited request (spec.edit) needs spec.requiredApprovals";
     refused(&approve(old.clone(), "alice"), Some(&old), NEEDS);
     refused(&approve(old.clone(), "bob"), Some(&old), NEEDS);
     // Bob approves the edited call: two approvals of it, his decision counts.
@@ -159,7 +194,11 @@ fn the_quorum_starts_again_on_the_edit() {
     let one = edited(request(), &[]);
     refused(&approve(one.clone(), "bob"), Some(&one), NEEDS);
     refused(
-        &set(request(), "/spec/editApprovals", json!([{"approvedBy": "bob"}])),
+        &set(
+            request(),
+            "/spec/editApprovals",
+            json!([{"approvedBy": "bob"}]),
+        ),
         Some(&request()),
         "spec.editApprovals needs spec.edit",
     );
@@ -170,10 +209,20 @@ fn edit_approvals_are_append_only_and_close_with_the_decision() {
     let old = edited(request(), &["alice", "bob"]);
     const APPEND: &str = "spec.editApprovals is append-only";
     refused(&edited(request(), &["alice"]), Some(&old), APPEND);
-    refused(&unset(old.clone(), "/spec/editApprovals"), Some(&old), APPEND);
+    refused(
+        &unset(old.clone(), "/spec/editApprovals"),
+        Some(&old),
+        APPEND,
+    );
     // A null: the apiserver drops it (then: removed); offline CEL cannot evaluate the rule on
     // it. Refused either way.
-    assert!(!errors(&set(old.clone(), "/spec/editApprovals", Value::Null), Some(&old)).is_empty());
+    assert!(
+        !errors(
+            &set(old.clone(), "/spec/editApprovals", Value::Null),
+            Some(&old)
+        )
+        .is_empty()
+    );
     refused(&edited(request(), &["alice", "carol"]), Some(&old), APPEND);
     let decided = approve(old.clone(), "bob");
     refused(
@@ -194,13 +243,37 @@ fn the_edited_binding_is_written_once_with_the_consumption() {
     );
     accepted(&consumed, Some(&approved));
     const ONCE: &str = "status.editedArgumentsSha256 is write-once";
-    refused(&unset(consumed.clone(), "/status/editedArgumentsSha256"), Some(&consumed), ONCE);
-    refused(&set(consumed.clone(), "/status/editedArgumentsSha256", Value::Null), Some(&consumed), ONCE);
-    refused(&set(consumed.clone(), "/status/editedArgumentsSha256", json!(SHA)), Some(&consumed), ONCE);
+    refused(
+        &unset(consumed.clone(), "/status/editedArgumentsSha256"),
+        Some(&consumed),
+        ONCE,
+    );
+    refused(
+        &set(
+            consumed.clone(),
+            "/status/editedArgumentsSha256",
+            Value::Null,
+        ),
+        Some(&consumed),
+        ONCE,
+    );
+    refused(
+        &set(
+            consumed.clone(),
+            "/status/editedArgumentsSha256",
+            json!(SHA),
+        ),
+        Some(&consumed),
+        ONCE,
+    );
     refused(&unset(consumed.clone(), "/status"), Some(&consumed), ONCE);
     // Not without the consumption, nor on a request without an edit.
     refused(
-        &set(approved.clone(), "/status", json!({"editedArgumentsSha256": EDITED_SHA})),
+        &set(
+            approved.clone(),
+            "/status",
+            json!({"editedArgumentsSha256": EDITED_SHA}),
+        ),
         Some(&approved),
         "status.editedArgumentsSha256 may only be set on an edited request, with status.consumedAt",
     );
@@ -215,7 +288,11 @@ fn the_edited_binding_is_written_once_with_the_consumption() {
         "status.editedArgumentsSha256 may only be set on an edited request",
     );
     refused(
-        &set(consumed.clone(), "/status/editedArgumentsSha256", json!("xyz")),
+        &set(
+            consumed.clone(),
+            "/status/editedArgumentsSha256",
+            json!("xyz"),
+        ),
         Some(&approved),
         "editedArgumentsSha256",
     );

@@ -10,7 +10,10 @@ fn preview_of(arguments: &Value) -> Map<String, Value> {
 #[test]
 fn applies_a_patch_to_the_full_arguments() {
     let args = json!({"path": "/tmp/a", "recursive": true, "n": 9007199254740993u64});
-    let patch = parse(r#"[{"op":"replace","path":"/path","value":"/tmp/b"},{"op":"remove","path":"/recursive"}]"#).unwrap();
+    let patch = parse(
+        r#"[{"op":"replace","path":"/path","value":"/tmp/b"},{"op":"remove","path":"/recursive"}]"#,
+    )
+    .unwrap();
     let edited = apply(&args, &patch).unwrap();
     assert_eq!(edited, json!({"path": "/tmp/b", "n": 9007199254740993u64}));
     assert_eq!(changed_paths(&patch), vec!["/path", "/recursive"]);
@@ -25,15 +28,30 @@ fn a_patch_that_cannot_apply_names_its_path() {
     let patch = parse(r#"[{"op":"replace","path":"/nope","value":1}]"#).unwrap();
     let refusal = apply(&args, &patch).unwrap_err();
     assert_eq!(refusal.path.as_deref(), Some("/nope"));
-    assert!(refusal.to_string().starts_with("at /nope: operation 1 (replace) cannot be applied"), "{refusal}");
+    assert!(
+        refusal
+            .to_string()
+            .starts_with("at /nope: operation 1 (replace) cannot be applied"),
+        "{refusal}"
+    );
     let test = parse(r#"[{"op":"test","path":"/path","value":"/etc"}]"#).unwrap();
-    assert!(apply(&args, &test).unwrap_err().reason.contains("value did not match"));
+    assert!(
+        apply(&args, &test)
+            .unwrap_err()
+            .reason
+            .contains("value did not match")
+    );
     let root = parse(r#"[{"op":"replace","path":"","value":[1]}]"#).unwrap();
     assert_eq!(
         apply(&args, &root).unwrap_err().to_string(),
         "at the arguments' root: the edited arguments are not an object; a tool's arguments must be one"
     );
-    assert!(apply(&json!([1]), &test).unwrap_err().reason.contains("not an object"));
+    assert!(
+        apply(&json!([1]), &test)
+            .unwrap_err()
+            .reason
+            .contains("not an object")
+    );
 }
 
 #[test]
@@ -47,7 +65,10 @@ fn malformed_patches_are_refused() {
         let refusal = parse(text).unwrap_err();
         assert!(refusal.reason.contains(why), "{text}: {refusal}");
     }
-    let many = format!("[{}]", vec![r#"{"op":"remove","path":"/a"}"#; MAX_OPERATIONS + 1].join(","));
+    let many = format!(
+        "[{}]",
+        vec![r#"{"op":"remove","path":"/a"}"#; MAX_OPERATIONS + 1].join(",")
+    );
     assert!(parse(&many).unwrap_err().reason.contains("at most 64"));
 }
 
@@ -65,11 +86,31 @@ fn redacted_values_are_replaced_whole_or_not_at_all() {
     ok(r#"[{"op":"replace","path":"/url","value":"https://y"}]"#).unwrap();
     // Probed, carried elsewhere or edited inside: refused, naming the path.
     for (text, path, why) in [
-        (r#"[{"op":"test","path":"/auth/token","value":"s3cr3t-value"}]"#, "/auth/token", "probe"),
-        (r#"[{"op":"test","path":"/auth","value":{}}]"#, "/auth", "probe"),
-        (r#"[{"op":"copy","from":"/auth/token","path":"/url"}]"#, "/auth/token", "copied"),
-        (r#"[{"op":"move","from":"/note","path":"/url"}]"#, "/note", "moved"),
-        (r#"[{"op":"move","from":"/auth","path":"/url"}]"#, "/auth", "moved"),
+        (
+            r#"[{"op":"test","path":"/auth/token","value":"s3cr3t-value"}]"#,
+            "/auth/token",
+            "probe",
+        ),
+        (
+            r#"[{"op":"test","path":"/auth","value":{}}]"#,
+            "/auth",
+            "probe",
+        ),
+        (
+            r#"[{"op":"copy","from":"/auth/token","path":"/url"}]"#,
+            "/auth/token",
+            "copied",
+        ),
+        (
+            r#"[{"op":"move","from":"/note","path":"/url"}]"#,
+            "/note",
+            "moved",
+        ),
+        (
+            r#"[{"op":"move","from":"/auth","path":"/url"}]"#,
+            "/auth",
+            "moved",
+        ),
     ] {
         let refusal = ok(text).unwrap_err();
         assert_eq!(refusal.path.as_deref(), Some(path), "{text}");

@@ -733,7 +733,10 @@ impl Approvals {
     ) -> Result<Resolution> {
         let name = req.metadata.name.clone().unwrap_or_default();
         let edit = req.spec.edit.clone();
-        let editor = edit.as_ref().map(|e| e.edited_by.clone()).unwrap_or_default();
+        let editor = edit
+            .as_ref()
+            .map(|e| e.edited_by.clone())
+            .unwrap_or_default();
         let message = format!(
             "Approved call, edited by {editor}, forwarded by {} with the edited arguments",
             self.pod

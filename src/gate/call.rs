@@ -30,8 +30,8 @@ use super::redact;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
 use crate::Error;
 use crate::api::approval_request::{ApprovalRequest, CallContext, Caller};
-use crate::edit::EditRefusal;
 use crate::condition::{Activation, MAX_INPUT_BYTES};
+use crate::edit::EditRefusal;
 use crate::sse;
 
 /// Events the gate queues for a client's event stream that it writes itself (a gated call's
@@ -499,31 +499,63 @@ async fn gated(
     let (name, kind) = match approve(up, &gated_call, facts.as_ref(), &call.name, progress).await {
         Ok(Approved::Plainly(name, kind)) => (name, kind),
         Ok(Approved::WithEdit(request)) => {
-            let edited = match edited::judge(up, call, &gated_call, &request, &body, session).await {
+            let edited = match edited::judge(up, call, &gated_call, &request, &body, session).await
+            {
                 Ok(edited) => edited,
-                Err(refusal) => return GatedResult::Refused(refuse_edit(up, &gated_call, *request, call, &refusal).await),
+                Err(refusal) => {
+                    return GatedResult::Refused(
+                        refuse_edit(up, &gated_call, *request, call, &refusal).await,
+                    );
+                }
             };
             let name = request.metadata.name.clone().unwrap_or_default();
-            let editor = request.spec.edit.as_ref().map(|e| e.edited_by.clone()).unwrap_or_default();
-            match up.shared.approvals.consume_edited(*request, &gated_call.key, &edited.binding).await {
+            let editor = request
+                .spec
+                .edit
+                .as_ref()
+                .map(|e| e.edited_by.clone())
+                .unwrap_or_default();
+            match up
+                .shared
+                .approvals
+                .consume_edited(*request, &gated_call.key, &edited.binding)
+                .await
+            {
                 Ok(Resolution::Approved { name }) => {
                     tracing::info!(server = %up.label, tool = %call.name, request = %name, edited_by = %editor,
                         args_hash = %gated_call.key.binding, edited_args_hash = %edited.binding, "edited call approved");
-                    note = Some(outcome::edited_note(&call.name, &name, &editor, &edited.paths));
+                    note = Some(outcome::edited_note(
+                        &call.name,
+                        &name,
+                        &editor,
+                        &edited.paths,
+                    ));
                     binding = edited.binding;
                     body = edited.body;
                     (name, Outcome::approved)
                 }
                 Ok(other) => {
-                    let (text, kind) = outcome::refusal_text(&call.name, up.shared.approvals.namespace(), &other)
-                        .unwrap_or_else(|| (outcome::error(&call.name, &format!("ApprovalRequest {name} was not consumed")), Outcome::error));
+                    let (text, kind) =
+                        outcome::refusal_text(&call.name, up.shared.approvals.namespace(), &other)
+                            .unwrap_or_else(|| {
+                                (
+                                    outcome::error(
+                                        &call.name,
+                                        &format!("ApprovalRequest {name} was not consumed"),
+                                    ),
+                                    Outcome::error,
+                                )
+                            });
                     metrics.call(kind);
                     return GatedResult::Refused(text);
                 }
                 Err(e) => {
                     tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "consuming the edited approval failed; not forwarded");
                     metrics.call(Outcome::error);
-                    return GatedResult::Refused(outcome::error(&call.name, &format!("{} ({})", e, e.reason())));
+                    return GatedResult::Refused(outcome::error(
+                        &call.name,
+                        &format!("{} ({})", e, e.reason()),
+                    ));
                 }
             }
         }

@@ -245,14 +245,11 @@ fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String>
                 .into(),
         );
     }
-    if creators
-        .iter()
-        .any(|entry| {
-            ["f:decision", "f:approvals", "f:edit", "f:editApprovals"]
-                .iter()
-                .any(|field| owns(entry, field))
-        })
-    {
+    if creators.iter().any(|entry| {
+        ["f:decision", "f:approvals", "f:edit", "f:editApprovals"]
+            .iter()
+            .any(|field| owns(entry, field))
+    }) {
         return Some(
             "the approval was written by whoever created the request, not added by an approver afterwards"
                 .into(),
@@ -331,7 +328,10 @@ fn untrusted_edit(req: &ApprovalRequest) -> Option<String> {
         .as_ref()
         .is_some_and(|c| c.username == edit.edited_by)
     {
-        return Some(format!("it was edited by its own caller ({})", edit.edited_by));
+        return Some(format!(
+            "it was edited by its own caller ({})",
+            edit.edited_by
+        ));
     }
     None
 }

@@ -96,7 +96,11 @@ pub async fn judge(
         PolicyVerdict::Forward { .. } => {}
     }
     let binding = hash::digest(&up.shared.key, &edited)
-        .map_err(|e| refusal(&format!("the edited arguments cannot be canonicalized: {e}")))?
+        .map_err(|e| {
+            refusal(&format!(
+                "the edited arguments cannot be canonicalized: {e}"
+            ))
+        })?
         .binding;
     Ok(EditedCall {
         binding,
@@ -167,7 +171,9 @@ mod tests {
 
     #[test]
     fn absent_arguments_are_set_in_params() {
-        let body = Bytes::from_static(br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t"}}"#);
+        let body = Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t"}}"#,
+        );
         let out = with_arguments(&body, b"{}", br#"{"a":2}"#).unwrap();
         let message: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(message["params"]["arguments"], serde_json::json!({"a": 2}));

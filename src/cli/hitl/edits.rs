@@ -21,7 +21,9 @@ pub async fn asked(
     args: &ApproveArgs,
 ) -> Result<Result<EditAsked, String>, CommandError> {
     let [name] = args.targets.names.as_slice() else {
-        return Ok(Err("--patch and --edit approve one request at a time".into()));
+        return Ok(Err(
+            "--patch and --edit approve one request at a time".into()
+        ));
     };
     let Some(request) = api.get_opt(name).await? else {
         return Ok(Err(format!("approvalrequest/{name} not found")));
@@ -79,7 +81,11 @@ fn edited_in_editor(preview: &Value) -> Result<Result<Option<String>, String>, C
     let _ = std::fs::remove_file(&path);
     let status = match status {
         Ok(status) => status,
-        Err(e) => return Ok(Err(format!("the editor {editor:?} could not be started: {e}"))),
+        Err(e) => {
+            return Ok(Err(format!(
+                "the editor {editor:?} could not be started: {e}"
+            )));
+        }
     };
     if !status.success() {
         return Ok(Err(format!(
@@ -102,8 +108,16 @@ mod tests {
     fn checks_name_the_path_and_the_reason() {
         let preview = json!({"path": "/tmp/a", "token": "[REDACTED]"});
         let preview = preview.as_object().unwrap();
-        check(r#"[{"op":"replace","path":"/path","value":"/tmp/b"}]"#, preview).unwrap();
-        check(r#"[{"op":"replace","path":"/token","value":"new"}]"#, preview).unwrap();
+        check(
+            r#"[{"op":"replace","path":"/path","value":"/tmp/b"}]"#,
+            preview,
+        )
+        .unwrap();
+        check(
+            r#"[{"op":"replace","path":"/token","value":"new"}]"#,
+            preview,
+        )
+        .unwrap();
         assert_eq!(
             check(r#"[{"op":"copy","from":"/token","path":"/path"}]"#, preview).unwrap_err(),
             "at /token: a redacted value may not be copied elsewhere"
@@ -113,6 +127,10 @@ mod tests {
                 .unwrap_err()
                 .starts_with("at /missing: operation 1 (remove) cannot be applied")
         );
-        assert!(check("not json", preview).unwrap_err().contains("not a JSON Patch"));
+        assert!(
+            check("not json", preview)
+                .unwrap_err()
+                .contains("not a JSON Patch")
+        );
     }
 }
