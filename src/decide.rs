@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use crate::api::approval_request::{
-    Approval, ApprovalRequest, Decision, DecisionChange, DecisionType, Phase,
+    Approval, ApprovalRequest, Decision, DecisionChange, DecisionType, Edit, Phase,
 };
 use crate::apiserver::field_manager;
 use crate::apiserver::guarded::{Guarded, GuardedWrite};
@@ -28,6 +28,15 @@ pub struct Request {
     pub reason: Option<String>,
     /// The caller's username; becomes `decidedBy`.
     pub user: String,
+    /// An edit of the call's arguments to make with the approval (`approve --patch`).
+    pub edit: Option<EditAsked>,
+}
+
+/// An edit a person asked for with their approval: `spec.edit` once written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EditAsked {
+    /// The JSON Patch (RFC 6902) text on the arguments as the preview shows them.
+    pub patch: String,
 }
 
 /// What happened to one ApprovalRequest.
@@ -47,6 +56,15 @@ pub enum Outcome {
         /// Distinct approvals now given.
         given: u32,
         /// Approvals the request needs; when reached, the decision was written too.
+        required: u32,
+    },
+    /// The caller's edit was written with their approval of the edited call.
+    Edited {
+        /// Request name.
+        name: String,
+        /// Distinct approvals of the edited call now given (the caller's).
+        given: u32,
+        /// Approvals the edited call needs; when reached, the decision was written too.
         required: u32,
     },
     /// The caller already approved this request, which still waits for others.
@@ -105,7 +123,10 @@ pub enum Outcome {
 impl Outcome {
     /// Whether the decision was written.
     pub fn is_success(&self) -> bool {
-        matches!(self, Self::Decided { .. } | Self::Approved { .. })
+        matches!(
+            self,
+            Self::Decided { .. } | Self::Approved { .. } | Self::Edited { .. }
+        )
     }
 
     /// What to tell the user, naming `namespace` and, for RBAC problems, the fix for `user`.
@@ -135,6 +156,23 @@ impl Outcome {
                 required,
             } => format!(
                 "approvalrequest/{name} approved ({given}/{required}, decidedBy {user}): the call may run"
+            ),
+            Self::Edited {
+                name,
+                given,
+                required,
+            } if given < required => format!(
+                "approvalrequest/{name} edited and approved ({given}/{required}) by {user}: \
+                 {} of the edited call needed (approvals of the original do not count)",
+                more(required - given)
+            ),
+            Self::Edited {
+                name,
+                given,
+                required,
+            } => format!(
+                "approvalrequest/{name} edited and approved ({given}/{required}, decidedBy {user}): \
+                 the edited call may run, once, if the gate accepts the edit"
             ),
             Self::AlreadyApproved {
                 name,
@@ -322,6 +360,12 @@ pub fn write_for(
 ) -> Result<(DecisionChange, Outcome), Outcome> {
     let name = current.name_any();
     let required = current.required_approvals();
+    if let Some(asked) = &request.edit {
+        return edit_for(current, request, asked, now);
+    }
+    if request.decision_type == DecisionType::Approve && current.spec.edit.is_some() {
+        return approve_edited(current, request, now);
+    }
     if request.decision_type == DecisionType::Deny || required <= 1 {
         let decided = Outcome::Decided {
             name,
@@ -329,7 +373,7 @@ pub fn write_for(
         };
         let change = DecisionChange {
             decision: Some(decision_of(request)),
-            approvals: None,
+            ..DecisionChange::default()
         };
         return Ok((change, decided));
     }
@@ -355,6 +399,7 @@ pub fn write_for(
     let change = DecisionChange {
         decision: (given >= required).then(|| decision_of(request)),
         approvals,
+        ..DecisionChange::default()
     };
     let approved = Outcome::Approved {
         name,
@@ -362,6 +407,102 @@ pub fn write_for(
         required,
     };
     Ok((change, approved))
+}
+
+/// The write of `asked`, an edit with the caller's approval of the edited call: `spec.edit`,
+/// the caller's entry in `spec.editApprovals`, and the decision when that is all the edited call
+/// needs. Refused on a request already edited (an edit is written once).
+fn edit_for(
+    current: &ApprovalRequest,
+    request: &Request,
+    asked: &EditAsked,
+    now: Timestamp,
+) -> Result<(DecisionChange, Outcome), Outcome> {
+    let name = current.name_any();
+    if request.decision_type != DecisionType::Approve {
+        return Err(Outcome::Rejected {
+            name,
+            message: "an edit is made with an approval, not a denial".into(),
+        });
+    }
+    if let Some(edit) = &current.spec.edit {
+        return Err(Outcome::Rejected {
+            name,
+            message: format!(
+                "it was already edited by {} (an edit is written once); approve or deny the edited call",
+                edit.edited_by
+            ),
+        });
+    }
+    let required = current.required_approvals();
+    let change = DecisionChange {
+        decision: (required <= 1).then(|| decision_of(request)),
+        approvals: None,
+        edit: Some(Edit {
+            patch: asked.patch.clone(),
+            edited_by: request.user.clone(),
+            reason: request.reason.clone(),
+            at: Some(Time(now)),
+        }),
+        edit_approvals: Some(vec![approval_of(request, now)]),
+    };
+    Ok((
+        change,
+        Outcome::Edited {
+            name,
+            given: 1,
+            required,
+        },
+    ))
+}
+
+/// The write of an approval of `current`'s edited call: the caller's entry in
+/// `spec.editApprovals` (the quorum starts again on an edit), and the decision once the edited
+/// call has the approvals it needs, the caller's among them.
+fn approve_edited(
+    current: &ApprovalRequest,
+    request: &Request,
+    now: Timestamp,
+) -> Result<(DecisionChange, Outcome), Outcome> {
+    let name = current.name_any();
+    let required = current.required_approvals();
+    let approvers = current.approvers();
+    let mine = approvers.contains(&request.user.as_str());
+    let given = u32::try_from(approvers.len() + usize::from(!mine)).unwrap_or(u32::MAX);
+    if mine && given < required {
+        return Err(Outcome::AlreadyApproved {
+            name,
+            given,
+            required,
+        });
+    }
+    let edit_approvals = (!mine).then(|| {
+        let mut approvals = current.spec.edit_approvals.clone();
+        approvals.push(approval_of(request, now));
+        approvals
+    });
+    let change = DecisionChange {
+        decision: (given >= required).then(|| decision_of(request)),
+        edit_approvals,
+        ..DecisionChange::default()
+    };
+    Ok((
+        change,
+        Outcome::Approved {
+            name,
+            given,
+            required,
+        },
+    ))
+}
+
+/// The caller's entry in a list of approvals.
+fn approval_of(request: &Request, now: Timestamp) -> Approval {
+    Approval {
+        approved_by: request.user.clone(),
+        reason: request.reason.clone(),
+        at: Some(Time(now)),
+    }
 }
 
 /// Write the decision onto `current` with the one guarded write, judging the request again
@@ -418,6 +559,7 @@ mod tests {
             decision_type,
             reason: reason.map(str::to_owned),
             user: "alice".into(),
+            edit: None,
         }
     }
 
@@ -425,7 +567,7 @@ mod tests {
     fn a_decision_sets_only_the_decision() {
         let change = DecisionChange {
             decision: Some(decision_of(&req(DecisionType::Approve, Some("ok")))),
-            approvals: None,
+            ..DecisionChange::default()
         };
         assert_eq!(
             serde_json::to_value(change).unwrap(),
@@ -433,7 +575,7 @@ mod tests {
         );
         let deny = DecisionChange {
             decision: Some(decision_of(&req(DecisionType::Deny, None))),
-            approvals: None,
+            ..DecisionChange::default()
         };
         assert_eq!(
             serde_json::to_value(deny).unwrap(),
@@ -457,6 +599,93 @@ mod tests {
             "kubectl -n team-a create rolebinding hitl-approver-alice-example.com \
              --clusterrole=hitl-approver --user=Alice@Example.com"
         ));
+    }
+
+    fn pending(required: Option<i32>) -> ApprovalRequest {
+        let mut json = crate::api::approval_request::fixture::request_json();
+        if let Some(required) = required {
+            json["spec"]["requiredApprovals"] = json!(required);
+        }
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn edit_by(user: &str, patch: &str) -> Request {
+        Request {
+            decision_type: DecisionType::Approve,
+            reason: Some("narrower".into()),
+            user: user.into(),
+            edit: Some(EditAsked {
+                patch: patch.into(),
+            }),
+        }
+    }
+
+    const AT: &str = "2026-11-22T00:10:00Z";
+
+    #[test]
+    fn an_edit_is_written_with_the_editors_approval_of_the_edited_call() {
+        let now: Timestamp = AT.parse().unwrap();
+        let patch = r#"[{"op":"replace","path":"/path","value":"/tmp/b"}]"#;
+        let (change, outcome) = write_for(&pending(None), &edit_by("alice", patch), now).unwrap();
+        assert_eq!(
+            serde_json::to_value(&change).unwrap(),
+            json!({
+                "decision": {"type": "Approve", "decidedBy": "alice", "reason": "narrower"},
+                "edit": {"patch": patch, "editedBy": "alice", "reason": "narrower", "at": AT},
+                "editApprovals": [{"approvedBy": "alice", "reason": "narrower", "at": AT}],
+            })
+        );
+        assert!(outcome.is_success());
+        // Needing two: the edit and the editor's approval, no decision yet.
+        let (change, outcome) =
+            write_for(&pending(Some(2)), &edit_by("alice", patch), now).unwrap();
+        assert!(change.decision.is_none() && change.edit.is_some());
+        assert_eq!(
+            outcome,
+            Outcome::Edited {
+                name: "helper-delete-file-1".into(),
+                given: 1,
+                required: 2
+            }
+        );
+    }
+
+    #[test]
+    fn on_an_edited_request_the_quorum_starts_again() {
+        let now: Timestamp = AT.parse().unwrap();
+        let mut edited = pending(Some(2));
+        // Bob approved the original; Alice edited it.
+        edited.spec.approvals = vec![Approval {
+            approved_by: "bob".into(),
+            reason: None,
+            at: None,
+        }];
+        let (change, _) = write_for(&edited, &edit_by("alice", "[]"), now).unwrap();
+        edited.spec.edit = change.edit.map(Box::new);
+        edited.spec.edit_approvals = change.edit_approvals.unwrap();
+        // Bob's approval of the original does not count: his approval of the edit makes 2/2.
+        let bob = Request {
+            user: "bob".into(),
+            edit: None,
+            ..edit_by("bob", "")
+        };
+        let (change, outcome) = write_for(&edited, &bob, now).unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Approved {
+                name: "helper-delete-file-1".into(),
+                given: 2,
+                required: 2
+            }
+        );
+        assert_eq!(change.decision.unwrap().decided_by, "bob");
+        assert_eq!(change.edit_approvals.unwrap().len(), 2);
+        assert!(change.approvals.is_none() && change.edit.is_none());
+        // A second edit is refused: an edit is written once.
+        let carol = edit_by("carol", "[]");
+        assert!(
+            matches!(write_for(&edited, &carol, now), Err(Outcome::Rejected { message, .. }) if message.contains("already edited by alice"))
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod condition;
 pub mod contract;
 pub mod controller;
 pub mod decide;
+pub mod edit;
 pub mod egress;
 pub mod error;
 pub mod gate;

@@ -57,7 +57,11 @@ pub const MAX_APPROVALS: u32 = 16;
     validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.consumedBy) || (has(self.status) && has(self.status.consumedBy) && self.status.consumedBy == oldSelf.status.consumedBy)").field_path(".status.consumedBy").message("status.consumedBy is write-once"),
     validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.phase) || !(oldSelf.status.phase in ['Denied', 'Expired', 'Executed', 'Cancelled']) || (has(self.status) && has(self.status.phase) && self.status.phase == oldSelf.status.phase)").field_path(".status.phase").message("a finished request's phase cannot change"),
     validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.decidedAt) || (has(self.status) && has(self.status.decidedAt) && self.status.decidedAt == oldSelf.status.decidedAt)").field_path(".status.decidedAt").message("status.decidedAt is write-once"),
-    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.decidedAt) || has(self.spec.decision) || has(self.spec.grant)").field_path(".status.decidedAt").message("status.decidedAt may only be set on a decided request")
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.decidedAt) || has(self.spec.decision) || has(self.spec.grant)").field_path(".status.decidedAt").message("status.decidedAt may only be set on a decided request"),
+    // Edit, then approve (docs/approvers.md): the edited call's binding hash is written once,
+    // with the consumption, and only on an edited request.
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.editedArgumentsSha256) || (has(self.status) && has(self.status.editedArgumentsSha256) && self.status.editedArgumentsSha256 == oldSelf.status.editedArgumentsSha256)").field_path(".status.editedArgumentsSha256").message("status.editedArgumentsSha256 is write-once: the edited call it binds never changes"),
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.editedArgumentsSha256) || (has(self.spec.edit) && has(self.status.consumedAt))").field_path(".status.editedArgumentsSha256").message("status.editedArgumentsSha256 may only be set on an edited request, with status.consumedAt")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -73,12 +77,24 @@ pub const MAX_APPROVALS: u32 = 16;
     validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)").message("spec.decision is write-once: it cannot be changed or removed once set"),
     validation = kube::core::Rule::new("!has(oldSelf.approvals) || (has(self.approvals) && oldSelf.approvals.all(o, self.approvals.exists(n, n == o)))").message("spec.approvals is append-only: an approval cannot be changed or removed"),
     validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.approvals) == has(oldSelf.approvals) && (!has(self.approvals) || size(self.approvals) == size(oldSelf.approvals)))").message("spec.approvals cannot change once spec.decision is set"),
-    validation = kube::core::Rule::new("!has(self.decision) || self.decision.type != 'Approve' || !has(self.requiredApprovals) || self.requiredApprovals <= 1 || (has(self.approvals) && size(self.approvals) >= self.requiredApprovals && self.approvals.exists(a, a.approvedBy == self.decision.decidedBy))").field_path(".decision").message("an Approve decision on a request with spec.requiredApprovals above 1 needs that many entries in spec.approvals, one of them by spec.decision.decidedBy"),
+    validation = kube::core::Rule::new("!has(self.decision) || self.decision.type != 'Approve' || has(self.edit) || !has(self.requiredApprovals) || self.requiredApprovals <= 1 || (has(self.approvals) && size(self.approvals) >= self.requiredApprovals && self.approvals.exists(a, a.approvedBy == self.decision.decidedBy))").field_path(".decision").message("an Approve decision on a request with spec.requiredApprovals above 1 needs that many entries in spec.approvals, one of them by spec.decision.decidedBy"),
     // Runs on create too (optionalOldSelf): oldSelf is then optional.none() in kube-apiserver.
     // `oldSelf != null` is always true there; it is for kube-cel (offline validation), which
     // binds oldSelf to null on create and to the plain old value on update.
     validation = kube::core::Rule::new("!has(self.decision) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".decision").message("spec.decision cannot be set when the request is created: only an approver adds it later"),
-    validation = kube::core::Rule::new("!has(self.approvals) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".approvals").message("spec.approvals cannot be set when the request is created: only approvers add them later")
+    validation = kube::core::Rule::new("!has(self.approvals) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".approvals").message("spec.approvals cannot be set when the request is created: only approvers add them later"),
+    // Edit, then approve (docs/approvers.md): spec.edit is written once by a person, never at
+    // creation, never on a decided or grant-decided request; the approvals that count for the
+    // edited call are spec.editApprovals, given after the edit (the quorum starts again).
+    validation = kube::core::Rule::new("!has(self.edit) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".edit").message("spec.edit cannot be set when the request is created: only an editor adds it later"),
+    validation = kube::core::Rule::new("!has(self.editApprovals) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".editApprovals").message("spec.editApprovals cannot be set when the request is created: only approvers add them later"),
+    validation = kube::core::Rule::new("!has(oldSelf.edit) || (has(self.edit) && self.edit == oldSelf.edit)").field_path(".edit").message("spec.edit is write-once: it cannot be changed or removed once set"),
+    validation = kube::core::Rule::new("!has(oldSelf.decision) || has(self.edit) == has(oldSelf.edit)").field_path(".edit").message("spec.edit cannot be added once spec.decision is set"),
+    validation = kube::core::Rule::new("!has(self.editApprovals) || has(self.edit)").field_path(".editApprovals").message("spec.editApprovals needs spec.edit: they approve the edited call"),
+    validation = kube::core::Rule::new("!has(self.grant) || (!has(self.edit) && !has(self.editApprovals))").field_path(".edit").message("a request decided by a grant (spec.grant) takes no edit"),
+    validation = kube::core::Rule::new("!has(oldSelf.editApprovals) || (has(self.editApprovals) && oldSelf.editApprovals.all(o, self.editApprovals.exists(n, n == o)))").field_path(".editApprovals").message("spec.editApprovals is append-only: an approval cannot be changed or removed"),
+    validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.editApprovals) == has(oldSelf.editApprovals) && (!has(self.editApprovals) || size(self.editApprovals) == size(oldSelf.editApprovals)))").field_path(".editApprovals").message("spec.editApprovals cannot change once spec.decision is set"),
+    validation = kube::core::Rule::new("!has(self.edit) || !has(self.decision) || self.decision.type != 'Approve' || (has(self.editApprovals) && size(self.editApprovals) >= (has(self.requiredApprovals) ? self.requiredApprovals : 1) && self.editApprovals.exists(a, a.approvedBy == self.decision.decidedBy))").field_path(".decision").message("an Approve decision on an edited request (spec.edit) needs spec.requiredApprovals (at least 1) entries in spec.editApprovals, one of them by spec.decision.decidedBy: approvals of the original call do not count for the edited one")
 )]
 // `argumentsPreview` and `grant` are boxed: the controller caches every request without its
 // preview, and most requests have no grant (docs/controller.md, "Memory on the real control
@@ -145,6 +161,17 @@ pub struct ApprovalRequestSpec {
     /// The decision: the only field a person writes. Write-once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
+    // Edit, then approve (issue 60): the edit and the approvals of the edited call.
+    /// An approver's edit of the call's arguments: the call runs with them edited, or not at
+    /// all. Written once, after creation, before the decision; never on a grant-decided request.
+    // Boxed: most requests have none, and the controller caches every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit: Option<Box<Edit>>,
+    /// The approvals of the edited call, one per person, given after `edit`: on an edited
+    /// request only these count (approvals of the original call do not). Append-only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["approvedBy"]))]
+    pub edit_approvals: Vec<Approval>,
 }
 
 impl ApprovalRequest {
@@ -200,10 +227,22 @@ impl ApprovalRequest {
             .max(u32::from(decided))
     }
 
-    /// The distinct usernames in `spec.approvals`, in order.
+    /// The approvals that count: `spec.editApprovals` on an edited request (approvals of the
+    /// original call do not count for the edited one), else `spec.approvals`.
+    pub fn counted_approvals(&self) -> &[Approval] {
+        if self.spec.edit.is_some() {
+            &self.spec.edit_approvals
+        } else {
+            &self.spec.approvals
+        }
+    }
+
+    /// The distinct usernames in the approvals that count ([`Self::counted_approvals`]), in
+    /// order.
     pub fn approvers(&self) -> Vec<&str> {
-        let mut seen = Vec::with_capacity(self.spec.approvals.len());
-        for approval in &self.spec.approvals {
+        let counted = self.counted_approvals();
+        let mut seen = Vec::with_capacity(counted.len());
+        for approval in counted {
             if !seen.contains(&approval.approved_by.as_str()) {
                 seen.push(approval.approved_by.as_str());
             }
@@ -216,12 +255,12 @@ impl ApprovalRequest {
         format!("{}/{}", self.approvals_given(), self.required_approvals())
     }
 
-    /// Whether an Approve decision by `decided_by` is backed by enough approvals: always for a
-    /// request that needs one; otherwise `requiredApprovals` distinct approvers, `decided_by`
-    /// among them.
+    /// Whether an Approve decision by `decided_by` is backed by enough approvals: always for an
+    /// unedited request that needs one; otherwise `requiredApprovals` distinct approvers,
+    /// `decided_by` among them (on an edited request, in `spec.editApprovals`).
     pub fn quorum_met(&self, decided_by: &str) -> bool {
         let required = self.required_approvals();
-        if required <= 1 {
+        if required <= 1 && self.spec.edit.is_none() {
             return true;
         }
         let approvers = self.approvers();
@@ -433,6 +472,12 @@ pub struct DecisionChange {
     /// Every approval, the writer's added, when this write adds one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approvals: Option<Vec<Approval>>,
+    /// The edit, when this write makes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edit: Option<Edit>,
+    /// Every approval of the edited call, the writer's added, when this write adds one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edit_approvals: Option<Vec<Approval>>,
 }
 
 /// One person's approval of a request that needs more than one.
@@ -447,6 +492,30 @@ pub struct Approval {
     #[schemars(length(max = 1024))]
     pub reason: Option<String>,
     /// When, by the approver's clock (informative: managedFields hold the apiserver's record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Time>,
+}
+
+/// Largest `spec.edit.patch`, in bytes.
+pub const MAX_EDIT_PATCH_BYTES: usize = 32 * 1024;
+
+/// An approver's edit of a call's arguments (docs/approvers.md, "Edit, then approve").
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Edit {
+    /// A JSON Patch (RFC 6902), as JSON text, on the call's arguments as the preview shows
+    /// them. Text, not a JSON value: the apiserver would turn large integers into doubles.
+    #[schemars(length(min = 2, max = 32768))]
+    pub patch: String,
+    /// Username of the editor; admission checks it equals the requesting user and that they
+    /// hold the RBAC verb `edit` on the Agent or ToolGate.
+    #[schemars(length(min = 1, max = 512))]
+    pub edited_by: String,
+    /// Why, if said; shown to other approvers and in the audit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reason: Option<String>,
+    /// When, by the editor's clock (informative).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<Time>,
 }
@@ -531,6 +600,12 @@ pub struct ApprovalRequestStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["notifier", "event"]))]
     pub notifications: Vec<NotificationRecord>,
+    /// On an edited request (`spec.edit`), the binding hash of the arguments the gate ran:
+    /// the edited call's, next to `spec.argumentsSha256` (the original's). Written once, by the
+    /// gate, in the same write as `consumedAt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
+    pub edited_arguments_sha256: Option<String>,
 }
 
 /// The delivery of one message about a request.
@@ -616,6 +691,8 @@ mod tests {
                     reason: None,
                     decided_by: "alice".into(),
                 }),
+                edit: None,
+                edit_approvals: Vec::new(),
             },
         );
         r.status = status;

@@ -534,6 +534,8 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         message: Some(evaluation.message.clone()),
         // The deliveries' own (field manager hitl-operator-notifier): never applied here.
         notifications: Vec::new(),
+        // The gate's, written with consumedAt: never applied here.
+        edited_arguments_sha256: None,
     };
     if evaluation.phase.is_terminal() {
         set_condition(
@@ -735,6 +737,8 @@ mod tests {
                     reason: Some("ok".into()),
                     decided_by: "alice".into(),
                 }),
+                edit: None,
+                edit_approvals: Vec::new(),
             },
         );
         request.status = status;

@@ -156,6 +156,7 @@ async fn decide_as_mapped(endpoint: &Endpoint, interaction: &Interaction) -> Str
         decision_type: interaction.decision,
         reason: Some(format!("{verb} in Slack by @{}", interaction.slack_name)),
         user: person.user.clone(),
+        edit: None,
     };
     let api: Api<ApprovalRequest> = Api::namespaced(client, &interaction.namespace);
     let names = [interaction.name.clone()];

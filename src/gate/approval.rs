@@ -119,6 +119,13 @@ pub enum Resolution {
         /// Why.
         refusal: Refusal,
     },
+    /// Approved with an approver's edit (`spec.edit`), not yet consumed: the caller judges the
+    /// edit against the full arguments, then consumes it ([`Approvals::consume_edited`]) or
+    /// refuses it ([`Approvals::refuse_edit`]). Nothing runs before.
+    Edited {
+        /// The request as it was approved.
+        request: Box<ApprovalRequest>,
+    },
     /// Still undecided when the gate stopped waiting.
     Pending {
         /// Request name.
@@ -296,7 +303,7 @@ impl Approvals {
         let unclaimed =
             |r: &ApprovalRequest| r.status.as_ref().is_none_or(|s| s.consumed_at.is_none());
         match self
-            .consume(created, &message, unclaimed)
+            .consume(created, &message, None, unclaimed)
             .await
             .map_err(|e| match e {
                 Error::Kube(source) => failed(source),
@@ -400,6 +407,11 @@ impl Approvals {
                         let refusal = Refusal::Frozen(why);
                         return Ok(Resolution::Refused { name, refusal });
                     }
+                    if req.spec.edit.is_some() {
+                        return Ok(Resolution::Edited {
+                            request: Box::new(req),
+                        });
+                    }
                     let message = format!("Approved call forwarded by {}", self.pod);
                     let identity = self.identity();
                     // Claimed only while the request, as the apiserver now has it, still lets
@@ -410,7 +422,7 @@ impl Approvals {
                             Verdict::Forward
                         )
                     };
-                    match self.consume(req, &message, still_approved).await? {
+                    match self.consume(req, &message, None, still_approved).await? {
                         Guarded::Written(_) => return Ok(Resolution::Approved { name }),
                         Guarded::Declined(fresh) => req = *fresh,
                         Guarded::Gone => return Err(Error::RequestDeleted { name }),
@@ -628,6 +640,8 @@ impl Approvals {
                 expires_at: Time(expires_at),
                 grant: None,
                 decision: None,
+                edit: None,
+                edit_approvals: Vec::new(),
             },
         );
         let mut labels: std::collections::BTreeMap<String, String> = [
@@ -706,6 +720,99 @@ impl Approvals {
         }
     }
 
+    /// Consumes the edited approval `req` (a [`Resolution::Edited`] of `key`) for the edited
+    /// call, whose binding hash is `edited`: recorded in `status.editedArgumentsSha256` in the
+    /// same guarded write as `consumedAt`, and only while the request, as the apiserver has it,
+    /// still approves the same edit. `Approved` when this gate consumed it, `Refused` when the
+    /// request no longer lets the call run.
+    pub async fn consume_edited(
+        &self,
+        req: ApprovalRequest,
+        key: &CallKey,
+        edited: &str,
+    ) -> Result<Resolution> {
+        let name = req.metadata.name.clone().unwrap_or_default();
+        let edit = req.spec.edit.clone();
+        let editor = edit
+            .as_ref()
+            .map(|e| e.edited_by.clone())
+            .unwrap_or_default();
+        let message = format!(
+            "Approved call, edited by {editor}, forwarded by {} with the edited arguments",
+            self.pod
+        );
+        let identity = self.identity();
+        let same_edit = |r: &ApprovalRequest| {
+            r.spec.edit == edit
+                && matches!(
+                    decide(r, key, &identity, self.clock.now()),
+                    Verdict::Forward
+                )
+        };
+        match self.consume(req, &message, Some(edited), same_edit).await? {
+            Guarded::Written(_) => Ok(Resolution::Approved { name }),
+            Guarded::Declined(fresh) => {
+                let refusal = match decide(&fresh, key, &identity, self.clock.now()) {
+                    Verdict::Refuse(refusal) => refusal,
+                    _ => Refusal::Malformed(
+                        "its edit changed while the gate was consuming it".into(),
+                    ),
+                };
+                Ok(Resolution::Refused { name, refusal })
+            }
+            Guarded::Gone => Err(Error::RequestDeleted { name }),
+            Guarded::Contended => Err(Error::Contended {
+                kind: "ApprovalRequest",
+                name,
+                attempts: MAX_CONFLICTS,
+            }),
+        }
+    }
+
+    /// Finishes the edited request `req` (of `key`) without running anything, because the gate
+    /// refused its edit (`why` names the path and the reason): phase Cancelled, the reason in
+    /// `status.message` (the controller records it in its Finished condition and an Event).
+    /// Written only while the request still
+    /// approves the call (so never over a consumption); otherwise nothing is written.
+    pub async fn refuse_edit(&self, req: ApprovalRequest, key: &CallKey, why: &str) -> Result<()> {
+        let name = req.metadata.name.clone().unwrap_or_default();
+        let editor = req
+            .spec
+            .edit
+            .as_ref()
+            .map(|e| e.edited_by.clone())
+            .unwrap_or_default();
+        let message: String = format!(
+            "The edit by {editor} was refused by the gate {}: {why}. The call did not run.",
+            self.pod
+        )
+        .chars()
+        .take(4096)
+        .collect();
+        let identity = self.identity();
+        let outcome = GuardedWrite::status(&self.api, field_manager::GATE, MAX_CONFLICTS)
+            .write(req, |current| {
+                if !matches!(
+                    decide(current, key, &identity, self.clock.now()),
+                    Verdict::Forward
+                ) {
+                    return Err(());
+                }
+                let now = Time(self.clock.now());
+                let recorded = current.status.as_ref().and_then(|s| s.decided_at.clone());
+                Ok(ApprovalRequestStatus {
+                    phase: Some(Phase::Cancelled),
+                    decided_at: recorded.is_none().then(|| now.clone()),
+                    message: Some(message.clone()),
+                    ..ApprovalRequestStatus::default()
+                })
+            })
+            .await?;
+        tracing::info!(request = %name, %why, written = matches!(outcome.guarded, Guarded::Written(_)),
+            "the approver's edit was refused; the call did not run");
+        Ok(())
+    }
+
     /// Marks `req` consumed by this gate, saying `message`, with the one guarded status write:
     /// only over the resourceVersion it was judged at, and only while `claimable` holds of the
     /// request as the apiserver has it (after a 409 Conflict it is read again and judged
@@ -714,6 +821,7 @@ impl Approvals {
         &self,
         req: ApprovalRequest,
         message: &str,
+        edited: Option<&str>,
         claimable: impl Fn(&ApprovalRequest) -> bool,
     ) -> Result<Guarded<ApprovalRequest, Box<ApprovalRequest>>> {
         let name = req.metadata.name.clone().unwrap_or_default();
@@ -731,6 +839,7 @@ impl Approvals {
                     consumed_at: Some(now),
                     consumed_by: Some(self.pod.clone()),
                     message: Some(message.to_owned()),
+                    edited_arguments_sha256: edited.map(str::to_owned),
                     ..ApprovalRequestStatus::default()
                 })
             })

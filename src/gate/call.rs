@@ -19,6 +19,7 @@ use super::approval::{Asked, FREEZE_BOUND, GatedCall, Resolution};
 use super::callers;
 use super::continuation::{self, Continuation, Watch};
 use super::decision::CallKey;
+use super::edited;
 use super::hash;
 use super::jsonrpc::{self, ToolCall};
 use super::memory::{NoTree, Tree};
@@ -28,8 +29,9 @@ use super::policy::{PolicyCall, PolicyVerdict};
 use super::redact;
 use super::upstream::{Upstream, UpstreamError, UpstreamResponse};
 use crate::Error;
-use crate::api::approval_request::{CallContext, Caller};
+use crate::api::approval_request::{ApprovalRequest, CallContext, Caller};
 use crate::condition::{Activation, MAX_INPUT_BYTES};
+use crate::edit::EditRefusal;
 use crate::sse;
 
 /// Events the gate queues for a client's event stream that it writes itself (a gated call's
@@ -144,8 +146,8 @@ pub async fn tools_call<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Resp
                 &|_| {},
             ));
             return match gated.await {
-                GatedResult::Forwarded(resp, request, binding) => {
-                    let watch = watch(&t, &call, binding, request);
+                GatedResult::Forwarded(resp, request, binding, note) => {
+                    let watch = watch(&t, &call, binding, request).with_note(note);
                     t.relay(resp, Some(watch)).await
                 }
                 GatedResult::Refused(text) => t.refuse(tool_error(&t, &call, &text)).await,
@@ -182,8 +184,8 @@ async fn answer_on_stream<T: Transport>(
         }
     };
     let text = match result {
-        GatedResult::Forwarded(resp, request, binding) if resp.status().is_success() => {
-            let watch = watch(&t, &call, binding, request.clone());
+        GatedResult::Forwarded(resp, request, binding, note) if resp.status().is_success() => {
+            let watch = watch(&t, &call, binding, request.clone()).with_note(note);
             let lost = |e: UpstreamError| {
                 let why = e.tell(&up.label);
                 let text = outcome::upstream_lost(&call.name, Some(&request), &why);
@@ -192,7 +194,7 @@ async fn answer_on_stream<T: Transport>(
             t.relay_to_stream(resp, &queue, lost, watch).await;
             return;
         }
-        GatedResult::Forwarded(resp, request, _) => {
+        GatedResult::Forwarded(resp, request, _, _) => {
             let why = format!("HTTP {}", resp.status());
             outcome::upstream_failed_after_approval(&call.name, &request, &why)
         }
@@ -393,9 +395,9 @@ fn untreed(up: &Upstream, call: &ToolCall, why: &NoTree) -> String {
 
 /// The end of a gated call.
 enum GatedResult {
-    /// Approved and forwarded: the upstream's answer, the request that approved it, and the
-    /// binding hash of the arguments.
-    Forwarded(UpstreamResponse, String, String),
+    /// Approved and forwarded: the upstream's answer, the request that approved it, the
+    /// binding hash of the arguments, and the note for the result (an edited call's).
+    Forwarded(UpstreamResponse, String, String, Option<String>),
     /// Not forwarded: the text for the caller.
     Refused(String),
 }
@@ -487,17 +489,83 @@ async fn gated(
             None
         }
     };
-    let binding = gated_call.key.binding.clone();
+    let mut binding = gated_call.key.binding.clone();
+    let Outgoing {
+        uri,
+        headers,
+        mut body,
+    } = outgoing;
+    let mut note = None;
     let (name, kind) = match approve(up, &gated_call, facts.as_ref(), &call.name, progress).await {
-        Ok(approved) => approved,
+        Ok(Approved::Plainly(name, kind)) => (name, kind),
+        Ok(Approved::WithEdit(request)) => {
+            let edited = match edited::judge(up, call, &gated_call, &request, &body, session).await
+            {
+                Ok(edited) => edited,
+                Err(refusal) => {
+                    return GatedResult::Refused(
+                        refuse_edit(up, &gated_call, *request, call, &refusal).await,
+                    );
+                }
+            };
+            let name = request.metadata.name.clone().unwrap_or_default();
+            let editor = request
+                .spec
+                .edit
+                .as_ref()
+                .map(|e| e.edited_by.clone())
+                .unwrap_or_default();
+            match up
+                .shared
+                .approvals
+                .consume_edited(*request, &gated_call.key, &edited.binding)
+                .await
+            {
+                Ok(Resolution::Approved { name }) => {
+                    tracing::info!(server = %up.label, tool = %call.name, request = %name, edited_by = %editor,
+                        args_hash = %gated_call.key.binding, edited_args_hash = %edited.binding, "edited call approved");
+                    note = Some(outcome::edited_note(
+                        &call.name,
+                        &name,
+                        &editor,
+                        &edited.paths,
+                    ));
+                    binding = edited.binding;
+                    body = edited.body;
+                    (name, Outcome::approved)
+                }
+                Ok(other) => {
+                    let (text, kind) =
+                        outcome::refusal_text(&call.name, up.shared.approvals.namespace(), &other)
+                            .unwrap_or_else(|| {
+                                (
+                                    outcome::error(
+                                        &call.name,
+                                        &format!("ApprovalRequest {name} was not consumed"),
+                                    ),
+                                    Outcome::error,
+                                )
+                            });
+                    metrics.call(kind);
+                    return GatedResult::Refused(text);
+                }
+                Err(e) => {
+                    tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "consuming the edited approval failed; not forwarded");
+                    metrics.call(Outcome::error);
+                    return GatedResult::Refused(outcome::error(
+                        &call.name,
+                        &format!("{} ({})", e, e.reason()),
+                    ));
+                }
+            }
+        }
         Err(refused) => return GatedResult::Refused(refused),
     };
-    let Outgoing { uri, headers, body } = outgoing;
     match up.send(Method::POST, uri, headers, body).await {
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, request = %name, outcome = ?kind, "approved call forwarded");
             metrics.call(kind);
-            GatedResult::Forwarded(resp, name, binding)
+            GatedResult::Forwarded(resp, name, binding, note)
         }
         Err(e) => {
             tracing::warn!(server = %up.label, tool = %call.name, request = %name, error = %e, "upstream failed after approval");
@@ -512,24 +580,63 @@ async fn gated(
     }
 }
 
-/// Resolves the approval of `gated_call` (a grant, with the call's `facts`, or a person): the
-/// name of the request this gate consumed and how it was approved, or the text refusing the
-/// call.
+/// How a gated call was approved.
+enum Approved {
+    /// As it was made: the request this gate consumed and how it was approved.
+    Plainly(String, Outcome),
+    /// With an approver's edit, not yet consumed ([`Resolution::Edited`]).
+    WithEdit(Box<ApprovalRequest>),
+}
+
+/// Finishes the request of an edit the gate refused (`refusal`), and the text telling the
+/// client: the approver's edit was refused and the call did not run.
+async fn refuse_edit(
+    up: &Upstream,
+    gated_call: &GatedCall,
+    request: ApprovalRequest,
+    call: &ToolCall,
+    refusal: &EditRefusal,
+) -> String {
+    let name = request.metadata.name.clone().unwrap_or_default();
+    let editor = request
+        .spec
+        .edit
+        .as_ref()
+        .map(|e| e.edited_by.clone())
+        .unwrap_or_default();
+    let why = refusal.to_string();
+    tracing::info!(server = %up.label, tool = %call.name, request = %name, edited_by = %editor, %why,
+        "refused: the approver's edit; not forwarded");
+    up.shared.metrics.call(Outcome::refused);
+    if let Err(e) = up
+        .shared
+        .approvals
+        .refuse_edit(request, &gated_call.key, &why)
+        .await
+    {
+        tracing::warn!(request = %name, error = %e, "could not record the refused edit");
+    }
+    outcome::edit_refused(&call.name, &name, &editor, &why)
+}
+
+/// Resolves the approval of `gated_call` (a grant, with the call's `facts`, or a person): how
+/// it was approved, or the text refusing the call.
 async fn approve(
     up: &Upstream,
     gated_call: &GatedCall,
     facts: Option<&Activation>,
     tool: &str,
     progress: &(dyn Fn(&str) + Send + Sync),
-) -> Result<(String, Outcome), String> {
+) -> Result<Approved, String> {
     let metrics = &up.shared.metrics;
     let approvals = &up.shared.approvals;
     let started = Instant::now();
     let resolution = approvals.resolve(gated_call, facts, progress).await;
     metrics.approval_wait(started.elapsed());
     match resolution {
-        Ok(Resolution::Approved { name }) => Ok((name, Outcome::approved)),
-        Ok(Resolution::Granted { name }) => Ok((name, Outcome::granted)),
+        Ok(Resolution::Approved { name }) => Ok(Approved::Plainly(name, Outcome::approved)),
+        Ok(Resolution::Granted { name }) => Ok(Approved::Plainly(name, Outcome::granted)),
+        Ok(Resolution::Edited { request }) => Ok(Approved::WithEdit(request)),
         Ok(other) => {
             let (text, kind) = outcome::refusal_text(tool, approvals.namespace(), &other)
                 .expect("only Approved has no refusal text");

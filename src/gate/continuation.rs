@@ -147,13 +147,44 @@ pub struct Watch {
     id: Value,
     /// The continuation to note, but for its `requestState`.
     next: Continuation,
+    /// A note to add to the call's result as a text content item (a call that ran with an
+    /// approver's edit says so: [`super::outcome::edited_note`]).
+    note: Option<String>,
 }
 
 impl Watch {
     /// Watches the answer to the call `id` of `next.tool` on `up`; `next` is the continuation
     /// to note (its `request_state` is replaced by the answer's).
     pub fn new(up: Arc<Upstream>, id: Value, next: Continuation) -> Self {
-        Self { up, id, next }
+        Self {
+            up,
+            id,
+            next,
+            note: None,
+        }
+    }
+
+    /// The watch, adding `note` to the call's result ([`Self::amend`]).
+    pub fn with_note(mut self, note: Option<String>) -> Self {
+        self.note = note;
+        self
+    }
+
+    /// `message` with the note added as the last item of `result.content`, when there is a
+    /// note and `message` is the result of the watched call with a content list; `None`
+    /// otherwise (the message is relayed as it came).
+    pub fn amend(&self, message: &[u8]) -> Option<Vec<u8>> {
+        let note = self.note.as_deref()?;
+        let mut value: Value = serde_json::from_slice(message).ok()?;
+        if value.get("id") != Some(&self.id) {
+            return None;
+        }
+        let content = value
+            .get_mut("result")?
+            .get_mut("content")?
+            .as_array_mut()?;
+        content.push(serde_json::json!({"type": "text", "text": note}));
+        Some(serde_json::to_vec(&value).expect("a JSON value serializes"))
     }
 
     /// The JSON-RPC id of the call whose answer is watched.

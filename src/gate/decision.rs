@@ -220,7 +220,7 @@ fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String>
     {
         return Some(format!("it was approved by its own caller ({decided_by})"));
     }
-    if let Some(why) = short_of_quorum(req, decided_by) {
+    if let Some(why) = short_of_quorum(req, decided_by).or_else(|| untrusted_edit(req)) {
         return Some(why);
     }
     let owns = |entry: &ManagedFieldsEntry, field: &str| {
@@ -245,10 +245,11 @@ fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String>
                 .into(),
         );
     }
-    if creators
-        .iter()
-        .any(|entry| owns(entry, "f:decision") || owns(entry, "f:approvals"))
-    {
+    if creators.iter().any(|entry| {
+        ["f:decision", "f:approvals", "f:edit", "f:editApprovals"]
+            .iter()
+            .any(|field| owns(entry, field))
+    }) {
         return Some(
             "the approval was written by whoever created the request, not added by an approver afterwards"
                 .into(),
@@ -262,20 +263,26 @@ fn untrusted_approval(req: &ApprovalRequest, decided_by: &str) -> Option<String>
 /// different person other than the requester, the decider among them.
 fn short_of_quorum(req: &ApprovalRequest, decided_by: &str) -> Option<String> {
     let required = req.required_approvals();
-    if required <= 1 {
+    if required <= 1 && req.spec.edit.is_none() {
         return None;
     }
-    let approvals = &req.spec.approvals;
+    // On an edited request only the approvals of the edited call count.
+    let field = if req.spec.edit.is_some() {
+        "spec.editApprovals"
+    } else {
+        "spec.approvals"
+    };
+    let approvals = req.counted_approvals();
     if approvals.iter().any(|a| a.approved_by.trim().is_empty()) {
-        return Some("an entry of spec.approvals does not say who approved".into());
+        return Some(format!("an entry of {field} does not say who approved"));
     }
     let approvers = req.approvers();
     if approvers.len() != approvals.len() {
-        return Some("spec.approvals names the same person more than once".into());
+        return Some(format!("{field} names the same person more than once"));
     }
     if approvers.contains(&req.spec.requested_by.as_str()) {
         return Some(format!(
-            "spec.approvals holds an approval by its own requester ({})",
+            "{field} holds an approval by its own requester ({})",
             req.spec.requested_by
         ));
     }
@@ -283,13 +290,13 @@ fn short_of_quorum(req: &ApprovalRequest, decided_by: &str) -> Option<String> {
         && approvers.contains(&caller.username.as_str())
     {
         return Some(format!(
-            "spec.approvals holds an approval by its own caller ({})",
+            "{field} holds an approval by its own caller ({})",
             caller.username
         ));
     }
     if approvers.len() < required as usize {
         return Some(format!(
-            "it needs {required} approvals and spec.approvals holds {}",
+            "it needs {required} approvals and {field} holds {}",
             approvers.len()
         ));
     }
@@ -297,6 +304,33 @@ fn short_of_quorum(req: &ApprovalRequest, decided_by: &str) -> Option<String> {
         return Some(format!(
             "its decider {decided_by} is not among its approvers ({})",
             approvers.join(", ")
+        ));
+    }
+    None
+}
+
+/// Why the edit of `req` (`spec.edit`) does not count, if it does not: it was made by the
+/// requester or the caller.
+fn untrusted_edit(req: &ApprovalRequest) -> Option<String> {
+    let edit = req.spec.edit.as_ref()?;
+    if edit.edited_by.trim().is_empty() {
+        return Some("spec.edit does not say who edited".into());
+    }
+    if edit.edited_by == req.spec.requested_by {
+        return Some(format!(
+            "it was edited by its own requester ({})",
+            edit.edited_by
+        ));
+    }
+    if req
+        .spec
+        .caller
+        .as_ref()
+        .is_some_and(|c| c.username == edit.edited_by)
+    {
+        return Some(format!(
+            "it was edited by its own caller ({})",
+            edit.edited_by
         ));
     }
     None
@@ -406,6 +440,8 @@ mod tests {
                     reason: Some("because".into()),
                     decided_by: by.into(),
                 }),
+                edit: None,
+                edit_approvals: Vec::new(),
             },
         );
         r.metadata.managed_fields = Some(if r.spec.decision.is_some() {

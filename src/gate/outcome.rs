@@ -102,7 +102,9 @@ pub fn refusal_text(
     resolution: &Resolution,
 ) -> Option<(String, Outcome)> {
     match resolution {
-        Resolution::Approved { .. } | Resolution::Granted { .. } => None,
+        Resolution::Approved { .. } | Resolution::Granted { .. } | Resolution::Edited { .. } => {
+            None
+        }
         Resolution::Pending { name, previous } => {
             let before = previous
                 .as_deref()
@@ -183,6 +185,29 @@ pub fn refusal_text(
             ),
         }),
     }
+}
+
+/// The text for a call approved with an edit the gate refused (`why` names the path and the
+/// reason): neither the original nor the edited call ran.
+pub fn edit_refused(tool: &str, name: &str, edited_by: &str, why: &str) -> String {
+    format!(
+        "{NOT_EXECUTED}: the approver's edit of tool '{tool}' (by {edited_by}, ApprovalRequest {name}) was refused: {why}. \
+         Neither the original nor the edited call ran. Do not retry the original call unchanged; ask the approver."
+    )
+}
+
+/// The note added to the result of a call that ran with an approver's edit: which argument
+/// paths `edited_by` changed (never their values), so the agent does not retry the original.
+pub fn edited_note(tool: &str, name: &str, edited_by: &str, paths: &[String]) -> String {
+    let paths = if paths.is_empty() {
+        "none".to_owned()
+    } else {
+        paths.join(", ")
+    };
+    format!(
+        "Note from the approval gate: tool '{tool}' ran with arguments edited by the approver {edited_by} \
+         (ApprovalRequest {name}); changed: {paths}. The call ran once as edited; do not retry the original arguments."
+    )
 }
 
 #[cfg(test)]

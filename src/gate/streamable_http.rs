@@ -300,9 +300,13 @@ async fn relay_filtered(
         Ok(bytes) => bytes,
         Err(e) => return upstream_failed(&up, &e, None),
     };
-    if let Some(watch) = &watch {
-        watch.see(&bytes);
-    }
+    let bytes = match &watch {
+        Some(watch) => {
+            watch.see(&bytes);
+            watch.amend(&bytes).unwrap_or(bytes)
+        }
+        None => bytes,
+    };
     let out = match filter_message(&up, &bytes) {
         Filtered::Unchanged => bytes,
         Filtered::Rewritten(out) => out,
@@ -342,11 +346,14 @@ fn filter_sse(
     memory::upstream_events(upstream).filter_map(move |event| {
         std::future::ready(match event {
             Ok(event) => {
+                let mut amended = None;
                 if let Some(watch) = &watch
                     && let Some(data) = sse::data(&event)
                 {
                     watch.see(&data);
+                    amended = watch.amend(&data).map(|data| sse::message(&data));
                 }
+                let event = amended.unwrap_or(event);
                 filter_event(&up, event, request.as_ref()).map(Ok)
             }
             Err(e) => {
@@ -509,10 +516,10 @@ impl Transport for StreamablePost {
                     return;
                 }
             };
-            let body = up.read_body(resp).await;
-            if let Ok(body) = &body {
-                watch.see(body);
-            }
+            let body = up.read_body(resp).await.map(|body| {
+                watch.see(&body);
+                watch.amend(&body).unwrap_or(body)
+            });
             let event = match body {
                 Ok(body) => match filter_message(up, &body) {
                     Filtered::Unchanged => sse::message(&body),

@@ -3,7 +3,7 @@
 # binaries (target/debug) and the npm MCP peers. Prints a SKIP line and exits 0 when no cluster
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
-# Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, grants,
+# Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, edit, grants,
 #        notify, slack, rewind, toolgate, toolgate-isolation, node-access, sessions, runtime, pods
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
@@ -15,6 +15,10 @@
 #   freeze  tests/e2e/freeze.sh: the freeze annotation on an Agent and on its Namespace
 #   quorum  tests/e2e/quorum.sh: a rule asking for two approvals: 1/2 keeps the call waiting,
 #           the same person twice, the requester and ServiceAccounts refused, 2/2 runs it once
+#   edit    tests/e2e/edit.sh: edit, then approve: the edited call runs once and the model is
+#           told; bob (approve only) and mallory refused; spec.edit and the edited binding
+#           write-once; edits the rules deny or that need more approvals refused by the gate;
+#           a quorum restarting on the edit; figure: --patch vs a plain approval
 #   grants  tests/e2e/grants.sh: ApprovalGrants: every admission rule, a condition, maxUses
 #           under calls racing through two gates, revoke and delete, --remember session
 #   notify  tests/e2e/notify.sh: ApprovalNotifiers with a real receiver: retries, reminders, a
@@ -57,7 +61,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum grants notify slack rewind toolgate toolgate-isolation node-access sessions runtime pods)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum edit grants notify slack rewind toolgate toolgate-isolation node-access sessions runtime pods)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins

@@ -153,6 +153,35 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
         }
         field("Approvals", &approvals);
     }
+    if let Some(edit) = &spec.edit {
+        let reason = edit
+            .reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        let at = edit
+            .at
+            .as_ref()
+            .map(|t| format!(" at {}", t.0))
+            .unwrap_or_default();
+        field("Edited by", &format!("{}{at}{reason}", edit.edited_by));
+        field("Edit", &edit.patch);
+        let mut approvals = format!(
+            "{} of the edited call (approvals of the original do not count)",
+            r.approvals_summary()
+        );
+        for a in &spec.edit_approvals {
+            let _ = write!(approvals, "\n  {}", a.approved_by);
+        }
+        field("Edit approvals", &approvals);
+        if let Some(sha) = r
+            .status
+            .as_ref()
+            .and_then(|s| s.edited_arguments_sha256.as_deref())
+        {
+            field("Ran edited", &format!("argumentsSha256 {sha}"));
+        }
+    }
     if let Some(status) = &r.status {
         if let Some(at) = &status.decided_at {
             field("Decided at", &at.0.to_string());

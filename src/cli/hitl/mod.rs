@@ -1,6 +1,7 @@
 //! `kubectl hitl`: list, inspect, watch and decide ApprovalRequests (the `kubectl-hitl` plugin).
 
 pub mod describe;
+pub mod edits;
 pub mod error;
 pub mod grants;
 pub mod identity;
@@ -136,6 +137,15 @@ pub struct ApproveArgs {
     /// and `N-uses`, comma-separated, e.g. `session`, `30m,5-uses`. One request only.
     #[arg(long, conflicts_with = "all")]
     pub remember: Option<grants::Remember>,
+    /// Approve the call with edits: a JSON Patch (RFC 6902) on its arguments as the preview
+    /// shows them, e.g. '[{"op":"replace","path":"/path","value":"/tmp/b"}]'. The call then
+    /// runs only with the edited arguments. Needs the RBAC verb edit; one request only.
+    #[arg(long, conflicts_with_all = ["all", "remember", "edit"])]
+    pub patch: Option<String>,
+    /// Open $VISUAL or $EDITOR on the arguments as the preview shows them; the edits become
+    /// the patch (as --patch). One request only.
+    #[arg(long, conflicts_with_all = ["all", "remember"])]
+    pub edit: bool,
 }
 
 /// `deny` options.
@@ -279,10 +289,22 @@ pub async fn execute(
             }
         },
         Command::Approve(args) => {
+            let edit = if args.patch.is_some() || args.edit {
+                match edits::asked(&scoped(false), args).await? {
+                    Ok(edit) => Some(edit),
+                    Err(line) => {
+                        writeln!(err, "error: {line}")?;
+                        return Ok(false);
+                    }
+                }
+            } else {
+                None
+            };
             let request = decide::Request {
                 decision_type: DecisionType::Approve,
                 reason: args.reason.clone(),
                 user: identity::username(&client).await?,
+                edit,
             };
             let grant = match &args.remember {
                 None => None,
@@ -353,6 +375,7 @@ pub async fn execute(
                 decision_type: DecisionType::Deny,
                 reason: Some(args.reason.clone()),
                 user: identity::username(&client).await?,
+                edit: None,
             };
             decide(
                 &scoped(false),

@@ -40,6 +40,8 @@ fn request(session: Option<&str>, required: Option<i32>) -> ApprovalRequest {
             expires_at: Time(t("2026-11-24T11:00:00Z")),
             grant: None,
             decision: None,
+            edit: None,
+            edit_approvals: Vec::new(),
         },
     );
     r.metadata.namespace = Some("team".into());

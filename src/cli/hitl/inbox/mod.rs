@@ -440,6 +440,7 @@ async fn decisions(
         decision_type: form.decision,
         reason,
         user: shared.user.to_string(),
+        edit: None,
     };
     let mut results = Vec::with_capacity(form.requests.len());
     for target in form.requests {
