@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::agent::ToolServerKind;
 use super::common::preserve_unknown_object;
+use super::escalation::{EscalationRecord, RequestEscalation};
 
 /// Label naming the agent that asked.
 pub const LABEL_AGENT: &str = "kagent.dev/agent";
@@ -57,7 +58,11 @@ pub const MAX_APPROVALS: u32 = 16;
     validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.consumedBy) || (has(self.status) && has(self.status.consumedBy) && self.status.consumedBy == oldSelf.status.consumedBy)").field_path(".status.consumedBy").message("status.consumedBy is write-once"),
     validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.phase) || !(oldSelf.status.phase in ['Denied', 'Expired', 'Executed', 'Cancelled']) || (has(self.status) && has(self.status.phase) && self.status.phase == oldSelf.status.phase)").field_path(".status.phase").message("a finished request's phase cannot change"),
     validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.decidedAt) || (has(self.status) && has(self.status.decidedAt) && self.status.decidedAt == oldSelf.status.decidedAt)").field_path(".status.decidedAt").message("status.decidedAt is write-once"),
-    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.decidedAt) || has(self.spec.decision) || has(self.spec.grant)").field_path(".status.decidedAt").message("status.decidedAt may only be set on a decided request")
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.decidedAt) || has(self.spec.decision) || has(self.spec.grant)").field_path(".status.decidedAt").message("status.decidedAt may only be set on a decided request"),
+    // Issue 60, deadlines that escalate.
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.tier) || (has(self.status) && has(self.status.tier) && self.status.tier >= oldSelf.status.tier)").field_path(".status.tier").message("status.tier never decreases: an escalation step taken stays taken"),
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.tier) || self.status.tier == 0 || (has(self.spec.escalation) && has(self.spec.escalation.steps) && self.status.tier <= size(self.spec.escalation.steps))").field_path(".status.tier").message("status.tier cannot pass the last step of spec.escalation"),
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.escalations) || (has(self.status) && has(self.status.escalations) && oldSelf.status.escalations.all(o, self.status.escalations.exists(n, n == o)))").field_path(".status.escalations").message("status.escalations is append-only: a step's record cannot be changed or removed")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -78,7 +83,9 @@ pub const MAX_APPROVALS: u32 = 16;
     // `oldSelf != null` is always true there; it is for kube-cel (offline validation), which
     // binds oldSelf to null on create and to the plain old value on update.
     validation = kube::core::Rule::new("!has(self.decision) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".decision").message("spec.decision cannot be set when the request is created: only an approver adds it later"),
-    validation = kube::core::Rule::new("!has(self.approvals) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".approvals").message("spec.approvals cannot be set when the request is created: only approvers add them later")
+    validation = kube::core::Rule::new("!has(self.approvals) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".approvals").message("spec.approvals cannot be set when the request is created: only approvers add them later"),
+    // Issue 60, deadlines that escalate.
+    validation = kube::core::Rule::new("has(self.escalation) == has(oldSelf.escalation) && (!has(self.escalation) || self.escalation == oldSelf.escalation)").message("spec is immutable except spec.decision and spec.approvals")
 )]
 // `argumentsPreview` and `grant` are boxed: the controller caches every request without its
 // preview, and most requests have no grant (docs/controller.md, "Memory on the real control
@@ -145,6 +152,11 @@ pub struct ApprovalRequestSpec {
     /// The decision: the only field a person writes. Write-once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
+    // Issue 60, deadlines that escalate.
+    /// The Agent's escalation at the request's creation, with absolute instants: set by the
+    /// gate, immutable. Its approvers may decide from their tier on (admission).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Box<RequestEscalation>>,
 }
 
 impl ApprovalRequest {
@@ -531,6 +543,17 @@ pub struct ApprovalRequestStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["notifier", "event"]))]
     pub notifications: Vec<NotificationRecord>,
+    // Issue 60, deadlines that escalate.
+    /// The escalation tier reached (`spec.escalation`), absent before the first step: never
+    /// decreases. Written by the leading controller only, one step per guarded write.
+    // Small types: the controller caches every request with its status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 8))]
+    pub tier: Option<u8>,
+    /// The steps taken, one per tier: append-only.
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    #[schemars(length(max = 8), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["tier"]))]
+    pub escalations: Box<[EscalationRecord]>,
 }
 
 /// The delivery of one message about a request.
@@ -616,6 +639,7 @@ mod tests {
                     reason: None,
                     decided_by: "alice".into(),
                 }),
+                escalation: None,
             },
         );
         r.status = status;
