@@ -73,7 +73,7 @@ impl EscalationApprovers {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = kube::core::Rule::new("!has(self.steps) || self.steps.all(s, s.tier <= size(self.steps))").message("spec.escalation.steps: tiers are 1 to the number of steps, one step each"),
-    validation = kube::core::Rule::new("!has(self.steps) || self.steps.all(a, self.steps.all(b, a.tier >= b.tier || timestamp(a.at) < timestamp(b.at)))").message("spec.escalation.steps: a higher tier begins strictly later")
+    validation = kube::core::Rule::new("!has(self.steps) || self.steps.all(a, self.steps.all(b, a.tier >= b.tier || a.at < b.at))").message("spec.escalation.steps: a higher tier begins strictly later")
 )]
 pub struct RequestEscalation {
     /// When the `expiring` notice goes to the request's notifiers, if one does.

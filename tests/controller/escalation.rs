@@ -66,8 +66,7 @@ status:
         two = at(900),
         expires = at(3600),
         sha = "a".repeat(64),
-    )))
-    .unwrap();
+    )));
     if let Some(tier) = tier {
         r["status"]["tier"] = json!(tier);
         r["status"]["escalations"] =

@@ -64,7 +64,7 @@ start_controller() { # start_controller NAME: a replica with leader election, as
 step "setup: CRDs, roles and admission policies, namespace $NS, recorder, Agent $AGENT (two steps), controllers a (leader) and b, receiver, notifiers"
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
 gates_with_policies
-GATES_APPROVAL="{timeout: 60s, waitTimeout: 2s, escalation: {warnBefore: 20s, steps: [{after: 10s, approvers: {groups: [hitl-e2e-oncall]}, notifier: oncall}, {after: 20s, approvers: {users: [boss]}, notifier: managers}]}}"
+GATES_APPROVAL="{timeout: 90s, waitTimeout: 2s, escalation: {warnBefore: 20s, steps: [{after: 10s, approvers: {groups: [hitl-e2e-oncall]}, notifier: oncall}, {after: 20s, approvers: {users: [boss]}, notifier: managers}]}}"
 gates_setup
 grep -q '"escalation"' "$WORK/gate.json" || fail "gate.json carries no escalation: $(cat "$WORK/gate.json")"
 stop controller # replaced by two replicas with leader election
@@ -131,14 +131,19 @@ step "1. a gated call: the request carries the steps with absolute instants"
 gate_call one a delete_file /escalate/1
 expect_in "the call" "needs a human approval" "$(finished one)"
 the_request REQ /escalate/1
-steps=$(kubectl -n "$NS" get "approvalrequest/$REQ" -o json | python3 -c '
+steps=$(kubectl -n "$NS" get "approvalrequest/$REQ" -o json | python3 -c "$(cat <<'PY'
 import json, sys
 from datetime import datetime
 r = json.load(sys.stdin)
 def t(s): return datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").timestamp()
 created = t(r["metadata"]["creationTimestamp"])
-steps = r["spec"]["escalation"]["steps"]
-print(" ".join(f"{s[\"tier\"]}:{t(s[\"at\"]) - created:+.0f}s" for s in steps), t(r["spec"]["escalation"]["warnAt"]) - t(r["spec"]["expiresAt"]))')
+out = []
+for step in r["spec"]["escalation"]["steps"]:
+    out.append("%d:%+.0fs" % (step["tier"], t(step["at"]) - created))
+out.append(str(t(r["spec"]["escalation"]["warnAt"]) - t(r["spec"]["expiresAt"])))
+print(" ".join(out))
+PY
+)")
 read -r one two warn <<<"$steps"
 [[ "$one" =~ ^1:\+(9|10|11)s$ ]] || fail "tier 1 not 10 s after creation: $steps"
 [[ "$two" =~ ^2:\+(19|20|21)s$ ]] || fail "tier 2 not 20 s after creation: $steps"
@@ -183,7 +188,7 @@ stop controller-a
 wait_for "controller b holding the Lease" 40 eval '[ "$(holder)" = controller-b ]'
 wait_for "tier 2" 30 eval '[ "$(tier "$REQ")" = 2 ]'
 wait_for "managers' escalated-2" 20 eval '[ "$(count /managers escalated-2)" = 1 ]'
-start_controller a # back as a standby: it must not take anything again
+start_controller c # a third replica, standing by: it must not take anything again
 sleep 5            # anything sent or taken twice would show by now
 [ "$(count /oncall)" = 1 ] || fail "oncall got $(count /oncall) messages, want 1"
 [ "$(count /managers)" = 1 ] || fail "managers got $(count /managers) messages, want 1"
@@ -210,8 +215,15 @@ refused "admin: tier past the last step" "cannot pass the last step" \
   kubectl -n "$NS" patch approvalrequest "$REQ" --subresource=status --type merge -p '{"status":{"tier":3}}'
 refused "admin: PUT without status.tier" "never decreases" sh -c \
   "kubectl -n '$NS' get approvalrequest '$REQ' -o json | python3 -c 'import json,sys; o=json.load(sys.stdin); o[\"status\"].pop(\"tier\"); print(json.dumps(o))' | kubectl replace --subresource=status -f -"
-refused "the agent raising nothing it owns" "status.tier is the controller's|forbidden" \
-  kubectl --kubeconfig "$WORK/agent.kubeconfig" -n "$NS" patch approvalrequest "$REQ" --subresource=status --type merge -p '{"status":{"tier":2,"escalations":null}}'
+# The agent (its gate's identity) may patch the status to record consumption: an added step
+# record, which the CRD allows (append-only), is the admission policy's to refuse.
+added=$(kubectl -n "$NS" get "approvalrequest/$REQ" -o json | python3 -c '
+import json, sys
+records = json.load(sys.stdin)["status"]["escalations"]
+print(json.dumps({"status": {"escalations": records + [{"tier": 3, "at": "2026-01-01T00:00:00Z", "by": "agent"}]}}))')
+refused "the agent adding a step record (the CRD allows an addition)" "status.escalations are the controller's" \
+  kube_curl "$WORK/agent.kubeconfig" PATCH "/apis/kagent.dev/v1alpha2/namespaces/$NS/approvalrequests/$REQ/status" \
+  -H "Content-Type: application/merge-patch+json" --data "$added"
 [ "$(tier "$REQ")" = 2 ] || fail "the tier moved: $(tier "$REQ")"
 ok "every lowering, removal or null refused by the CRD; the agent's write refused by the policy; tier 2 stands"
 
@@ -222,7 +234,7 @@ expect_in "boss's approval" "approved" "$out"
 gate_call two a delete_file /escalate/2
 finished two >/dev/null
 the_request LATE /escalate/2
-wait_for "watchers' expiring message for $LATE" 60 eval '[ "$(received /watchers expiring | grep -c "$LATE")" = 1 ]'
+wait_for "watchers' expiring message for $LATE" 90 eval '[ "$(received /watchers expiring | grep -c "$LATE")" = 1 ]'
 wait_for "$LATE Expired" 60 eval '[ "$(jp "approvalrequest/$LATE" "{.status.phase}")" = Expired ]'
 [ "$(jp "approvalrequest/$LATE" '{.status.tier}')" = 2 ] || fail "$LATE did not escalate to tier 2 before expiring"
 expect_in "the expired status" "no decision before" "$(jp "approvalrequest/$LATE" '{.status.message}')"
