@@ -103,11 +103,24 @@ fn admit(
     object: &Value,
     old: Option<&Value>,
 ) -> Verdict {
+    admit_in_groups(policy, operation, username, &[], object, old)
+}
+
+/// [`admit`] for a user in `groups`.
+fn admit_in_groups(
+    policy: &Policy,
+    operation: &str,
+    username: &str,
+    groups: &[&str],
+    object: &Value,
+    old: Option<&Value>,
+) -> Verdict {
     let mut builder = VapEvaluator::builder()
         .object(object.clone())
         .request(AdmissionRequest {
             operation: operation.into(),
             username: username.into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
             namespace: "team-a".into(),
             name: "helper-delete-file-1".into(),
             ..Default::default()
@@ -1139,4 +1152,112 @@ fn only_the_gate_of_the_grants_own_agent_records_its_uses() {
             "status.uses rises by exactly 1",
         );
     }
+}
+
+// ---- Deadlines that escalate (issue 60) ----
+
+/// A pending request whose tier 1 is group `oncall` and tier 2 user `boss`, at `tier`.
+fn escalating(tier: Option<i64>) -> Value {
+    let mut r = request();
+    r["spec"]["escalation"] = json!({"steps": [
+        {"tier": 1, "at": "2026-11-22T00:10:00Z", "approvers": {"groups": ["oncall"]}},
+        {"tier": 2, "at": "2026-11-22T00:30:00Z", "approvers": {"users": ["boss"]}}
+    ]});
+    if let Some(tier) = tier {
+        r["status"] = json!({"phase": "Pending", "tier": tier});
+    }
+    r
+}
+
+#[test]
+fn a_tier_approver_decides_only_from_their_tier_on() {
+    let p = &load("default")["decision"];
+    for tier in [None, Some(0), Some(1)] {
+        let pending = escalating(tier);
+        let approved = decided(pending.clone(), "Approve", "boss");
+        denied_with(
+            admit(p, "UPDATE", "boss", &approved, Some(&pending)),
+            &format!(
+                "boss may decide only from escalation tier 2 on (spec.escalation), which begins at 2026-11-22T00:30:00Z; the request is at tier {}",
+                tier.unwrap_or(0)
+            ),
+        );
+    }
+    let pending = escalating(Some(2));
+    let approved = decided(pending.clone(), "Approve", "boss");
+    assert_eq!(
+        admit(p, "UPDATE", "boss", &approved, Some(&pending)),
+        Verdict::Allowed
+    );
+    // A group's member: from tier 1 on.
+    let pending = escalating(None);
+    let denied = decided(pending.clone(), "Deny", "carol");
+    denied_with(
+        admit_in_groups(p, "UPDATE", "carol", &["oncall"], &denied, Some(&pending)),
+        "carol may decide only from escalation tier 1 on",
+    );
+    let pending = escalating(Some(1));
+    let denied = decided(pending.clone(), "Deny", "carol");
+    assert_eq!(
+        admit_in_groups(p, "UPDATE", "carol", &["oncall"], &denied, Some(&pending)),
+        Verdict::Allowed
+    );
+}
+
+#[test]
+fn people_in_no_step_keep_their_right_at_every_tier() {
+    let p = &load("default")["decision"];
+    for tier in [None, Some(1), Some(2)] {
+        let pending = escalating(tier);
+        let approved = decided(pending.clone(), "Approve", "alice");
+        assert_eq!(
+            admit_in_groups(p, "UPDATE", "alice", &["team"], &approved, Some(&pending)),
+            Verdict::Allowed,
+            "tier {tier:?}"
+        );
+    }
+}
+
+#[test]
+fn a_tier_approver_adds_an_approval_only_from_their_tier_on() {
+    let p = &load("default")["quorum"];
+    let mut pending = escalating(Some(1));
+    pending["spec"]["requiredApprovals"] = json!(2);
+    let mut approving = pending.clone();
+    approving["spec"]["approvals"] = json!([{"approvedBy": "boss"}]);
+    denied_with(
+        admit(p, "UPDATE", "boss", &approving, Some(&pending)),
+        "boss may approve only from escalation tier 2 on",
+    );
+    pending["status"]["tier"] = json!(2);
+    approving["status"]["tier"] = json!(2);
+    assert_eq!(
+        admit(p, "UPDATE", "boss", &approving, Some(&pending)),
+        Verdict::Allowed
+    );
+}
+
+#[test]
+fn the_requester_cannot_write_the_tier_or_its_records() {
+    let p = &load("default")["status"];
+    let old = escalating(Some(1));
+    let mut raised = old.clone();
+    raised["status"]["tier"] = json!(2);
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &raised, Some(&old)),
+        "status.tier is the controller's",
+    );
+    let mut removed = old.clone();
+    removed["status"].as_object_mut().unwrap().remove("tier");
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &removed, Some(&old)),
+        "status.tier is the controller's",
+    );
+    let mut records = old.clone();
+    records["status"]["escalations"] =
+        json!([{"tier": 1, "at": "2026-11-22T00:10:00Z", "by": "forged"}]);
+    denied_with(
+        admit(p, "UPDATE", AGENT_SA, &records, Some(&old)),
+        "status.escalations are the controller's",
+    );
 }

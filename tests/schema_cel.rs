@@ -1632,3 +1632,155 @@ fn a_tool_gate_rule_names_no_other_server() {
         "The ToolGate \"payments\" is invalid: spec.approval.rules: Invalid value: a rule's server must be unset or name the ToolGate's server: spec.server.remoteMCPServer, or the ToolGate's own name when the server is an inline url",
     );
 }
+
+// ---- Deadlines that escalate (issue 60) ----
+
+/// A pending request with two escalation steps, at tier `tier` (absent: none taken).
+fn escalating(tier: Option<i64>) -> Value {
+    let mut r = with(
+        request(),
+        "/spec/escalation",
+        json!({"warnAt": "2026-11-22T00:55:00Z", "steps": [
+            {"tier": 1, "at": "2026-11-22T00:10:00Z", "approvers": {"groups": ["oncall"]}, "notifier": "pager"},
+            {"tier": 2, "at": "2026-11-22T00:30:00Z", "approvers": {"users": ["boss"]}}
+        ]}),
+    );
+    if let Some(tier) = tier {
+        let records: Vec<Value> = (1..=tier)
+            .map(|t| json!({"tier": t, "at": "2026-11-22T00:40:00Z", "by": "controller-0"}))
+            .collect();
+        r = with(r, "/status/tier", json!(tier));
+        r = with(r, "/status/escalations", json!(records));
+    }
+    r
+}
+
+#[test]
+fn an_escalating_request_is_valid_and_steps_forward() {
+    assert_valid(&escalating(None));
+    assert_eq!(
+        errors(&escalating(Some(1)), Some(&escalating(None))),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(&escalating(Some(2)), Some(&escalating(Some(1)))),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn the_escalation_tier_never_decreases_whatever_the_write() {
+    let at_two = escalating(Some(2));
+    let tier_message = "The ApprovalRequest \"r1\" is invalid: status.tier: Invalid value: status.tier never decreases: an escalation step taken stays taken";
+    for (how, rewound) in rewinds(&at_two, "tier", &[json!(1), json!(0)]) {
+        let found = errors(&rewound, Some(&at_two));
+        assert!(
+            found.iter().any(|l| l == tier_message),
+            "{how}: expected {tier_message:?} among {found:#?}"
+        );
+    }
+    let records_message = "The ApprovalRequest \"r1\" is invalid: status.escalations: Invalid value: status.escalations is append-only: a step's record cannot be changed or removed";
+    let forged = json!([{"tier": 1, "at": "2026-11-22T00:40:00Z", "by": "forged"},
+                        {"tier": 2, "at": "2026-11-22T00:40:00Z", "by": "controller-0"}]);
+    for (how, rewound) in rewinds(&at_two, "escalations", &[json!([]), forged]) {
+        let found = errors(&rewound, Some(&at_two));
+        assert!(
+            found.iter().any(|l| l == records_message),
+            "{how}: expected {records_message:?} among {found:#?}"
+        );
+    }
+}
+
+#[test]
+fn the_tier_cannot_pass_the_last_step() {
+    let beyond = with(escalating(Some(2)), "/status/tier", json!(3));
+    assert_rejected(
+        &beyond,
+        Some(&escalating(Some(2))),
+        "The ApprovalRequest \"r1\" is invalid: status.tier: Invalid value: status.tier cannot pass the last step of spec.escalation",
+    );
+    let without_escalation = with(request(), "/status/tier", json!(1));
+    assert_rejected(
+        &without_escalation,
+        Some(&request()),
+        "The ApprovalRequest \"r1\" is invalid: status.tier: Invalid value: status.tier cannot pass the last step of spec.escalation",
+    );
+}
+
+#[test]
+fn the_escalation_of_a_request_is_immutable() {
+    let old = escalating(None);
+    let immutable = "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals";
+    let changes = [
+        without(old.clone(), "/spec/escalation"),
+        with(
+            old.clone(),
+            "/spec/escalation/warnAt",
+            json!("2026-11-22T00:59:00Z"),
+        ),
+        with(
+            old.clone(),
+            "/spec/escalation/steps",
+            json!([{"tier": 1, "at": "2026-11-22T00:00:01Z", "approvers": {"users": ["mallory"]}}]),
+        ),
+    ];
+    for changed in changes {
+        assert_rejected(&changed, Some(&old), immutable);
+    }
+    // Nor can one be added after creation.
+    assert_rejected(&old, Some(&request()), immutable);
+}
+
+#[test]
+fn escalation_steps_are_tiers_one_to_n_each_later_than_the_last() {
+    let out_of_range = with(
+        request(),
+        "/spec/escalation",
+        json!({"steps": [{"tier": 2, "at": "2026-11-22T00:10:00Z", "approvers": {"users": ["boss"]}}]}),
+    );
+    assert_rejected(
+        &out_of_range,
+        None,
+        "The ApprovalRequest \"r1\" is invalid: spec.escalation: Invalid value: spec.escalation.steps: tiers are 1 to the number of steps, one step each",
+    );
+    let backwards = with(
+        request(),
+        "/spec/escalation",
+        json!({"steps": [
+            {"tier": 1, "at": "2026-11-22T00:30:00Z", "approvers": {"users": ["a"]}},
+            {"tier": 2, "at": "2026-11-22T00:10:00Z", "approvers": {"users": ["b"]}}
+        ]}),
+    );
+    assert_rejected(
+        &backwards,
+        None,
+        "The ApprovalRequest \"r1\" is invalid: spec.escalation: Invalid value: spec.escalation.steps: a higher tier begins strictly later",
+    );
+}
+
+#[test]
+fn agent_escalation_is_bounded_and_its_durations_checked() {
+    let steps: Vec<Value> = (1..=9)
+        .map(|m| json!({"after": format!("{m}m"), "approvers": {"groups": ["oncall"]}}))
+        .collect();
+    let too_many = agent("a", json!({"approval": {"escalation": {"steps": steps}}}));
+    let found = errors(&too_many, None);
+    assert!(
+        found
+            .iter()
+            .any(|l| l.contains("spec.declarative.approval.escalation.steps")
+                && l.contains("Too many")),
+        "{found:#?}"
+    );
+    let bad_duration = agent(
+        "a",
+        json!({"approval": {"escalation": {"steps": [{"after": "soon", "approvers": {"users": ["boss"]}}]}}}),
+    );
+    let found = errors(&bad_duration, None);
+    assert!(
+        found
+            .iter()
+            .any(|l| l.contains("spec.declarative.approval.escalation.steps[0].after")),
+        "{found:#?}"
+    );
+}

@@ -578,6 +578,12 @@ pub struct ApprovalSettings {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub rules: Vec<ApprovalRule>,
+    // Issue 60, deadlines that escalate.
+    /// Steps after which more people may decide a still-pending request, and whom to tell;
+    /// a warning before expiry (docs/approvers.md, "Deadlines that escalate"). Copied into
+    /// each ApprovalRequest when it is made. Never approves anything by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Box<super::escalation::Escalation>>,
 }
 
 /// One approval rule: what happens to calls of `tool` (on `server`, when set) for which `when`

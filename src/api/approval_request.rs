@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::agent::ToolServerKind;
 use super::common::preserve_unknown_object;
+use super::escalation::{EscalationRecord, RequestEscalation};
 
 /// Label naming the agent that asked.
 pub const LABEL_AGENT: &str = "kagent.dev/agent";
@@ -61,7 +62,11 @@ pub const MAX_APPROVALS: u32 = 16;
     // Edit, then approve (docs/approvers.md): the edited call's binding hash is written once,
     // with the consumption, and only on an edited request.
     validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.editedArgumentsSha256) || (has(self.status) && has(self.status.editedArgumentsSha256) && self.status.editedArgumentsSha256 == oldSelf.status.editedArgumentsSha256)").field_path(".status.editedArgumentsSha256").message("status.editedArgumentsSha256 is write-once: the edited call it binds never changes"),
-    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.editedArgumentsSha256) || (has(self.spec.edit) && has(self.status.consumedAt))").field_path(".status.editedArgumentsSha256").message("status.editedArgumentsSha256 may only be set on an edited request, with status.consumedAt")
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.editedArgumentsSha256) || (has(self.spec.edit) && has(self.status.consumedAt))").field_path(".status.editedArgumentsSha256").message("status.editedArgumentsSha256 may only be set on an edited request, with status.consumedAt"),
+    // Issue 60, deadlines that escalate.
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.tier) || (has(self.status) && has(self.status.tier) && self.status.tier >= oldSelf.status.tier)").field_path(".status.tier").message("status.tier never decreases: an escalation step taken stays taken"),
+    validation = kube::core::Rule::new("!has(self.status) || !has(self.status.tier) || self.status.tier == 0 || (has(self.spec.escalation) && has(self.spec.escalation.steps) && self.status.tier <= size(self.spec.escalation.steps))").field_path(".status.tier").message("status.tier cannot pass the last step of spec.escalation"),
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.escalations) || (has(self.status) && has(self.status.escalations) && oldSelf.status.escalations.all(o, self.status.escalations.exists(n, n == o)))").field_path(".status.escalations").message("status.escalations is append-only: a step's record cannot be changed or removed")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -94,7 +99,9 @@ pub const MAX_APPROVALS: u32 = 16;
     validation = kube::core::Rule::new("!has(self.grant) || (!has(self.edit) && !has(self.editApprovals))").field_path(".edit").message("a request decided by a grant (spec.grant) takes no edit"),
     validation = kube::core::Rule::new("!has(oldSelf.editApprovals) || (has(self.editApprovals) && oldSelf.editApprovals.all(o, self.editApprovals.exists(n, n == o)))").field_path(".editApprovals").message("spec.editApprovals is append-only: an approval cannot be changed or removed"),
     validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.editApprovals) == has(oldSelf.editApprovals) && (!has(self.editApprovals) || size(self.editApprovals) == size(oldSelf.editApprovals)))").field_path(".editApprovals").message("spec.editApprovals cannot change once spec.decision is set"),
-    validation = kube::core::Rule::new("!has(self.edit) || !has(self.decision) || self.decision.type != 'Approve' || (has(self.editApprovals) && size(self.editApprovals) >= (has(self.requiredApprovals) ? self.requiredApprovals : 1) && self.editApprovals.exists(a, a.approvedBy == self.decision.decidedBy))").field_path(".decision").message("an Approve decision on an edited request (spec.edit) needs spec.requiredApprovals (at least 1) entries in spec.editApprovals, one of them by spec.decision.decidedBy: approvals of the original call do not count for the edited one")
+    validation = kube::core::Rule::new("!has(self.edit) || !has(self.decision) || self.decision.type != 'Approve' || (has(self.editApprovals) && size(self.editApprovals) >= (has(self.requiredApprovals) ? self.requiredApprovals : 1) && self.editApprovals.exists(a, a.approvedBy == self.decision.decidedBy))").field_path(".decision").message("an Approve decision on an edited request (spec.edit) needs spec.requiredApprovals (at least 1) entries in spec.editApprovals, one of them by spec.decision.decidedBy: approvals of the original call do not count for the edited one"),
+    // Issue 60, deadlines that escalate.
+    validation = kube::core::Rule::new("has(self.escalation) == has(oldSelf.escalation) && (!has(self.escalation) || self.escalation == oldSelf.escalation)").message("spec is immutable except spec.decision and spec.approvals")
 )]
 // `argumentsPreview` and `grant` are boxed: the controller caches every request without its
 // preview, and most requests have no grant (docs/controller.md, "Memory on the real control
@@ -172,6 +179,11 @@ pub struct ApprovalRequestSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["approvedBy"]))]
     pub edit_approvals: Vec<Approval>,
+    // Issue 60, deadlines that escalate.
+    /// The Agent's escalation at the request's creation, with absolute instants: set by the
+    /// gate, immutable. Its approvers may decide from their tier on (admission).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Box<RequestEscalation>>,
 }
 
 impl ApprovalRequest {
@@ -606,6 +618,17 @@ pub struct ApprovalRequestStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
     pub edited_arguments_sha256: Option<String>,
+    // Issue 60, deadlines that escalate.
+    /// The escalation tier reached (`spec.escalation`), absent before the first step: never
+    /// decreases. Written by the leading controller only, one step per guarded write.
+    // Small types: the controller caches every request with its status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 8))]
+    pub tier: Option<u8>,
+    /// The steps taken, one per tier: append-only.
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    #[schemars(length(max = 8), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["tier"]))]
+    pub escalations: Box<[EscalationRecord]>,
 }
 
 /// The delivery of one message about a request.
@@ -693,6 +716,7 @@ mod tests {
                 }),
                 edit: None,
                 edit_approvals: Vec::new(),
+                escalation: None,
             },
         );
         r.status = status;

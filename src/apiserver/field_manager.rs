@@ -9,3 +9,5 @@ pub const NOTIFIER: &str = "hitl-operator-notifier";
 pub const GATE: &str = "hitl-gate";
 /// `kubectl hitl`: decisions, grants and revocations.
 pub const KUBECTL_HITL: &str = "kubectl-hitl";
+/// The controller's escalation steps: `status.tier` and `status.escalations` of a request.
+pub const ESCALATION: &str = "hitl-operator-escalation";

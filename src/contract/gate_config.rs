@@ -108,6 +108,11 @@ pub struct GateApproval {
     /// controllers: [`DEFAULT_MAX_OPEN_REQUESTS`].
     #[serde(default = "default_max_open_requests")]
     pub max_open_requests: u32,
+    // Issue 60, deadlines that escalate.
+    /// The Agent's escalation, checked against the timeout; the gate copies it into each
+    /// request with absolute instants. Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<crate::api::escalation::Escalation>,
 }
 
 fn is_agent(kind: &PolicyKind) -> bool {

@@ -23,7 +23,8 @@ use serde_json::json;
 use super::compact::{CachedAgent, CachedRequest};
 use super::watches::ApprovalRequestWatches;
 use super::{
-    CACHE_SYNC_BOUND, Context, bounded, drain, due_in, measured, notifier, retry_after_error,
+    CACHE_SYNC_BOUND, Context, bounded, drain, due_in, escalation, measured, notifier,
+    retry_after_error,
 };
 use crate::Result;
 use crate::api::agent::{ApprovalRule, RuleAction};
@@ -536,6 +537,9 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         notifications: Vec::new(),
         // The gate's, written with consumedAt: never applied here.
         edited_arguments_sha256: None,
+        // The escalation steps' own (guarded writes, controller/escalation.rs).
+        tier: None,
+        escalations: Box::default(),
     };
     if evaluation.phase.is_terminal() {
         set_condition(
@@ -569,6 +573,16 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         }
     }
 
+    // An escalation step due is taken on a settled request (its write brings the next
+    // reconcile, which tells the step's notifier).
+    let step_at = if changed {
+        None
+    } else {
+        let mut targets = vec![request.object_ref(&())];
+        targets.extend(policy.as_ref().map(Policy::object_ref));
+        escalation::step(ctx, request, evaluation.phase, &targets, now).await?
+    };
+
     // Notifications go out about a settled request: a status written just now brings another
     // reconcile, which sends them.
     let notify_at = if changed {
@@ -594,7 +608,11 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
         phase => {
             let Some(delete_at) = delete_at(request, phase, finished_at, ttl_of(policy.as_ref()))
             else {
-                return Ok(notify_at.map_or_else(Action::await_change, |at| due_in(until(now, at))));
+                return Ok([notify_at, step_at]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .map_or_else(Action::await_change, |at| due_in(until(now, at))));
             };
             if now >= delete_at {
                 tracing::info!(%namespace, %name, phase = phase.as_str(), "deleting finished ApprovalRequest");
@@ -611,10 +629,7 @@ async fn reconcile_inner(request: &ApprovalRequest, ctx: &Context) -> Result<Act
             Some(delete_at)
         }
     };
-    let next = match (next, notify_at) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    let next = [next, notify_at, step_at].into_iter().flatten().min();
     Ok(match next {
         Some(at) => due_in(until(now, at)),
         None => Action::await_change(),
@@ -731,6 +746,7 @@ mod tests {
                 required_approvals: None,
                 approvals: Vec::new(),
                 expires_at: Time(at(100)),
+                escalation: None,
                 grant: None,
                 decision: decision.map(|decision_type| Decision {
                     decision_type,

@@ -7,6 +7,7 @@ pub mod approval_request;
 pub mod args;
 pub mod compact;
 pub mod discovery;
+pub mod escalation;
 pub mod events;
 pub mod fan_out;
 pub mod freeze;
@@ -230,6 +231,9 @@ impl Listing {
 
 /// Everything the reconcilers share.
 pub struct Context {
+    /// Who this controller is (its pod name, else the Events reporter's name): recorded on
+    /// the escalation steps it takes.
+    pub identity: String,
     /// API client.
     pub client: Client,
     /// Injected clock.
@@ -277,6 +281,7 @@ impl Context {
         caches: CacheSync,
         instance: Option<String>,
     ) -> Self {
+        let identity = instance.clone().unwrap_or_else(|| REPORTER.into());
         let events = Events::new(
             client.clone(),
             Reporter {
@@ -286,6 +291,7 @@ impl Context {
             EVENTS_PER_RECORDER,
         );
         Self {
+            identity,
             client,
             clock,
             metrics,

@@ -203,29 +203,45 @@ pub async fn deliver(
     now: Timestamp,
 ) -> Option<Timestamp> {
     let namespace = request.namespace()?;
-    let mut notifiers: Vec<Arc<ApprovalNotifier>> = ctx
+    let in_namespace: Vec<Arc<ApprovalNotifier>> = ctx
         .stores
         .notifiers
         .state()
         .into_iter()
         .filter(|n| n.namespace().as_deref() == Some(namespace.as_str()))
+        .collect();
+    let mut notifiers: Vec<Arc<ApprovalNotifier>> = in_namespace
+        .iter()
         .filter(|n| plan::covers(&n.spec, request, labels))
+        .cloned()
         .collect();
     notifiers.sort_by_key(|n| n.name_any());
     let records = request
         .status
         .as_ref()
         .map_or(&[][..], |s| s.notifications.as_slice());
-    let mut wake = None;
+    let mut wake = plan::next_warning(request, phase, now);
+    let mut due: Vec<(Arc<ApprovalNotifier>, Event)> = Vec::new();
     for notifier in notifiers {
-        let name = notifier.name_any();
         wake = earliest(
             wake,
             plan::next_reminder(&notifier.spec, request, phase, now),
         );
-        let Some(event) = plan::due(&notifier.spec, request, phase, now) else {
-            continue;
-        };
+        if let Some(event) = plan::due(&notifier.spec, request, phase, now) {
+            due.push((notifier, event));
+        }
+    }
+    // Each escalation step taken tells its own notifier, whatever that one selects.
+    for (name, event) in plan::escalated(request, phase) {
+        match in_namespace.iter().find(|n| n.name_any() == name) {
+            Some(notifier) => due.push((notifier.clone(), event)),
+            None => {
+                tracing::warn!(notifier = %name, request = %request.name_any(), event = %event.key(), "escalation notifier not found; not sent");
+            }
+        }
+    }
+    for (notifier, event) in due {
+        let name = notifier.name_any();
         let record = records
             .iter()
             .find(|r| r.notifier == name && r.event == event.key());

@@ -30,6 +30,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::core::ObjectMeta;
 use serde_json::Value;
+
+use crate::api::escalation::{Escalation, RequestEscalation};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
@@ -150,6 +152,7 @@ pub struct Approvals {
     freeze: FreezeWatch,
     grants: Option<Grants>,
     open: OpenRequests,
+    escalation: Option<Escalation>,
 }
 
 /// A token bucket bounding how fast a gate creates ApprovalRequests, so a looping or hostile
@@ -205,6 +208,8 @@ pub struct ApprovalSettings {
     /// The count of the agent's open requests, under its cap: no request is created at the
     /// cap.
     pub open: OpenRequests,
+    /// The Agent's escalation, copied into each request it makes with absolute instants.
+    pub escalation: Option<Escalation>,
 }
 
 impl Approvals {
@@ -236,6 +241,7 @@ impl Approvals {
             freeze: settings.freeze,
             grants,
             open: settings.open,
+            escalation: settings.escalation,
         }
     }
 
@@ -597,11 +603,8 @@ impl Approvals {
     fn build(&self, call: &GatedCall, name: &str) -> Result<ApprovalRequest> {
         let key = &call.key;
         let preview = call.preview.clone();
-        let expires_at = self
-            .clock
-            .now()
-            .checked_add(self.timeout)
-            .unwrap_or(Timestamp::MAX);
+        let now = self.clock.now();
+        let expires_at = now.checked_add(self.timeout).unwrap_or(Timestamp::MAX);
         let message = message(key, &preview);
         let owner_references = (!self.agent.uid.is_empty()).then(|| {
             vec![OwnerReference {
@@ -642,6 +645,10 @@ impl Approvals {
                 decision: None,
                 edit: None,
                 edit_approvals: Vec::new(),
+                escalation: self
+                    .escalation
+                    .as_ref()
+                    .map(|e| Box::new(RequestEscalation::at(e, now, expires_at))),
             },
         );
         let mut labels: std::collections::BTreeMap<String, String> = [

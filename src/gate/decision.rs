@@ -434,6 +434,7 @@ mod tests {
                 required_approvals: None,
                 approvals: Vec::new(),
                 expires_at: Time(t("2026-11-22T01:00:00Z")),
+                escalation: None,
                 grant: None,
                 decision: decision.map(|(decision_type, by)| Decision {
                     decision_type,

@@ -141,7 +141,7 @@ pub fn refusal_text(
             ),
             Refusal::Expired { expires_at } => (
                 format!(
-                    "{NOT_EXECUTED}: the approval request for tool '{tool}' (ApprovalRequest {name}) expired at {expires_at} without an approval. Retry the call to ask again."
+                    "{NOT_EXECUTED}: the approval request for tool '{tool}' (ApprovalRequest {name}) expired at {expires_at}: nobody decided in time. It was not denied, and nothing is approved on expiry. Retry the call to ask again."
                 ),
                 Outcome::expired,
             ),
@@ -290,6 +290,10 @@ mod tests {
         ));
         assert!(cases[1].0.contains("denied by alice") && cases[1].0.contains("too risky"));
         assert!(cases[2].0.contains("expired at 2026-11-22T01:00:00Z"));
+        // Expiry is not a denial (issue 60): the model is told nobody decided in time.
+        assert!(cases[2].0.contains("nobody decided in time"));
+        assert!(cases[2].0.contains("not denied"));
+        assert!(!cases[2].0.contains("was denied"));
         assert!(refusal_text("t", "n", &Resolution::Approved { name: name() }).is_none());
         assert!(error("t", "boom").starts_with(NOT_EXECUTED));
         assert!(unknown_tool("t").starts_with(NOT_EXECUTED));

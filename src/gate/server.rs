@@ -127,6 +127,7 @@ pub fn build(
             &config.agent,
             config.approval.max_open_requests,
         ),
+        escalation: config.approval.escalation.clone(),
     };
     let shared = Shared {
         connector: connector()?,

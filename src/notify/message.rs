@@ -24,6 +24,8 @@ fn event_type(event: Event) -> &'static str {
         Event::Reminder(_) => "dev.kagent.approvalrequest.reminder",
         Event::Decided => "dev.kagent.approvalrequest.decided",
         Event::Expired => "dev.kagent.approvalrequest.expired",
+        Event::Expiring => "dev.kagent.approvalrequest.expiring",
+        Event::Escalated(_) => "dev.kagent.approvalrequest.escalated",
     }
 }
 
@@ -58,6 +60,9 @@ fn facts(request: &ApprovalRequest, event: Event, phase: Phase) -> Value {
         "expiresAt": spec.expires_at.0.to_string(),
         "approvals": request.approvals_summary(),
     });
+    if let Some(tier) = request.status.as_ref().and_then(|s| s.tier) {
+        data["tier"] = json!(tier);
+    }
     if let Some(decision) = &spec.decision {
         data["decision"] = json!({
             "type": decision.decision_type,
@@ -158,6 +163,13 @@ pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase, buttons: boo
             },
         },
         Event::Expired => format!("Expired without a decision: {what}"),
+        Event::Expiring => format!(
+            "Expires at {} without a decision (nothing is approved on expiry): {what}",
+            spec.expires_at.0
+        ),
+        Event::Escalated(n) => {
+            format!("Escalated to tier {n}, still waiting for a decision: {what}")
+        }
     };
     let preview = spec
         .arguments_preview

@@ -28,6 +28,10 @@ pub enum Event {
     Decided,
     /// It expired without a decision.
     Expired,
+    /// It is still pending and expires soon (`spec.escalation.warnAt` has come).
+    Expiring,
+    /// It reached escalation tier N: sent to that step's notifier.
+    Escalated(u32),
 }
 
 impl Event {
@@ -38,6 +42,8 @@ impl Event {
             Self::Reminder(n) => format!("reminder-{n}"),
             Self::Decided => "decided".into(),
             Self::Expired => "expired".into(),
+            Self::Expiring => "expiring".into(),
+            Self::Escalated(n) => format!("escalated-{n}"),
         }
     }
 }
@@ -63,8 +69,8 @@ pub fn covers(
 }
 
 /// The message due for `request` in `phase` at `now` under `spec`: the one that matters most
-/// now (a decision or an expiry over a reminder, the latest reminder over earlier ones, a
-/// reminder over `created`). `None` when nothing is to be sent. Whether it was sent already
+/// now (a decision or an expiry over the warning before it, that warning over a reminder, the
+/// latest reminder over earlier ones, a reminder over `created`). `None` when nothing is to be sent. Whether it was sent already
 /// is for [`next_attempt`] to say.
 pub fn due(
     spec: &ApprovalNotifierSpec,
@@ -79,6 +85,7 @@ pub fn due(
         }
         Phase::Expired => on.on_expired().then_some(Event::Expired),
         Phase::Cancelled => None,
+        Phase::Pending if warn_at(request).is_some_and(|at| at <= now) => Some(Event::Expiring),
         Phase::Pending => {
             let reminder = on.reminder.as_ref().and_then(|reminder| {
                 let every = parse_duration_seconds(&reminder.after).filter(|s| *s >= 1.0)?;
@@ -90,6 +97,45 @@ pub fn due(
             reminder.or(on.on_created().then_some(Event::Created))
         }
     }
+}
+
+/// When the request's notifiers are warned that it expires soon, if they are.
+fn warn_at(request: &ApprovalRequest) -> Option<Timestamp> {
+    request
+        .spec
+        .escalation
+        .as_ref()?
+        .warn_at
+        .as_ref()
+        .map(|t| t.0)
+}
+
+/// When the warning before `request`'s expiry falls due after `now`, if it will.
+pub fn next_warning(request: &ApprovalRequest, phase: Phase, now: Timestamp) -> Option<Timestamp> {
+    warn_at(request).filter(|at| phase == Phase::Pending && *at > now)
+}
+
+/// The escalation messages due for `request` in `phase`: `escalated-N` to the notifier of
+/// each step taken (tier N reached, `status.tier`), while the request is pending. Pairs of the
+/// notifier's name and the event.
+pub fn escalated(request: &ApprovalRequest, phase: Phase) -> Vec<(String, Event)> {
+    let (Phase::Pending, Some(escalation)) = (phase, request.spec.escalation.as_ref()) else {
+        return Vec::new();
+    };
+    let tier = request
+        .status
+        .as_ref()
+        .and_then(|s| s.tier)
+        .map_or(0, i32::from);
+    escalation
+        .steps
+        .iter()
+        .filter(|step| step.tier <= tier)
+        .filter_map(|step| {
+            let tier = u32::try_from(step.tier).ok()?;
+            Some((step.notifier.clone()?, Event::Escalated(tier)))
+        })
+        .collect()
 }
 
 /// When the next reminder about `request` in `phase` falls due after `now`, if one will.

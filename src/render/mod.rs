@@ -345,6 +345,20 @@ pub fn render_agent(
     let timings = approval_timings(&object, &approval_fields)?;
     let max_open_requests =
         max_open_requests(&object, &approval_fields, options.max_open_requests)?;
+    let escalation = declarative
+        .approval
+        .as_ref()
+        .and_then(|a| a.escalation.as_deref())
+        .filter(|e| !e.steps.is_empty() || e.warn_before.is_some());
+    if let Some(escalation) = escalation {
+        escalation
+            .check(timings.timeout)
+            .map_err(|(field, message)| Error::InvalidSpec {
+                object: object.clone(),
+                field: format!("spec.declarative.approval.escalation.{field}"),
+                message,
+            })?;
+    }
     let placement = gate_placement(&object, declarative, mode, options.default_placement)?;
     agent_volumes::check(&object, agent, mode.uses_gate().then_some(placement))?;
     let refuse_node_access = mode.uses_gate() && !options.allow_agent_node_access;
@@ -493,6 +507,7 @@ pub fn render_agent(
             ttl_after_finished_seconds: timings.ttl_after_finished,
             grant_max_ttl_seconds: options.grant_max_ttl.map(|ttl| ttl.as_secs_f64()),
             max_open_requests,
+            escalation: escalation.cloned(),
         },
         listen: match placement {
             GatePlacement::Sidecar => GATE_LISTEN,

@@ -201,6 +201,7 @@ pub fn render_tool_gate(
             ttl_after_finished_seconds: timings.ttl_after_finished,
             grant_max_ttl_seconds: options.grant_max_ttl.map(|ttl| ttl.as_secs_f64()),
             max_open_requests,
+            escalation: None,
         },
         listen: GATEWAY_LISTEN.to_owned(),
         metrics_listen: GATE_METRICS_LISTEN.to_owned(),

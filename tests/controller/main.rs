@@ -3,6 +3,7 @@
 
 mod agent;
 mod approval_request;
+mod escalation;
 mod harness;
 mod model_config;
 mod notifier;

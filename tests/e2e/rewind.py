@@ -11,7 +11,8 @@ as every identity given. It fails on any accepted write that moves a guarantee b
 
   ApprovalRequest  status.consumedAt and status.consumedBy write-once; a finished status.phase
                    final; status.decidedAt write-once and only on a decided request;
-                   status.notifications only grow (attempts never fall, deliveredAt write-once)
+                   status.notifications only grow (attempts never fall, deliveredAt write-once);
+                   status.tier never falls, status.escalations only grow, spec.escalation fixed
   ApprovalGrant    status.uses never falls nor passes spec.maxUses; lastUsedAt never goes back;
                    lastUsedAt/lastUsedBy change only with a new use; spec.revoked never reverts
   both             spec.caller (a shared gate's caller) is never added, removed or changed
@@ -50,7 +51,7 @@ GATE_READS = ("phase", "decidedAt", "consumedAt", "consumedBy", "uses", "lastUse
 # The spec fields attacked, by kind: the values to write, or None to generate them from the
 # CRD's schema of the field (other_values) and the object's current value.
 SPEC_FIELDS = {
-    "approvalrequests": {"caller": None},
+    "approvalrequests": {"caller": None, "escalation": None},
     "approvalgrants": {"revoked": [False], "caller": None},
 }
 
@@ -263,6 +264,13 @@ def request_broken(before, after):
         broken.append(f"finished phase {b['phase']} -> {a.get('phase')!r}")
     if "decidedAt" in a and "decision" not in after["spec"] and "grant" not in after["spec"]:
         broken.append("status.decidedAt on an undecided request")
+    if a.get("tier", 0) < b.get("tier", 0):
+        broken.append(f"status.tier {b.get('tier')} -> {a.get('tier')!r}")
+    lost = [e for e in b.get("escalations", []) if e not in a.get("escalations", [])]
+    if lost:
+        broken.append(f"status.escalations lost or changed {lost!r}")
+    if after["spec"].get("escalation") != before["spec"].get("escalation"):
+        broken.append("spec.escalation changed")
     return broken + caller_broken(before, after)
 
 

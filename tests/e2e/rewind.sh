@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Undoing a status never undoes a guarantee, on the real control plane (docs/policies.md "What
 # the CRDs guarantee"; issue 41): one approval consumed and one grant with maxUses 1 used, then
-# every generated way to remove, null, replace or rewind each of their status fields (and a
-# grant's spec.revoked, and spec.caller of a shared gate's request and grant, its values
+# every generated way to remove, null, replace or rewind each of their status fields (the
+# request's escalation tier and records among them, issue 60; and a grant's spec.revoked, the
+# request's spec.escalation, and spec.caller of a shared gate's request and grant, their values
 # generated from the CRD's schema) -- merge and JSON patches, PUT, server-side apply under a new field
 # manager and under the managers that own the fields, on the status subresource and the main
 # resource -- as the Agent's own identity, another Agent's, mallory, alice, the controller and
@@ -29,7 +30,9 @@ POLICIES=tests/chart/rendered/admission-policy.default.yaml
 step "setup: CRDs, roles, namespace $NS, recorder, controller, Agents $AGENT and $OTHER, a gate"
 gates_with_policies
 # A pending call answers within a second, so each replay of a call is quick.
-GATES_APPROVAL="{timeout: 10m, waitTimeout: 1s}"
+# The Agent escalates to tier 1 (alice) 2 s after a request is made: the consumed request
+# carries spec.escalation, status.tier and status.escalations for the attacks to rewind.
+GATES_APPROVAL="{timeout: 10m, waitTimeout: 1s, escalation: {steps: [{after: 2s, approvers: {users: [alice]}}]}}"
 gates_setup
 kubectl -n "$NS" apply -f - >/dev/null <<YAML
 apiVersion: kagent.dev/v1alpha2
@@ -66,6 +69,7 @@ the_request REQ /rewind/call
 wait_for "the controller's Pending status on $REQ" 20 eval '[ "$(jp "approvalrequest/$REQ" "{.status.phase}")" = Pending ]'
 PENDING=$(kubectl -n "$NS" get "approvalrequest/$REQ" -o json | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["status"]))')
 expect_in "the call before its approval" "NOT executed yet" "$(finished first)"
+wait_for "tier 1 on $REQ (alice may decide from it)" 20 eval '[ "$(jp "approvalrequest/$REQ" "{.status.tier}")" = 1 ]'
 KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --reason "e2e: rewind" >/dev/null
 gate_call retry a delete_file /rewind/call
 expect_in "the approved call, sent again" 'deleted /rewind/call' "$(finished retry)"

@@ -4,7 +4,7 @@
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
 # Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, edit, grants,
-#        notify, slack, rewind, toolgate, toolgate-isolation, node-access, sessions, runtime, pods
+#        notify, escalate, slack, rewind, toolgate, toolgate-isolation, node-access, sessions, runtime, pods
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -23,6 +23,10 @@
 #           under calls racing through two gates, revoke and delete, --remember session
 #   notify  tests/e2e/notify.sh: ApprovalNotifiers with a real receiver: retries, reminders, a
 #           leader change between attempts, expiry, no secret in any message
+#   escalate tests/e2e/escalate.sh: deadlines that escalate: steps copied with instants, tier
+#           approvers refused before their tier and admitted after, each step once across a
+#           leader change (one message per step notifier), status.tier never decreasing, the
+#           expiring notice and expiry (not denial), step latency figure
 #   slack   tests/e2e/slack.sh: Approve from Slack: signed presses (forged, stale, replayed
 #           refused), an unmapped user, mallory refused by the admission policy, alice approves
 #   rewind  tests/e2e/rewind.sh: every generated way to remove, null, replace or rewind each
@@ -61,7 +65,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum edit grants notify slack rewind toolgate toolgate-isolation node-access sessions runtime pods)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum edit grants notify escalate slack rewind toolgate toolgate-isolation node-access sessions runtime pods)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins

@@ -380,6 +380,7 @@ pub fn config(servers: Vec<GateServer>, timeout: f64, wait: f64) -> GateConfig {
             ttl_after_finished_seconds: 86400.0,
             grant_max_ttl_seconds: None,
             max_open_requests: DEFAULT_MAX_OPEN_REQUESTS,
+            escalation: None,
         },
         listen: "127.0.0.1:0".into(),
         metrics_listen: "127.0.0.1:0".into(),

@@ -182,6 +182,45 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
             field("Ran edited", &format!("argumentsSha256 {sha}"));
         }
     }
+    if let Some(escalation) = spec.escalation.as_deref() {
+        let status = r.status.as_ref();
+        let tier = status.and_then(|s| s.tier).unwrap_or(0);
+        let mut text = format!("tier {tier} of {}", escalation.steps.len());
+        if let Some(next) = escalation
+            .next_at(u32::from(tier))
+            .filter(|_| r.phase_at(now) == crate::api::Phase::Pending)
+        {
+            let _ = write!(text, "; next step at {next} ({})", expires(next, now));
+        }
+        if let Some(warn) = &escalation.warn_at {
+            let _ = write!(text, "; expiry warning at {}", warn.0);
+        }
+        for step in &escalation.steps {
+            let mut who: Vec<String> = step.approvers.users.clone();
+            who.extend(step.approvers.groups.iter().map(|g| format!("group {g}")));
+            let notifier = step
+                .notifier
+                .as_deref()
+                .map(|n| format!(", tells approvalnotifier/{n}"))
+                .unwrap_or_default();
+            let taken = status
+                .and_then(|s| s.escalations.iter().find(|e| e.tier == step.tier))
+                .map(|e| format!(" — taken at {} by {}", e.at.0, e.by))
+                .unwrap_or_default();
+            let _ = write!(
+                text,
+                "\n  tier {} at {}: {} may decide{notifier}{taken}",
+                step.tier,
+                step.at.0,
+                if who.is_empty() {
+                    "nobody more".to_owned()
+                } else {
+                    who.join(", ")
+                }
+            );
+        }
+        field("Escalation", &text);
+    }
     if let Some(status) = &r.status {
         if let Some(at) = &status.decided_at {
             field("Decided at", &at.0.to_string());

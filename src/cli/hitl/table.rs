@@ -41,7 +41,7 @@ pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> V
     });
     cells.push(request.spec.tool_name.clone());
     cells.push(args_preview(request));
-    cells.push(request.phase_at(now).as_str().to_owned());
+    cells.push(phase_cell(request, now));
     cells.push(match &request.spec.grant {
         Some(grant) => format!("grant/{}", grant.name),
         None => request.approvals_summary(),
@@ -55,6 +55,27 @@ pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> V
         .iter()
         .map(|cell| visible(cell).into_owned())
         .collect()
+}
+
+/// The phase, with the escalation tier of a pending request that escalates and when the next
+/// step comes: `Pending (tier 1, next 4m)`.
+fn phase_cell(request: &ApprovalRequest, now: Timestamp) -> String {
+    let phase = request.phase_at(now);
+    match request.spec.escalation.as_deref() {
+        Some(escalation) if phase == crate::api::Phase::Pending => {
+            let tier = request
+                .status
+                .as_ref()
+                .and_then(|s| s.tier)
+                .map_or(0, u32::from);
+            let next = escalation
+                .next_at(tier)
+                .map(|at| format!(", next in {}", short_duration(at.duration_since(now))))
+                .unwrap_or_default();
+            format!("{} (tier {tier}{next})", phase.as_str())
+        }
+        _ => phase.as_str().to_owned(),
+    }
 }
 
 /// The header cells matching [`row`].

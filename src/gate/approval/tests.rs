@@ -75,6 +75,7 @@ fn approvals_counting(
         freeze: FreezeWatch::fixed(FreezeState::Clear),
         grant_max_ttl,
         open,
+        escalation: None,
     };
     (
         Approvals::new(client, agent, settings, clock.clone()),
@@ -847,6 +848,7 @@ async fn a_shared_gates_request_is_its_callers() {
         freeze: FreezeWatch::fixed(FreezeState::Clear),
         grant_max_ttl: None,
         open: OpenRequests::fixed(&gate, DEFAULT_MAX_OPEN_REQUESTS, &[]),
+        escalation: None,
     };
     let a = Approvals::new(client, gate, settings, clock);
     let task = tokio::spawn({
@@ -1416,4 +1418,33 @@ async fn a_call_no_grant_covers_goes_on_to_a_person() {
             ..
         }
     ));
+}
+
+// Escalation (issue 60): the Agent's steps copied into each request with absolute instants.
+
+#[tokio::test]
+async fn a_request_carries_the_agents_escalation_with_instants_from_its_creation() {
+    let (mut a, _handle) = approvals(now());
+    let one = call(&args());
+    assert!(
+        a.build(&one, "r").unwrap().spec.escalation.is_none(),
+        "no escalation, no field: requests look as before"
+    );
+    a.escalation = Some(
+        serde_json::from_value(json!({"warnBefore": "10m", "steps": [
+            {"after": "15m", "approvers": {"groups": ["oncall"]}, "notifier": "pager"},
+            {"after": "40m", "approvers": {"users": ["boss"]}}
+        ]}))
+        .unwrap(),
+    );
+    let req = a.build(&one, "r").unwrap();
+    let body = serde_json::to_value(&req).unwrap();
+    assert_eq!(
+        body["spec"]["escalation"],
+        json!({"warnAt": "2026-11-22T00:50:00Z", "steps": [
+            {"tier": 1, "at": "2026-11-22T00:15:00Z", "approvers": {"groups": ["oncall"]}, "notifier": "pager"},
+            {"tier": 2, "at": "2026-11-22T00:40:00Z", "approvers": {"users": ["boss"]}}
+        ]})
+    );
+    assert_eq!(body["spec"]["expiresAt"], json!("2026-11-22T01:00:00Z"));
 }

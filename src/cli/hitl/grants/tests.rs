@@ -38,6 +38,7 @@ fn request(session: Option<&str>, required: Option<i32>) -> ApprovalRequest {
             required_approvals: required,
             approvals: Vec::new(),
             expires_at: Time(t("2026-11-24T11:00:00Z")),
+            escalation: None,
             grant: None,
             decision: None,
             edit: None,
