@@ -825,7 +825,8 @@ fn status_policy_covers_every_status_field() {
         .keys()
         .cloned()
         .collect();
-    let writable = ["consumedAt", "consumedBy", "message"];
+    // editedArgumentsSha256: the gate writes it with consumedAt; the CRD keeps it write-once.
+    let writable = ["consumedAt", "consumedBy", "message", "editedArgumentsSha256"];
     let policy = &load("default")["status"];
     let constrained: BTreeSet<String> = fields
         .iter()

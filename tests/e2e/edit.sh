@@ -161,7 +161,7 @@ expect_in "bob's approval of the original" "approved (1/2) by bob" "$out"
 out=$(KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --patch "$(patch_path /ledger/2025.csv)")
 expect_in "alice's edit" "edited and approved (1/2) by alice: 1 more approval of the edited call needed" "$out"
 [ -z "$(jp "approvalrequest/$REQ" '{.spec.decision}')" ] || fail "$REQ decided with bob's approval of the original counted"
-refused "alice approving the edited call without the quorum" "needs spec.requiredApprovals (at least 1) entries in spec.editApprovals" \
+refused "alice approving the edited call without the quorum" "needs spec.requiredApprovals \(at least 1\) entries in spec.editApprovals" \
   kubectl --kubeconfig "$ALICE" -n "$NS" patch approvalrequest "$REQ" --type merge -p '{"spec":{"decision":{"type":"Approve","decidedBy":"alice"}}}'
 [ "$(runs delete_file /ledger/2025.csv)" = 0 ] || fail "the edited call ran on one approval"
 out=$(KUBECONFIG=$BOB kubectl hitl approve "$REQ" -n "$NS")
