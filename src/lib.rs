@@ -18,6 +18,7 @@ pub mod render;
 pub mod sessions;
 pub mod sse;
 pub mod tls;
+pub mod tool_risk;
 pub mod validate;
 pub mod visible;
 

@@ -78,7 +78,9 @@ pub const MAX_APPROVALS: u32 = 16;
     // `oldSelf != null` is always true there; it is for kube-cel (offline validation), which
     // binds oldSelf to null on create and to the plain old value on update.
     validation = kube::core::Rule::new("!has(self.decision) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".decision").message("spec.decision cannot be set when the request is created: only an approver adds it later"),
-    validation = kube::core::Rule::new("!has(self.approvals) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".approvals").message("spec.approvals cannot be set when the request is created: only approvers add them later")
+    validation = kube::core::Rule::new("!has(self.approvals) || (oldSelf != null && oldSelf != optional.none())").optional_old_self(true).field_path(".approvals").message("spec.approvals cannot be set when the request is created: only approvers add them later"),
+    // Tool risk (issue 60): the tool's annotations as the gate saw them, set at creation.
+    validation = kube::core::Rule::new("has(self.toolAnnotations) == has(oldSelf.toolAnnotations) && (!has(self.toolAnnotations) || self.toolAnnotations == oldSelf.toolAnnotations)").message("spec is immutable except spec.decision and spec.approvals")
 )]
 // `argumentsPreview` and `grant` are boxed: the controller caches every request without its
 // preview, and most requests have no grant (docs/controller.md, "Memory on the real control
@@ -145,6 +147,44 @@ pub struct ApprovalRequestSpec {
     /// The decision: the only field a person writes. Write-once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
+    // --- Tool risk (issue 60) ---
+    /// The called tool's MCP annotations as its server listed them through the gate, and
+    /// whether that server is trusted to assert them. Unset when the gate saw no tool list
+    /// naming the tool: the MCP defaults hold then (docs/policies.md, "Tool annotations").
+    /// Set at creation, immutable.
+    // Boxed: the controller caches every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_annotations: Option<Box<ToolAnnotations>>,
+}
+
+/// A tool's MCP annotations (`tools/list`), as asserted by its server, on a request.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolAnnotations {
+    /// The tool's human-readable title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub title: Option<String>,
+    /// The server says the tool does not modify its environment (MCP default: false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// The server says the tool may destroy or overwrite (MCP default: true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// The server says repeating the call has no further effect (MCP default: false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// The server says the tool reaches an open world of entities (MCP default: true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+    /// Whether the tool server is trusted to assert these hints (its RemoteMCPServer's or
+    /// ToolGate's `trustToolAnnotations`). Untrusted hints are shown, and can make a rule ask
+    /// for approval or deny, never allow.
+    pub trusted: bool,
+    /// SHA-256 (hex) of the RFC 8785 canonical JSON of the tool's definition as listed:
+    /// `{name, description, inputSchema, annotations}`.
+    #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
+    pub definition_sha256: String,
 }
 
 impl ApprovalRequest {
@@ -616,6 +656,7 @@ mod tests {
                     reason: None,
                     decided_by: "alice".into(),
                 }),
+                tool_annotations: None,
             },
         );
         r.status = status;

@@ -735,6 +735,7 @@ mod tests {
                     reason: Some("ok".into()),
                     decided_by: "alice".into(),
                 }),
+                tool_annotations: None,
             },
         );
         request.status = status;

@@ -406,6 +406,7 @@ mod tests {
                     reason: Some("because".into()),
                     decided_by: by.into(),
                 }),
+                tool_annotations: None,
             },
         );
         r.metadata.managed_fields = Some(if r.spec.decision.is_some() {

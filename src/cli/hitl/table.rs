@@ -4,6 +4,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::api::ApprovalRequest;
 use crate::gate::redact;
+use crate::tool_risk;
 use crate::visible::visible;
 
 /// Widest ARGS cell, in characters; longer previews end in `...`.
@@ -22,7 +23,8 @@ const HEADERS: [&str; 8] = [
 ];
 
 /// The cells of one request's row (with the namespace first when `all_namespaces`), hidden
-/// characters written out. APPROVALS is given of required (`1/2`).
+/// characters written out. APPROVALS is given of required (`1/2`); TOOL carries the tool's
+/// risk badges (`delete_file [destructive, open-world]`) when the request records them.
 pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> Vec<String> {
     let meta = &request.metadata;
     let mut cells = Vec::with_capacity(9);
@@ -39,7 +41,12 @@ pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> V
         ),
         None => request.spec.agent_ref.label(),
     });
-    cells.push(request.spec.tool_name.clone());
+    let badges = tool_risk::badges(request.spec.tool_annotations.as_deref());
+    cells.push(if badges.is_empty() {
+        request.spec.tool_name.clone()
+    } else {
+        format!("{} [{}]", request.spec.tool_name, badges.join(", "))
+    });
     cells.push(args_preview(request));
     cells.push(request.phase_at(now).as_str().to_owned());
     cells.push(match &request.spec.grant {

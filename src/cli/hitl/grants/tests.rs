@@ -40,6 +40,7 @@ fn request(session: Option<&str>, required: Option<i32>) -> ApprovalRequest {
             expires_at: Time(t("2026-11-24T11:00:00Z")),
             grant: None,
             decision: None,
+            tool_annotations: None,
         },
     );
     r.metadata.namespace = Some("team".into());
