@@ -57,8 +57,9 @@ attacks() {
     kubectl -n "$NS" patch approvalrequest "$REQ" --type json -p '[{"op":"remove","path":"/spec/toolAnnotations"}]'
   refused "$label: trusted made true" "spec is immutable" \
     kubectl -n "$NS" patch approvalrequest "$REQ" --type json -p '[{"op":"replace","path":"/spec/toolAnnotations/trusted","value":true}]'
+  # (definitionSha256 is required: the schema refuses its removal before the CEL rules run.)
   for path in destructiveHint openWorldHint title definitionSha256; do
-    refused "$label: $path removed" "spec is immutable" \
+    refused "$label: $path removed" "spec is immutable|definitionSha256: Required value" \
       kubectl -n "$NS" patch approvalrequest "$REQ" --type json -p "[{\"op\":\"remove\",\"path\":\"/spec/toolAnnotations/$path\"}]"
   done
   refused "$label: destructiveHint false" "spec is immutable" \

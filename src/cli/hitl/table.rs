@@ -234,6 +234,31 @@ mod tests {
     }
 
     #[test]
+    fn the_tool_cell_carries_the_risk_badges_and_who_vouches() {
+        let mut r = request("r", "ns", json!({}));
+        r.spec.tool_annotations = Some(Box::new(
+            serde_json::from_value(json!({"readOnlyHint": true, "openWorldHint": false,
+                "trusted": false, "definitionSha256": "ab".repeat(32)}))
+            .unwrap(),
+        ));
+        let now = ts("2026-11-22T00:05:00Z");
+        assert_eq!(
+            row(&r, now, false)[2],
+            "delete_file [read-only (untrusted)]"
+        );
+        r.spec.tool_annotations.as_mut().unwrap().trusted = true;
+        assert_eq!(row(&r, now, false)[2], "delete_file [read-only]");
+        let described = crate::cli::hitl::describe::describe(&r, now);
+        assert!(
+            described.contains(&format!(
+                "Risk:         read-only (asserted by a trusted server; definition sha256 {})",
+                "ab".repeat(32)
+            )),
+            "{described}"
+        );
+    }
+
+    #[test]
     fn a_shared_gates_row_names_the_toolgate_and_its_caller() {
         let mut r = request("r", "ns", json!({}));
         r.spec.agent_ref.kind = Some(crate::api::approval_request::PolicyKind::ToolGate);
