@@ -533,6 +533,45 @@ mod tests {
     }
 
     #[test]
+    fn annotations_are_read_with_the_defaults_and_noted_at_compile_time() {
+        let reads =
+            Condition::compile("annotations.destructiveHint && !annotations.trusted").unwrap();
+        assert!(reads.reads_annotations());
+        // A comprehension's own variable named `annotations` is not the tool's.
+        let shadowed = Condition::compile("args.xs.exists(annotations, annotations == 1)").unwrap();
+        assert!(!shadowed.reads_annotations());
+        assert!(
+            !Condition::compile("args.x == 'annotations'")
+                .unwrap()
+                .reads_annotations()
+        );
+        // Nothing listed: the MCP defaults (destructive, open-world), not trusted.
+        assert_eq!(
+            eval(
+                "annotations.destructiveHint && annotations.openWorldHint",
+                json!({})
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            eval(
+                "annotations.readOnlyHint || annotations.idempotentHint",
+                json!({})
+            ),
+            Ok(false)
+        );
+        assert_eq!(
+            eval("annotations.listed || annotations.trusted", json!({})),
+            Ok(false)
+        );
+        let typo = Condition::compile("annotation.readOnlyHint").unwrap_err();
+        assert!(
+            typo.contains("'annotation'") && typo.contains("annotations"),
+            "{typo}"
+        );
+    }
+
+    #[test]
     fn nested_comprehensions_do_not_compile_sequential_ones_do() {
         let nested = Condition::compile("args.a.all(x, args.b.exists(y, y == x))").unwrap_err();
         assert!(nested.contains("inside the body of another"), "{nested}");
