@@ -199,8 +199,15 @@ mod tests {
     fn defaults_fill_what_the_server_leaves_out() {
         let a = listed(&tool(json!({"name": "t"})), false).unwrap();
         assert_eq!(Hints::of(&a), Hints::DEFAULTS);
-        assert!(Hints::DEFAULTS.destructive && Hints::DEFAULTS.open_world);
-        assert!(!Hints::DEFAULTS.read_only && !Hints::DEFAULTS.idempotent);
+        assert_eq!(
+            Hints::DEFAULTS,
+            Hints {
+                read_only: false,
+                destructive: true,
+                idempotent: false,
+                open_world: true
+            }
+        );
         let a = listed(
             &tool(
                 json!({"name": "t", "annotations": {"readOnlyHint": true, "openWorldHint": "no"}}),
