@@ -166,6 +166,7 @@ fn gate_config(upstream: &str) -> GateConfig {
             require_approval: vec!["delete".into()],
             allowed_headers: vec![],
             rules: vec![],
+            trust_tool_annotations: false,
         }],
     }
 }

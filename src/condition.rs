@@ -20,6 +20,8 @@ use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 use cel::objects::{Key, Map};
 use cel::{Context, Program, Value};
 
+use crate::tool_risk::ToolFacts;
+
 pub use crate::api::agent::MAX_WHEN_LENGTH;
 
 pub mod clean_path;
@@ -40,7 +42,15 @@ pub const MAX_INPUT_BYTES: usize = 64 << 10;
 pub const MAX_ITERATED_ITEMS: usize = 256;
 
 /// The variables a condition can use.
-pub const VARIABLES: [&str; 6] = ["args", "agent", "namespace", "server", "tool", "session"];
+pub const VARIABLES: [&str; 7] = [
+    "args",
+    "agent",
+    "namespace",
+    "server",
+    "tool",
+    "session",
+    "annotations",
+];
 
 /// A compiled `when` expression.
 #[derive(Debug)]
@@ -48,6 +58,8 @@ pub struct Condition {
     program: Program,
     /// Whether it has a comprehension, so its cost grows with the size of collections.
     iterates: bool,
+    /// Whether it reads `annotations`, so the tool's listed annotations must be looked up.
+    reads_annotations: bool,
 }
 
 impl Condition {
@@ -72,19 +84,22 @@ impl Condition {
                         .collect();
                     format!("CEL: {}", each.join("; "))
                 })?;
-                let mut iterates = false;
-                check(
-                    program.expression(),
-                    &mut Vec::new(),
-                    &mut iterates,
-                    false,
-                    1,
-                )?;
-                Ok(Self { program, iterates })
+                let mut found = Found::default();
+                check(program.expression(), &mut Vec::new(), &mut found, false, 1)?;
+                Ok(Self {
+                    program,
+                    iterates: found.iterates,
+                    reads_annotations: found.reads_annotations,
+                })
             })
             .map_err(|e| format!("the CEL compiler could not start: {e}"))?
             .join()
             .unwrap_or_else(|_| Err("the CEL compiler failed".into()))
+    }
+
+    /// Whether it reads the tool's annotations (the variable `annotations`).
+    pub fn reads_annotations(&self) -> bool {
+        self.reads_annotations
     }
 
     /// Whether the condition holds for `call`. An error — the arguments over the input bound,
@@ -109,13 +124,22 @@ impl Condition {
     }
 }
 
+/// What [`check`] finds in an expression.
+#[derive(Debug, Default)]
+struct Found {
+    /// It has a comprehension.
+    iterates: bool,
+    /// It reads the variable `annotations`.
+    reads_annotations: bool,
+}
+
 /// Checks the parsed expression: depth, variables, and no comprehension in another one's body;
-/// sets `iterates` if it has a comprehension. `bound` holds the variables comprehensions
+/// notes what it has in `found`. `bound` holds the variables comprehensions
 /// around `expr` bind.
 fn check(
     expr: &IdedExpr,
     bound: &mut Vec<String>,
-    iterates: &mut bool,
+    found: &mut Found,
     in_comprehension: bool,
     depth: usize,
 ) -> Result<(), String> {
@@ -127,6 +151,9 @@ fn check(
     let next = depth + 1;
     match &expr.expr {
         Expr::Ident(name) => {
+            if !bound.contains(name) && name == "annotations" {
+                found.reads_annotations = true;
+            }
             if !bound.contains(name) && !VARIABLES.contains(&name.as_str()) {
                 return Err(format!(
                     "undeclared reference to '{name}': a condition can use {}",
@@ -141,18 +168,18 @@ fn check(
                         .into(),
                 );
             }
-            *iterates = true;
+            found.iterates = true;
             check(
                 &comprehension.iter_range,
                 bound,
-                iterates,
+                found,
                 in_comprehension,
                 next,
             )?;
             check(
                 &comprehension.accu_init,
                 bound,
-                iterates,
+                found,
                 in_comprehension,
                 next,
             )?;
@@ -165,7 +192,7 @@ fn check(
                 &comprehension.loop_step,
                 &comprehension.result,
             ] {
-                check(body, bound, iterates, true, next)?;
+                check(body, bound, found, true, next)?;
             }
             bound.truncate(scope);
         }
@@ -178,30 +205,30 @@ fn check(
                 ));
             }
             if let Some(target) = &call.target {
-                check(target, bound, iterates, in_comprehension, next)?;
+                check(target, bound, found, in_comprehension, next)?;
             }
             for arg in &call.args {
-                check(arg, bound, iterates, in_comprehension, next)?;
+                check(arg, bound, found, in_comprehension, next)?;
             }
         }
-        Expr::Select(select) => check(&select.operand, bound, iterates, in_comprehension, next)?,
+        Expr::Select(select) => check(&select.operand, bound, found, in_comprehension, next)?,
         Expr::List(list) => {
             for element in &list.elements {
-                check(element, bound, iterates, in_comprehension, next)?;
+                check(element, bound, found, in_comprehension, next)?;
             }
         }
         Expr::Map(map) => {
             for entry in &map.entries {
                 if let EntryExpr::MapEntry(entry) = &entry.expr {
-                    check(&entry.key, bound, iterates, in_comprehension, next)?;
-                    check(&entry.value, bound, iterates, in_comprehension, next)?;
+                    check(&entry.key, bound, found, in_comprehension, next)?;
+                    check(&entry.value, bound, found, in_comprehension, next)?;
                 }
             }
         }
         Expr::Struct(structure) => {
             for entry in &structure.entries {
                 if let EntryExpr::StructField(field) = &entry.expr {
-                    check(&field.value, bound, iterates, in_comprehension, next)?;
+                    check(&field.value, bound, found, in_comprehension, next)?;
                 }
             }
         }
@@ -234,6 +261,9 @@ pub struct CallFacts<'a> {
     pub tool: &'a str,
     /// The MCP session id, when the client sent one.
     pub session: Option<&'a str>,
+    /// The tool's annotations as this condition may see them ([`ToolFacts::for_allowing`]
+    /// for a rule that lets the call through).
+    pub annotations: ToolFacts,
 }
 
 impl Activation {
@@ -266,11 +296,32 @@ impl Activation {
             call.session
                 .map_or(Value::Null, |s| Value::String(Arc::new(s.to_owned()))),
         );
+        context.add_variable_from_value("annotations", annotations_value(&call.annotations));
         Self {
             context: Ok(context),
             largest_collection,
         }
     }
+}
+
+/// The `annotations` variable: the four hints (MCP defaults filled in) by their MCP names,
+/// `trusted` and `listed`.
+fn annotations_value(facts: &ToolFacts) -> Value {
+    let h = facts.hints;
+    let entries: HashMap<Key, Value> = [
+        ("readOnlyHint", h.read_only),
+        ("destructiveHint", h.destructive),
+        ("idempotentHint", h.idempotent),
+        ("openWorldHint", h.open_world),
+        ("trusted", facts.trusted),
+        ("listed", facts.listed),
+    ]
+    .into_iter()
+    .map(|(k, v)| (Key::String(Arc::new(k.to_owned())), Value::Bool(v)))
+    .collect();
+    Value::Map(Map {
+        map: Arc::new(entries),
+    })
 }
 
 /// A JSON value as CEL sees it: integers as `int` (or `uint` above `int`'s range), other
@@ -321,6 +372,7 @@ mod tests {
             server: "bank",
             tool: "transfer_funds",
             session: Some("s-1"),
+            annotations: crate::tool_risk::ToolFacts::unlisted(false),
         }))
     }
 
@@ -388,6 +440,7 @@ mod tests {
             server: "s",
             tool: "t",
             session: None,
+            annotations: crate::tool_risk::ToolFacts::unlisted(false),
         };
         assert_eq!(condition.evaluate(&Activation::new(&facts)), Ok(true));
     }
@@ -404,6 +457,7 @@ mod tests {
             server: "s",
             tool: "t",
             session: None,
+            annotations: crate::tool_risk::ToolFacts::unlisted(false),
         };
         let why = condition.evaluate(&Activation::new(&facts)).unwrap_err();
         assert!(why.contains("64 KiB"), "{why}");
@@ -476,6 +530,45 @@ mod tests {
         );
         let typo = Condition::compile("arg.amount > 1").unwrap_err();
         assert!(typo.contains("'arg'"), "{typo}");
+    }
+
+    #[test]
+    fn annotations_are_read_with_the_defaults_and_noted_at_compile_time() {
+        let reads =
+            Condition::compile("annotations.destructiveHint && !annotations.trusted").unwrap();
+        assert!(reads.reads_annotations());
+        // A comprehension's own variable named `annotations` is not the tool's.
+        let shadowed = Condition::compile("args.xs.exists(annotations, annotations == 1)").unwrap();
+        assert!(!shadowed.reads_annotations());
+        assert!(
+            !Condition::compile("args.x == 'annotations'")
+                .unwrap()
+                .reads_annotations()
+        );
+        // Nothing listed: the MCP defaults (destructive, open-world), not trusted.
+        assert_eq!(
+            eval(
+                "annotations.destructiveHint && annotations.openWorldHint",
+                json!({})
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            eval(
+                "annotations.readOnlyHint || annotations.idempotentHint",
+                json!({})
+            ),
+            Ok(false)
+        );
+        assert_eq!(
+            eval("annotations.listed || annotations.trusted", json!({})),
+            Ok(false)
+        );
+        let typo = Condition::compile("annotation.readOnlyHint").unwrap_err();
+        assert!(
+            typo.contains("'annotation'") && typo.contains("annotations"),
+            "{typo}"
+        );
     }
 
     #[test]

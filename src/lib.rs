@@ -19,6 +19,7 @@ pub mod render;
 pub mod sessions;
 pub mod sse;
 pub mod tls;
+pub mod tool_risk;
 pub mod validate;
 pub mod visible;
 

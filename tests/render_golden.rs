@@ -163,6 +163,7 @@ fn the_example_path_rules_compare_cleaned_paths() {
             args: &json!({ "path": path }),
             message_bytes: 100,
             session: None,
+            annotations: hitl_operator::tool_risk::ToolFacts::unlisted(false),
         })
     };
     let asks = PolicyVerdict::RequireApproval {

@@ -1451,28 +1451,28 @@ fn others(value: &Value) -> Vec<(String, Value)> {
     out
 }
 
-/// Every way a write can take `spec.caller` of `old` away or change it (removed, nulled, and
-/// each generated other value), and give one to `bare`, a copy without it: each is refused,
-/// with `immutable` whenever the written object would be valid on its own (otherwise the
-/// schema refuses it first, as the apiserver does).
-fn caller_is_write_once(old: &Value, bare: &Value, immutable: &str) {
-    let caller = &old["spec"]["caller"];
-    let mut writes = vec![("removed".to_owned(), without(old.clone(), "/spec/caller"))];
-    for (how, other) in others(caller) {
-        writes.push((how, with(old.clone(), "/spec/caller", other)));
+/// Every way a write can take the field at `pointer` of `old` away or change it (removed,
+/// nulled, and each generated other value), and give one to `bare`, a copy without it: each is
+/// refused, with `immutable` whenever the written object would be valid on its own (otherwise
+/// the schema refuses it first, as the apiserver does).
+fn is_write_once(old: &Value, bare: &Value, pointer: &str, immutable: &str) {
+    let field = old.pointer(pointer).expect("the field is set");
+    let mut writes = vec![("removed".to_owned(), without(old.clone(), pointer))];
+    for (how, other) in others(field) {
+        writes.push((how, with(old.clone(), pointer, other)));
     }
     assert!(writes.len() >= 3, "{writes:#?}");
     for (how, written) in &writes {
         let found = errors(written, Some(old));
-        assert!(!found.is_empty(), "spec.caller {how}: accepted");
+        assert!(!found.is_empty(), "{pointer} {how}: accepted");
         if errors(written, None).is_empty() {
             assert!(
                 found.iter().any(|l| l == immutable),
-                "spec.caller {how}: expected {immutable:?} among {found:#?}"
+                "{pointer} {how}: expected {immutable:?} among {found:#?}"
             );
         }
     }
-    // Nor can a caller be added to a request or grant made without one.
+    // Nor can one be added to an object made without it.
     let found = errors(old, Some(bare));
     assert!(found.iter().any(|l| l == immutable), "added: {found:#?}");
     // An unrelated write keeps it as it is.
@@ -1492,11 +1492,54 @@ fn a_requests_caller_is_write_once_against_every_generated_write() {
                "groups": ["system:serviceaccounts", "system:serviceaccounts:apps"]}),
     );
     assert_valid(&shared);
-    caller_is_write_once(
+    is_write_once(
         &shared,
         &without(shared.clone(), "/spec/caller"),
+        "/spec/caller",
         "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals",
     );
+}
+
+// ---- tool risk (spec.toolAnnotations of requests) ----
+
+#[test]
+fn a_requests_tool_annotations_are_write_once_against_every_generated_write() {
+    let annotations = json!({"title": "Echo", "readOnlyHint": true, "destructiveHint": false,
+        "idempotentHint": true, "openWorldHint": false, "trusted": false,
+        "definitionSha256": "ab".repeat(32)});
+    let annotated = with(request(), "/spec/toolAnnotations", annotations.clone());
+    assert_valid(&annotated);
+    let immutable = "The ApprovalRequest \"r1\" is invalid: spec: Invalid value: spec is immutable except spec.decision and spec.approvals";
+    is_write_once(&annotated, &request(), "/spec/toolAnnotations", immutable);
+    // Each hint, and the trust, flipped: what lowers the risk the approver saw most of all.
+    for key in [
+        "readOnlyHint",
+        "destructiveHint",
+        "idempotentHint",
+        "openWorldHint",
+        "trusted",
+    ] {
+        let mut flipped = annotations.clone();
+        flipped[key] = json!(!annotations[key].as_bool().unwrap());
+        let written = with(annotated.clone(), "/spec/toolAnnotations", flipped);
+        assert_valid(&written);
+        let found = errors(&written, Some(&annotated));
+        assert!(
+            found.iter().any(|l| l == immutable),
+            "{key} flipped: {found:#?}"
+        );
+    }
+    // Nor can a hint the server left out be added later.
+    let bare_hint = without(annotated.clone(), "/spec/toolAnnotations/readOnlyHint");
+    let found = errors(&annotated, Some(&bare_hint));
+    assert!(found.iter().any(|l| l == immutable), "{found:#?}");
+    // A digest that is not one is refused by the schema.
+    let bad = with(
+        annotated.clone(),
+        "/spec/toolAnnotations/definitionSha256",
+        json!("xyz"),
+    );
+    assert!(!errors(&bad, None).is_empty());
 }
 
 #[test]
@@ -1511,9 +1554,10 @@ fn a_grants_caller_is_write_once_against_every_generated_write() {
         json!("system:serviceaccount:apps:bot-a"),
     );
     assert_valid(&shared);
-    caller_is_write_once(
+    is_write_once(
         &shared,
         &without(shared.clone(), "/spec/caller"),
+        "/spec/caller",
         GRANT_IMMUTABLE,
     );
 }

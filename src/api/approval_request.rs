@@ -101,7 +101,9 @@ pub const MAX_APPROVALS: u32 = 16;
     validation = kube::core::Rule::new("!has(oldSelf.decision) || (has(self.editApprovals) == has(oldSelf.editApprovals) && (!has(self.editApprovals) || size(self.editApprovals) == size(oldSelf.editApprovals)))").field_path(".editApprovals").message("spec.editApprovals cannot change once spec.decision is set"),
     validation = kube::core::Rule::new("!has(self.edit) || !has(self.decision) || self.decision.type != 'Approve' || (has(self.editApprovals) && size(self.editApprovals) >= (has(self.requiredApprovals) ? self.requiredApprovals : 1) && self.editApprovals.exists(a, a.approvedBy == self.decision.decidedBy))").field_path(".decision").message("an Approve decision on an edited request (spec.edit) needs spec.requiredApprovals (at least 1) entries in spec.editApprovals, one of them by spec.decision.decidedBy: approvals of the original call do not count for the edited one"),
     // Issue 60, deadlines that escalate.
-    validation = kube::core::Rule::new("has(self.escalation) == has(oldSelf.escalation) && (!has(self.escalation) || self.escalation == oldSelf.escalation)").message("spec is immutable except spec.decision and spec.approvals")
+    validation = kube::core::Rule::new("has(self.escalation) == has(oldSelf.escalation) && (!has(self.escalation) || self.escalation == oldSelf.escalation)").message("spec is immutable except spec.decision and spec.approvals"),
+    // Tool risk (issue 60): the tool's annotations as the gate saw them, set at creation.
+    validation = kube::core::Rule::new("has(self.toolAnnotations) == has(oldSelf.toolAnnotations) && (!has(self.toolAnnotations) || self.toolAnnotations == oldSelf.toolAnnotations)").message("spec is immutable except spec.decision and spec.approvals")
 )]
 // `argumentsPreview` and `grant` are boxed: the controller caches every request without its
 // preview, and most requests have no grant (docs/controller.md, "Memory on the real control
@@ -184,6 +186,44 @@ pub struct ApprovalRequestSpec {
     /// gate, immutable. Its approvers may decide from their tier on (admission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation: Option<Box<RequestEscalation>>,
+    // --- Tool risk (issue 60) ---
+    /// The called tool's MCP annotations as its server listed them through the gate, and
+    /// whether that server is trusted to assert them. Unset when the gate saw no tool list
+    /// naming the tool: the MCP defaults hold then (docs/policies.md, "Tool annotations").
+    /// Set at creation, immutable.
+    // Boxed: the controller caches every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_annotations: Option<Box<ToolAnnotations>>,
+}
+
+/// A tool's MCP annotations (`tools/list`), as asserted by its server, on a request.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolAnnotations {
+    /// The tool's human-readable title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub title: Option<String>,
+    /// The server says the tool does not modify its environment (MCP default: false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// The server says the tool may destroy or overwrite (MCP default: true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// The server says repeating the call has no further effect (MCP default: false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// The server says the tool reaches an open world of entities (MCP default: true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+    /// Whether the tool server is trusted to assert these hints (its RemoteMCPServer's or
+    /// ToolGate's `trustToolAnnotations`). Untrusted hints are shown, and can make a rule ask
+    /// for approval or deny, never allow.
+    pub trusted: bool,
+    /// SHA-256 (hex) of the RFC 8785 canonical JSON of the tool's definition as listed:
+    /// `{name, description, inputSchema, annotations}`.
+    #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
+    pub definition_sha256: String,
 }
 
 impl ApprovalRequest {
@@ -717,6 +757,7 @@ mod tests {
                 edit: None,
                 edit_approvals: Vec::new(),
                 escalation: None,
+                tool_annotations: None,
             },
         );
         r.status = status;

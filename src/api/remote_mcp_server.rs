@@ -53,6 +53,12 @@ pub struct RemoteMCPServerSpec {
     /// Namespaces whose Agents may use this server (unset: only its own namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_namespaces: Option<AllowedNamespaces>,
+    /// Whether the server is trusted to assert its tools' MCP annotations (`readOnlyHint`,
+    /// `destructiveHint`, ...). Unset: not trusted; its hints are shown to approvers and can
+    /// make a rule ask or deny, never allow (docs/policies.md, "Tool annotations"). An
+    /// extension of this project; kagent ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_tool_annotations: Option<bool>,
 }
 
 /// MCP transport.

@@ -70,7 +70,8 @@ pub struct ToolGateSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = kube::core::Rule::new("has(self.remoteMCPServer) != has(self.url)").message("exactly one of remoteMCPServer and url must be set"),
-    validation = kube::core::Rule::new("has(self.url) || !(has(self.protocol) || has(self.headersFrom) || has(self.timeout) || has(self.sseReadTimeout))").message("protocol, headersFrom, timeout and sseReadTimeout go with an inline url only: a RemoteMCPServer brings its own")
+    validation = kube::core::Rule::new("has(self.url) || !(has(self.protocol) || has(self.headersFrom) || has(self.timeout) || has(self.sseReadTimeout))").message("protocol, headersFrom, timeout and sseReadTimeout go with an inline url only: a RemoteMCPServer brings its own"),
+    validation = kube::core::Rule::new("has(self.url) || !has(self.trustToolAnnotations)").message("trustToolAnnotations goes with an inline url only: a RemoteMCPServer says itself whether its annotations are trusted")
 )]
 pub struct ToolGateServer {
     /// Name of a RemoteMCPServer in the ToolGate's namespace; its url, protocol, headersFrom
@@ -103,6 +104,10 @@ pub struct ToolGateServer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), pattern(DURATION_PATTERN))]
     pub sse_read_timeout: Option<String>,
+    /// Whether an inline url's server is trusted to assert its tools' MCP annotations. Unset:
+    /// not trusted (docs/policies.md, "Tool annotations").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_tool_annotations: Option<bool>,
 }
 
 /// Approval settings of a ToolGate: those of an Agent's `approval`, without mode and placement

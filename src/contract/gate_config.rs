@@ -149,6 +149,10 @@ pub struct GateServer {
     /// The Agent's approval rules that apply to this server, in the Agent's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<GateRule>,
+    /// Whether the server is trusted to assert its tools' MCP annotations (its
+    /// RemoteMCPServer's, or an inline ToolGate server's, `trustToolAnnotations`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_tool_annotations: bool,
 }
 
 /// One approval rule as the gate applies it to a server's calls (docs/policies.md).

@@ -755,6 +755,7 @@ mod tests {
                 }),
                 edit: None,
                 edit_approvals: Vec::new(),
+                tool_annotations: None,
             },
         );
         request.status = status;

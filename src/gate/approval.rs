@@ -45,7 +45,7 @@ use super::redact;
 use crate::api::approval_request::{
     AgentRef, ApprovalRequest, ApprovalRequestSpec, ApprovalRequestStatus, CallContext, Caller,
     GrantRef, LABEL_AGENT, LABEL_ARGS_HASH, LABEL_CALLER_HASH, LABEL_GRANT, LABEL_TOOL, Phase,
-    PolicyKind, ToolServerRef, caller_label,
+    PolicyKind, ToolAnnotations, ToolServerRef, caller_label,
 };
 use crate::apiserver::field_manager;
 use crate::apiserver::guarded::{Guarded, GuardedWrite};
@@ -99,6 +99,8 @@ pub struct GatedCall {
     pub context: CallContext,
     /// Who made the call, on a shared gate (its username is `key.caller`): `spec.caller`.
     pub caller: Option<Caller>,
+    /// The tool's annotations as its list showed them: `spec.toolAnnotations`.
+    pub tool_annotations: Option<std::sync::Arc<ToolAnnotations>>,
 }
 
 /// How the approval of a call ended.
@@ -649,6 +651,10 @@ impl Approvals {
                     .escalation
                     .as_ref()
                     .map(|e| Box::new(RequestEscalation::at(e, now, expires_at))),
+                tool_annotations: call
+                    .tool_annotations
+                    .as_deref()
+                    .map(|a| Box::new(a.clone())),
             },
         );
         let mut labels: std::collections::BTreeMap<String, String> = [

@@ -33,6 +33,7 @@ use crate::api::approval_request::{ApprovalRequest, CallContext, Caller};
 use crate::condition::{Activation, MAX_INPUT_BYTES};
 use crate::edit::EditRefusal;
 use crate::sse;
+use crate::tool_risk::ToolFacts;
 
 /// Events the gate queues for a client's event stream that it writes itself (a gated call's
 /// progress and answer, the answers it injects into an HTTP+SSE session). A full queue holds
@@ -336,11 +337,18 @@ async fn screen(
     } else {
         None
     };
+    // The annotations are looked up only when a rule about the tool reads them.
+    let annotations = if up.policy.reads_annotations(&call.name) {
+        up.tool_definitions.facts(&call.name)
+    } else {
+        ToolFacts::unlisted(up.server.trust_tool_annotations)
+    };
     let verdict = up.policy.decide(&PolicyCall {
         tool: &call.name,
         args: tree.as_ref().map_or(&Value::Null, Tree::value),
         message_bytes,
         session,
+        annotations,
     });
     drop(tree);
     let metrics = &up.shared.metrics;
@@ -447,6 +455,11 @@ async fn gated(
         }
     };
     let Origin { session, caller } = origin;
+    let tool_annotations = up.tool_definitions.annotations(&call.name);
+    let annotations = ToolFacts::of(
+        tool_annotations.as_deref(),
+        up.server.trust_tool_annotations,
+    );
     let gated_call = GatedCall {
         key: CallKey {
             agent: up.agent.clone(),
@@ -471,13 +484,16 @@ async fn gated(
             }),
         },
         caller: caller.cloned(),
+        tool_annotations,
     };
+    // A grant lets a call through: it sees the annotations as an Allow rule does.
     let facts = up.shared.approvals.grants_enabled().then(|| {
         Activation::new(&up.policy.facts(&PolicyCall {
             tool: &call.name,
             args: tree.value(),
             message_bytes: outgoing.body.len(),
             session,
+            annotations: annotations.for_allowing(),
         }))
     });
     // The tree goes before the wait; its share of the budget stays while the conditions'

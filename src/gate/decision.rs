@@ -443,6 +443,7 @@ mod tests {
                 }),
                 edit: None,
                 edit_approvals: Vec::new(),
+                tool_annotations: None,
             },
         );
         r.metadata.managed_fields = Some(if r.spec.decision.is_some() {

@@ -71,6 +71,7 @@ pub async fn judge(
         args: &edited,
         message_bytes: body.len(),
         session,
+        annotations: up.tool_definitions.facts(&call.name),
     }) {
         PolicyVerdict::Deny { rule } => {
             return Err(refusal(&format!(

@@ -419,12 +419,12 @@ const TOOL_FIELDS: &[&str] = &["name"];
 /// request (`"id":1.0` answers `"id":1` for many clients), so a tool list it cannot match is
 /// filtered all the same. A message that is not JSON, repeats a key, or writes `result`,
 /// `tools` or a tool's `name` in another case is [`Filtered::Unreadable`]: the gate might
-/// see no tool list where the client sees one. `learn` is given the name and `inputSchema` of
-/// every tool kept (so the gate knows which `Mcp-Param-*` headers it declares).
+/// see no tool list where the client sees one. `learn` is given the name and entry of every
+/// tool kept (so the gate knows which `Mcp-Param-*` headers it declares, and its annotations).
 pub fn filter_tools(
     message: &[u8],
     allowed: impl Fn(&str) -> bool,
-    mut learn: impl FnMut(&str, &Value),
+    mut learn: impl FnMut(&str, &serde_json::Map<String, Value>),
 ) -> Filtered {
     let mut msg = match parse_unique(message, false) {
         Ok(msg) => msg,
@@ -452,7 +452,7 @@ pub fn filter_tools(
 fn filter_one(
     msg: &mut Value,
     allowed: &impl Fn(&str) -> bool,
-    learn: &mut impl FnMut(&str, &Value),
+    learn: &mut impl FnMut(&str, &serde_json::Map<String, Value>),
 ) -> Result<bool, String> {
     let Some(object) = msg.as_object_mut() else {
         return Ok(false);
@@ -469,9 +469,9 @@ fn filter_one(
         exact_fields(tool, TOOL_FIELDS)?;
     }
     tools.retain(|t| t.get("name").and_then(Value::as_str).is_some_and(allowed));
-    for tool in tools.iter() {
+    for tool in tools.iter().filter_map(Value::as_object) {
         if let Some(name) = tool.get("name").and_then(Value::as_str) {
-            learn(name, tool.get("inputSchema").unwrap_or(&Value::Null));
+            learn(name, tool);
         }
     }
     Ok(true)

@@ -149,7 +149,11 @@ pub fn filter_message(up: &Upstream, message: &[u8]) -> Filtered {
     jsonrpc::filter_tools(
         message,
         |t| up.policy.offers(t),
-        |tool, schema| up.param_headers.learn(tool, schema),
+        |name, tool| {
+            up.param_headers
+                .learn(name, tool.get("inputSchema").unwrap_or(&Value::Null));
+            up.tool_definitions.learn(name, tool);
+        },
     )
 }
 

@@ -26,4 +26,5 @@ pub mod routes;
 pub mod server;
 pub mod sessions;
 pub mod streamable_http;
+pub mod tool_definitions;
 pub mod upstream;

@@ -14,6 +14,7 @@ use crate::api::agent::RuleAction;
 use crate::api::approval_request::MAX_APPROVALS;
 use crate::condition::{Activation, CallFacts, Condition, MAX_INPUT_BYTES};
 use crate::contract::gate_config::{AgentIdentity, GateRule, GateServer};
+use crate::tool_risk::ToolFacts;
 use serde_json::Value;
 
 /// The decision for one call.
@@ -54,6 +55,10 @@ pub struct PolicyCall<'a> {
     pub message_bytes: usize,
     /// The MCP session id, when known.
     pub session: Option<&'a str>,
+    /// The tool's annotations as listed ([`ToolFacts::unlisted`] when no rule about the tool
+    /// reads them: [`ServerPolicy::reads_annotations`]). Allow rules see them only when the
+    /// server is trusted ([`ToolFacts::for_allowing`]).
+    pub annotations: ToolFacts,
 }
 
 /// A rule ready to apply.
@@ -118,7 +123,20 @@ impl ServerPolicy {
                 .is_some_and(|rules| rules.iter().any(|rule| rule.when.is_some()))
     }
 
-    /// What to do with `call`.
+    /// Whether deciding a call of `tool` reads the tool's annotations: a rule about it has a
+    /// condition that uses `annotations`. Otherwise [`PolicyCall::annotations`] is not read.
+    pub fn reads_annotations(&self, tool: &str) -> bool {
+        self.rules.get(tool).is_some_and(|rules| {
+            rules
+                .iter()
+                .any(|rule| rule.when.as_ref().is_some_and(Condition::reads_annotations))
+        })
+    }
+
+    /// What to do with `call`. Allow rules see the annotations as [`ToolFacts::for_allowing`]
+    /// says; Deny and RequireApproval rules hold when they hold for the hints as the server
+    /// asserted them or as [`ToolFacts::for_allowing`] says, so an untrusted server's hints can
+    /// make a call need more, never less.
     pub fn decide(&self, call: &PolicyCall) -> PolicyVerdict {
         if !self.offers(call.tool) {
             return PolicyVerdict::NotOffered;
@@ -126,14 +144,38 @@ impl ServerPolicy {
         let Some(rules) = self.rules.get(call.tool) else {
             return self.by_default(call.tool);
         };
+        let allowing_call = PolicyCall {
+            annotations: call.annotations.for_allowing(),
+            ..*call
+        };
+        let separate = allowing_call.annotations != call.annotations;
         let mut activation = None;
+        let mut allowing_activation = None;
         let mut asking: Option<(&CompiledRule, Option<String>)> = None;
         let mut allowing = None;
         for rule in rules {
             let holds = match &rule.when {
                 None => Ok(true),
-                Some(condition) => condition
-                    .evaluate(activation.get_or_insert_with(|| Activation::new(&self.facts(call)))),
+                Some(condition) if separate && rule.action == RuleAction::Allow => condition
+                    .evaluate(
+                        allowing_activation
+                            .get_or_insert_with(|| Activation::new(&self.facts(&allowing_call))),
+                    ),
+                Some(condition) => {
+                    let asserted = condition.evaluate(
+                        activation.get_or_insert_with(|| Activation::new(&self.facts(call))),
+                    );
+                    if separate {
+                        // Untrusted hints only raise: a Deny or RequireApproval rule holds when
+                        // it holds for the hints as asserted or for MCP's defaults.
+                        let cautious = condition.evaluate(allowing_activation.get_or_insert_with(
+                            || Activation::new(&self.facts(&allowing_call)),
+                        ));
+                        either_holds(asserted, cautious)
+                    } else {
+                        asserted
+                    }
+                }
             };
             match (holds, rule.action) {
                 (Ok(false), _) => {}
@@ -185,7 +227,21 @@ impl ServerPolicy {
             server: &self.server,
             tool: call.tool,
             session: call.session,
+            annotations: call.annotations,
         }
+    }
+}
+
+/// A condition evaluated twice holds when either evaluation holds; otherwise it fails when
+/// either failed (failing asks for approval).
+fn either_holds(
+    first: Result<bool, String>,
+    second: Result<bool, String>,
+) -> Result<bool, String> {
+    match (first, second) {
+        (Ok(true), _) | (_, Ok(true)) => Ok(true),
+        (Err(why), _) | (_, Err(why)) => Err(why),
+        _ => Ok(false),
     }
 }
 
@@ -265,6 +321,7 @@ mod tests {
             require_approval: gated.iter().map(|t| t.to_string()).collect(),
             allowed_headers: Vec::new(),
             rules,
+            trust_tool_annotations: false,
         };
         let agent = AgentIdentity {
             kind: Default::default(),
@@ -283,6 +340,7 @@ mod tests {
             args: &args,
             message_bytes,
             session: None,
+            annotations: ToolFacts::unlisted(false),
         })
     }
 
@@ -298,6 +356,121 @@ mod tests {
         PolicyVerdict::Forward {
             rule: rule.map(str::to_owned),
         }
+    }
+
+    /// `decide` for a call of `tool` whose server asserts `hints`, `trusted` or not.
+    fn decide_hinted(
+        policy: &ServerPolicy,
+        tool: &str,
+        hints: serde_json::Value,
+        trusted: bool,
+    ) -> PolicyVerdict {
+        let listed = crate::tool_risk::listed(
+            json!({"name": tool, "annotations": hints})
+                .as_object()
+                .unwrap(),
+            trusted,
+        )
+        .unwrap();
+        policy.decide(&PolicyCall {
+            tool,
+            args: &json!({}),
+            message_bytes: 2,
+            session: None,
+            annotations: ToolFacts::of(Some(&listed), trusted),
+        })
+    }
+
+    #[test]
+    fn a_read_only_hint_allows_without_approval_only_when_trusted() {
+        let p = policy(
+            &["read_file"],
+            vec![rule(
+                "read-only-is-fine",
+                "read_file",
+                Some("annotations.readOnlyHint"),
+                RuleAction::Allow,
+            )],
+        );
+        assert!(p.reads_annotations("read_file") && !p.reads_annotations("write_file"));
+        let read_only = json!({"readOnlyHint": true});
+        assert_eq!(
+            decide_hinted(&p, "read_file", read_only.clone(), true),
+            forwards(Some("read-only-is-fine"))
+        );
+        assert_eq!(
+            decide_hinted(&p, "read_file", read_only, false),
+            asks(None),
+            "an untrusted readOnlyHint cannot let the call through"
+        );
+        // Nor can an untrusted server lift a destructive default by saying the opposite.
+        let p = policy(
+            &["read_file"],
+            vec![rule(
+                "harmless",
+                "read_file",
+                Some("!annotations.destructiveHint"),
+                RuleAction::Allow,
+            )],
+        );
+        assert_eq!(
+            decide_hinted(&p, "read_file", json!({"destructiveHint": false}), false),
+            asks(None)
+        );
+    }
+
+    #[test]
+    fn an_untrusted_destructive_hint_can_require_approval_or_deny() {
+        let p = policy(
+            &[],
+            vec![
+                rule(
+                    "destructive-asks",
+                    "write_file",
+                    Some("annotations.destructiveHint && annotations.listed"),
+                    RuleAction::RequireApproval,
+                ),
+                rule(
+                    "open-world-denied",
+                    "delete_file",
+                    Some("annotations.openWorldHint && annotations.listed"),
+                    RuleAction::Deny,
+                ),
+            ],
+        );
+        for trusted in [false, true] {
+            assert_eq!(
+                decide_hinted(&p, "write_file", json!({"destructiveHint": true}), trusted),
+                asks(Some("destructive-asks"))
+            );
+            assert_eq!(
+                decide_hinted(&p, "write_file", json!({"destructiveHint": false}), trusted),
+                if trusted {
+                    forwards(None)
+                } else {
+                    asks(Some("destructive-asks"))
+                },
+                "an untrusted server cannot lift a rule by asserting a harmless hint"
+            );
+            if !trusted {
+                assert_eq!(
+                    decide_hinted(&p, "delete_file", json!({"openWorldHint": false}), trusted),
+                    PolicyVerdict::Deny {
+                        rule: "open-world-denied".into()
+                    },
+                    "nor escape a Deny rule that way"
+                );
+            }
+            assert_eq!(
+                decide_hinted(&p, "delete_file", json!({}), trusted),
+                PolicyVerdict::Deny {
+                    rule: "open-world-denied".into()
+                },
+                "the MCP default openWorldHint true holds for a hint left out"
+            );
+        }
+        // A tool no list showed: the defaults, not listed.
+        assert_eq!(decide(&p, "write_file", json!({})), forwards(None));
     }
 
     #[test]
@@ -458,6 +631,7 @@ mod tests {
             require_approval: Vec::new(),
             allowed_headers: Vec::new(),
             rules: vec![rule("bad", "t", Some("args.x >"), RuleAction::Allow)],
+            trust_tool_annotations: false,
         };
         let why = ServerPolicy::compile(&agent, &base).unwrap_err();
         assert!(why.starts_with("rule \"bad\": when: CEL: "), "{why}");

@@ -21,6 +21,7 @@ use super::metrics::Metrics;
 use super::policy::ServerPolicy;
 use super::pool::{Connector, Pool, SendError};
 use super::resume::{self, Resumable};
+use super::tool_definitions::ToolDefinitions;
 use crate::contract::binding_key::BindingKey;
 use crate::contract::gate_config::GateServer;
 
@@ -78,6 +79,8 @@ pub struct Upstream {
     pub shared: Shared,
     /// The `Mcp-Param-*` headers its tools declare, from the tool lists the gate relayed.
     pub param_headers: ParamHeaders,
+    /// Its tools' annotations and definition digests, from the tool lists the gate relayed.
+    pub tool_definitions: ToolDefinitions,
     /// Approved calls that may go on after an `input_required` answer.
     pub continuations: Continuations,
     /// The client sessions the gate carries across the server's restarts.
@@ -277,6 +280,7 @@ impl Upstream {
                 server.params.sse_read_timeout.as_ref(),
             )?,
             pool: Pool::new(shared.connector.clone(), &uri),
+            tool_definitions: ToolDefinitions::new(server.trust_tool_annotations),
             server,
             policy,
             url,

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::plan::Event;
 use crate::api::approval_request::{DecisionType, PolicyKind};
 use crate::api::{ApprovalRequest, Phase};
+use crate::tool_risk;
 use crate::visible::visible;
 
 /// Content type of a [`cloud_event`].
@@ -79,6 +80,9 @@ fn facts(request: &ApprovalRequest, event: Event, phase: Phase) -> Value {
     }
     if let Some(caller) = &spec.caller {
         data["caller"] = json!(caller.username);
+    }
+    if let Some(annotations) = &spec.tool_annotations {
+        data["toolAnnotations"] = json!(annotations);
     }
     if phase == Phase::Pending {
         data["approve"] = json!(approve);
@@ -186,6 +190,12 @@ pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase, buttons: boo
         &spec.arguments_sha256[..spec.arguments_sha256.len().min(16)],
         spec.expires_at.0,
     );
+    if let Some(annotations) = spec.tool_annotations.as_deref() {
+        details.push_str(&format!(
+            "\nTool risk: {}",
+            slack_text(&tool_risk::summary(annotations))
+        ));
+    }
     if phase == Phase::Pending {
         let (approve, deny) = commands(request);
         details.push_str(&format!(

@@ -292,6 +292,7 @@ mod tests {
             require_approval: gated.iter().map(|t| t.to_string()).collect(),
             allowed_headers: Vec::new(),
             rules: Vec::new(),
+            trust_tool_annotations: false,
         }
     }
 

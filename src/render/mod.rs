@@ -878,6 +878,7 @@ fn gate_server(server: &ResolvedServer, approval_rules: &[ApprovalRule]) -> Gate
         require_approval: server.require_approval.clone(),
         allowed_headers: server.allowed_headers.clone(),
         rules: rules::gate_rules(server, approval_rules),
+        trust_tool_annotations: server.trust_tool_annotations,
     }
 }
 

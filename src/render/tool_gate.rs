@@ -290,6 +290,7 @@ fn resolve_server(
                     &server.sse_read_timeout,
                 )?,
                 terminate_on_close: None,
+                trust_tool_annotations: server.trust_tool_annotations.unwrap_or(false),
             },
             object.to_owned(),
             "spec.server.headersFrom",
@@ -336,6 +337,7 @@ fn resolve_server(
         tools: tool_gate.spec.tool_names.clone(),
         require_approval: tool_gate.spec.require_approval.clone(),
         allowed_headers: Vec::new(),
+        trust_tool_annotations: endpoint.trust_tool_annotations,
     })
 }
 

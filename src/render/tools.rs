@@ -51,6 +51,8 @@ pub struct ResolvedServer {
     pub require_approval: Vec<String>,
     /// Headers forwarded from the A2A caller.
     pub allowed_headers: Vec<String>,
+    /// Whether the server is trusted to assert its tools' MCP annotations.
+    pub trust_tool_annotations: bool,
 }
 
 /// Connection settings taken from the server object.
@@ -67,6 +69,9 @@ pub struct Endpoint {
     pub sse_read_timeout: Option<f64>,
     /// Close the session when the client disconnects.
     pub terminate_on_close: Option<bool>,
+    /// Whether the server is trusted to assert its tools' MCP annotations: only a
+    /// RemoteMCPServer (or a ToolGate's inline url) can say so.
+    pub trust_tool_annotations: bool,
 }
 
 /// Resolves every MCP server entry of an Agent (Agent tools are [`super::agents`]'). `object`
@@ -195,6 +200,7 @@ pub fn resolve_servers(
             tools: server.tool_names.clone(),
             require_approval: server.require_approval.clone(),
             allowed_headers: server.allowed_headers.clone(),
+            trust_tool_annotations: endpoint.trust_tool_annotations,
         });
     }
     Ok(servers)
@@ -326,6 +332,7 @@ pub fn remote_endpoint(namespace: &str, name: &str, remote: &RemoteMCPServer) ->
             &spec.sse_read_timeout,
         )?,
         terminate_on_close: spec.terminate_on_close,
+        trust_tool_annotations: spec.trust_tool_annotations.unwrap_or(false),
     })
 }
 
@@ -361,6 +368,7 @@ fn mcp_server_endpoint(
         timeout: Some(timeout),
         sse_read_timeout: None,
         terminate_on_close: None,
+        trust_tool_annotations: false,
     })
 }
 
@@ -430,6 +438,7 @@ fn service_endpoint(service: &Service, warnings: &mut Vec<String>) -> Result<End
         timeout: None,
         sse_read_timeout: None,
         terminate_on_close: None,
+        trust_tool_annotations: false,
     })
 }
 

@@ -4,7 +4,7 @@
 # is reachable. docs/e2e.md describes the suites and how to get a throwaway control plane.
 #
 # Usage: tests/e2e/run.sh [SUITE...]    SUITE: story, plugin, coexist, claim, freeze, quorum, edit, grants,
-#        notify, escalate, slack, rewind, toolgate, toolgate-isolation, node-access, sessions, runtime, pods
+#        notify, escalate, slack, rewind, tool-risk, toolgate, toolgate-isolation, node-access, sessions, runtime, pods
 #        (default: all, in that order)
 #   story   tests/e2e/story.sh: chart install, two controller replicas, an Agent, the gate,
 #           approvals, refusals, expiry, failover, figures
@@ -13,6 +13,9 @@
 #   claim   tests/e2e/claim.sh: exactly once: gates racing, a gate killed mid-claim, the request
 #           changed during the claim, phases never going backwards
 #   freeze  tests/e2e/freeze.sh: the freeze annotation on an Agent and on its Namespace
+#   tool-risk tests/e2e/tool-risk.sh: a real SDK server's tool annotations on the request
+#           (untrusted), shown by kubectl hitl; every removal or replacement of
+#           spec.toolAnnotations refused by the CRD, with the admission policies and without
 #   quorum  tests/e2e/quorum.sh: a rule asking for two approvals: 1/2 keeps the call waiting,
 #           the same person twice, the requester and ServiceAccounts refused, 2/2 runs it once
 #   edit    tests/e2e/edit.sh: edit, then approve: the edited call runs once and the model is
@@ -65,7 +68,7 @@ if ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum edit grants notify escalate slack rewind toolgate toolgate-isolation node-access sessions runtime pods)
+[ ${#suites[@]} -gt 0 ] || suites=(story plugin coexist claim freeze quorum edit grants notify escalate slack rewind tool-risk toolgate toolgate-isolation node-access sessions runtime pods)
 
 echo "== e2e: build and test dependencies"
 cargo build --bins

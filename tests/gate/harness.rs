@@ -359,6 +359,7 @@ pub fn server(
         require_approval: gated.iter().map(|s| s.to_string()).collect(),
         allowed_headers: vec![],
         rules: vec![],
+        trust_tool_annotations: false,
     }
 }
 

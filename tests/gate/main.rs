@@ -16,3 +16,4 @@ mod python_peers;
 mod restart;
 mod rules;
 mod stub_upstream;
+mod tool_risk;

@@ -25,17 +25,21 @@ const arrivals = new Map();
 
 function newServer() {
   const server = new McpServer({ name: "hitl-e2e-recorder", version: "1.0.0" });
-  const tool = (name, description, shape, answer) =>
-    server.registerTool(name, { description, inputSchema: shape }, async (args, extra) => {
+  const tool = (name, description, shape, answer, annotations) =>
+    server.registerTool(name, { description, inputSchema: shape, annotations }, async (args, extra) => {
       const key = `${extra.sessionId}/${extra.requestId}`;
       const ranNs = process.hrtime.bigint();
       calls.push({ tool: name, args, receivedNs: String(arrivals.get(key) ?? ranNs), ranNs: String(ranNs) });
       arrivals.delete(key);
       return { content: [{ type: "text", text: answer(args) }] };
     });
-  tool("read_file", "Reads a file", { path: z.string() }, (a) => `contents of ${a.path}`);
-  tool("write_file", "Writes a file", { path: z.string(), content: z.string() }, (a) => `wrote ${a.path}`);
-  tool("delete_file", "Deletes a file", { path: z.string() }, (a) => `deleted ${a.path}`);
+  // MCP tool annotations, as a real server lists them (docs/policies.md, "Tool annotations").
+  tool("read_file", "Reads a file", { path: z.string() }, (a) => `contents of ${a.path}`,
+    { readOnlyHint: true, openWorldHint: false });
+  tool("write_file", "Writes a file", { path: z.string(), content: z.string() }, (a) => `wrote ${a.path}`,
+    { destructiveHint: false, idempotentHint: true, openWorldHint: false });
+  tool("delete_file", "Deletes a file", { path: z.string() }, (a) => `deleted ${a.path}`,
+    { title: "Delete a file", destructiveHint: true, openWorldHint: false });
   return server;
 }
 

@@ -10,6 +10,7 @@ use super::table::{expires, short_duration};
 use crate::api::ApprovalRequest;
 use crate::api::approval_request::DecisionType;
 use crate::gate::redact;
+use crate::tool_risk;
 use crate::visible::visible;
 
 /// Human-readable description of `r` at `now`, starting with a warning line when the preview
@@ -59,6 +60,9 @@ fn described(r: &ApprovalRequest, now: Timestamp) -> String {
             spec.tool_server.name
         ),
     );
+    if let Some(annotations) = spec.tool_annotations.as_deref() {
+        field("Risk", &tool_risk::summary(annotations));
+    }
     if let Some(rule) = &spec.rule {
         field(
             "Rule",

@@ -4,6 +4,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::api::ApprovalRequest;
 use crate::gate::redact;
+use crate::tool_risk;
 use crate::visible::visible;
 
 /// Widest ARGS cell, in characters; longer previews end in `...`.
@@ -22,7 +23,8 @@ const HEADERS: [&str; 8] = [
 ];
 
 /// The cells of one request's row (with the namespace first when `all_namespaces`), hidden
-/// characters written out. APPROVALS is given of required (`1/2`).
+/// characters written out. APPROVALS is given of required (`1/2`); TOOL carries the tool's
+/// risk badges (`delete_file [destructive, open-world]`) when the request records them.
 pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> Vec<String> {
     let meta = &request.metadata;
     let mut cells = Vec::with_capacity(9);
@@ -39,7 +41,12 @@ pub fn row(request: &ApprovalRequest, now: Timestamp, all_namespaces: bool) -> V
         ),
         None => request.spec.agent_ref.label(),
     });
-    cells.push(request.spec.tool_name.clone());
+    let badges = tool_risk::badges(request.spec.tool_annotations.as_deref());
+    cells.push(if badges.is_empty() {
+        request.spec.tool_name.clone()
+    } else {
+        format!("{} [{}]", request.spec.tool_name, badges.join(", "))
+    });
     cells.push(args_preview(request));
     cells.push(phase_cell(request, now));
     cells.push(match &request.spec.grant {
@@ -244,6 +251,31 @@ mod tests {
         assert_eq!(
             row(&r, ts("2026-11-22T01:03:00Z"), false)[6..],
             ["<unknown>", "in 3d"]
+        );
+    }
+
+    #[test]
+    fn the_tool_cell_carries_the_risk_badges_and_who_vouches() {
+        let mut r = request("r", "ns", json!({}));
+        r.spec.tool_annotations = Some(Box::new(
+            serde_json::from_value(json!({"readOnlyHint": true, "openWorldHint": false,
+                "trusted": false, "definitionSha256": "ab".repeat(32)}))
+            .unwrap(),
+        ));
+        let now = ts("2026-11-22T00:05:00Z");
+        assert_eq!(
+            row(&r, now, false)[2],
+            "delete_file [read-only (untrusted)]"
+        );
+        r.spec.tool_annotations.as_mut().unwrap().trusted = true;
+        assert_eq!(row(&r, now, false)[2], "delete_file [read-only]");
+        let described = crate::cli::hitl::describe::describe(&r, now);
+        assert!(
+            described.contains(&format!(
+                "Risk:         read-only (asserted by a trusted server; definition sha256 {})",
+                "ab".repeat(32)
+            )),
+            "{described}"
         );
     }
 

@@ -112,6 +112,7 @@ fn call(arguments: &Value) -> GatedCall {
             call_id: Some("7".into()),
         },
         caller: None,
+        tool_annotations: None,
     }
 }
 
@@ -1150,6 +1151,7 @@ fn spawn_by_grant() -> (tokio::task::JoinHandle<Result<Option<String>>>, ApiMock
             server: "fs",
             tool: "delete_file",
             session: Some("sess-1"),
+            annotations: crate::tool_risk::ToolFacts::unlisted(false),
         });
         a.by_grant(&call(&arguments), &facts).await
     });
@@ -1367,6 +1369,7 @@ async fn a_hung_apiserver_while_looking_for_grants_refuses_the_call_within_the_s
             server: "fs",
             tool: "delete_file",
             session: None,
+            annotations: crate::tool_risk::ToolFacts::unlisted(false),
         });
         a.resolve(&call(&arguments), Some(&facts), &|_: &str| {})
             .await
@@ -1398,6 +1401,7 @@ async fn a_call_no_grant_covers_goes_on_to_a_person() {
             server: "fs",
             tool: "delete_file",
             session: None,
+            annotations: crate::tool_risk::ToolFacts::unlisted(false),
         });
         a.resolve(&call(&arguments), Some(&facts), &|_: &str| {})
             .await

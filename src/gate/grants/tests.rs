@@ -99,6 +99,7 @@ fn why_through(
         server: "fs",
         tool,
         session,
+        annotations: crate::tool_risk::ToolFacts::unlisted(false),
     });
     let key = CallKey {
         kind,
@@ -382,6 +383,7 @@ fn a_grant_stands_for_one_approval() {
         server: "fs",
         tool: "delete_file",
         session: None,
+        annotations: crate::tool_risk::ToolFacts::unlisted(false),
     });
     let key = key("delete_file", 2);
     let call = GrantedCall {

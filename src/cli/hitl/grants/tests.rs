@@ -43,6 +43,7 @@ fn request(session: Option<&str>, required: Option<i32>) -> ApprovalRequest {
             decision: None,
             edit: None,
             edit_approvals: Vec::new(),
+            tool_annotations: None,
         },
     );
     r.metadata.namespace = Some("team".into());

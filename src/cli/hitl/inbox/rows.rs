@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::api::ApprovalRequest;
 use crate::api::approval_request::{DecisionType, Phase};
 use crate::gate::redact;
+use crate::tool_risk;
 use crate::visible::visible;
 
 /// How many finished requests the page lists below the pending ones (the most recent).
@@ -77,6 +78,9 @@ pub struct Row {
     pub decided_by: Option<String>,
     /// The decision's reason.
     pub reason: Option<String>,
+    /// The tool's risk badges, as the request records its annotations (empty: none recorded).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub risk: Vec<String>,
 }
 
 fn shown(text: &str) -> String {
@@ -125,6 +129,7 @@ pub fn row(request: &ApprovalRequest, now: Timestamp) -> Row {
             .as_ref()
             .and_then(|d| d.reason.as_deref())
             .map(shown),
+        risk: tool_risk::badges(spec.tool_annotations.as_deref()),
     }
 }
 

@@ -66,6 +66,7 @@ function requestCard(r, now) {
   else card.removeAttribute("tabindex");
   card.addEventListener("click", () => state === "pending" && choose(key, true));
   const title = el("h3", {}, el("span", { class: "tool", text: r.tool }), " ", badge(state));
+  for (const word of r.risk || []) title.append(el("span", { class: `badge risk${word.startsWith("destructive") ? " destructive" : ""}`, text: word }));
   const meta = el(
     "p",
     { class: "meta" },
