@@ -145,6 +145,7 @@ fn gate_config(upstream: &str) -> GateConfig {
             ttl_after_finished_seconds: 86400.0,
             grant_max_ttl_seconds: None,
             max_open_requests: DEFAULT_MAX_OPEN_REQUESTS,
+            escalation: None,
         },
         listen: "127.0.0.1:0".into(),
         metrics_listen: "127.0.0.1:0".into(),

@@ -851,8 +851,10 @@ fn status_policy_covers_every_status_field() {
             "conditions",
             "consumedAt",
             "decidedAt",
+            "escalations",
             "notifications",
-            "phase"
+            "phase",
+            "tier"
         ]
         .map(String::from)
         .into()

@@ -725,7 +725,7 @@ fn approval_rule_conditions_are_compiled_with_their_bounds() {
     assert_eq!(
         problem("path.startsWith('/tmp/')"),
         [
-            "t.yaml: Agent ns/a: spec.declarative.approval.rules[0].when: Invalid value: \"path.startsWith('/tmp/')\": undeclared reference to 'path': a condition can use args, agent, namespace, server, tool, session"
+            "t.yaml: Agent ns/a: spec.declarative.approval.rules[0].when: Invalid value: \"path.startsWith('/tmp/')\": undeclared reference to 'path': a condition can use args, agent, namespace, server, tool, session, annotations"
         ]
     );
     let nested = problem("args.paths.all(p, args.allowed.exists(a, p.startsWith(a)))");
