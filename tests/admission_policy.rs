@@ -826,7 +826,12 @@ fn status_policy_covers_every_status_field() {
         .cloned()
         .collect();
     // editedArgumentsSha256: the gate writes it with consumedAt; the CRD keeps it write-once.
-    let writable = ["consumedAt", "consumedBy", "message", "editedArgumentsSha256"];
+    let writable = [
+        "consumedAt",
+        "consumedBy",
+        "message",
+        "editedArgumentsSha256",
+    ];
     let policy = &load("default")["status"];
     let constrained: BTreeSet<String> = fields
         .iter()

@@ -168,9 +168,10 @@ impl ServerPolicy {
                     if separate {
                         // Untrusted hints only raise: a Deny or RequireApproval rule holds when
                         // it holds for the hints as asserted or for MCP's defaults.
-                        let cautious = condition.evaluate(allowing_activation.get_or_insert_with(
-                            || Activation::new(&self.facts(&allowing_call)),
-                        ));
+                        let cautious =
+                            condition.evaluate(allowing_activation.get_or_insert_with(|| {
+                                Activation::new(&self.facts(&allowing_call))
+                            }));
                         either_holds(asserted, cautious)
                     } else {
                         asserted
@@ -234,10 +235,7 @@ impl ServerPolicy {
 
 /// A condition evaluated twice holds when either evaluation holds; otherwise it fails when
 /// either failed (failing asks for approval).
-fn either_holds(
-    first: Result<bool, String>,
-    second: Result<bool, String>,
-) -> Result<bool, String> {
+fn either_holds(first: Result<bool, String>, second: Result<bool, String>) -> Result<bool, String> {
     match (first, second) {
         (Ok(true), _) | (_, Ok(true)) => Ok(true),
         (Err(why), _) | (_, Err(why)) => Err(why),
