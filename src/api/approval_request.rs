@@ -66,7 +66,7 @@ pub const MAX_APPROVALS: u32 = 16;
     // Issue 60, deadlines that escalate.
     validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.tier) || (has(self.status) && has(self.status.tier) && self.status.tier >= oldSelf.status.tier)").field_path(".status.tier").message("status.tier never decreases: an escalation step taken stays taken"),
     validation = kube::core::Rule::new("!has(self.status) || !has(self.status.tier) || self.status.tier == 0 || (has(self.spec.escalation) && has(self.spec.escalation.steps) && self.status.tier <= size(self.spec.escalation.steps))").field_path(".status.tier").message("status.tier cannot pass the last step of spec.escalation"),
-    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.escalations) || (has(self.status) && has(self.status.escalations) && oldSelf.status.escalations.all(o, self.status.escalations.exists(n, n == o)))").field_path(".status.escalations").message("status.escalations is append-only: a step's record cannot be changed or removed")
+    validation = kube::core::Rule::new("!has(oldSelf.status) || !has(oldSelf.status.escalations) || (has(self.status) && has(self.status.escalations) && oldSelf.status.escalations.all(o, o in self.status.escalations))").field_path(".status.escalations").message("status.escalations is append-only: a step's record cannot be changed or removed")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
