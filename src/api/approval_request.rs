@@ -302,6 +302,14 @@ impl ApprovalRequest {
         seen
     }
 
+    /// The escalation tier reached (`status.tier`), 0 before the first step or without one.
+    pub fn tier(&self) -> u32 {
+        self.status
+            .as_ref()
+            .and_then(|s| s.tier)
+            .map_or(0, u32::from)
+    }
+
     /// `1/2`: approvals given of those required.
     pub fn approvals_summary(&self) -> String {
         format!("{}/{}", self.approvals_given(), self.required_approvals())

@@ -42,21 +42,12 @@ pub fn due(request: &ApprovalRequest, phase: Phase, now: Timestamp) -> Due {
     if phase != Phase::Pending {
         return Due::Wait(None);
     }
-    let recorded = recorded_tier(request);
+    let recorded = request.tier();
     if escalation.tier_at(now) > recorded {
         Due::Take(recorded + 1)
     } else {
         Due::Wait(escalation.next_at(recorded))
     }
-}
-
-/// `status.tier`, 0 when absent.
-pub fn recorded_tier(request: &ApprovalRequest) -> u32 {
-    request
-        .status
-        .as_ref()
-        .and_then(|s| s.tier)
-        .map_or(0, u32::from)
 }
 
 /// The status change that takes tier `tier` on `current` by `by` at `now`: declined (with the
@@ -67,7 +58,7 @@ pub fn take(
     by: &str,
     now: Timestamp,
 ) -> std::result::Result<ApprovalRequestStatus, u32> {
-    let recorded = recorded_tier(current);
+    let recorded = current.tier();
     if recorded >= tier {
         return Err(recorded);
     }
@@ -87,6 +78,45 @@ pub fn take(
         escalations: escalations.into_boxed_slice(),
         ..ApprovalRequestStatus::default()
     })
+}
+
+/// The notifier of a step taken, as the controller's cache shows it when the step is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepNotifier {
+    /// The step names no notifier.
+    None,
+    /// The named ApprovalNotifier exists: it is told (event `escalated-N`).
+    Found,
+    /// The named ApprovalNotifier does not exist: nobody is told, and the step's Event is a
+    /// Warning that says so.
+    Missing,
+}
+
+impl StepNotifier {
+    /// What `name`, if named, is, with `exists` saying whether an ApprovalNotifier has that name.
+    pub fn of(name: Option<&str>, exists: impl FnOnce(&str) -> bool) -> Self {
+        match name {
+            None => Self::None,
+            Some(name) if exists(name) => Self::Found,
+            Some(_) => Self::Missing,
+        }
+    }
+
+    /// The label of `hitl_escalations`: `none`, `found` or `missing`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Found => "found",
+            Self::Missing => "missing",
+        }
+    }
+}
+
+fn notifier_exists(ctx: &Context, namespace: &str, name: &str) -> bool {
+    ctx.stores
+        .notifiers
+        .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+        .is_some()
 }
 
 /// Takes the step due for `request` (from the cache) in `phase`, if one is: returns when to
@@ -124,13 +154,26 @@ pub async fn step(
                 })
                 .filter(|w| !w.is_empty())
                 .unwrap_or_else(|| "nobody more".into());
-            let note = format!(
+            let mut note = format!(
                 "ApprovalRequest {}: escalated to tier {tier} at {now}: {who} may decide from now on; expires at {}",
                 request.name_any(),
                 request.spec.expires_at.0
             );
-            tracing::info!(%namespace, request = %request.name_any(), tier, conflicts = outcome.conflicts, "escalation step taken");
-            ctx.publish(EventType::Normal, "Escalated", note, "Escalate", targets)
+            let notifier = step.as_ref().and_then(|s| s.notifier.as_deref());
+            let told = StepNotifier::of(notifier, |name| notifier_exists(ctx, &namespace, name));
+            let event_type = match told {
+                StepNotifier::Missing => {
+                    note.push_str(&format!(
+                        "; its notifier {:?} is not an ApprovalNotifier in namespace {namespace}: nobody was told",
+                        notifier.unwrap_or_default()
+                    ));
+                    EventType::Warning
+                }
+                StepNotifier::None | StepNotifier::Found => EventType::Normal,
+            };
+            tracing::info!(%namespace, request = %request.name_any(), tier, conflicts = outcome.conflicts, notifier = told.as_str(), "escalation step taken");
+            ctx.metrics.escalated(told.as_str());
+            ctx.publish(event_type, "Escalated", note, "Escalate", targets)
                 .await;
             Ok(Some(now))
         }
@@ -199,6 +242,20 @@ mod tests {
         ] {
             assert_eq!(due(&escalating(None), phase, late), Due::Wait(None));
         }
+    }
+
+    #[test]
+    fn a_steps_notifier_is_none_found_or_missing() {
+        assert_eq!(StepNotifier::of(None, |_| true), StepNotifier::None);
+        assert_eq!(
+            StepNotifier::of(Some("pager"), |n| n == "pager"),
+            StepNotifier::Found
+        );
+        assert_eq!(
+            StepNotifier::of(Some("pager"), |_| false),
+            StepNotifier::Missing
+        );
+        assert_eq!(StepNotifier::Missing.as_str(), "missing");
     }
 
     #[test]

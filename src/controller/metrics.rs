@@ -36,6 +36,13 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of an escalation step taken.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EscalationLabels {
+    /// The step's notifier: `none` (it names none), `found` or `missing` (nobody was told).
+    pub notifier: &'static str,
+}
+
 /// Labels of a request to the apiserver ([`RequestKind`]).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -60,6 +67,7 @@ pub struct Metrics {
     decisions: Family<OutcomeLabels, Counter>,
     decision_latency: Histogram,
     notifications: Family<OutcomeLabels, Counter>,
+    escalations: Family<EscalationLabels, Counter>,
     api_requests: Family<RequestLabels, Counter>,
 }
 
@@ -79,6 +87,7 @@ impl Default for Metrics {
         // 1 s .. ~9 h
         let decision_latency = Histogram::new(exponential_buckets(1.0, 2.0, 16));
         let notifications = Family::<OutcomeLabels, Counter>::default();
+        let escalations = Family::<EscalationLabels, Counter>::default();
         let api_requests = Family::<RequestLabels, Counter>::default();
         registry.register("reconcile", "Reconciles by controller", reconciles.clone());
         registry.register(
@@ -112,6 +121,11 @@ impl Default for Metrics {
             notifications.clone(),
         );
         registry.register(
+            "escalations",
+            "Escalation steps taken by this controller, by what their notifier was (none, found, missing)",
+            escalations.clone(),
+        );
+        registry.register(
             "apiserver_requests",
             "Requests the controller sent to the apiserver, by verb and resource",
             api_requests.clone(),
@@ -127,6 +141,7 @@ impl Default for Metrics {
             decisions,
             decision_latency,
             notifications,
+            escalations,
         }
     }
 }
@@ -197,6 +212,13 @@ impl Metrics {
     pub fn notified(&self, outcome: &'static str) {
         self.notifications
             .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts an escalation step taken, by what its notifier was ([`super::escalation::StepNotifier`]).
+    pub fn escalated(&self, notifier: &'static str) {
+        self.escalations
+            .get_or_create(&EscalationLabels { notifier })
             .inc();
     }
 

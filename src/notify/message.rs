@@ -196,6 +196,16 @@ pub fn slack(request: &ApprovalRequest, event: Event, phase: Phase, buttons: boo
             slack_text(&tool_risk::summary(annotations))
         ));
     }
+    if let (Phase::Pending, Some(escalation)) = (phase, spec.escalation.as_deref()) {
+        let tier = request.tier();
+        details.push_str(&format!(
+            "\nEscalation: tier {tier} of {}",
+            escalation.steps.len()
+        ));
+        if let Some(next) = escalation.next_at(tier) {
+            details.push_str(&format!(", tier {} at {next}", tier + 1));
+        }
+    }
     if phase == Phase::Pending {
         let (approve, deny) = commands(request);
         details.push_str(&format!(
@@ -356,6 +366,25 @@ mod tests {
             s["text"],
             "Denied by alice: wrong &lt;file&gt;: `delete_file` of agent *helper* in team-a"
         );
+    }
+
+    #[test]
+    fn a_pending_escalating_message_says_its_tier_and_the_next() {
+        let mut r = serde_json::to_value(request(None)).unwrap();
+        r["spec"]["escalation"] = json!({"steps": [
+            {"tier": 1, "at": "2026-11-22T00:05:00Z", "approvers": {"groups": ["oncall"]}},
+            {"tier": 2, "at": "2026-11-22T00:30:00Z", "approvers": {"users": ["boss"]}},
+        ]});
+        r["status"] = json!({"phase": "Pending", "tier": 1});
+        let r: ApprovalRequest = serde_json::from_value(r).unwrap();
+        let context = |phase| slack(&r, Event::Escalated(1), phase, false)["blocks"][2].to_string();
+        assert!(
+            context(Phase::Pending)
+                .contains("Escalation: tier 1 of 2, tier 2 at 2026-11-22T00:30:00Z"),
+            "{}",
+            context(Phase::Pending)
+        );
+        assert!(!context(Phase::Expired).contains("Escalation"));
     }
 
     #[test]

@@ -126,6 +126,55 @@ async fn a_step_due_is_one_guarded_write_and_an_event_on_the_request_and_its_age
 }
 
 #[tokio::test]
+async fn a_step_whose_notifier_is_missing_is_a_warning_and_counted() {
+    let mut held = json_of(&request("5", None));
+    held["spec"]["escalation"]["steps"][0]["notifier"] = json!("pager");
+    let held: ApprovalRequest = serde_json::from_value(held).unwrap();
+    let mut written = json_of(&held);
+    written["metadata"]["resourceVersion"] = json!("6");
+    written["status"]["tier"] = json!(1);
+    let script = vec![
+        expect(
+            Method::PATCH,
+            &format!("{REQUEST}/status{BY_ESCALATION}"),
+            written,
+        ),
+        expect(Method::POST, EVENTS, event_created()),
+        expect(Method::POST, EVENTS, event_created()),
+    ];
+    let cache = cache_of(&held);
+    let (result, requests) = run_script(script, |client| {
+        let ctx = cache.context(client, at(600));
+        async move { (reconcile(cached(held), ctx.clone()).await, ctx) }
+    })
+    .await;
+    let (action, ctx) = result;
+    action.unwrap();
+    assert_eq!(
+        requests.len(),
+        3,
+        "the step and its two Events, no delivery"
+    );
+    for event in &requests[1..] {
+        assert_eq!(event.body["type"], "Warning");
+        assert_eq!(event.body["reason"], "Escalated");
+        let note = event.body["note"].as_str().unwrap();
+        assert!(
+            note.contains("escalated to tier 1")
+                && note.contains(
+                    "its notifier \"pager\" is not an ApprovalNotifier in namespace ns: nobody was told"
+                ),
+            "{note}"
+        );
+    }
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains("hitl_escalations_total{notifier=\"missing\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
 async fn a_step_taken_meanwhile_is_declined_after_the_conflict_without_an_event() {
     let held = request("5", None);
     let taken = request("7", Some(1));

@@ -70,11 +70,7 @@ fn phase_cell(request: &ApprovalRequest, now: Timestamp) -> String {
     let phase = request.phase_at(now);
     match request.spec.escalation.as_deref() {
         Some(escalation) if phase == crate::api::Phase::Pending => {
-            let tier = request
-                .status
-                .as_ref()
-                .and_then(|s| s.tier)
-                .map_or(0, u32::from);
+            let tier = request.tier();
             let next = escalation
                 .next_at(tier)
                 .map(|at| format!(", next in {}", short_duration(at.duration_since(now))))

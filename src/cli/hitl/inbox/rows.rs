@@ -81,6 +81,12 @@ pub struct Row {
     /// The tool's risk badges, as the request records its annotations (empty: none recorded).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub risk: Vec<String>,
+    /// The escalation tier reached (0 before the first step), on a request that escalates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u32>,
+    /// When the next escalation step comes (RFC 3339), on a pending request with one to come.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_tier_at: Option<String>,
 }
 
 fn shown(text: &str) -> String {
@@ -130,6 +136,13 @@ pub fn row(request: &ApprovalRequest, now: Timestamp) -> Row {
             .and_then(|d| d.reason.as_deref())
             .map(shown),
         risk: tool_risk::badges(spec.tool_annotations.as_deref()),
+        tier: spec.escalation.as_ref().map(|_| request.tier()),
+        next_tier_at: spec
+            .escalation
+            .as_deref()
+            .filter(|_| request.phase_at(now) == Phase::Pending)
+            .and_then(|e| e.next_at(request.tier()))
+            .map(|at| at.to_string()),
     }
 }
 
@@ -211,6 +224,34 @@ mod tests {
         assert_eq!(
             r.caller.as_deref(),
             Some("system:serviceaccount:apps:bot\\u{202e}")
+        );
+    }
+
+    #[test]
+    fn an_escalating_row_carries_its_tier_and_the_next_step() {
+        let now: Timestamp = "2026-11-22T00:10:00Z".parse().unwrap();
+        let plain = request("r1", "2026-11-22T00:00:00Z", "2026-11-22T01:00:00Z", None);
+        assert_eq!(
+            (row(&plain, now).tier, row(&plain, now).next_tier_at),
+            (None, None)
+        );
+        let mut r = serde_json::to_value(&plain).unwrap();
+        r["spec"]["escalation"] = json!({"steps": [
+            {"tier": 1, "at": "2026-11-22T00:05:00Z", "approvers": {"groups": ["oncall"]}},
+            {"tier": 2, "at": "2026-11-22T00:30:00Z", "approvers": {"users": ["boss"]}},
+        ]});
+        r["status"] = json!({"phase": "Pending", "tier": 1});
+        let escalating: ApprovalRequest = serde_json::from_value(r).unwrap();
+        let shown = row(&escalating, now);
+        assert_eq!(shown.tier, Some(1));
+        assert_eq!(shown.next_tier_at.as_deref(), Some("2026-11-22T00:30:00Z"));
+        let json = serde_json::to_value(&shown).unwrap();
+        assert_eq!(json["nextTierAt"], "2026-11-22T00:30:00Z", "{json}");
+        let after: Timestamp = "2026-11-22T02:00:00Z".parse().unwrap();
+        assert_eq!(
+            row(&escalating, after).next_tier_at,
+            None,
+            "expired: no next step"
         );
     }
 

@@ -67,6 +67,7 @@ function requestCard(r, now) {
   card.addEventListener("click", () => state === "pending" && choose(key, true));
   const title = el("h3", {}, el("span", { class: "tool", text: r.tool }), " ", badge(state));
   for (const word of r.risk || []) title.append(el("span", { class: `badge risk${word.startsWith("destructive") ? " destructive" : ""}`, text: word }));
+  if (state === "pending" && r.tier != null) title.append(el("span", { class: "badge tier", text: `tier ${r.tier}` }));
   const meta = el(
     "p",
     { class: "meta" },
@@ -77,6 +78,7 @@ function requestCard(r, now) {
   if (state === "pending") {
     times.append(" · expires in ", el("span", { class: "countdown", "data-expires": r.expiresAt, text: span(Date.parse(r.expiresAt) - now) }));
     if (r.approvals !== "0/1") times.append(` · approvals ${r.approvals}`);
+    if (r.nextTierAt) times.append(` · tier ${r.tier + 1} in `, el("span", { class: "countdown", "data-expires": r.nextTierAt, text: span(Date.parse(r.nextTierAt) - now) }));
   }
   if (r.decidedBy) times.append(` · ${r.decidedBy}`);
   if (r.reason) times.append(`: ${r.reason}`);
