@@ -83,13 +83,13 @@ fn cache_of(cached: &ApprovalRequest) -> Cache {
     }
 }
 
-#[tokio::test]
-async fn a_step_due_is_one_guarded_write_and_an_event_on_the_request_and_its_agent() {
-    let held = request("5", None);
-    let mut written = json_of(&held);
+/// What the apiserver sees when tier 1 of `held` is taken: the guarded status write (answered
+/// with tier 1 at the next resourceVersion) and the Events on the request and its Agent.
+fn tier_one_taken(held: &ApprovalRequest) -> Vec<Exchange> {
+    let mut written = json_of(held);
     written["metadata"]["resourceVersion"] = json!("6");
     written["status"]["tier"] = json!(1);
-    let script = vec![
+    vec![
         expect(
             Method::PATCH,
             &format!("{REQUEST}/status{BY_ESCALATION}"),
@@ -97,7 +97,13 @@ async fn a_step_due_is_one_guarded_write_and_an_event_on_the_request_and_its_age
         ),
         expect(Method::POST, EVENTS, event_created()),
         expect(Method::POST, EVENTS, event_created()),
-    ];
+    ]
+}
+
+#[tokio::test]
+async fn a_step_due_is_one_guarded_write_and_an_event_on_the_request_and_its_agent() {
+    let held = request("5", None);
+    let script = tier_one_taken(&held);
     let cache = cache_of(&held);
     let (action, requests) = run_script(script, |client| {
         let ctx = cache.context(client, at(600));
@@ -130,18 +136,7 @@ async fn a_step_whose_notifier_is_missing_is_a_warning_and_counted() {
     let mut held = json_of(&request("5", None));
     held["spec"]["escalation"]["steps"][0]["notifier"] = json!("pager");
     let held: ApprovalRequest = serde_json::from_value(held).unwrap();
-    let mut written = json_of(&held);
-    written["metadata"]["resourceVersion"] = json!("6");
-    written["status"]["tier"] = json!(1);
-    let script = vec![
-        expect(
-            Method::PATCH,
-            &format!("{REQUEST}/status{BY_ESCALATION}"),
-            written,
-        ),
-        expect(Method::POST, EVENTS, event_created()),
-        expect(Method::POST, EVENTS, event_created()),
-    ];
+    let script = tier_one_taken(&held);
     let cache = cache_of(&held);
     let (result, requests) = run_script(script, |client| {
         let ctx = cache.context(client, at(600));
