@@ -1,18 +1,30 @@
-"""Generated status attacks on the real apiserver (tests/e2e/rewind.sh; issue 41).
+"""Generated status attacks on the real apiserver (tests/e2e/rewind.sh; issues 41 and 60).
 
 For every status field of ApprovalRequest and ApprovalGrant, as read from the installed CRDs,
-for spec.revoked of a grant and for spec.caller of both (its values generated from the CRD's
-schema of it, as read from the apiserver: every property replaced, each optional one dropped,
-the whole object emptied; given where it is absent), this writes every kind of removal, null,
-replacement and rewind
-a client can send -- merge patch, JSON patch, PUT, server-side apply under a new field manager
-and under the managers that own the field -- to the status subresource and to the main resource,
-as every identity given. It fails on any accepted write that moves a guarantee backwards:
+for spec.revoked of a grant, for spec.caller of both, and for a request's spec.escalation,
+spec.edit, spec.editApprovals and spec.toolAnnotations (the values of each generated from the
+CRD's schema of it, as read from the apiserver, and the target's current value: every property
+replaced, nulled, each optional one dropped, the whole object emptied; given where it is
+absent; a list's entries each dropped or rewound, and one appended; a digest a value its
+pattern admits), this writes every kind of removal, null (merge-patch null, JSON-patch remove,
+and an explicit null by JSON patch and PUT), replacement and rewind a client can send -- merge
+patch, JSON patch, PUT, server-side apply under a new field manager and under the managers that
+own the field -- to the status subresource and to the main resource, as every identity given.
+Then each identity creates (dry run) a copy of each target request with each non-empty set of
+the fields no request may be created with (spec.decision, approvals, edit, editApprovals), by
+POST and by server-side apply, the copy without them admitted for cluster-admin. It fails on
+any accepted write or creation that moves a guarantee backwards:
 
   ApprovalRequest  status.consumedAt and status.consumedBy write-once; a finished status.phase
                    final; status.decidedAt write-once and only on a decided request;
                    status.notifications only grow (attempts never fall, deliveredAt write-once);
-                   status.tier never falls, status.escalations only grow, spec.escalation fixed
+                   status.tier never falls, status.escalations only grow, spec.escalation fixed;
+                   spec.edit (and each of its properties) write-once, never added after
+                   spec.decision, never on a grant-decided request; spec.editApprovals
+                   append-only and closed by spec.decision; status.editedArgumentsSha256
+                   write-once, only with status.consumedAt and spec.edit; spec.toolAnnotations
+                   set at creation or never (never added, removed, nulled or changed);
+                   spec.decision, approvals, edit and editApprovals never set at creation
   ApprovalGrant    status.uses never falls nor passes spec.maxUses; lastUsedAt never goes back;
                    lastUsedAt/lastUsedBy change only with a new use; spec.revoked never reverts
   both             spec.caller (a shared gate's caller) is never added, removed or changed
@@ -22,21 +34,28 @@ and the status owners. After each accepted write that changed the object, the re
 run (the same call through the real gate) and must print the same count of runs as before;
 once per distinct state of what the gate reads (the spec and GATE_READS).
 
-Usage: rewind.py --policies on|off --ns NS --target PLURAL NAME HISTORY REPLAY...
+Usage: rewind.py --policies on|off --ns NS [--jobs N] --target PLURAL NAME HISTORY REPLAY...
                  IDENTITY=KUBECONFIG...
-Prints one line per attack class and a summary; exits 1 on any broken guarantee.
+Prints one line per object and identity (writes tried, accepted, refused; replays), one per
+object and identity for the creations, then one per object and class (the field attacked,
+"status" for the whole status, "create" for the creations) over every identity, and a summary;
+exits 1 on any broken guarantee.
 """
 
 import argparse
 import base64
+import concurrent.futures
 import copy
 import http.client
+import itertools
 import json
 import os
+import re
 import ssl
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.parse
 
 GROUP, VERSION = "kagent.dev", "v1alpha2"
@@ -47,13 +66,19 @@ FINISHED = {"Denied", "Expired", "Executed", "Cancelled"}
 GRANT_STATUS_WRITERS = {"admin", "controller", "agent"}
 # The status fields the gate reads when it judges a request or a grant (gate::decision,
 # gate::grants); a replay is needed once per distinct value of these and the spec.
-GATE_READS = ("phase", "decidedAt", "consumedAt", "consumedBy", "uses", "lastUsedAt", "lastUsedBy")
+GATE_READS = ("phase", "decidedAt", "consumedAt", "consumedBy", "editedArgumentsSha256", "uses",
+              "lastUsedAt", "lastUsedBy")
 # The spec fields attacked, by kind: the values to write, or None to generate them from the
 # CRD's schema of the field (other_values) and the object's current value.
 SPEC_FIELDS = {
-    "approvalrequests": {"caller": None, "escalation": None},
+    "approvalrequests": {"caller": None, "escalation": None, "edit": None, "editApprovals": None,
+                         "toolAnnotations": None},
     "approvalgrants": {"revoked": [False], "caller": None},
 }
+# The spec fields of a request that only a later write may add: a request created with any of
+# them (each alone and together, their values those of a target that has them) must be refused.
+NEVER_AT_CREATION = {"approvalrequests": ("decision", "approvals", "edit", "editApprovals"),
+                     "approvalgrants": ()}
 
 
 class Identity:
@@ -148,6 +173,13 @@ def other_values(schema, current):
         return [v for v in schema["enum"] if v != current]
     if kind == "string" and fmt == "date-time":
         return [v for v in ("2020-01-01T00:00:00Z", "2099-01-01T00:00:00Z") if v != current]
+    if kind == "string" and "pattern" in schema:
+        # A value the schema admits (a digest's hex), so that the CEL rules, not the
+        # pattern, must refuse it.
+        fits = [v for v in ("forged", "0" * 64, "f" * 64, "ab" * 32)
+                if re.search(schema["pattern"], v) and v != current
+                and schema.get("minLength", 0) <= len(v) <= schema.get("maxLength", len(v))]
+        return fits[:2]
     if kind == "string":
         return ["forged"]
     if kind == "integer":
@@ -163,11 +195,15 @@ def other_values(schema, current):
                 values.append({**base, key: value})
             if key in base and key not in schema.get("required", []):
                 values.append({k: v for k, v in base.items() if k != key})
+            if key in base:
+                values.append({**base, key: None})
         return values
     if kind == "array":
         values = [[]]
         if schema.get("items", {}).get("type") == "string":
             values.append(list(current or []) + ["forged"])
+        elif schema.get("items", {}).get("type") == "object":
+            values.append(list(current or []) + [new_item(schema["items"], current or [])])
         for i, item in enumerate(current or []):
             values.append([x for j, x in enumerate(current) if j != i])
             for key, sub in schema.get("items", {}).get("properties", {}).items():
@@ -183,19 +219,35 @@ def other_values(schema, current):
     return [{}]
 
 
+def new_item(schema, entries):
+    """An entry of a list of objects of `schema` that none of `entries` is: each required
+    property generated (a list-map key made unique)."""
+    item = {}
+    for key in schema.get("required", []):
+        value = other_values(schema["properties"][key], None)[0]
+        if isinstance(value, str):
+            taken = {e.get(key) for e in entries if isinstance(e, dict)}
+            value = next(f"{value}-{i}" if i else value for i in itertools.count() if
+                         (f"{value}-{i}" if i else value) not in taken)
+        item[key] = value
+    return item
+
+
 def attacks(obj, fields, history, managers, spec_fields=()):
     """Every write that removes, nulls, replaces or rewinds a field (or the whole status), as
-    (label, subresource, method, content type, body builder); a builder takes the object as
-    read just before the write (for resourceVersion-free PUT bodies)."""
+    (class, label, subresource, method, content type, body builder); the class is the field
+    attacked ("status" for the whole status); a builder takes the object as read just before
+    the write (for resourceVersion-free PUT bodies)."""
     status = obj.get("status", {})
     out = []
+    cls = "status"
 
     def merge(label, patch, sub=True):
-        out.append((label + (" (status)" if sub else " (main)"), sub, "PATCH",
+        out.append((cls, label + (" (status)" if sub else " (main)"), sub, "PATCH",
                     "application/merge-patch+json", lambda _o: patch))
 
     def jsonpatch(label, ops, sub=True):
-        out.append((label + (" (status)" if sub else " (main)"), sub, "PATCH",
+        out.append((cls, label + (" (status)" if sub else " (main)"), sub, "PATCH",
                     "application/json-patch+json", lambda _o: ops))
 
     def put(label, build, sub=True):
@@ -203,17 +255,18 @@ def attacks(obj, fields, history, managers, spec_fields=()):
             o = copy.deepcopy(o)
             build(o)
             return o
-        out.append((label + (" (status)" if sub else " (main)"), sub, "PUT", "application/json", body))
+        out.append((cls, label + (" (status)" if sub else " (main)"), sub, "PUT", "application/json", body))
 
     def apply(label, manager, part, value, sub=True):
         def body(o):
             return {"apiVersion": f"{GROUP}/{VERSION}", "kind": o["kind"],
                     "metadata": {"name": o["metadata"]["name"], "namespace": o["metadata"]["namespace"]},
                     part: value}
-        out.append((f"{label} by SSA as {manager}" + (" (status)" if sub else " (main)"), sub,
+        out.append((cls, f"{label} by SSA as {manager}" + (" (status)" if sub else " (main)"), sub,
                     f"PATCH?fieldManager={manager}&force=true", "application/apply-patch+yaml", body))
 
     for sub in (True, False):
+        cls = "status"
         merge("status: null", {"status": None}, sub)
         merge("status: {}", {"status": {}}, sub)
         jsonpatch("remove /status", [{"op": "remove", "path": "/status"}], sub)
@@ -223,10 +276,14 @@ def attacks(obj, fields, history, managers, spec_fields=()):
             put(f"PUT status of version {i}", lambda o, old=old: o.__setitem__("status", copy.deepcopy(old)), sub)
             merge(f"merge status of version {i}", {"status": old or None}, sub)
         for field, schema in fields.items():
+            cls = f"status.{field}"
             current = status.get(field)
             merge(f"status.{field}: null", {"status": {field: None}}, sub)
             jsonpatch(f"remove /status/{field}", [{"op": "remove", "path": f"/status/{field}"}], sub)
             put(f"PUT without status.{field}", lambda o, f=field: o.get("status", {}).pop(f, None), sub)
+            # An explicit null (kept by the apiserver where the schema is nullable).
+            jsonpatch(f"add /status/{field} null", [{"op": "add", "path": f"/status/{field}", "value": None}], sub)
+            put(f"PUT status.{field} null", lambda o, f=field: o.setdefault("status", {}).__setitem__(f, None), sub)
             for value in other_values(schema, current):
                 short = json.dumps(value)[:40]
                 merge(f"status.{field}: {short}", {"status": {field: value}}, sub)
@@ -236,21 +293,51 @@ def attacks(obj, fields, history, managers, spec_fields=()):
                     lambda o, f=field, v=value: o.setdefault("status", {}).__setitem__(f, v), sub)
                 apply(f"status.{field} {short}", "rewind-e2e", "status", {field: value}, sub)
         # A field manager that owns fields drops them by applying without them.
+        cls = "status"
         for manager in managers:
             apply("status without its fields", manager, "status", {}, sub)
     for field, values in spec_fields:
+        cls = f"spec.{field}"
         merge(f"spec.{field}: null", {"spec": {field: None}}, False)
         jsonpatch(f"remove /spec/{field}", [{"op": "remove", "path": f"/spec/{field}"}], False)
         put(f"PUT without spec.{field}", lambda o, f=field: o["spec"].pop(f, None), False)
+        jsonpatch(f"add /spec/{field} null", [{"op": "add", "path": f"/spec/{field}", "value": None}], False)
+        put(f"PUT spec.{field} null", lambda o, f=field: o["spec"].__setitem__(f, None), False)
         for value in values:
             short = json.dumps(value)[:40]
             merge(f"spec.{field}: {short}", {"spec": {field: value}}, False)
             jsonpatch(f"add /spec/{field} {short}", [{"op": "add", "path": f"/spec/{field}", "value": value}], False)
             put(f"PUT spec.{field} {short}", lambda o, f=field, v=value: o["spec"].__setitem__(f, v), False)
+            apply(f"spec.{field} {short}", "rewind-e2e", "spec", {field: value}, False)
         for manager in managers:
             spec = {k: v for k, v in obj["spec"].items() if k != field}
             apply(f"spec without {field}", manager, "spec", spec, False)
     return out
+
+
+def creations(obj, plural, fields):
+    """Every creation of a copy of `obj` (spec only, a new name) carrying one or more of the
+    spec fields `fields` that no request may be created with, each with its value on `obj`, as
+    (label, spec); first (None, spec) with none of them, which must be admitted."""
+    present = [f for f in fields if obj["spec"].get(f) is not None]
+    base = {k: v for k, v in obj["spec"].items() if k not in fields}
+    out = [(None, base)]
+    for n in range(1, len(present) + 1):
+        for chosen in itertools.combinations(present, n):
+            spec = {**base, **{f: obj["spec"][f] for f in chosen}}
+            out.append(("create with " + "+".join(f"spec.{f}" for f in chosen), spec))
+    return out
+
+
+def present(value):
+    """`value` without its explicit nulls: a field set to null is absent to every reader (the
+    apiserver's CEL has(), the gate and kubectl hitl alike), so the guarantees are checked on
+    what is present."""
+    if isinstance(value, dict):
+        return {k: present(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [present(v) for v in value]
+    return value
 
 
 def request_broken(before, after):
@@ -271,7 +358,39 @@ def request_broken(before, after):
         broken.append(f"status.escalations lost or changed {lost!r}")
     if after["spec"].get("escalation") != before["spec"].get("escalation"):
         broken.append("spec.escalation changed")
-    return broken + caller_broken(before, after)
+    return broken + edit_broken(before, after) + caller_broken(before, after)
+
+
+def edit_broken(before, after):
+    """spec.edit write-once and never added once decided or on a grant-decided request;
+    spec.editApprovals append-only and closed by the decision; status.editedArgumentsSha256
+    write-once and only with status.consumedAt and spec.edit; spec.toolAnnotations never
+    added, removed or changed."""
+    bs, as_ = before["spec"], after["spec"]
+    b, a = before.get("status", {}), after.get("status", {})
+    broken = []
+    if bs.get("edit") is not None and as_.get("edit") != bs["edit"]:
+        broken.append(f"spec.edit {bs['edit']!r} -> {as_.get('edit')!r}")
+    if bs.get("edit") is None and as_.get("edit") is not None and bs.get("decision") is not None:
+        broken.append("spec.edit added after spec.decision")
+    if as_.get("grant") is not None and (as_.get("edit") is not None or as_.get("editApprovals")):
+        broken.append("spec.edit or spec.editApprovals on a grant-decided request")
+    old, new = bs.get("editApprovals") or [], as_.get("editApprovals") or []
+    lost = [e for e in old if e not in new]
+    if lost:
+        broken.append(f"spec.editApprovals lost or changed {lost!r}")
+    if bs.get("decision") is not None and len(new) != len(old):
+        broken.append(f"spec.editApprovals {len(old)} -> {len(new)} entries after spec.decision")
+    if b.get("editedArgumentsSha256") is not None \
+            and a.get("editedArgumentsSha256") != b["editedArgumentsSha256"]:
+        broken.append(f"status.editedArgumentsSha256 {b['editedArgumentsSha256']!r} -> "
+                      f"{a.get('editedArgumentsSha256')!r}")
+    if a.get("editedArgumentsSha256") is not None \
+            and (a.get("consumedAt") is None or as_.get("edit") is None):
+        broken.append("status.editedArgumentsSha256 without status.consumedAt and spec.edit")
+    if as_.get("toolAnnotations") != bs.get("toolAnnotations"):
+        broken.append(f"spec.toolAnnotations {bs.get('toolAnnotations')!r} -> {as_.get('toolAnnotations')!r}")
+    return broken
 
 
 def caller_broken(before, after):
@@ -307,76 +426,157 @@ def replay(command):
     return out.stdout.strip().splitlines()[-1]
 
 
-def run(args):
+def create_all(args, identities, targets, failures, rows, classes):
+    """Each identity creates (a dry run: nothing is stored) a copy of each target that has a
+    field no request may be created with, by POST and by server-side apply under a new name;
+    any admitted is a failure. The copy without them must be admitted for cluster-admin
+    without the policies (else the refusals would prove nothing)."""
+    admin = identities["admin"]
+    for plural, name, *_ in targets:
+        fields = NEVER_AT_CREATION[plural]
+        code, obj = admin.request("GET", path_of(args.ns, plural, name, False))
+        assert code == 200, obj
+        made = creations(obj, plural, fields)
+        if len(made) == 1:
+            continue
+        collection = f"/apis/{GROUP}/{VERSION}/namespaces/{args.ns}/{plural}"
+        for who, identity in identities.items():
+            tried = accepted = 0
+            for i, (label, spec) in enumerate(made):
+                new = f"rewind-create-{i}"
+                body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": obj["kind"],
+                        "metadata": {"name": new, "namespace": args.ns}, "spec": spec}
+                for method, path, ctype in (
+                        ("POST", collection + "?dryRun=All", "application/json"),
+                        ("PATCH", f"{collection}/{new}?dryRun=All&fieldManager=rewind-e2e&force=true",
+                         "application/apply-patch+yaml")):
+                    code, answer = identity.request(method, path, body, ctype)
+                    if label is None:
+                        if who == "admin" and args.policies == "off" and code >= 300:
+                            failures.append(f"{plural}/{name}: its copy without {'/'.join(fields)} "
+                                            f"is refused to {who} by {method} ({code}): "
+                                            f"{answer.get('message')}")
+                            print("BROKEN: " + failures[-1], flush=True)
+                        continue
+                    tried += 1
+                    cls = classes.setdefault(f"{plural} {name[:24]} create", [0, 0])
+                    cls[0] += 1
+                    if code < 300:
+                        accepted += 1
+                        cls[1] += 1
+                        failures.append(f"{plural}/{name} as {who}: {label} by {method} admitted")
+                        print("BROKEN: " + failures[-1], flush=True)
+            rows.append(f"{plural:17} {name[:24]:24} {who:11} {tried:5} tried {accepted:4} "
+                        f"accepted {tried - accepted:5} refused (creations with "
+                        f"{', '.join('spec.' + f for f in fields)})")
+            print("  " + rows[-1], flush=True)
+
+
+def connect(args):
+    """The identities given, each with a connection of its own (one set per thread)."""
     identities = {}
     for spec in args.identities:
         name, kubeconfig = spec.split("=", 1)
         identities[name] = Identity(name, kubeconfig)
+    return identities
+
+
+def attack(args, target, out):
+    """Every generated write to one target, as every identity; its rows, failures and class
+    counts ("plural name class" -> [tried, accepted]) go to `out`."""
+    plural, name, broken_by, replay_cmd, history = target
+    rows, failures, classes = out["rows"], out["failures"], out["classes"]
+    identities = connect(args)
     admin = identities["admin"]
+
+    def fail(why):
+        failures.append(why)
+        print("BROKEN: " + why, flush=True)
+
+    fields = properties(admin, plural, "status")
+    spec_schema = properties(admin, plural, "spec")
+    baseline = replay(replay_cmd)
+    replayed = set()
+    for who, identity in identities.items():
+        began = time.monotonic()
+        tried = accepted = replays = 0
+        code, obj = admin.request("GET", path_of(args.ns, plural, name, False))
+        assert code == 200, obj
+        managers = sorted({m["manager"] for m in obj["metadata"].get("managedFields", [])})
+        spec_fields = spec_attacks(spec_schema, obj["spec"], SPEC_FIELDS[plural])
+        for cls, label, sub, method, ctype, build in attacks(obj, fields, history, managers, spec_fields):
+            code, before = admin.request("GET", path_of(args.ns, plural, name, False))
+            if code != 200:
+                fail(f"{plural}/{name} as {who}, before {label}: gone ({code}), "
+                     "deleted after an earlier accepted write")
+                break
+            path = path_of(args.ns, plural, name, sub)
+            verb, _, query = method.partition("?")
+            code, answer = identity.request(verb, path + ("?" + query if query else ""),
+                                            build(before), ctype)
+            tried += 1
+            counts = classes.setdefault(f"{plural} {name[:24]} {cls}", [0, 0])
+            counts[0] += 1
+            if code >= 300:
+                continue
+            accepted += 1
+            counts[1] += 1
+            # A write answers with the object as stored (the main resource and status alike).
+            after = answer
+            if not answer.get("metadata", {}).get("resourceVersion"):
+                code, after = admin.request("GET", path_of(args.ns, plural, name, False))
+                if code != 200:
+                    fail(f"{plural}/{name} as {who}, {label}: gone after the write ({code})")
+                    break
+            broken = broken_by(present(before), present(after))
+            if plural == "approvalgrants" and sub and args.policies == "on" \
+                    and who not in GRANT_STATUS_WRITERS \
+                    and after.get("status") != before.get("status"):
+                broken.append(f"{who} wrote the status of a grant of another agent")
+            for why in broken:
+                fail(f"{plural}/{name} as {who}, {label}: {why}")
+            # The gate decides on the spec and on these status fields alone (not on the
+            # controller's conditions, message or notification records): a state already
+            # replayed needs no second replay.
+            status = after.get("status", {})
+            state = json.dumps([after["spec"]] + [status.get(f) for f in GATE_READS], sort_keys=True)
+            if after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"] \
+                    and state not in replayed:
+                replayed.add(state)
+                replays += 1
+                runs = replay(replay_cmd)
+                if runs != baseline:
+                    fail(f"{plural}/{name} as {who}, {label}: the call ran again "
+                         f"(runs {baseline} -> {runs})")
+                    baseline = runs
+        rows.append(f"{plural:17} {name[:24]:24} {who:11} {tried:5} tried {accepted:4} "
+                    f"accepted {tried - accepted:5} refused {replays:3} replays "
+                    f"{time.monotonic() - began:6.1f} s")
+        print("  " + rows[-1], flush=True)
+
+
+def run(args):
     targets = []
     for plural, name, history, replay_cmd in args.target:
         grant = plural == "approvalgrants"
         targets.append((plural, name, grant_broken if grant else request_broken, replay_cmd,
                         json.loads(history)))
-    failures, rows = [], []
     print(f"policies {args.policies}: kind, object, identity, writes", flush=True)
-    for plural, name, broken_by, replay_cmd, history in targets:
-        fields = properties(admin, plural, "status")
-        spec_schema = properties(admin, plural, "spec")
-        baseline = replay(replay_cmd)
-        replayed = set()
-        for who, identity in identities.items():
-            tried = accepted = replays = 0
-            code, obj = admin.request("GET", path_of(args.ns, plural, name, False))
-            assert code == 200, obj
-            managers = sorted({m["manager"] for m in obj["metadata"].get("managedFields", [])})
-            spec_fields = spec_attacks(spec_schema, obj["spec"], SPEC_FIELDS[plural])
-            for label, sub, method, ctype, build in attacks(obj, fields, history, managers, spec_fields):
-                code, before = admin.request("GET", path_of(args.ns, plural, name, False))
-                if code != 200:
-                    failures.append(f"{plural}/{name} as {who}, before {label}: gone ({code}), "
-                                    "deleted after an earlier accepted write")
-                    print("BROKEN: " + failures[-1], flush=True)
-                    break
-                path = path_of(args.ns, plural, name, sub)
-                verb, _, query = method.partition("?")
-                code, answer = identity.request(verb, path + ("?" + query if query else ""),
-                                                build(before), ctype)
-                tried += 1
-                if code >= 300:
-                    continue
-                accepted += 1
-                code, after = admin.request("GET", path_of(args.ns, plural, name, False))
-                if code != 200:
-                    failures.append(f"{plural}/{name} as {who}, {label}: gone after the write ({code})")
-                    print("BROKEN: " + failures[-1], flush=True)
-                    break
-                broken = broken_by(before, after)
-                if plural == "approvalgrants" and sub and args.policies == "on" \
-                        and who not in GRANT_STATUS_WRITERS \
-                        and after.get("status") != before.get("status"):
-                    broken.append(f"{who} wrote the status of a grant of another agent")
-                for why in broken:
-                    failures.append(f"{plural}/{name} as {who}, {label}: {why}")
-                    print("BROKEN: " + failures[-1], flush=True)
-                # The gate decides on the spec and on these status fields alone (not on the
-                # controller's conditions, message or notification records): a state already
-                # replayed needs no second replay.
-                status = after.get("status", {})
-                state = json.dumps([after["spec"]] + [status.get(f) for f in GATE_READS], sort_keys=True)
-                if after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"] \
-                        and state not in replayed:
-                    replayed.add(state)
-                    replays += 1
-                    runs = replay(replay_cmd)
-                    if runs != baseline:
-                        failures.append(f"{plural}/{name} as {who}, {label}: the call ran again "
-                                        f"(runs {baseline} -> {runs})")
-                        print("BROKEN: " + failures[-1], flush=True)
-                        baseline = runs
-            rows.append(f"{plural:17} {name[:24]:24} {who:11} {tried:5} tried {accepted:4} "
-                        f"accepted {tried - accepted:5} refused {replays:3} replays")
-            print("  " + rows[-1], flush=True)
+    # The targets are distinct objects, each replayed by a call of its own: they are attacked
+    # side by side (--jobs at a time), each in its own order of identities.
+    outs = [{"rows": [], "failures": [], "classes": {}} for _ in targets]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for done in [pool.submit(attack, args, t, o) for t, o in zip(targets, outs)]:
+            done.result()
+    rows = [r for o in outs for r in o["rows"]]
+    failures = [f for o in outs for f in o["failures"]]
+    classes = {k: v for o in outs for k, v in o["classes"].items()}
+    create_all(args, connect(args), targets, failures, rows, classes)
+    print(f"policies {args.policies}: kind, object, class, writes over every identity")
+    for key, (tried, accepted) in classes.items():
+        plural, name, cls = key.split(" ", 2)
+        print(f"  {plural:17} {name:24} {cls:32} {tried:5} tried {accepted:4} accepted "
+              f"{tried - accepted:5} refused")
     print(f"{len(rows)} identity x kind runs, {len(failures)} broken guarantees")
     return 1 if failures else 0
 
@@ -390,6 +590,7 @@ def main():
                         help="an object to attack (approvalrequests or approvalgrants), a JSON "
                              "list of its earlier statuses, and a command that sends its call "
                              "again and prints the call's runs")
+    parser.add_argument("--jobs", type=int, default=3, help="targets attacked at a time")
     parser.add_argument("identities", nargs="+", help="NAME=KUBECONFIG; one must be admin")
     sys.exit(run(parser.parse_args()))
 

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Undoing a status never undoes a guarantee, on the real control plane (docs/policies.md "What
-# the CRDs guarantee"; issue 41): one approval consumed and one grant with maxUses 1 used, then
-# every generated way to remove, null, replace or rewind each of their status fields (the
-# request's escalation tier and records among them, issue 60; and a grant's spec.revoked, the
-# request's spec.escalation, and spec.caller of a shared gate's request and grant, their values
-# generated from the CRD's schema) -- merge and JSON patches, PUT, server-side apply under a new field
-# manager and under the managers that own the fields, on the status subresource and the main
-# resource -- as the Agent's own identity, another Agent's, mallory, alice, the controller and
+# the CRDs guarantee"; issues 41 and 60): one approval consumed, one approval edited by alice
+# and executed (the edited call ran, the original never; its request carries spec.toolAnnotations
+# from the recorder's tool list, spec.edit, spec.editApprovals and
+# status.editedArgumentsSha256), one grant with maxUses 1 used (and the request it decided,
+# spec.grant), one grant revoked; then every generated way to remove, null, replace or rewind
+# each of their status fields (the request's escalation tier and records among them) and of a
+# grant's spec.revoked, a request's spec.escalation, spec.edit, spec.editApprovals and
+# spec.toolAnnotations, and spec.caller of a shared gate's request and grant, their values
+# generated from the CRD's schema -- merge and JSON patches, PUT, server-side apply under a new
+# field manager and under the managers that own the fields, on the status subresource and the
+# main resource -- and every creation of a request carrying spec.decision, approvals, edit or
+# editApprovals, as the Agent's own identity, another Agent's, mallory, alice, the controller and
 # cluster-admin; first without the chart's admission policies, then with them
 # (tests/e2e/rewind.py). A write that moves a guarantee backwards fails the suite; after every
 # accepted write the same call is sent again through the real gate and the recorder's count of
@@ -51,16 +56,22 @@ wait_for "ServiceAccount $OTHER" 20 kubectl -n "$NS" get "serviceaccount/$OTHER"
 wait_for "Role $OTHER-approval-gate" 20 kubectl -n "$NS" get "role/$OTHER-approval-gate"
 kubeconfig_with_token "$WORK/other.kubeconfig" "$(kubectl -n "$NS" create token "$OTHER" --duration=1h)" "$NS"
 kubectl -n "$NS" create rolebinding approvers --clusterrole=hitl-approver --user=alice >/dev/null
+kubectl -n "$NS" create rolebinding editors --clusterrole=hitl-editor --user=alice >/dev/null
 e2e_users
 start_gate a
 ok "recorder :$RECORDER_PORT, controller, gate a of $AGENT; $OTHER's ServiceAccount has its own gate Role"
 
-# replay PATH: prints how many times delete_file(PATH) ran, after sending it once more.
+# replay PATH [EDITED]: prints how many times delete_file(PATH) ran, after sending it once more;
+# with EDITED (the path an approver's edit made of it), the tools are listed first (as the
+# request's first call did, so that the gate has their annotations) and both counts are printed.
 replay_cmd() {
-  printf 'timeout 120 node %q %q streamable %q >/dev/null && curl -fsS http://127.0.0.1:%s/calls | python3 -c %q %q' \
-    "$PEERS/client.mjs" "${GATE_URL[a]}" "[{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$1\"}}]" \
+  local ops="{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$1\"}}"
+  [ -z "${2:-}" ] || ops="{\"op\":\"list\"},$ops"
+  printf 'timeout 120 node %q %q streamable %q >/dev/null && curl -fsS http://127.0.0.1:%s/calls | python3 -c %q %s' \
+    "$PEERS/client.mjs" "${GATE_URL[a]}" "[$ops]" \
     "$RECORDER_PORT" 'import json, sys
-print(sum(1 for c in json.load(sys.stdin) if c["tool"] == "delete_file" and c["args"].get("path") == sys.argv[1]))' "$1"
+calls = json.load(sys.stdin)
+print(*(sum(1 for c in calls if c["tool"] == "delete_file" and c["args"].get("path") == p) for p in sys.argv[1:]))' "$(printf '%q ' "$@")"
 }
 
 step "1. an approval consumed, with a notification record; a grant with maxUses 1 used; a grant revoked"
@@ -81,6 +92,32 @@ kubectl --kubeconfig "$GATES_CONTROLLER_KUBECONFIG" -n "$NS" patch "approvalrequ
   {\"notifier\": \"pager\", \"event\": \"created\", \"attempts\": 2, \"lastAttemptAt\": \"$DECIDED\", \"deliveredAt\": \"$DECIDED\"}]}}" >/dev/null
 REQUEST_HISTORY="[{}, $PENDING, {\"phase\": \"Approved\", \"decidedAt\": \"$DECIDED\"}]"
 ok "$REQ: Executed, consumed by $(jp "approvalrequest/$REQ" '{.status.consumedBy}'), ran once"
+
+step "1b. an approval with an edit, executed: listed first, so its request carries spec.toolAnnotations"
+# (as tests/e2e/edit.sh and tests/e2e/tool-risk.sh): alice edits /rewind/edit into
+# /rewind/edited and approves; the call sent again runs the edited call once, the original never.
+list_call() {
+  start "$1" "$WORK/$1.out" timeout 120 node "$PEERS/client.mjs" "${GATE_URL[a]}" streamable \
+    "[{\"op\":\"list\"},{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$2\"}}]"
+}
+list_call efirst /rewind/edit
+the_request EREQ /rewind/edit
+wait_for "the controller's Pending status on $EREQ" 20 eval '[ "$(jp "approvalrequest/$EREQ" "{.status.phase}")" = Pending ]'
+EPENDING=$(kubectl -n "$NS" get "approvalrequest/$EREQ" -o json | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["status"]))')
+expect_in "the call before its approval" "NOT executed yet" "$(finished efirst)"
+[ "$(jp "approvalrequest/$EREQ" '{.spec.toolAnnotations.destructiveHint}')" = true ] || fail "$EREQ: no spec.toolAnnotations"
+wait_for "tier 1 on $EREQ (alice may decide from it)" 20 eval '[ "$(jp "approvalrequest/$EREQ" "{.status.tier}")" = 1 ]'
+out=$(KUBECONFIG=$ALICE kubectl hitl approve "$EREQ" -n "$NS" --patch '[{"op":"replace","path":"/path","value":"/rewind/edited"}]' --reason "e2e: rewind an edit")
+expect_in "alice's edit" "edited and approved" "$out"
+list_call eretry /rewind/edit
+expect_in "the edited call, sent again" 'deleted /rewind/edited' "$(finished eretry)"
+[ "$(runs delete_file /rewind/edited)" = 1 ] || fail "the edited call ran $(runs delete_file /rewind/edited) times"
+[ "$(runs delete_file /rewind/edit)" = 0 ] || fail "the original of the edited call ran"
+wait_for "$EREQ Executed" 20 eval '[ "$(jp "approvalrequest/$EREQ" "{.status.phase}")" = Executed ]'
+[[ $(jp "approvalrequest/$EREQ" '{.status.editedArgumentsSha256}') =~ ^[0-9a-f]{64}$ ]] || fail "$EREQ: no status.editedArgumentsSha256"
+EDECIDED=$(jp "approvalrequest/$EREQ" '{.status.decidedAt}')
+EDIT_HISTORY="[{}, $EPENDING, {\"phase\": \"Approved\", \"decidedAt\": \"$EDECIDED\"}]"
+ok "$EREQ: edited by alice, Executed with editedArgumentsSha256, spec.toolAnnotations; /rewind/edited ran once, /rewind/edit never"
 
 kubectl --kubeconfig "$ALICE" -n "$NS" create -f - >/dev/null <<YAML
 apiVersion: kagent.dev/v1alpha2
@@ -103,6 +140,11 @@ expect_in "the granted call" 'deleted /rewind/granted' "$(finished granted)"
 USED=$(jp approvalgrant/once '{.status.lastUsedAt}')
 GRANT_HISTORY="[{}, {\"uses\": 0}, {\"uses\": 1, \"lastUsedAt\": \"$USED\", \"lastUsedBy\": \"forged\"}]"
 ok "grant once: used once, by $(jp approvalgrant/once '{.status.lastUsedBy}')"
+# The request the gate made of that use: decided by the grant (spec.grant), consumed.
+the_request GREQ /rewind/granted
+[ -n "$(jp "approvalrequest/$GREQ" '{.spec.grant.name}')" ] || fail "$GREQ has no spec.grant"
+[ -n "$(jp "approvalrequest/$GREQ" '{.status.consumedAt}')" ] || fail "$GREQ is not consumed"
+ok "$GREQ: decided by grant $(jp "approvalrequest/$GREQ" '{.spec.grant.name}'), consumed"
 kubectl --kubeconfig "$ALICE" -n "$NS" create -f - >/dev/null <<YAML
 apiVersion: kagent.dev/v1alpha2
 kind: ApprovalGrant
@@ -173,6 +215,8 @@ IDENTITIES=(admin="$KUBECONFIG" controller="$GATES_CONTROLLER_KUBECONFIG" agent=
 rewind() {
   python3 tests/e2e/rewind.py --policies "$1" --ns "$NS" \
     --target approvalrequests "$REQ" "$REQUEST_HISTORY" "$(replay_cmd /rewind/call)" \
+    --target approvalrequests "$EREQ" "$EDIT_HISTORY" "$(replay_cmd /rewind/edit /rewind/edited)" \
+    --target approvalrequests "$GREQ" "[{}]" "$(replay_cmd /rewind/granted)" \
     --target approvalgrants once "$GRANT_HISTORY" "$(replay_cmd /rewind/granted)" \
     --target approvalgrants revoked "[{}]" "$(replay_cmd /rewind/revoked)" \
     --target approvalrequests shared-call "[{}]" "echo 0" \
@@ -209,4 +253,6 @@ step "4. the calls, counted at the tool server"
 [ "$(runs delete_file /rewind/call)" = 1 ] || fail "delete_file(/rewind/call) ran $(runs delete_file /rewind/call) times"
 [ "$(runs delete_file /rewind/granted)" = 1 ] || fail "delete_file(/rewind/granted) ran $(runs delete_file /rewind/granted) times"
 [ "$(runs delete_file /rewind/revoked)" = 0 ] || fail "delete_file(/rewind/revoked) ran $(runs delete_file /rewind/revoked) times"
-ok "delete_file(/rewind/call) ran once on one approval, /rewind/granted once on a grant of one use, /rewind/revoked never"
+[ "$(runs delete_file /rewind/edited)" = 1 ] || fail "delete_file(/rewind/edited) ran $(runs delete_file /rewind/edited) times"
+[ "$(runs delete_file /rewind/edit)" = 0 ] || fail "delete_file(/rewind/edit) ran $(runs delete_file /rewind/edit) times"
+ok "delete_file(/rewind/call) ran once on one approval, /rewind/granted once on a grant of one use, /rewind/revoked never, /rewind/edited once on one edited approval, /rewind/edit never"

@@ -33,8 +33,11 @@
 #   slack   tests/e2e/slack.sh: Approve from Slack: signed presses (forged, stale, replayed
 #           refused), an unmapped user, mallory refused by the admission policy, alice approves
 #   rewind  tests/e2e/rewind.sh: every generated way to remove, null, replace or rewind each
-#           status field of a consumed request and of used and revoked grants, as six identities,
-#           with the admission policies and without; the same calls sent again never run
+#           status field of a consumed request, an edited-and-executed one, a grant-decided one
+#           and of used and revoked grants, and of spec.caller, escalation, edit, editApprovals,
+#           toolAnnotations and a grant's revoked; every creation carrying spec.decision,
+#           approvals, edit or editApprovals; as six identities, with the admission policies and
+#           without; the same calls sent again never run
 #   toolgate tests/e2e/toolgate.sh: a ToolGate shared by two callers with ServiceAccounts of
 #           their own, the TypeScript and the Python SDK 2.x (MCP 2026-07-28) clients; who
 #           calls, per-caller requests and grants, approve scoped to the ToolGate, a
