@@ -4,7 +4,9 @@
 //! The same checks run twice: at `kubectl hitl approve --patch`, on the redacted preview the
 //! approver sees (so mistakes are caught before anything is written), and in the gate, on the
 //! full arguments (the only place that binds; the preview is never trusted). The patch is on the
-//! arguments only: the server and the tool of an edited call are those of the original.
+//! arguments only: the server and the tool of an edited call are those of the original. Two
+//! checks run in the gate only, which alone knows what they need: the approval rule's `edits`
+//! ([`check_rule`]) and the tool's listed input schema ([`check_schema`]).
 //!
 //! A redacted value (a preview string holding `[REDACTED]`, or a key that does) may only be
 //! replaced or removed whole, by an operation at its path or above it: no `test` may probe it,
@@ -13,8 +15,10 @@
 use std::fmt;
 
 use json_patch::{Patch, PatchOperation};
+use jsonschema::Validator;
 use serde_json::{Map, Value};
 
+use crate::api::agent::RuleEdits;
 use crate::gate::redact;
 
 /// Most operations in one edit.
@@ -114,6 +118,99 @@ pub fn check_redacted(patch: &Patch, preview: &Map<String, Value>) -> Result<(),
             if let Some(reason) = refused {
                 return Err(EditRefusal::at(&path, reason));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an edit of a call that the approval rule `rule` made wait when the rule's `edits`
+/// forbid it: all edits (`allowed: false`), or an operation whose `path` (or, for `move` and
+/// `copy`, `from`) is neither one of `edits.paths` nor below one.
+pub fn check_rule(patch: &Patch, rule: &str, edits: &RuleEdits) -> Result<(), EditRefusal> {
+    if !edits.allows() {
+        return Err(EditRefusal::whole(format!("rule '{rule}' forbids edits")));
+    }
+    let Some(allowed) = &edits.paths else {
+        return Ok(());
+    };
+    for op in &patch.0 {
+        let from = match op {
+            PatchOperation::Move(m) => Some(m.from.to_string()),
+            PatchOperation::Copy(c) => Some(c.from.to_string()),
+            _ => None,
+        };
+        for path in from.into_iter().chain([op.path().to_string()]) {
+            if !allowed.iter().any(|prefix| is_at_or_above(prefix, &path)) {
+                return Err(EditRefusal::at(
+                    &path,
+                    format!(
+                        "rule '{rule}' lets approvers edit only {}",
+                        allowed.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses `edited` (the edited arguments) when `schema` (the tool's listed input schema)
+/// does not hold for them, naming the first failing instance path and the validator's reason.
+/// The reason quotes the failing value and its keys only if no redacted value of `preview` (the
+/// original arguments' redacted preview) is at, above or below that path; otherwise it names
+/// only the schema keyword that failed.
+pub fn check_schema(
+    schema: &Validator,
+    edited: &Value,
+    preview: &Map<String, Value>,
+) -> Result<(), EditRefusal> {
+    let Some(error) = schema.iter_errors(edited).next() else {
+        return Ok(());
+    };
+    let path = error.instance_path().as_str().to_owned();
+    let near_secret = redact::redacted_paths(preview)
+        .iter()
+        .any(|secret| is_at_or_above(secret, &path) || is_at_or_above(&path, secret));
+    let reason = if near_secret {
+        format!(
+            "the value fails the schema's {:?} keyword",
+            error.kind().keyword()
+        )
+    } else {
+        error.to_string()
+    };
+    Err(EditRefusal::at(
+        &path,
+        format!(
+            "the edited arguments do not match the tool's input schema: {}",
+            bounded(&reason)
+        ),
+    ))
+}
+
+/// Longest validator reason quoted in a refusal, in characters.
+const MAX_REASON_CHARS: usize = 512;
+
+/// `text`, cut to [`MAX_REASON_CHARS`] characters.
+pub(crate) fn bounded(text: &str) -> String {
+    match text.char_indices().nth(MAX_REASON_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// Checks that `pointer` is a JSON pointer (RFC 6901) into the arguments: it starts with `/`
+/// and has `~` only as `~0` or `~1`.
+pub fn check_pointer(pointer: &str) -> Result<(), String> {
+    if !pointer.starts_with('/') {
+        return Err("a JSON pointer into the arguments starts with /".into());
+    }
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return Err(
+                "not a JSON pointer: ~ must be followed by 0 or 1 (~0 is ~, ~1 is /)".into(),
+            );
         }
     }
     Ok(())

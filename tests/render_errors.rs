@@ -768,6 +768,66 @@ fn approval_rule_names_are_unique_and_quorum_is_bounded() {
 }
 
 #[test]
+fn approval_rule_edits_are_bounded_json_pointers() {
+    let problem = |edits: &str| {
+        problems(&ruled(&format!(
+            "- {{name: r, tool: write_file, action: RequireApproval, edits: {edits}}}"
+        )))
+    };
+    let fine = render(&ruled(
+        "- {name: r, tool: write_file, action: RequireApproval, edits: {allowed: false}}\n- {name: s, tool: read_file, action: RequireApproval, edits: {paths: [/path, /a~1b/c~0d]}}",
+    ));
+    assert!(fine.problems.is_empty(), "{:?}", fine.problems);
+    assert_eq!(
+        problem("{paths: [/path, a]}"),
+        [
+            "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[0].edits.paths[1]: Invalid value: \"a\": spec.declarative.approval.rules[0].edits.paths[1] in body should match '^/'"
+        ]
+    );
+    assert_eq!(
+        problem("{paths: [/path, /a~2]}"),
+        [
+            "t.yaml: Agent ns/a: spec.declarative.approval.rules[0].edits.paths[1]: Invalid value: \"/a~2\": not a JSON pointer: ~ must be followed by 0 or 1 (~0 is ~, ~1 is /)"
+        ]
+    );
+    let long = format!("/{}", "x".repeat(256));
+    assert_eq!(
+        problem(&format!("{{paths: [{long}]}}")),
+        [
+            "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[0].edits.paths[0]: Too long: may not be more than 256 bytes"
+        ]
+    );
+    let many: Vec<String> = (0..33).map(|i| format!("/p{i}")).collect();
+    assert_eq!(
+        problem(&format!("{{paths: [{}]}}", many.join(", "))),
+        [
+            "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[0].edits.paths: Too many: 33: must have at most 32 items"
+        ]
+    );
+    // To forbid every edit, `allowed: false` says so; an empty list is refused.
+    assert_eq!(
+        problem("{paths: []}"),
+        [
+            "t.yaml: The Agent \"a\" is invalid: spec.declarative.approval.rules[0].edits.paths: Invalid value: 0: spec.declarative.approval.rules[0].edits.paths in body should have at least 1 items"
+        ]
+    );
+}
+
+#[test]
+fn approval_rule_edits_reach_the_gate_config() {
+    let report = render(&ruled(
+        "- {name: r, tool: write_file, action: RequireApproval, edits: {allowed: true, paths: [/path]}}\n- {name: s, tool: read_file, action: RequireApproval}",
+    ));
+    let gate = gate_json(&report);
+    let rules = &gate["servers"][0]["rules"];
+    assert_eq!(
+        rules[0]["edits"],
+        json!({"allowed": true, "paths": ["/path"]})
+    );
+    assert!(rules[1].get("edits").is_none(), "{rules}");
+}
+
+#[test]
 fn approval_rules_need_a_gate() {
     let yaml = ruled("- {name: r, tool: read_file, action: Allow}")
         .replace("approval:\n", "approval:\n      mode: Runtime\n");
@@ -810,7 +870,11 @@ fn rendered_cap(approval: &str, options: &RenderOptions) -> serde_json::Value {
         ))
     );
     let documents = parse_documents("t.yaml", &yaml).unwrap();
-    let report = render_documents(documents, "ns", options);
+    gate_json(&render_documents(documents, "ns", options))["approval"]["max_open_requests"].clone()
+}
+
+/// The gate.json of Agent `a`, rendered without problems.
+fn gate_json(report: &RenderReport) -> serde_json::Value {
     assert_eq!(report.problems, Vec::<String>::new());
     let secret = report
         .objects
@@ -819,9 +883,7 @@ fn rendered_cap(approval: &str, options: &RenderOptions) -> serde_json::Value {
         .unwrap();
     let secret: k8s_openapi::api::core::v1::Secret =
         serde_json::from_value(secret.clone()).unwrap();
-    let gate: serde_json::Value =
-        serde_json::from_slice(&secret.data.unwrap()["gate.json"].0).unwrap();
-    gate["approval"]["max_open_requests"].clone()
+    serde_json::from_slice(&secret.data.unwrap()["gate.json"].0).unwrap()
 }
 
 #[test]
@@ -914,6 +976,22 @@ fn a_tool_gate_rule_about_a_tool_it_does_not_list_names_the_rule() {
         problems(&yaml),
         [
             "t.yaml: ToolGate ns/pay: spec.approval.rules[0].tool: Invalid value: \"delete\": must appear in spec.toolNames"
+        ]
+    );
+}
+
+#[test]
+fn a_tool_gate_rules_edit_paths_name_the_field() {
+    let yaml = format!(
+        "{SERVER}---\n{}",
+        tool_gate(
+            "{server: {remoteMCPServer: fs}, toolNames: [read], approval: {rules: [{name: r, tool: read, action: RequireApproval, edits: {paths: [/ok, /a~]}}]}}"
+        )
+    );
+    assert_eq!(
+        problems(&yaml),
+        [
+            "t.yaml: ToolGate ns/pay: spec.approval.rules[0].edits.paths[1]: Invalid value: \"/a~\": not a JSON pointer: ~ must be followed by 0 or 1 (~0 is ~, ~1 is /)"
         ]
     );
 }

@@ -617,6 +617,36 @@ pub struct ApprovalRule {
     )]
     #[schemars(range(min = 1, max = 5), extend("default" = 1))]
     pub required_approvals: Option<i32>,
+    /// What an approver may change when editing a call this rule made wait (docs/approvers.md,
+    /// "Edit, then approve"); unset: any argument.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edits: Option<RuleEdits>,
+}
+
+/// How an approval rule narrows or forbids approvers' edits of the calls it made wait.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleEdits {
+    /// Whether such calls may be edited at all; default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = true))]
+    pub allowed: Option<bool>,
+    /// JSON pointers (RFC 6901) into the call's arguments: every operation of an edit must
+    /// be at one of them or below it (by whole segments: `/a` covers `/a/b`, not `/ab`),
+    /// a `move` or `copy` with its `from` too. Unset: any path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 32),
+        inner(length(min = 1, max = 256), pattern(r"^/"))
+    )]
+    pub paths: Option<Vec<String>>,
+}
+
+impl RuleEdits {
+    /// Whether the rule lets approvers edit at all.
+    pub fn allows(&self) -> bool {
+        self.allowed.unwrap_or(true)
+    }
 }
 
 fn default_required_approvals() -> Option<i32> {

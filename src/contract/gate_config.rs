@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::agent::{ApprovalMode, RuleAction, ToolServerKind};
+use crate::api::agent::{ApprovalMode, RuleAction, RuleEdits, ToolServerKind};
 use crate::api::approval_request::PolicyKind;
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::contract::agent_config::McpParams;
@@ -169,6 +169,9 @@ pub struct GateRule {
     pub action: RuleAction,
     /// Distinct approvals a matching call needs (the request's `requiredApprovals`).
     pub required_approvals: u32,
+    /// What approvers may edit of the calls the rule made wait; unset: anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edits: Option<RuleEdits>,
 }
 
 impl GateServer {

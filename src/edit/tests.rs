@@ -177,3 +177,150 @@ proptest! {
         prop_assert!(check_redacted(&parse(&text).unwrap(), &preview).is_err());
     }
 }
+
+fn edits(allowed: Option<bool>, paths: Option<&[&str]>) -> RuleEdits {
+    RuleEdits {
+        allowed,
+        paths: paths.map(|p| p.iter().map(|s| (*s).to_owned()).collect()),
+    }
+}
+
+#[test]
+fn a_rule_may_forbid_edits() {
+    let patch = parse(r#"[{"op":"replace","path":"/path","value":"/tmp/b"}]"#).unwrap();
+    let refusal = check_rule(&patch, "frozen", &edits(Some(false), None)).unwrap_err();
+    assert_eq!(refusal.to_string(), "rule 'frozen' forbids edits");
+    // allowed: false wins over paths that would cover the edit.
+    assert!(check_rule(&patch, "frozen", &edits(Some(false), Some(&["/path"]))).is_err());
+    // Unset and true allow any path.
+    check_rule(&patch, "r", &edits(None, None)).unwrap();
+    check_rule(&patch, "r", &edits(Some(true), None)).unwrap();
+}
+
+#[test]
+fn a_rules_paths_cover_whole_segments() {
+    let rule = edits(None, Some(&["/a", "/list/0"]));
+    let check = |ops: &str| check_rule(&parse(ops).unwrap(), "scoped", &rule);
+    check(r#"[{"op":"replace","path":"/a","value":1}]"#).unwrap();
+    check(r#"[{"op":"add","path":"/a/b/c","value":1}]"#).unwrap();
+    check(r#"[{"op":"remove","path":"/list/0/x"}]"#).unwrap();
+    let refusal = check(r#"[{"op":"replace","path":"/ab","value":1}]"#).unwrap_err();
+    assert_eq!(
+        refusal.to_string(),
+        "at /ab: rule 'scoped' lets approvers edit only /a, /list/0"
+    );
+    assert_eq!(
+        check(r#"[{"op":"remove","path":"/list/01"}]"#)
+            .unwrap_err()
+            .path
+            .as_deref(),
+        Some("/list/01")
+    );
+    // A test is an operation too.
+    assert!(check(r#"[{"op":"test","path":"/b","value":1}]"#).is_err());
+    // Every operation is checked, not only the first.
+    assert!(
+        check(r#"[{"op":"replace","path":"/a","value":1},{"op":"add","path":"/b","value":1}]"#)
+            .is_err()
+    );
+}
+
+#[test]
+fn a_rules_paths_bind_the_from_of_move_and_copy() {
+    let rule = edits(None, Some(&["/a"]));
+    let check = |ops: &str| check_rule(&parse(ops).unwrap(), "scoped", &rule);
+    check(r#"[{"op":"move","from":"/a/x","path":"/a/y"}]"#).unwrap();
+    for op in ["move", "copy"] {
+        let refusal = check(&format!(
+            r#"[{{"op":"{op}","from":"/secret","path":"/a/y"}}]"#
+        ))
+        .unwrap_err();
+        assert_eq!(refusal.path.as_deref(), Some("/secret"), "{op}");
+        let refusal =
+            check(&format!(r#"[{{"op":"{op}","from":"/a/x","path":"/b"}}]"#)).unwrap_err();
+        assert_eq!(refusal.path.as_deref(), Some("/b"), "{op}");
+    }
+}
+
+fn validator(schema: Value) -> jsonschema::Validator {
+    jsonschema::options().offline().build(&schema).unwrap()
+}
+
+#[test]
+fn edited_arguments_must_match_the_tools_input_schema() {
+    let schema = validator(json!({
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "opts": {"type": "object", "properties": {"depth": {"type": "integer"}}}
+        },
+        "required": ["path"],
+        "additionalProperties": false
+    }));
+    let preview = preview_of(&json!({"path": "/tmp/a"}));
+    check_schema(&schema, &json!({"path": "/tmp/b"}), &preview).unwrap();
+    let refusal = check_schema(
+        &schema,
+        &json!({"path": "/tmp/b", "opts": {"depth": "x"}}),
+        &preview,
+    )
+    .unwrap_err();
+    assert_eq!(refusal.path.as_deref(), Some("/opts/depth"));
+    assert_eq!(
+        refusal.to_string(),
+        r#"at /opts/depth: the edited arguments do not match the tool's input schema: "x" is not of type "integer""#
+    );
+    let missing = check_schema(&schema, &json!({}), &preview).unwrap_err();
+    assert_eq!(
+        missing.to_string(),
+        r#"at the arguments' root: the edited arguments do not match the tool's input schema: "path" is a required property"#
+    );
+}
+
+#[test]
+fn a_schema_refusal_quotes_nothing_near_a_redacted_value() {
+    let schema = validator(json!({
+        "type": "object",
+        "properties": {"token": {"type": "integer"}, "n": {"type": "integer"}},
+        "additionalProperties": false
+    }));
+    let secret = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
+    let original = json!({"token": secret, "n": 1});
+    let preview = preview_of(&original);
+    assert_eq!(redact::redacted_paths(&preview), ["/token"]);
+    // The original's secret fails the schema; the refusal must not quote it.
+    let refusal = check_schema(&schema, &json!({"token": secret, "n": 2}), &preview).unwrap_err();
+    assert_eq!(
+        refusal.to_string(),
+        r#"at /token: the edited arguments do not match the tool's input schema: the value fails the schema's "type" keyword"#
+    );
+    // Away from the secret, the value is quoted.
+    let refusal = check_schema(&schema, &json!({"token": 1, "n": "x"}), &preview).unwrap_err();
+    assert!(
+        refusal.to_string().contains(r#""x" is not of type"#),
+        "{refusal}"
+    );
+    // At the root, above the secret: nothing quoted (no unexpected key names either).
+    let refusal =
+        check_schema(&schema, &json!({"token": 1, "extra": secret}), &preview).unwrap_err();
+    assert_eq!(refusal.path.as_deref(), Some(""));
+    assert!(!refusal.to_string().contains("extra"), "{refusal}");
+}
+
+#[test]
+fn pointers_are_checked() {
+    check_pointer("/a~0b/c~1d/-").unwrap();
+    check_pointer("/").unwrap();
+    assert_eq!(
+        check_pointer("a").unwrap_err(),
+        "a JSON pointer into the arguments starts with /"
+    );
+    for bad in ["/a~", "/a~2", "/~x"] {
+        assert!(
+            check_pointer(bad)
+                .unwrap_err()
+                .contains("~ must be followed by 0 or 1"),
+            "{bad}"
+        );
+    }
+}

@@ -1,11 +1,15 @@
 //! An edited approval, judged by the gate before anything runs (docs/approvers.md, "Edit, then
 //! approve"): the approver's patch ([`crate::edit`]) applied to the call's full arguments, and
-//! refused if it touches a redacted value other than whole, cannot apply, changes an argument
-//! the client mirrors in a request header, or makes a call the Agent's rules deny or that needs
-//! more approvals than were given for it. What passes is the edited call: its binding hash, the
-//! message the gate forwards, and the paths the approver changed.
+//! refused if the approval rule that made the call wait forbids it (its `edits`), it touches a
+//! redacted value other than whole, cannot apply, changes an argument the client mirrors in a
+//! request header, leaves arguments the tool's listed input schema does not accept (or the
+//! gate knows no usable schema for the tool), or makes a call the Agent's rules deny, that
+//! needs more approvals than were given for it, or that a rule asks for whose `edits` forbid
+//! it. What passes is the edited call: its binding hash, the message the gate forwards, and the
+//! paths the approver changed.
 
 use bytes::Bytes;
+use json_patch::Patch;
 use serde_json::Value;
 
 use super::approval::GatedCall;
@@ -42,6 +46,9 @@ pub async fn judge(
         return Err(refusal("the request carries no edit"));
     };
     let patch = edit::parse(&edit.patch)?;
+    if let Some(rule) = request.spec.rule.as_deref() {
+        check_rule(up, &call.name, rule, &patch)?;
+    }
     edit::check_redacted(&patch, &gated_call.preview)?;
     let tree = call
         .arguments
@@ -64,6 +71,15 @@ pub async fn judge(
         }
     }
     drop(tree);
+    let schema = up.tool_definitions.input_schema(&call.name).ok_or_else(|| {
+        refusal(
+            "the tool's input schema is not known to the gate (no tools/list seen); edits are refused",
+        )
+    })?;
+    let validator = schema
+        .validator()
+        .map_err(|why| refusal(&format!("{why}; edits are refused")))?;
+    edit::check_schema(&validator, &edited, &gated_call.preview)?;
     let arguments = serde_json::to_vec(&edited).expect("a JSON value serializes");
     let body = with_arguments(body, call.arguments.json(), &arguments)?;
     match up.policy.decide(&PolicyCall {
@@ -86,6 +102,12 @@ pub async fn judge(
             required_approvals,
             ..
         } => {
+            if let Some(asking) = rule
+                .as_deref()
+                .filter(|r| Some(*r) != request.spec.rule.as_deref())
+            {
+                check_rule(up, &call.name, asking, &patch)?;
+            }
             let given = request.approvers().len();
             if usize::try_from(required_approvals).unwrap_or(usize::MAX) > given {
                 return Err(refusal(&format!(
@@ -108,6 +130,18 @@ pub async fn judge(
         body,
         paths: edit::changed_paths(&patch),
     })
+}
+
+/// Refuses the edit when the `edits` of the approval rule named `rule` about `tool` forbid it,
+/// or when the gate has no such rule (it cannot tell what the rule allows).
+fn check_rule(up: &Upstream, tool: &str, rule: &str, patch: &Patch) -> Result<(), EditRefusal> {
+    match up.policy.rule_edits(tool, rule) {
+        None => Err(refusal(&format!(
+            "the approval rule '{rule}' is not among the gate's rules for tool '{tool}'; edits are refused"
+        ))),
+        Some(None) => Ok(()),
+        Some(Some(edits)) => edit::check_rule(patch, rule, edits),
+    }
 }
 
 /// A refusal of the edit as a whole.

@@ -152,7 +152,8 @@ pub fn filter_message(up: &Upstream, message: &[u8]) -> Filtered {
         |name, tool| {
             up.param_headers
                 .learn(name, tool.get("inputSchema").unwrap_or(&Value::Null));
-            up.tool_definitions.learn(name, tool);
+            up.tool_definitions
+                .learn(name, tool, up.policy.governs(name));
         },
     )
 }

@@ -12,6 +12,7 @@ pub mod freeze;
 pub mod grants;
 pub mod hash;
 pub mod http_sse;
+pub mod input_schema;
 pub mod jsonrpc;
 pub mod memory;
 pub mod messages;

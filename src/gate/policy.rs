@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::api::agent::RuleAction;
+use crate::api::agent::{RuleAction, RuleEdits};
 use crate::api::approval_request::MAX_APPROVALS;
 use crate::condition::{Activation, CallFacts, Condition, MAX_INPUT_BYTES};
 use crate::contract::gate_config::{AgentIdentity, GateRule, GateServer};
@@ -68,6 +68,7 @@ struct CompiledRule {
     action: RuleAction,
     required_approvals: u32,
     when: Option<Condition>,
+    edits: Option<RuleEdits>,
 }
 
 /// The policy of one tool server of the Agent, compiled once when the gate starts.
@@ -218,6 +219,16 @@ impl ServerPolicy {
         }
     }
 
+    /// The `edits` of the rule named `rule` about `tool`: `None` when the gate has no such rule,
+    /// `Some(None)` when the rule sets none (approvers may edit anything).
+    pub fn rule_edits(&self, tool: &str, rule: &str) -> Option<Option<&RuleEdits>> {
+        self.rules
+            .get(tool)?
+            .iter()
+            .find(|r| r.name == rule)
+            .map(|r| r.edits.as_ref())
+    }
+
     /// What conditions (of rules and of grants) see of `call`.
     pub fn facts<'a>(&'a self, call: &PolicyCall<'a>) -> CallFacts<'a> {
         CallFacts {
@@ -276,6 +287,7 @@ fn compile_rule(rule: &GateRule) -> Result<CompiledRule, String> {
         action: rule.action,
         required_approvals: rule.required_approvals,
         when,
+        edits: rule.edits.clone(),
     })
 }
 
@@ -296,6 +308,7 @@ mod tests {
             when: when.map(str::to_owned),
             action,
             required_approvals: 1,
+            edits: None,
         }
     }
 
@@ -645,6 +658,32 @@ mod tests {
                 format!("rule \"odd\": requiredApprovals {required}: must be between 1 and 16")
             );
         }
+    }
+
+    #[test]
+    fn a_rules_edits_are_found_by_tool_and_name() {
+        let frozen = RuleEdits {
+            allowed: Some(false),
+            paths: None,
+        };
+        let p = policy(
+            &[],
+            vec![
+                GateRule {
+                    edits: Some(frozen.clone()),
+                    ..rule("frozen", "delete_file", None, RuleAction::RequireApproval)
+                },
+                rule("open", "delete_file", None, RuleAction::RequireApproval),
+            ],
+        );
+        assert_eq!(p.rule_edits("delete_file", "frozen"), Some(Some(&frozen)));
+        assert_eq!(p.rule_edits("delete_file", "open"), Some(None));
+        assert_eq!(p.rule_edits("delete_file", "gone"), None);
+        assert_eq!(
+            p.rule_edits("write_file", "frozen"),
+            None,
+            "another tool's rule"
+        );
     }
 
     #[test]

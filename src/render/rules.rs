@@ -5,7 +5,7 @@ use crate::api::ApprovalMode;
 use crate::api::agent::{ApprovalRule, Tool};
 use crate::condition::Condition;
 use crate::contract::gate_config::GateRule;
-use crate::{Error, Result};
+use crate::{Error, Result, edit};
 
 use super::tools::ResolvedServer;
 
@@ -13,8 +13,9 @@ const FIELD: &str = "spec.declarative.approval.rules";
 
 /// Checks `rules`: only where a gate enforces them (`mode`, `mode_is_default` when it is the
 /// operator's default), each `server` names one of the Agent's tool servers, each `tool` is in
-/// that server's toolNames (any server's without `server`), and each `when` compiles within
-/// its bounds. The error names the rule's field and, for `when`, the CEL error.
+/// that server's toolNames (any server's without `server`), each `when` compiles within
+/// its bounds, and each `edits.paths` entry is a JSON pointer. The error names the rule's field
+/// and, for `when`, the CEL error.
 pub fn check_rules(
     object: &str,
     rules: &[ApprovalRule],
@@ -73,12 +74,14 @@ pub fn check_rules(
             ));
         }
         check_when(object, &field, rule)?;
+        check_edits(object, &field, rule)?;
     }
     Ok(())
 }
 
 /// Checks the rules of a ToolGate (`spec.approval.rules`): each `server`, when set, is the
-/// ToolGate's `server`, each `tool` is in its `tools`, and each `when` compiles.
+/// ToolGate's `server`, each `tool` is in its `tools`, each `when` compiles, and each
+/// `edits.paths` entry is a JSON pointer.
 pub fn check_tool_gate_rules(
     object: &str,
     rules: &[ApprovalRule],
@@ -110,6 +113,7 @@ pub fn check_tool_gate_rules(
             ));
         }
         check_when(object, &field, rule)?;
+        check_edits(object, &field, rule)?;
     }
     Ok(())
 }
@@ -128,6 +132,22 @@ fn check_when(object: &str, field: &str, rule: &ApprovalRule) -> Result<()> {
         })
 }
 
+/// Checks that each of the rule's `edits.paths` (at `field`) is a JSON pointer (RFC 6901):
+/// `~` only as `~0` or `~1`. The CRD schema bounds their number, length and leading `/`.
+fn check_edits(object: &str, field: &str, rule: &ApprovalRule) -> Result<()> {
+    let paths = rule.edits.iter().flat_map(|e| e.paths.iter().flatten());
+    for (index, path) in paths.enumerate() {
+        if let Err(why) = edit::check_pointer(path) {
+            return Err(Error::InvalidSpec {
+                object: object.to_owned(),
+                field: format!("{field}.edits.paths[{index}]"),
+                message: format!("Invalid value: {path:?}: {why}"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The rules that apply to `server`'s calls, in the Agent's order, as gate.json carries them.
 pub fn gate_rules(server: &ResolvedServer, rules: &[ApprovalRule]) -> Vec<GateRule> {
     rules
@@ -143,6 +163,7 @@ pub fn gate_rules(server: &ResolvedServer, rules: &[ApprovalRule]) -> Vec<GateRu
                 .required_approvals
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(1),
+            edits: rule.edits.clone(),
         })
         .collect()
 }

@@ -5,7 +5,9 @@
 # approver changed. bob (approve only) and mallory are refused by the admission policy; spec.edit
 # and status.editedArgumentsSha256 cannot be removed, nulled or replaced; an edit the Agent's
 # rules deny, or that needs more approvals than were given, is refused by the gate and nothing
-# runs; a quorum started on the original starts again on the edit. Figure: kubectl hitl approve
+# runs; a quorum started on the original starts again on the edit; an edit the tool's listed
+# input schema does not accept, one a rule with edits.allowed=false governs, and one outside a
+# rule's edits.paths are refused by the gate and nothing runs. Figure: kubectl hitl approve
 # --patch -> edited call at the tool server, as a ratio to a plain approval in the same run.
 #
 # Uses the cluster of $KUBECONFIG as cluster-admin, the repository's CRDs, the chart's user roles
@@ -21,10 +23,12 @@ AGENT=files
 throwaway hitl-e2e-edit
 
 awaiting() { [ "$(gate_metric a hitl_gate_calls_awaiting_decision)" = "$1" ]; }
-# call NAME PATH: calls delete_file(PATH) through gate a in the background, output in NAME.out.
+# call NAME PATH: lists the tools (as agent runtimes do; the gate learns the input schemas edits
+# are checked against) and calls delete_file(PATH) through gate a in the background, output in
+# NAME.out.
 call() {
   start "$1" "$WORK/$1.out" timeout 150 node "$PEERS/client.mjs" "${GATE_URL[a]}" streamable \
-    "[{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$2\"}}]"
+    "[{\"op\":\"list\"},{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$2\"}}]"
 }
 # answered NAME: waits for call NAME's client to finish and prints its output.
 answered() {
@@ -42,6 +46,8 @@ gates_with_policies
 GATES_APPROVAL="{timeout: 10m, waitTimeout: 120s, rules: [
   {name: protect, tool: delete_file, action: Deny, when: \"args.path.startsWith('/protected/')\"},
   {name: ledger, tool: delete_file, action: RequireApproval, requiredApprovals: 2, when: \"args.path.startsWith('/ledger/')\"},
+  {name: frozen, tool: delete_file, action: RequireApproval, when: \"args.path.startsWith('/frozen/')\", edits: {allowed: false}},
+  {name: scoped, tool: delete_file, action: RequireApproval, when: \"args.path.startsWith('/scoped/')\", edits: {paths: [/path]}},
   {name: ask, tool: delete_file, action: RequireApproval}]}"
 gates_setup
 kubectl -n "$NS" create rolebinding approvers --clusterrole=hitl-approver --user=alice --user=bob >/dev/null
@@ -170,6 +176,37 @@ result=$(answered quorum)
 expect_in "the client's result" '"text":"deleted /ledger/2025.csv"' "$result"
 [ "$(runs delete_file /ledger/2025.csv)" = 1 ] && [ "$(runs delete_file /ledger/2026.csv)" = 0 ] || fail "wrong runs"
 ok "bob's approval of the original did not count; alice + bob on the edit ran /ledger/2025.csv once"
+
+# refused_edit NAME PATH PATCH WHY: a held delete_file(PATH) edited by alice with PATCH is refused
+# by the gate with WHY (in the model's result and in status.message), the request Cancelled,
+# and neither the original nor anything else ran.
+refused_edit() {
+  local before; before=$(runs delete_file)
+  call "$1" "$2"
+  wait_for "the gate to hold delete_file($2)" 20 awaiting 1
+  the_request REQ "$2"
+  KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --patch "$3" >/dev/null
+  result=$(answered "$1")
+  expect_in "the client's result" "the approver's edit of tool 'delete_file' (by alice, ApprovalRequest $REQ) was refused" "$result"
+  expect_in "the client's result" "$4" "$result"
+  wait_for "$REQ Cancelled" 20 cancelled
+  expect_in "status.message" "$4" "$(jp "approvalrequest/$REQ" '{.status.message}')"
+  [ "$(runs delete_file)" = "$before" ] || fail "a call ran ($(runs delete_file) delete_file calls, $before before)"
+}
+
+step "8. an edit the tool's input schema does not accept is refused by the gate; nothing runs"
+refused_edit schema /tmp/e '[{"op":"replace","path":"/path","value":5}]' \
+  "at /path: the edited arguments do not match the tool's input schema: 5 is not of type"
+ok "refused naming /path and the validator's reason; nothing ran; $REQ Cancelled"
+
+step "9. a rule with edits.allowed=false: every edit refused; nothing runs"
+refused_edit frozen /frozen/f "$(patch_path /frozen/g)" "rule 'frozen' forbids edits"
+ok "refused naming the rule; nothing ran; $REQ Cancelled"
+
+step "10. a rule with edits.paths: an operation outside them refused; nothing runs"
+refused_edit scoped /scoped/s '[{"op":"add","path":"/extra","value":1}]' \
+  "at /extra: rule 'scoped' lets approvers edit only /path"
+ok "refused naming /extra and the rule; nothing ran; $REQ Cancelled"
 
 step "figure"
 ratio=$(awk -v e="$edit_s" -v p="$plain_s" 'BEGIN { printf "%.2f", e / p }')

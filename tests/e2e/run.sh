@@ -21,7 +21,9 @@
 #   edit    tests/e2e/edit.sh: edit, then approve: the edited call runs once and the model is
 #           told; bob (approve only) and mallory refused; spec.edit and the edited binding
 #           write-once; edits the rules deny or that need more approvals refused by the gate;
-#           a quorum restarting on the edit; figure: --patch vs a plain approval
+#           a quorum restarting on the edit; edits refused by the tool's input schema, by a
+#           rule's edits.allowed=false and outside its edits.paths, nothing run; figure:
+#           --patch vs a plain approval
 #   grants  tests/e2e/grants.sh: ApprovalGrants: every admission rule, a condition, maxUses
 #           under calls racing through two gates, revoke and delete, --remember session
 #   notify  tests/e2e/notify.sh: ApprovalNotifiers with a real receiver: retries, reminders, a

@@ -17,6 +17,7 @@ fn rule(name: &str, tool: &str, when: &str, action: RuleAction) -> GateRule {
         when: Some(when.into()),
         action,
         required_approvals: 1,
+        edits: None,
     }
 }
 

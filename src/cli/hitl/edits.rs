@@ -46,7 +46,9 @@ pub async fn asked(
         .map_err(|why| format!("approvalrequest/{name}: the edit cannot be made: {why}")))
 }
 
-/// Why `patch` cannot edit the call whose preview is `preview`, if it cannot.
+/// Why `patch` cannot edit the call whose preview is `preview`, if it cannot. What the plugin
+/// cannot know is checked by the gate only: the tool's listed input schema and the approval
+/// rule's `edits` (docs/approvers.md, "Edit, then approve").
 pub fn check(patch: &str, preview: &serde_json::Map<String, Value>) -> Result<(), String> {
     if patch.len() > MAX_EDIT_PATCH_BYTES {
         return Err(format!(
