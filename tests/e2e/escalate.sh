@@ -15,6 +15,8 @@
 #     with the policies installed and as the CRD alone rules), and the agent cannot raise it
 #  6. boss approves at tier 2; a second request nobody decides gets its `expiring` notice and
 #     expires: Expired, never Denied
+#  6b. a step whose notifier does not exist: its Escalated Event is a Warning saying nobody was
+#     told, and the controller counts it (notifier=missing)
 #  7. figure: step latency after its deadline over N requests, as a ratio to the controller's
 #     own latency recording a decision (a plain status write) in the same run
 #
@@ -239,6 +241,37 @@ wait_for "$LATE Expired" 60 eval '[ "$(jp "approvalrequest/$LATE" "{.status.phas
 [ "$(jp "approvalrequest/$LATE" '{.status.tier}')" = 2 ] || fail "$LATE did not escalate to tier 2 before expiring"
 expect_in "the expired status" "no decision before" "$(jp "approvalrequest/$LATE" '{.status.message}')"
 ok "$REQ approved by boss; $LATE: expiring notice, tier 2, Expired ('$(jp "approvalrequest/$LATE" '{.status.message}')')"
+
+# ---------------------------------------------------------------------------------------------
+step "6b. a step whose notifier does not exist: a Warning Event says nobody was told, and it is counted"
+at=$(date -u -d @$(($(date +%s) + 3)) +%Y-%m-%dT%H:%M:%SZ)
+kubectl --kubeconfig "$WORK/agent.kubeconfig" -n "$NS" create -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalRequest
+metadata: {name: untold, labels: {kagent.dev/agent: $AGENT, kagent.dev/tool: delete_file}}
+spec:
+  agentRef: {name: $AGENT}
+  toolServer: {kind: RemoteMCPServer, name: recorder, namespace: $NS}
+  toolName: delete_file
+  argumentsPreview: {path: /escalate/untold}
+  argumentsSha256: "$(printf '%064d' 99)"
+  argumentsBytes: 27
+  requestedBy: system:serviceaccount:$NS:$AGENT
+  expiresAt: $(date -u -d @$(($(date +%s) + 60)) +%Y-%m-%dT%H:%M:%SZ)
+  escalation:
+    steps: [{tier: 1, at: "$at", approvers: {groups: [hitl-e2e-oncall]}, notifier: no-such-notifier}]
+YAML
+wait_for "untold at tier 1" 20 eval '[ "$(tier untold)" = 1 ]'
+warning() {
+  kubectl -n "$NS" get events --field-selector "involvedObject.name=untold,reason=Escalated,type=Warning" \
+    -o jsonpath='{.items[*].note}{.items[*].message}'
+}
+wait_for "the Warning Event on untold" 20 eval '[ -n "$(warning)" ]'
+expect_in "the Escalated Warning" "its notifier \"no-such-notifier\" is not an ApprovalNotifier in namespace $NS: nobody was told" "$(warning)"
+grep -h '"escalation step taken"' "$WORK"/controller-*.log | grep -q '"notifier":"missing"' ||
+  fail "no controller logged a step taken with notifier=missing"
+KUBECONFIG=$ALICE kubectl hitl deny untold -n "$NS" --reason "done" >/dev/null
+ok "untold: tier 1 taken; Warning Event: $(warning | head -c 160)…"
 
 # ---------------------------------------------------------------------------------------------
 step "7. figure: step latency after its deadline, over $N requests, against a decision's"

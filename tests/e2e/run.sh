@@ -31,7 +31,8 @@
 #   escalate tests/e2e/escalate.sh: deadlines that escalate: steps copied with instants, tier
 #           approvers refused before their tier and admitted after, each step once across a
 #           leader change (one message per step notifier), status.tier never decreasing, the
-#           expiring notice and expiry (not denial), step latency figure
+#           expiring notice and expiry (not denial), a missing step notifier as a Warning,
+#           step latency figure
 #   slack   tests/e2e/slack.sh: Approve from Slack: signed presses (forged, stale, replayed
 #           refused), an unmapped user, mallory refused by the admission policy, alice approves
 #   rewind  tests/e2e/rewind.sh: every generated way to remove, null, replace or rewind each
