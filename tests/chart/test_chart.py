@@ -185,6 +185,7 @@ def test_default_objects(chart):
         [
             "ClusterRole",  # controller
             "ClusterRole",  # hitl-approver
+            "ClusterRole",  # hitl-editor
             "ClusterRole",  # hitl-viewer
             "ClusterRole",  # token reviewer (the gates of ToolGates)
             "ClusterRole",  # keeper of the token reviewer's binding
@@ -216,6 +217,8 @@ def test_default_objects(chart):
             "ValidatingAdmissionPolicy",  # status
             "ValidatingAdmissionPolicy",  # grant
             "ValidatingAdmissionPolicy",  # grant-status
+            "ValidatingAdmissionPolicy",  # edit
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
@@ -405,7 +408,7 @@ def test_user_roles(chart):
 def test_admission_policies_default(chart):
     docs = objects(chart)
     policies = {p["metadata"]["name"]: p for p in find(docs, "ValidatingAdmissionPolicy")}
-    assert sorted(policies) == [f"{FULLNAME}-approval-{n}" for n in ("decision", "grant", "grant-status", "quorum", "requester", "status")]
+    assert sorted(policies) == [f"{FULLNAME}-approval-{n}" for n in ("decision", "edit", "grant", "grant-status", "quorum", "requester", "status")]
     for p in policies.values():
         assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert p["spec"]["failurePolicy"] == "Fail"
@@ -609,13 +612,17 @@ def test_policy_options(chart):
     # The caller's own call stays out of its reach whatever the options say.
     caller = "!has(object.spec.caller) || object.spec.caller.username != request.userInfo.username"
     assert caller in exprs
-    assert len(exprs) == 4
+    # The right to approve, who decides, the caller, the escalation tier and the quorum's own
+    # approval: none of them is one of the options.
+    assert any("object.spec.escalation.steps" in e for e in exprs)
+    assert len(exprs) == 5
     quorum = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-quorum")
     exprs = [v["expression"] for v in quorum["spec"]["validations"]]
     assert "object.spec.requestedBy != request.userInfo.username" not in exprs
     assert not any("system:serviceaccount:" in e for e in exprs)
     assert caller in exprs
-    assert len(exprs) == 4
+    assert any("object.spec.escalation.steps" in e for e in exprs)
+    assert len(exprs) == 5
     status = one(docs, "ValidatingAdmissionPolicy", f"{FULLNAME}-approval-status")
     assert status["spec"]["matchConditions"][0]["expression"] == (
         f'!(request.userInfo.username in ["{CONTROLLER_USER}","ops-admin"])'
