@@ -168,6 +168,7 @@ fn gate_config(upstream: &str) -> GateConfig {
             allowed_headers: vec![],
             rules: vec![],
             trust_tool_annotations: false,
+            accepted_tools: Default::default(),
         }],
     }
 }

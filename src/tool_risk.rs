@@ -121,6 +121,7 @@ pub fn listed(tool: &Map<String, Value>, trusted: bool) -> Option<ToolAnnotation
         open_world_hint: hint("openWorldHint"),
         trusted,
         definition_sha256: definition_sha256(tool)?,
+        definition_change: None,
     })
 }
 
@@ -134,6 +135,35 @@ pub fn definition_sha256(tool: &Map<String, Value>) -> Option<String> {
         .collect();
     let canonical = canonical_json(&Value::Object(definition)).ok()?;
     Some(hex::encode(Sha256::digest(canonical.as_bytes())))
+}
+
+/// The parts of a tool's definition a change is reported by (the name is the tool's key).
+pub const DEFINITION_PARTS: [&str; 3] = ["description", "inputSchema", "annotations"];
+
+/// The SHA-256 of each part of a listed definition ([`DEFINITION_PARTS`]; `None`: absent), to
+/// say which parts a later definition changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartDigests([Option<[u8; 32]>; 3]);
+
+impl PartDigests {
+    /// The digests of `tool`'s parts.
+    pub fn of(tool: &Map<String, Value>) -> Self {
+        Self(DEFINITION_PARTS.map(|part| {
+            let value = tool.get(part)?;
+            let canonical = canonical_json(value).ok()?;
+            Some(Sha256::digest(canonical.as_bytes()).into())
+        }))
+    }
+
+    /// The parts whose digests differ from `other`'s, in [`DEFINITION_PARTS`] order.
+    pub fn differing(&self, other: &Self) -> Vec<String> {
+        DEFINITION_PARTS
+            .iter()
+            .zip(self.0.iter().zip(&other.0))
+            .filter(|(_, (a, b))| a != b)
+            .map(|(part, _)| (*part).to_owned())
+            .collect()
+    }
 }
 
 /// Short words for approvers: what the hints say, and `(untrusted)` after a hint that lowers
@@ -164,6 +194,9 @@ pub fn badges(annotations: Option<&ToolAnnotations>) -> Vec<String> {
     if hints.open_world {
         out.push("open-world".to_owned());
     }
+    if a.definition_change.is_some() {
+        out.push("definition changed".to_owned());
+    }
     out
 }
 
@@ -179,8 +212,22 @@ pub fn summary(annotations: &ToolAnnotations) -> String {
         .as_deref()
         .map(|t| format!("; title {t:?}"))
         .unwrap_or_default();
+    let change = annotations
+        .definition_change
+        .as_ref()
+        .map(|change| {
+            let what = match change.changed.as_slice() {
+                [] => "the definition".to_owned(),
+                parts => parts.join(", "),
+            };
+            match &change.accepted_sha256 {
+                Some(accepted) => format!("; {what} changed since accepted as sha256 {accepted}"),
+                None => "; never accepted, while other tools of the server were".to_owned(),
+            }
+        })
+        .unwrap_or_default();
     format!(
-        "{} ({who}{title}; definition sha256 {})",
+        "{} ({who}{title}; definition sha256 {}{change})",
         badges(Some(annotations)).join(", "),
         annotations.definition_sha256
     )

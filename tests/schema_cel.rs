@@ -1620,6 +1620,47 @@ fn a_tool_gate_names_exactly_one_server() {
 }
 
 #[test]
+fn accepted_tool_definitions_are_digests_keyed_by_tool_and_on_the_server_object() {
+    let digest = "ab".repeat(32);
+    assert_valid(&tool_gate(json!({
+        "server": {"url": "http://x.default/mcp",
+                   "acceptedToolDefinitions": [{"name": "a", "definitionSha256": digest}]},
+        "toolNames": ["a"]
+    })));
+    assert_rejected(
+        &tool_gate(json!({
+            "server": {"remoteMCPServer": "s",
+                       "acceptedToolDefinitions": [{"name": "a", "definitionSha256": digest}]},
+            "toolNames": ["a"]
+        })),
+        None,
+        "The ToolGate \"payments\" is invalid: spec.server: Invalid value: acceptedToolDefinitions goes with an inline url only: a RemoteMCPServer's accepted definitions are on it",
+    );
+    let server = |accepted: Value| {
+        json!({
+            "apiVersion": "kagent.dev/v1alpha2", "kind": "RemoteMCPServer",
+            "metadata": {"name": "fs", "namespace": "default"},
+            "spec": {"url": "http://x/mcp", "acceptedToolDefinitions": accepted}
+        })
+    };
+    assert_valid(&server(json!([{"name": "a", "definitionSha256": digest}])));
+    let errors_of = |accepted: Value| errors(&server(accepted), None).join("\n");
+    assert!(
+        errors_of(json!([{"name": "a", "definitionSha256": "AB".repeat(32)}]))
+            .contains("spec.acceptedToolDefinitions[0].definitionSha256"),
+        "upper-case hex is not a digest the gate writes"
+    );
+    assert!(
+        errors_of(json!([
+            {"name": "a", "definitionSha256": digest},
+            {"name": "a", "definitionSha256": "cd".repeat(32)}
+        ]))
+        .contains("Duplicate value"),
+        "one entry per tool"
+    );
+}
+
+#[test]
 fn a_tool_gate_requires_approval_only_of_its_tools() {
     assert_rejected(
         &tool_gate(json!({

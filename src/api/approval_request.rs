@@ -224,6 +224,26 @@ pub struct ToolAnnotations {
     /// `{name, description, inputSchema, annotations}`.
     #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
     pub definition_sha256: String,
+    /// Set when the definition listed is not the one accepted: the call waits for an approval
+    /// whatever the rules say (docs/policies.md, "Changed tool definitions").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_change: Option<DefinitionChange>,
+}
+
+/// How a tool's definition as listed differs from the one accepted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefinitionChange {
+    /// The digest accepted (the tool server's `acceptedToolDefinitions`, or the first one the
+    /// gate listed); unset when the tool was never accepted while others were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
+    pub accepted_sha256: Option<String>,
+    /// The parts of the definition that changed (`description`, `inputSchema`, `annotations`),
+    /// when the gate listed the accepted definition itself; empty when it did not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 3), inner(length(max = 16)))]
+    pub changed: Vec<String>,
 }
 
 impl ApprovalRequest {

@@ -83,6 +83,25 @@ pub enum FromNamespaces {
     Selector,
 }
 
+/// A tool definition a person accepted on its tool server: the tool's name and the digest of
+/// its definition as listed (`tools/list`: name, description, input schema, annotations). A
+/// gate that lists the tool with another definition, or a tool not accepted while others are,
+/// makes its calls wait for an approval that shows the change, until the new definition is
+/// accepted here (docs/policies.md, "Changed tool definitions"). An extension of this project;
+/// kagent ignores it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceptedToolDefinition {
+    /// The tool's name.
+    #[schemars(length(min = 1, max = 128))]
+    pub name: String,
+    /// SHA-256 (lowercase hex) of the RFC 8785 canonical JSON of the tool's definition, as
+    /// `status.discoveredTools[].definitionSha256` and a request's
+    /// `spec.toolAnnotations.definitionSha256` show it.
+    #[schemars(length(min = 64, max = 64), pattern(r"^[0-9a-f]{64}$"))]
+    pub definition_sha256: String,
+}
+
 /// Schema of a free-form JSON object kept as written (`x-kubernetes-preserve-unknown-fields`).
 pub fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({

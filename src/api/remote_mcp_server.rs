@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::common::{AllowedNamespaces, DURATION_PATTERN, ValueRef};
+use super::common::{AcceptedToolDefinition, AllowedNamespaces, DURATION_PATTERN, ValueRef};
 
 /// Desired state of a RemoteMCPServer.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -59,6 +59,13 @@ pub struct RemoteMCPServerSpec {
     /// extension of this project; kagent ignores it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trust_tool_annotations: Option<bool>,
+    /// The tool definitions a person accepted (`kubectl hitl accept-tools`). Unset: each gate
+    /// accepts the definitions it lists first, until it restarts. Set: a tool listed with
+    /// another definition, or not in the list, needs approval for every call until accepted
+    /// here (docs/policies.md, "Changed tool definitions"). An extension of this project.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub accepted_tool_definitions: Vec<AcceptedToolDefinition>,
 }
 
 /// MCP transport.
@@ -92,7 +99,8 @@ pub struct RemoteMCPServerStatus {
     /// The generation the status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Accepted`: whether the server answered `tools/list`.
+    /// `Accepted`: whether the server answered `tools/list`; `ToolDefinitionsAccepted`:
+    /// whether every tool it listed has the definition `spec.acceptedToolDefinitions` accepted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -103,10 +111,16 @@ pub struct RemoteMCPServerStatus {
 
 /// A tool offered by an MCP server.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct DiscoveredTool {
     /// Tool name.
     pub name: String,
     /// Tool description.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+    /// SHA-256 (lowercase hex) of the RFC 8785 canonical JSON of the tool's definition as
+    /// listed (name, description, input schema, annotations): what
+    /// `spec.acceptedToolDefinitions` accepts. An extension of this project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_sha256: Option<String>,
 }

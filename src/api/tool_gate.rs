@@ -10,7 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::agent::ApprovalRule;
-use super::common::{DURATION_PATTERN, ValueRef};
+use super::common::{AcceptedToolDefinition, DURATION_PATTERN, ValueRef};
 use super::remote_mcp_server::McpProtocol;
 
 /// A policy on one MCP tool server, enforced by a shared gate: which tools are offered, which
@@ -71,7 +71,8 @@ pub struct ToolGateSpec {
 #[x_kube(
     validation = kube::core::Rule::new("has(self.remoteMCPServer) != has(self.url)").message("exactly one of remoteMCPServer and url must be set"),
     validation = kube::core::Rule::new("has(self.url) || !(has(self.protocol) || has(self.headersFrom) || has(self.timeout) || has(self.sseReadTimeout))").message("protocol, headersFrom, timeout and sseReadTimeout go with an inline url only: a RemoteMCPServer brings its own"),
-    validation = kube::core::Rule::new("has(self.url) || !has(self.trustToolAnnotations)").message("trustToolAnnotations goes with an inline url only: a RemoteMCPServer says itself whether its annotations are trusted")
+    validation = kube::core::Rule::new("has(self.url) || !has(self.trustToolAnnotations)").message("trustToolAnnotations goes with an inline url only: a RemoteMCPServer says itself whether its annotations are trusted"),
+    validation = kube::core::Rule::new("has(self.url) || !has(self.acceptedToolDefinitions)").message("acceptedToolDefinitions goes with an inline url only: a RemoteMCPServer's accepted definitions are on it")
 )]
 pub struct ToolGateServer {
     /// Name of a RemoteMCPServer in the ToolGate's namespace; its url, protocol, headersFrom
@@ -108,6 +109,12 @@ pub struct ToolGateServer {
     /// not trusted (docs/policies.md, "Tool annotations").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trust_tool_annotations: Option<bool>,
+    /// The tool definitions a person accepted for an inline url (a RemoteMCPServer's are on
+    /// it): as a RemoteMCPServer's `acceptedToolDefinitions` (docs/policies.md, "Changed tool
+    /// definitions").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub accepted_tool_definitions: Vec<AcceptedToolDefinition>,
 }
 
 /// Approval settings of a ToolGate: those of an Agent's `approval`, without mode and placement

@@ -1,6 +1,8 @@
 //! `gate.json`: what the approval gate sidecar enforces. Rendered by the controller into the
 //! agent's Secret and mounted only into the gate container.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::api::agent::{ApprovalMode, RuleAction, RuleEdits, ToolServerKind};
@@ -153,6 +155,10 @@ pub struct GateServer {
     /// RemoteMCPServer's, or an inline ToolGate server's, `trustToolAnnotations`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trust_tool_annotations: bool,
+    /// The tool definitions accepted on the tool server object (tool name -> definition
+    /// SHA-256). Empty: the gate accepts the definitions it lists first.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub accepted_tools: BTreeMap<String, String>,
 }
 
 /// One approval rule as the gate applies it to a server's calls (docs/policies.md).

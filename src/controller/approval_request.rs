@@ -71,7 +71,8 @@ pub struct Evaluation {
 /// Whether the request's tool still needs approval at its server under its Agent's policy: it
 /// is in `requireApproval`, or, for a request an approval rule asked for (`spec.rule`), that
 /// rule still applies to the call's server and tool, can still ask, and asks for no more
-/// approvals than the request's `requiredApprovals`. `None` for the Agent
+/// approvals than the request's `requiredApprovals`; a request made because the tool's
+/// definition was not the accepted one asks while the tool is offered. `None` for the Agent
 /// means it is gone.
 pub fn still_required(
     request: &ApprovalRequest,
@@ -112,9 +113,20 @@ pub fn still_required(
                 && server.namespace.as_deref().unwrap_or(&agent_namespace) == target.namespace
         })
         .any(|server| match &request.spec.rule {
+            _ if definition_changed(request) => server.tool_names.contains(tool),
             Some(name) => rule_still_asks(rules.clone(), request, name, &server.name),
             None => server.require_approval.contains(tool),
         })
+}
+
+/// Whether the gate asked because the tool's definition was not the accepted one
+/// (docs/policies.md, "Changed tool definitions"): that holds whatever the rules say now.
+fn definition_changed(request: &ApprovalRequest) -> bool {
+    request
+        .spec
+        .tool_annotations
+        .as_ref()
+        .is_some_and(|a| a.definition_change.is_some())
 }
 
 /// [`still_required`] for a request made through a ToolGate (`None`: it is gone): the call is
@@ -134,6 +146,9 @@ pub fn still_required_by_tool_gate(
     }
     let rules = tool_gate.spec.approval.iter().flat_map(|a| &a.rules);
     match &request.spec.rule {
+        _ if definition_changed(request) => {
+            tool_gate.spec.tool_names.contains(&request.spec.tool_name)
+        }
         Some(name) => rule_still_asks(rules, request, name, &server),
         None => tool_gate
             .spec
@@ -1011,6 +1026,49 @@ mod tests {
         assert!(required(
             r#"[{"name": "guard", "tool": "delete_file", "action": "RequireApproval"}]"#
         ));
+    }
+
+    #[test]
+    fn a_request_for_a_changed_definition_stays_required_while_the_tool_is_offered() {
+        let agent = |tools: &str| -> Agent {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kagent.dev/v1alpha2",
+                "kind": "Agent",
+                "metadata": {"name": "a", "namespace": "ns"},
+                "spec": {"type": "Declarative", "declarative": {
+                    "tools": [{"type": "McpServer", "mcpServer": {"name": "fs",
+                        "toolNames": serde_json::from_str::<serde_json::Value>(tools).unwrap()}}],
+                }}
+            }))
+            .unwrap()
+        };
+        let mut asked = request(None, None);
+        assert!(
+            !still_required(
+                &asked,
+                Some(&agent(r#"["delete_file"]"#)),
+                ApprovalMode::Gate
+            ),
+            "not in requireApproval, no rule, no change"
+        );
+        asked.spec.tool_annotations = Some(Box::new(
+            serde_json::from_value(serde_json::json!({
+                "trusted": false, "definitionSha256": "ab".repeat(32),
+                "definitionChange": {"acceptedSha256": "cd".repeat(32), "changed": ["description"]},
+            }))
+            .unwrap(),
+        ));
+        assert!(still_required(
+            &asked,
+            Some(&agent(r#"["delete_file"]"#)),
+            ApprovalMode::Gate
+        ));
+        assert!(!still_required(
+            &asked,
+            Some(&agent(r#"["read_file"]"#)),
+            ApprovalMode::Gate
+        ));
+        assert!(!still_required(&asked, None, ApprovalMode::Gate));
     }
 
     #[test]

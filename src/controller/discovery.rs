@@ -15,7 +15,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::{Value, json};
 
 use crate::api::remote_mcp_server::{DiscoveredTool, McpProtocol};
-use crate::sse;
+use crate::{sse, tool_risk};
 
 /// Protocol version offered on the legacy SSE transport.
 const SSE_PROTOCOL_VERSION: &str = "2024-11-05";
@@ -78,6 +78,11 @@ async fn list_streamable_http(
     Ok(listed?
         .into_iter()
         .map(|tool| DiscoveredTool {
+            definition_sha256: serde_json::to_value(&tool)
+                .ok()
+                .as_ref()
+                .and_then(Value::as_object)
+                .and_then(tool_risk::definition_sha256),
             name: tool.name.to_string(),
             description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
         })
@@ -242,6 +247,7 @@ async fn list_sse(
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string(),
+                definition_sha256: tool.as_object().and_then(tool_risk::definition_sha256),
             });
         }
         cursor = result

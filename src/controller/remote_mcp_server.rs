@@ -1,6 +1,7 @@
 //! RemoteMCPServer reconciler: lists the server's tools over MCP and records them in
-//! `status.discoveredTools` with an `Accepted` condition. Re-lists every five minutes, and
-//! sooner with backoff after a failure.
+//! `status.discoveredTools` with an `Accepted` condition, and whether each has the definition
+//! `spec.acceptedToolDefinitions` accepted in a `ToolDefinitionsAccepted` condition. Re-lists
+//! every five minutes, and sooner with backoff after a failure.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,8 +18,9 @@ use kube::{Resource, ResourceExt};
 use super::watches::RemoteMcpServerWatches;
 use super::{Context, discovery, drain, fetch_value_source, measured, retry_after_error};
 use crate::api::RemoteMCPServer;
+use crate::api::common::AcceptedToolDefinition;
 use crate::api::common::{ValueSourceType, parse_duration_seconds};
-use crate::api::remote_mcp_server::RemoteMCPServerStatus;
+use crate::api::remote_mcp_server::{DiscoveredTool, RemoteMCPServerStatus};
 use crate::apiserver::conditions::find;
 use crate::apiserver::{apply_status, new_condition, set_condition};
 use crate::render::refs::RefStore;
@@ -129,6 +131,20 @@ async fn reconcile_inner(server: &RemoteMCPServer, ctx: &Context) -> Result<Acti
                 &mut status.conditions,
                 new_condition("Accepted", true, "Reconciled", message, generation, now),
             );
+            let (state, reason, message) =
+                definitions_accepted(server, &server.spec.accepted_tool_definitions, tools);
+            let mut condition = new_condition(
+                DEFINITIONS_ACCEPTED,
+                state == Some(true),
+                reason,
+                message,
+                generation,
+                now,
+            );
+            if state.is_none() {
+                condition.status = "Unknown".into();
+            }
+            set_condition(&mut status.conditions, condition);
             ctx.discovery_failures.succeeded(&id);
             Action::requeue(RELIST_INTERVAL)
         }
@@ -159,36 +175,114 @@ async fn reconcile_inner(server: &RemoteMCPServer, ctx: &Context) -> Result<Acti
     Ok(action)
 }
 
+/// Type of the condition saying whether every listed tool has its accepted definition.
+pub const DEFINITIONS_ACCEPTED: &str = "ToolDefinitionsAccepted";
+
+/// The `ToolDefinitionsAccepted` condition of `server`, whose object accepted `accepted`, for
+/// the tools it listed: its status (`None`: Unknown, nothing accepted), reason and message.
+fn definitions_accepted(
+    server: &RemoteMCPServer,
+    accepted: &[AcceptedToolDefinition],
+    tools: &[DiscoveredTool],
+) -> (Option<bool>, &'static str, String) {
+    let how = format!(
+        "kubectl hitl accept-tools remotemcpserver/{} -n {}",
+        server.name_any(),
+        server.namespace().unwrap_or_default()
+    );
+    if accepted.is_empty() {
+        return (
+            None,
+            "NoneAccepted",
+            format!(
+                "no tool definitions accepted: each gate accepts the definitions it lists first, until it restarts; to pin these, review status.discoveredTools and run `{how}`"
+            ),
+        );
+    }
+    let unaccepted: Vec<String> = tools
+        .iter()
+        .filter_map(|tool| {
+            let pinned = accepted.iter().find(|a| a.name == tool.name);
+            let listed = tool.definition_sha256.as_deref();
+            match pinned {
+                Some(pinned) if Some(pinned.definition_sha256.as_str()) == listed => None,
+                Some(pinned) => Some(format!(
+                    "{} (accepted sha256 {}, listed {})",
+                    tool.name,
+                    short(&pinned.definition_sha256),
+                    listed.map_or("none", short)
+                )),
+                None => Some(format!("{} (never accepted)", tool.name)),
+            }
+        })
+        .collect();
+    if unaccepted.is_empty() {
+        return (
+            Some(true),
+            "Accepted",
+            format!(
+                "every listed tool has its accepted definition ({} tools)",
+                tools.len()
+            ),
+        );
+    }
+    (
+        Some(false),
+        "DefinitionChanged",
+        format!(
+            "listed with a definition not accepted, so every call of them waits for an approval: {}; review status.discoveredTools, then accept with `{how}`",
+            unaccepted.join(", ")
+        ),
+    )
+}
+
+/// The first 12 hex digits of a digest, as approvers see it in messages.
+fn short(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
+}
+
 /// Publishes an Event when the `Accepted` condition turns or its message changes, so a
-/// failing server is reported once per distinct failure, not on every retry.
+/// failing server is reported once per distinct failure, not on every retry; and a Warning
+/// when the `ToolDefinitionsAccepted` condition turns False or names other tools.
 async fn announce(
     ctx: &Context,
     server: &RemoteMCPServer,
     before: &RemoteMCPServerStatus,
     after: &RemoteMCPServerStatus,
 ) {
-    let accepted = |status: &RemoteMCPServerStatus| {
-        find(&status.conditions, "Accepted").map(|c| (c.status.clone(), c.message.clone()))
+    let changed = |type_: &str| {
+        let state = |status: &RemoteMCPServerStatus| {
+            find(&status.conditions, type_).map(|c| (c.status.clone(), c.message.clone()))
+        };
+        state(after).filter(|now| state(before).as_ref() != Some(now))
     };
-    let Some((state, message)) = accepted(after) else {
-        return;
-    };
-    if accepted(before) == Some((state.clone(), message.clone())) {
-        return;
+    if let Some((state, message)) = changed("Accepted") {
+        let (type_, reason) = if state == "True" {
+            (EventType::Normal, "ToolsDiscovered")
+        } else {
+            (EventType::Warning, "ToolDiscoveryFailed")
+        };
+        ctx.publish(
+            type_,
+            reason,
+            message,
+            "ListTools",
+            &[server.object_ref(&())],
+        )
+        .await;
     }
-    let (type_, reason) = if state == "True" {
-        (EventType::Normal, "ToolsDiscovered")
-    } else {
-        (EventType::Warning, "ToolDiscoveryFailed")
-    };
-    ctx.publish(
-        type_,
-        reason,
-        message,
-        "ListTools",
-        &[server.object_ref(&())],
-    )
-    .await;
+    if let Some((state, message)) = changed(DEFINITIONS_ACCEPTED)
+        && state == "False"
+    {
+        ctx.publish(
+            EventType::Warning,
+            "ToolDefinitionChanged",
+            message,
+            "ListTools",
+            &[server.object_ref(&())],
+        )
+        .await;
+    }
 }
 
 /// The HTTP headers of `headersFrom`, reading Secret and ConfigMap keys.

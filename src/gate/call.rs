@@ -351,11 +351,25 @@ async fn screen(
         annotations,
     });
     drop(tree);
+    // A tool whose definition is not the accepted one asks whatever the rules allow.
+    let changed = up.tool_definitions.changed(&call.name);
+    let verdict = match verdict {
+        PolicyVerdict::Forward { .. } if changed => {
+            tracing::info!(server = %up.label, tool = %call.name,
+                "the tool's definition is not the accepted one; asking for approval");
+            PolicyVerdict::RequireApproval {
+                rule: None,
+                required_approvals: 1,
+                unevaluated: None,
+            }
+        }
+        verdict => verdict,
+    };
     let metrics = &up.shared.metrics;
     let governed = !matches!(
         verdict,
         PolicyVerdict::NotOffered | PolicyVerdict::Deny { .. }
-    ) && up.policy.governs(&call.name);
+    ) && (changed || up.policy.governs(&call.name));
     if governed && let Some(why) = up.shared.approvals.freeze().refusal(FREEZE_BOUND).await {
         tracing::info!(server = %up.label, tool = %call.name, %why, "refused: agent frozen");
         metrics.call(Outcome::frozen);
@@ -486,8 +500,13 @@ async fn gated(
         caller: caller.cloned(),
         tool_annotations,
     };
-    // A grant lets a call through: it sees the annotations as an Allow rule does.
-    let facts = up.shared.approvals.grants_enabled().then(|| {
+    // A grant lets a call through: it sees the annotations as an Allow rule does. No grant
+    // covers a tool whose definition is not the accepted one.
+    let changed = gated_call
+        .tool_annotations
+        .as_ref()
+        .is_some_and(|a| a.definition_change.is_some());
+    let facts = (up.shared.approvals.grants_enabled() && !changed).then(|| {
         Activation::new(&up.policy.facts(&PolicyCall {
             tool: &call.name,
             args: tree.value(),

@@ -333,6 +333,7 @@ mod tests {
             allowed_headers: Vec::new(),
             rules,
             trust_tool_annotations: false,
+            accepted_tools: Default::default(),
         };
         let agent = AgentIdentity {
             kind: Default::default(),
@@ -643,6 +644,7 @@ mod tests {
             allowed_headers: Vec::new(),
             rules: vec![rule("bad", "t", Some("args.x >"), RuleAction::Allow)],
             trust_tool_annotations: false,
+            accepted_tools: Default::default(),
         };
         let why = ServerPolicy::compile(&agent, &base).unwrap_err();
         assert!(why.starts_with("rule \"bad\": when: CEL: "), "{why}");

@@ -280,7 +280,10 @@ impl Upstream {
                 server.params.sse_read_timeout.as_ref(),
             )?,
             pool: Pool::new(shared.connector.clone(), &uri),
-            tool_definitions: ToolDefinitions::new(server.trust_tool_annotations),
+            tool_definitions: ToolDefinitions::new(
+                server.trust_tool_annotations,
+                server.accepted_tools.clone(),
+            ),
             server,
             policy,
             url,

@@ -293,6 +293,7 @@ mod tests {
             allowed_headers: Vec::new(),
             rules: Vec::new(),
             trust_tool_annotations: false,
+            accepted_tools: Default::default(),
         }
     }
 

@@ -879,6 +879,7 @@ fn gate_server(server: &ResolvedServer, approval_rules: &[ApprovalRule]) -> Gate
         allowed_headers: server.allowed_headers.clone(),
         rules: rules::gate_rules(server, approval_rules),
         trust_tool_annotations: server.trust_tool_annotations,
+        accepted_tools: server.accepted_tools.clone(),
     }
 }
 

@@ -291,6 +291,7 @@ fn resolve_server(
                 )?,
                 terminate_on_close: None,
                 trust_tool_annotations: server.trust_tool_annotations.unwrap_or(false),
+                accepted_tools: tools::accepted_tools(&server.accepted_tool_definitions),
             },
             object.to_owned(),
             "spec.server.headersFrom",
@@ -338,6 +339,7 @@ fn resolve_server(
         require_approval: tool_gate.spec.require_approval.clone(),
         allowed_headers: Vec::new(),
         trust_tool_annotations: endpoint.trust_tool_annotations,
+        accepted_tools: endpoint.accepted_tools,
     })
 }
 

@@ -7,7 +7,9 @@ use kube::ResourceExt;
 
 use crate::api::RemoteMCPServer;
 use crate::api::agent::{McpServerTool, Tool, ToolServerKind, ToolType};
-use crate::api::common::{AllowedNamespaces, ValueRef, parse_duration_seconds};
+use crate::api::common::{
+    AcceptedToolDefinition, AllowedNamespaces, ValueRef, parse_duration_seconds,
+};
 use crate::api::remote_mcp_server::McpProtocol;
 use crate::render::cross_namespace::{self, Verdict};
 use crate::render::proxy::{ProxyUrl, is_internal_url};
@@ -53,6 +55,8 @@ pub struct ResolvedServer {
     pub allowed_headers: Vec<String>,
     /// Whether the server is trusted to assert its tools' MCP annotations.
     pub trust_tool_annotations: bool,
+    /// Tool definitions accepted on the server object (tool name -> definition SHA-256).
+    pub accepted_tools: BTreeMap<String, String>,
 }
 
 /// Connection settings taken from the server object.
@@ -72,6 +76,9 @@ pub struct Endpoint {
     /// Whether the server is trusted to assert its tools' MCP annotations: only a
     /// RemoteMCPServer (or a ToolGate's inline url) can say so.
     pub trust_tool_annotations: bool,
+    /// Tool definitions accepted on the server object: only a RemoteMCPServer (or a
+    /// ToolGate's inline url) has them.
+    pub accepted_tools: BTreeMap<String, String>,
 }
 
 /// Resolves every MCP server entry of an Agent (Agent tools are [`super::agents`]'). `object`
@@ -201,6 +208,7 @@ pub fn resolve_servers(
             require_approval: server.require_approval.clone(),
             allowed_headers: server.allowed_headers.clone(),
             trust_tool_annotations: endpoint.trust_tool_annotations,
+            accepted_tools: endpoint.accepted_tools,
         });
     }
     Ok(servers)
@@ -333,7 +341,16 @@ pub fn remote_endpoint(namespace: &str, name: &str, remote: &RemoteMCPServer) ->
         )?,
         terminate_on_close: spec.terminate_on_close,
         trust_tool_annotations: spec.trust_tool_annotations.unwrap_or(false),
+        accepted_tools: accepted_tools(&spec.accepted_tool_definitions),
     })
+}
+
+/// Accepted tool definitions as the gate reads them: tool name -> definition SHA-256.
+pub fn accepted_tools(accepted: &[AcceptedToolDefinition]) -> BTreeMap<String, String> {
+    accepted
+        .iter()
+        .map(|a| (a.name.clone(), a.definition_sha256.clone()))
+        .collect()
 }
 
 /// A kmcp MCPServer as an MCP endpoint, the way kagent reads it: Streamable HTTP on
@@ -369,6 +386,7 @@ fn mcp_server_endpoint(
         sse_read_timeout: None,
         terminate_on_close: None,
         trust_tool_annotations: false,
+        accepted_tools: BTreeMap::new(),
     })
 }
 
@@ -439,6 +457,7 @@ fn service_endpoint(service: &Service, warnings: &mut Vec<String>) -> Result<End
         sse_read_timeout: None,
         terminate_on_close: None,
         trust_tool_annotations: false,
+        accepted_tools: BTreeMap::new(),
     })
 }
 

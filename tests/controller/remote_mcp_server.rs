@@ -13,6 +13,7 @@ use axum::routing::{get, post};
 use futures::StreamExt;
 use hitl_operator::api::RemoteMCPServer;
 use hitl_operator::controller::remote_mcp_server::reconcile;
+use hitl_operator::tool_risk;
 use http::Method;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
@@ -32,7 +33,8 @@ fn page(cursor: Option<&str>) -> Value {
             "nextCursor": "2",
         }),
         Some(_) => json!({
-            "tools": [{"name": "delete_file", "description": "Delete a file", "inputSchema": {"type": "object"}}],
+            "tools": [{"name": "delete_file", "description": "Delete a file", "inputSchema": {"type": "object"},
+                "annotations": {"destructiveHint": true, "title": "Delete"}}],
         }),
     }
 }
@@ -187,6 +189,25 @@ fn discovered(body: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Each listed tool's `definitionSha256`.
+fn digests(body: &Value) -> Vec<Value> {
+    body["status"]["discoveredTools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["definitionSha256"].clone())
+        .collect()
+}
+
+/// The digests a gate computes of the tools served (`tool_risk::definition_sha256`), in
+/// [`expected_tools`]' order.
+fn expected_digests() -> Vec<Value> {
+    let digest = |page: Value| {
+        json!(tool_risk::definition_sha256(page["tools"][0].as_object().unwrap()).unwrap())
+    };
+    vec![digest(page(Some("2"))), digest(page(None))]
+}
+
 fn expected_tools() -> Vec<(String, String)> {
     vec![
         ("delete_file".into(), "Delete a file".into()),
@@ -213,9 +234,17 @@ async fn lists_tools_over_streamable_http_with_secret_headers() {
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
     let body = &requests[1].body;
     assert_eq!(discovered(body), expected_tools());
+    assert_eq!(digests(body), expected_digests());
     assert_eq!(
         conditions(body),
-        vec![("Accepted".into(), "True".into(), "Reconciled".into())]
+        vec![
+            ("Accepted".into(), "True".into(), "Reconciled".into()),
+            (
+                "ToolDefinitionsAccepted".into(),
+                "Unknown".into(),
+                "NoneAccepted".into()
+            )
+        ]
     );
     assert_eq!(condition_message(body, "Accepted"), "2 tools discovered");
     assert_eq!(requests[2].body["reason"], "ToolsDiscovered");
@@ -245,6 +274,7 @@ async fn lists_tools_over_legacy_sse() {
     let (result, requests) = discover(&server).await;
     result.unwrap();
     assert_eq!(discovered(&requests[1].body), expected_tools());
+    assert_eq!(digests(&requests[1].body), expected_digests());
     assert_eq!(
         *state.seen.lock().unwrap(),
         vec![
@@ -319,6 +349,93 @@ async fn unreachable_server_is_reported_and_retried_with_backoff() {
     .await;
     assert!(result.is_ok());
     assert!(requests.is_empty());
+}
+
+#[tokio::test]
+async fn definitions_not_accepted_make_the_condition_false_and_a_warning() {
+    let seen = Seen::default();
+    let addr = serve(
+        Router::new()
+            .route(
+                "/mcp",
+                post(streamable)
+                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                    .delete(|| async { StatusCode::OK }),
+            )
+            .with_state(seen),
+    )
+    .await;
+    let [delete_file, read_file] = expected_digests().try_into().unwrap();
+    let mut server = server(&format!("http://{addr}/mcp"), "STREAMABLE_HTTP");
+    let accept = |pairs: &[(&str, &Value)]| {
+        pairs
+            .iter()
+            .map(|(name, digest)| {
+                serde_json::from_value(json!({"name": name, "definitionSha256": digest})).unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    // Both as listed: True.
+    server.spec.accepted_tool_definitions =
+        accept(&[("read_file", &read_file), ("delete_file", &delete_file)]);
+    let (_, requests) = discover(&server).await;
+    let body = &requests[1].body;
+    assert_eq!(
+        conditions(body)[1],
+        (
+            "ToolDefinitionsAccepted".into(),
+            "True".into(),
+            "Accepted".into()
+        )
+    );
+    // delete_file accepted with another definition, read_file never: False, a Warning that
+    // names both and says how to accept.
+    server.spec.accepted_tool_definitions = accept(&[("delete_file", &json!("0".repeat(64)))]);
+    let script = vec![
+        expect(Method::GET, TOKEN, token_secret()),
+        expect(
+            Method::PATCH,
+            STATUS,
+            serde_json::to_value(&server).unwrap(),
+        ),
+        expect(Method::POST, EVENTS, event_created()),
+        expect(Method::POST, EVENTS, event_created()),
+    ];
+    let (result, requests) = run_script(script, |client| {
+        reconcile(
+            Arc::new(server.clone()),
+            Cache::default().context(client, at(0)),
+        )
+    })
+    .await;
+    result.unwrap();
+    let body = &requests[1].body;
+    assert_eq!(
+        conditions(body)[1],
+        (
+            "ToolDefinitionsAccepted".into(),
+            "False".into(),
+            "DefinitionChanged".into()
+        )
+    );
+    let message = condition_message(body, "ToolDefinitionsAccepted");
+    let listed = &delete_file.as_str().unwrap()[..12];
+    for part in [
+        format!("delete_file (accepted sha256 000000000000, listed {listed})"),
+        "read_file (never accepted)".to_owned(),
+        "`kubectl hitl accept-tools remotemcpserver/fs -n ns`".to_owned(),
+    ] {
+        assert!(message.contains(&part), "{part} not in {message}");
+    }
+    let warning = &requests[3].body;
+    assert_eq!(
+        (&warning["type"], &warning["reason"], &warning["note"]),
+        (
+            &json!("Warning"),
+            &json!("ToolDefinitionChanged"),
+            &json!(message)
+        )
+    );
 }
 
 /// A server at `url` whose `headersFrom` puts the token Secret's value in `X-Api-Key`, a header

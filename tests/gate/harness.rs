@@ -360,6 +360,7 @@ pub fn server(
         allowed_headers: vec![],
         rules: vec![],
         trust_tool_annotations: false,
+        accepted_tools: Default::default(),
     }
 }
 

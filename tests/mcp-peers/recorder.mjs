@@ -34,7 +34,10 @@ function newServer() {
       return { content: [{ type: "text", text: answer(args) }] };
     });
   // MCP tool annotations, as a real server lists them (docs/policies.md, "Tool annotations").
-  tool("read_file", "Reads a file", { path: z.string() }, (a) => `contents of ${a.path}`,
+  // READ_FILE_DESCRIPTION: a server version whose read_file says something else (a "rug
+  // pull", docs/policies.md "Changed tool definitions").
+  tool("read_file", process.env.READ_FILE_DESCRIPTION || "Reads a file", { path: z.string() },
+    (a) => `contents of ${a.path}`,
     { readOnlyHint: true, openWorldHint: false });
   tool("write_file", "Writes a file", { path: z.string(), content: z.string() }, (a) => `wrote ${a.path}`,
     { destructiveHint: false, idempotentHint: true, openWorldHint: false });

@@ -1,5 +1,6 @@
 //! `kubectl hitl`: list, inspect, watch and decide ApprovalRequests (the `kubectl-hitl` plugin).
 
+pub mod accept_tools;
 pub mod describe;
 pub mod edits;
 pub mod error;
@@ -58,6 +59,20 @@ pub enum Command {
     Ui(UiArgs),
     /// List standing approvals (ApprovalGrants), or revoke them.
     Grants(GrantsArgs),
+    /// Accept tool definitions: calls of a tool listed with another definition than the one
+    /// accepted wait for an approval.
+    AcceptTools(AcceptToolsArgs),
+}
+
+/// `accept-tools` options.
+#[derive(Args, Debug)]
+pub struct AcceptToolsArgs {
+    /// `remotemcpserver/NAME`: every tool its status.discoveredTools lists, as listed; or the
+    /// name of an ApprovalRequest: the definition it recorded of its tool, on its tool server.
+    pub target: String,
+    /// Only these tools (with remotemcpserver/NAME; repeat for more).
+    #[arg(long = "tool")]
+    pub tools: Vec<String>,
 }
 
 /// `grants` options.
@@ -340,6 +355,16 @@ pub async fn execute(
                 }
             }
             Ok(true)
+        }
+        Command::AcceptTools(args) => {
+            let target = accept_tools::Target::parse(&args.target);
+            match accept_tools::accept(&client, namespace, &target, &args.tools, out).await? {
+                Ok(()) => Ok(true),
+                Err(why) => {
+                    writeln!(err, "error: {why}")?;
+                    Ok(false)
+                }
+            }
         }
         Command::Grants(args) => {
             let api: Api<ApprovalGrant> = if args.all_namespaces {
