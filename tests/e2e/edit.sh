@@ -77,8 +77,13 @@ step "2. refused before anything is written: bob (approve only), mallory, a patc
 call edited /tmp/a
 wait_for "the gate to hold delete_file(/tmp/a)" 20 awaiting 1
 the_request REQ /tmp/a
-refused "bob editing (no verb edit)" "may not edit: it needs the RBAC verb edit" \
+# kubectl hitl asks the apiserver first (SelfSubjectAccessReview), before any editor opens;
+# the admission policy refuses the same write made without the plugin.
+refused "bob editing (no verb edit)" "you may not edit its call: the RBAC verb edit on agents/$AGENT in namespace $NS is needed" \
   env KUBECONFIG="$BOB" kubectl hitl approve "$REQ" -n "$NS" --patch "$(patch_path /tmp/b)"
+refused "bob writing spec.edit without the plugin" "may not edit: it needs the RBAC verb edit" \
+  kubectl --kubeconfig "$BOB" -n "$NS" patch approvalrequest "$REQ" --type merge \
+  -p "{\"spec\":{\"edit\":{\"patch\":$(patch_path /tmp/b | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))'),\"editedBy\":\"bob\"}}}"
 refused "mallory editing" "forbidden|Forbidden" \
   env KUBECONFIG="$MALLORY" kubectl hitl approve "$REQ" -n "$NS" --patch "$(patch_path /tmp/b)"
 refused "a patch on a path the preview does not have" "at /nope: operation 1 \(replace\) cannot be applied" \

@@ -4,7 +4,11 @@
 
 use std::process::Command;
 
-use kube::api::Api;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::Client;
+use kube::api::{Api, PostParams};
 use serde_json::Value;
 
 use super::ApproveArgs;
@@ -14,9 +18,11 @@ use crate::decide::EditAsked;
 use crate::edit;
 
 /// The edit `args` ask for on their one request, or the line saying why it cannot be made: the
-/// request is missing or has no preview, or the patch does not parse, touches a redacted value
-/// other than whole, or does not apply to the preview (each naming the path and the reason).
+/// request is missing or has no preview, the caller lacks the RBAC verb `edit` on its Agent or
+/// ToolGate, or the patch does not parse, touches a redacted value other than whole, or does
+/// not apply to the preview (each naming the path and the reason).
 pub async fn asked(
+    client: &Client,
     api: &Api<ApprovalRequest>,
     args: &ApproveArgs,
 ) -> Result<Result<EditAsked, String>, CommandError> {
@@ -33,6 +39,11 @@ pub async fn asked(
             "approvalrequest/{name} has no argumentsPreview to edit"
         )));
     };
+    if let Some(missing) = missing_edit_right(client, &request).await {
+        return Ok(Err(format!(
+            "approvalrequest/{name}: you may not edit its call: {missing}; nothing was written"
+        )));
+    }
     let patch = match &args.patch {
         Some(patch) => patch.clone(),
         None => match edited_in_editor(&Value::Object(preview.clone()))? {
@@ -44,6 +55,41 @@ pub async fn asked(
     Ok(check(&patch, preview)
         .map(|()| EditAsked { patch })
         .map_err(|why| format!("approvalrequest/{name}: the edit cannot be made: {why}")))
+}
+
+/// The RBAC permission to edit `request`'s calls the caller lacks, asked of the apiserver
+/// (SelfSubjectAccessReview) before an editor opens: the verb `edit` on the request's Agent or
+/// ToolGate, as the admission policy checks it. `None` when it is held, or when the apiserver
+/// could not say (the admission policy still decides).
+async fn missing_edit_right(client: &Client, request: &ApprovalRequest) -> Option<String> {
+    let namespace = kube::ResourceExt::namespace(request).unwrap_or_default();
+    let resource = request.spec.agent_ref.kind().plural();
+    let agent = &request.spec.agent_ref.name;
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("kagent.dev".into()),
+                resource: Some(resource.into()),
+                namespace: Some(namespace.clone()),
+                name: Some(agent.clone()),
+                verb: Some("edit".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    match api.create(&PostParams::default(), &review).await {
+        Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => None,
+        Ok(_) => Some(format!(
+            "the RBAC verb edit on {resource}/{agent} in namespace {namespace} is needed (docs/approvers.md, \"Edit, then approve\")"
+        )),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot ask whether the edit is allowed; admission decides");
+            None
+        }
+    }
 }
 
 /// Why `patch` cannot edit the call whose preview is `preview`, if it cannot. What the plugin

@@ -305,7 +305,7 @@ pub async fn execute(
         },
         Command::Approve(args) => {
             let edit = if args.patch.is_some() || args.edit {
-                match edits::asked(&scoped(false), args).await? {
+                match edits::asked(&client, &scoped(false), args).await? {
                     Ok(edit) => Some(edit),
                     Err(line) => {
                         writeln!(err, "error: {line}")?;
