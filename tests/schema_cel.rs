@@ -1586,6 +1586,13 @@ fn a_tool_gate_on_a_remote_mcp_server_or_an_inline_url_is_valid() {
         "deployment": {"replicas": 2}
     })));
     assert_valid(&tool_gate(json!({
+        "server": {"remoteMCPServer": "payments-server"},
+        "toolNames": ["transfer_funds"],
+        "requireApproval": ["transfer_funds"],
+        "approval": {"timeout": "1h", "escalation": {"warnBefore": "10m", "steps": [
+            {"after": "15m", "approvers": {"groups": ["payments-oncall"]}, "notifier": "pager"}]}}
+    })));
+    assert_valid(&tool_gate(json!({
         "server": {"url": "http://tools.default:8084/mcp", "protocol": "SSE", "timeout": "30s",
                    "headersFrom": [{"name": "Authorization", "valueFrom":
                        {"type": "Secret", "name": "tools-token", "key": "token"}}]},

@@ -146,6 +146,11 @@ pub struct ToolGateApproval {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub rules: Vec<ApprovalRule>,
+    /// Steps after which more people may decide a still-pending request, and whom to tell;
+    /// a warning before expiry: as an Agent's `approval.escalation` (docs/approvers.md,
+    /// "Deadlines that escalate"). Copied into each ApprovalRequest when it is made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Box<super::escalation::Escalation>>,
 }
 
 /// Who may call through a ToolGate's gate. Every caller presents a Kubernetes bearer token,

@@ -175,6 +175,16 @@ pub fn render_tool_gate(
     let max_open_requests = max_open_requests(&object, &fields, options.max_open_requests)?;
     let approval_rules = approval.map(|a| a.rules.as_slice()).unwrap_or_default();
     rules::check_tool_gate_rules(&object, approval_rules, &server.name, &spec.tool_names)?;
+    let escalation = approval
+        .and_then(|a| a.escalation.as_deref())
+        .filter(|e| !e.steps.is_empty() || e.warn_before.is_some());
+    if let Some(escalation) = escalation {
+        escalation
+            .check(timings.timeout)
+            .map_err(|(field, message)| {
+                invalid(format!("spec.approval.escalation.{field}"), message)
+            })?;
+    }
 
     let owner = GateOwner::tool_gate(tool_gate);
     let callers = spec.callers.clone().unwrap_or_default();
@@ -201,7 +211,7 @@ pub fn render_tool_gate(
             ttl_after_finished_seconds: timings.ttl_after_finished,
             grant_max_ttl_seconds: options.grant_max_ttl.map(|ttl| ttl.as_secs_f64()),
             max_open_requests,
-            escalation: None,
+            escalation: escalation.cloned(),
         },
         listen: GATEWAY_LISTEN.to_owned(),
         metrics_listen: GATE_METRICS_LISTEN.to_owned(),
@@ -377,6 +387,35 @@ mod tests {
         assert_eq!(rendered.gate.agent.service_account, "pay-gate");
         assert_eq!(rendered.gate.servers[0].params.timeout, Some(45.into()));
         assert_eq!(rendered.objects.deployment.name_any(), "pay-gate");
+    }
+
+    #[test]
+    fn escalation_is_checked_against_the_timeout_and_copied_into_the_gate() {
+        let with = |steps: &str| {
+            tool_gate(&format!(
+                "metadata: {{name: pay, namespace: fin}}\nspec: {{server: {{url: 'http://pay.fin:8080/mcp'}}, toolNames: [a], requireApproval: [a], approval: {{timeout: 1h, escalation: {{warnBefore: 5m, steps: [{steps}]}}}}}}"
+            ))
+        };
+        let rendered = render_tool_gate(
+            &with("{after: 10m, approvers: {groups: [oncall]}, notifier: pager}"),
+            &RefStore::default(),
+            &RenderOptions::default(),
+        )
+        .unwrap();
+        let escalation = rendered.gate.approval.escalation.unwrap();
+        assert_eq!(escalation.steps[0].approvers.groups, ["oncall"]);
+        assert_eq!(escalation.warn_before.as_deref(), Some("5m"));
+        let error = render_tool_gate(
+            &with("{after: 2h, approvers: {groups: [oncall]}}"),
+            &RefStore::default(),
+            &RenderOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.starts_with("ToolGate fin/pay: spec.approval.escalation.steps[0].after: "),
+            "{error}"
+        );
     }
 
     #[test]

@@ -139,6 +139,8 @@ spec:
   server: {remoteMCPServer: payments-server}
   toolNames: [echo, delete_file]
   requireApproval: [delete_file]
+  # Never reached in this suite: its requests carry the step (docs/approvers.md).
+  approval: {timeout: 1h, escalation: {steps: [{after: 50m, approvers: {groups: [payments-oncall]}, notifier: pager}]}}
 EOF
 accepted() { [ "$(condition "toolgate/$TG" Accepted)" = True ]; }
 wait_for "ToolGate $TG Accepted" 30 accepted
@@ -250,7 +252,9 @@ await_request REQ_TS "$TS_USER"
   fail "agentRef of $REQ_TS: $(jp "approvalrequest/$REQ_TS" '{.spec.agentRef}')"
 [ "$(jp "approvalrequest/$REQ_TS" '{.spec.requestedBy}')" = "system:serviceaccount:$NS:$TG-gate" ] ||
   fail "requestedBy of $REQ_TS: $(jp "approvalrequest/$REQ_TS" '{.spec.requestedBy}')"
-ok "$REQ_TS: agentRef ToolGate/$TG, caller $TS_USER, requestedBy the gate"
+[ "$(jp "approvalrequest/$REQ_TS" '{.spec.escalation.steps[0].tier}/{.spec.escalation.steps[0].approvers.groups[0]}/{.spec.escalation.steps[0].notifier}')" = 1/payments-oncall/pager ] ||
+  fail "the ToolGate's escalation is not on $REQ_TS: $(jp "approvalrequest/$REQ_TS" '{.spec.escalation}')"
+ok "$REQ_TS: agentRef ToolGate/$TG, caller $TS_USER, requestedBy the gate; the ToolGate's escalation step on it"
 out=$(KUBECONFIG=$ALICE kubectl hitl get "$REQ_TS" -n "$NS")
 expect_in "kubectl hitl get shows the caller" "$TS_USER" "$out"
 
