@@ -621,6 +621,11 @@ pub struct ApprovalRule {
     /// "Edit, then approve"); unset: any argument.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edits: Option<RuleEdits>,
+    /// Escalation of the requests this rule makes (RequireApproval only), in place of the
+    /// Agent's or ToolGate's `approval.escalation` (docs/approvers.md, "Deadlines that
+    /// escalate").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Box<super::escalation::Escalation>>,
 }
 
 /// How an approval rule narrows or forbids approvers' edits of the calls it made wait.

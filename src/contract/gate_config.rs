@@ -178,6 +178,9 @@ pub struct GateRule {
     /// What approvers may edit of the calls the rule made wait; unset: anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edits: Option<RuleEdits>,
+    /// The escalation of the requests the rule makes, in place of the approval's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<crate::api::escalation::Escalation>,
 }
 
 impl GateServer {

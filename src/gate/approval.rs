@@ -101,6 +101,8 @@ pub struct GatedCall {
     pub caller: Option<Caller>,
     /// The tool's annotations as its list showed them: `spec.toolAnnotations`.
     pub tool_annotations: Option<std::sync::Arc<ToolAnnotations>>,
+    /// The asking rule's escalation, in place of the approval's: `spec.escalation`.
+    pub escalation: Option<Escalation>,
 }
 
 /// How the approval of a call ended.
@@ -647,9 +649,10 @@ impl Approvals {
                 decision: None,
                 edit: None,
                 edit_approvals: Vec::new(),
-                escalation: self
+                escalation: call
                     .escalation
                     .as_ref()
+                    .or(self.escalation.as_ref())
                     .map(|e| Box::new(RequestEscalation::at(e, now, expires_at))),
                 tool_annotations: call
                     .tool_annotations

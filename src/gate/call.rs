@@ -488,6 +488,10 @@ async fn gated(
         },
         digest,
         preview: redact::preview(tree.value()),
+        escalation: asked.rule.as_ref().and_then(|name| {
+            let rule = up.server.rules.iter().find(|r| &r.name == name)?;
+            rule.escalation.clone()
+        }),
         rule: asked.rule,
         context: CallContext {
             session_id: session.map(|s| s.chars().take(256).collect()),

@@ -309,6 +309,7 @@ mod tests {
             action,
             required_approvals: 1,
             edits: None,
+            escalation: None,
         }
     }
 

@@ -378,6 +378,12 @@ pub fn render_agent(
         mode,
         declarative.approval.as_ref().and_then(|a| a.mode).is_none(),
     )?;
+    rules::check_rule_escalations(
+        &object,
+        "spec.declarative.approval.rules",
+        approval_rules,
+        timings.timeout,
+    )?;
 
     let model_name = declarative
         .model_config

@@ -2,7 +2,7 @@
 //! their conditions compiled, and handed to the gate per tool server (docs/policies.md).
 
 use crate::api::ApprovalMode;
-use crate::api::agent::{ApprovalRule, Tool};
+use crate::api::agent::{ApprovalRule, RuleAction, Tool};
 use crate::condition::Condition;
 use crate::contract::gate_config::GateRule;
 use crate::{Error, Result, edit};
@@ -118,6 +118,40 @@ pub fn check_tool_gate_rules(
     Ok(())
 }
 
+/// Checks each rule's `escalation` (rules at `field`, e.g. `spec.approval.rules`): only on a
+/// RequireApproval rule, and, as the approval's own, against the approval `timeout` (seconds).
+pub fn check_rule_escalations(
+    object: &str,
+    field: &str,
+    rules: &[ApprovalRule],
+    timeout: f64,
+) -> Result<()> {
+    for (index, rule) in rules.iter().enumerate() {
+        let Some(escalation) = rule.escalation.as_deref() else {
+            continue;
+        };
+        let field = format!("{field}[{index}].escalation");
+        let invalid = |field: String, message: String| Error::InvalidSpec {
+            object: object.to_owned(),
+            field,
+            message,
+        };
+        if rule.action != RuleAction::RequireApproval {
+            return Err(invalid(
+                field,
+                format!(
+                    "Forbidden: only a RequireApproval rule makes requests to escalate; rule {:?} is {:?}",
+                    rule.name, rule.action
+                ),
+            ));
+        }
+        escalation
+            .check(timeout)
+            .map_err(|(part, message)| invalid(format!("{field}.{part}"), message))?;
+    }
+    Ok(())
+}
+
 /// Compiles the rule's `when` (at `field`), within its bounds; the error names the CEL error.
 fn check_when(object: &str, field: &str, rule: &ApprovalRule) -> Result<()> {
     let Some(when) = &rule.when else {
@@ -164,6 +198,7 @@ pub fn gate_rules(server: &ResolvedServer, rules: &[ApprovalRule]) -> Vec<GateRu
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(1),
             edits: rule.edits.clone(),
+            escalation: rule.escalation.as_deref().cloned(),
         })
         .collect()
 }

@@ -175,6 +175,12 @@ pub fn render_tool_gate(
     let max_open_requests = max_open_requests(&object, &fields, options.max_open_requests)?;
     let approval_rules = approval.map(|a| a.rules.as_slice()).unwrap_or_default();
     rules::check_tool_gate_rules(&object, approval_rules, &server.name, &spec.tool_names)?;
+    rules::check_rule_escalations(
+        &object,
+        "spec.approval.rules",
+        approval_rules,
+        timings.timeout,
+    )?;
     let escalation = approval
         .and_then(|a| a.escalation.as_deref())
         .filter(|e| !e.steps.is_empty() || e.warn_before.is_some());
@@ -414,6 +420,39 @@ mod tests {
         .to_string();
         assert!(
             error.starts_with("ToolGate fin/pay: spec.approval.escalation.steps[0].after: "),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_rules_escalation_goes_to_the_gate_only_on_a_rule_that_asks_in_time() {
+        let with = |action: &str, after: &str| {
+            tool_gate(&format!(
+                "metadata: {{name: pay, namespace: fin}}\nspec: {{server: {{url: 'http://pay.fin:8080/mcp'}}, toolNames: [a], approval: {{timeout: 1h, rules: [{{name: big, tool: a, action: {action}, escalation: {{steps: [{{after: {after}, approvers: {{users: [cfo]}}}}]}}}}]}}}}"
+            ))
+        };
+        let render = |tool_gate: &ToolGate| {
+            render_tool_gate(tool_gate, &RefStore::default(), &RenderOptions::default())
+        };
+        let rendered = render(&with("RequireApproval", "10m")).unwrap();
+        let rule = &rendered.gate.servers[0].rules[0];
+        assert_eq!(
+            rule.escalation.as_ref().unwrap().steps[0].approvers.users,
+            ["cfo"]
+        );
+        assert_eq!(
+            render(&with("RequireApproval", "2h"))
+                .unwrap_err()
+                .to_string()
+                .split(": ")
+                .nth(1),
+            Some("spec.approval.rules[0].escalation.steps[0].after")
+        );
+        let error = render(&with("Allow", "10m")).unwrap_err().to_string();
+        assert!(
+            error.starts_with(
+                "ToolGate fin/pay: spec.approval.rules[0].escalation: Forbidden: only a RequireApproval rule"
+            ),
             "{error}"
         );
     }

@@ -17,6 +17,7 @@
 #     expires: Expired, never Denied
 #  6b. a step whose notifier does not exist: its Escalated Event is a Warning saying nobody was
 #     told, and the controller counts it (notifier=missing)
+#  6c. a rule with its own escalation: its requests carry the rule's step, not the Agent's
 #  7. figure: step latency after its deadline over N requests, as a ratio to the controller's
 #     own latency recording a decision (a plain status write) in the same run
 #
@@ -66,7 +67,7 @@ start_controller() { # start_controller NAME: a replica with leader election, as
 step "setup: CRDs, roles and admission policies, namespace $NS, recorder, Agent $AGENT (two steps), controllers a (leader) and b, receiver, notifiers"
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
 gates_with_policies
-GATES_APPROVAL="{timeout: 90s, waitTimeout: 2s, escalation: {warnBefore: 20s, steps: [{after: 10s, approvers: {groups: [hitl-e2e-oncall]}, notifier: oncall}, {after: 20s, approvers: {users: [boss]}, notifier: managers}]}}"
+GATES_APPROVAL="{timeout: 90s, waitTimeout: 2s, escalation: {warnBefore: 20s, steps: [{after: 10s, approvers: {groups: [hitl-e2e-oncall]}, notifier: oncall}, {after: 20s, approvers: {users: [boss]}, notifier: managers}]}, rules: [{name: ledger, tool: delete_file, when: \"args.path == '/ledger'\", action: RequireApproval, escalation: {steps: [{after: 60s, approvers: {users: [boss]}, notifier: managers}]}}]}"
 gates_setup
 grep -q '"escalation"' "$WORK/gate.json" || fail "gate.json carries no escalation: $(cat "$WORK/gate.json")"
 stop controller # replaced by two replicas with leader election
@@ -272,6 +273,18 @@ grep -h '"escalation step taken"' "$WORK"/controller-*.log | grep -q '"notifier"
   fail "no controller logged a step taken with notifier=missing"
 KUBECONFIG=$ALICE kubectl hitl deny untold -n "$NS" --reason "done" >/dev/null
 ok "untold: tier 1 taken; Warning Event: $(warning | head -c 160)…"
+
+# ---------------------------------------------------------------------------------------------
+step "6c. a rule's own escalation replaces the Agent's on the requests it makes"
+gate_call ledger a delete_file /ledger
+expect_in "the call" "needs a human approval" "$(finished ledger)"
+the_request LEDGER /ledger
+[ "$(jp "approvalrequest/$LEDGER" '{.spec.rule}')" = ledger ] || fail "$LEDGER was not made by rule ledger"
+ruled=$(jp "approvalrequest/$LEDGER" '{range .spec.escalation.steps[*]}{.tier}:{.approvers.users[0]}:{.notifier} {end}')
+[ "$ruled" = "1:boss:managers " ] || fail "$LEDGER's steps are '$ruled', want the rule's one step (1:boss:managers)"
+[ -z "$(jp "approvalrequest/$LEDGER" '{.spec.escalation.warnAt}')" ] || fail "$LEDGER carries the Agent's warnBefore"
+KUBECONFIG=$ALICE kubectl hitl deny "$LEDGER" -n "$NS" --reason "done" >/dev/null
+ok "$LEDGER (rule ledger): one step, boss after 60 s, the Agent's two steps and warning not on it"
 
 # ---------------------------------------------------------------------------------------------
 step "7. figure: step latency after its deadline, over $N requests, against a decision's"

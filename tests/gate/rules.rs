@@ -18,6 +18,7 @@ fn rule(name: &str, tool: &str, when: &str, action: RuleAction) -> GateRule {
         action,
         required_approvals: 1,
         edits: None,
+        escalation: None,
     }
 }
 

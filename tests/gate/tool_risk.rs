@@ -33,6 +33,7 @@ async fn start(trusted: bool) -> (Everything, Counter, FakeApi, Gate) {
         action: RuleAction::Allow,
         required_approvals: 1,
         edits: None,
+        escalation: None,
     }];
     let gate = Gate::start(&config(vec![entry], 3600.0, 30.0), &api).await;
     (everything, counter, api, gate)

@@ -113,6 +113,7 @@ fn call(arguments: &Value) -> GatedCall {
         },
         caller: None,
         tool_annotations: None,
+        escalation: None,
     }
 }
 
@@ -1451,4 +1452,20 @@ async fn a_request_carries_the_agents_escalation_with_instants_from_its_creation
         ]})
     );
     assert_eq!(body["spec"]["expiresAt"], json!("2026-11-22T01:00:00Z"));
+    // The asking rule's own escalation replaces the Agent's.
+    let mut ruled = call(&args());
+    ruled.rule = Some("big-transfer".into());
+    ruled.escalation = Some(
+        serde_json::from_value(json!({"steps": [
+            {"after": "5m", "approvers": {"groups": ["treasury"]}}
+        ]}))
+        .unwrap(),
+    );
+    let body = serde_json::to_value(a.build(&ruled, "r").unwrap()).unwrap();
+    assert_eq!(
+        body["spec"]["escalation"],
+        json!({"steps": [
+            {"tier": 1, "at": "2026-11-22T00:05:00Z", "approvers": {"groups": ["treasury"]}}
+        ]})
+    );
 }
