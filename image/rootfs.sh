@@ -3,8 +3,9 @@
 # the test peers' images.
 #
 # The caller sets ENGINE (podman or docker) and SOURCE_DATE_EPOCH (every file's mtime and the
-# image's creation time, so the same inputs give the same image). IMAGE_NO_CACHE=1 builds
-# without the engine's layer cache (tests/e2e/pods.sh: the same ID from a build from nothing).
+# image's creation time, so the same inputs give the same image). Images are built without the
+# engine's layer cache: podman keys a COPY layer by content, not mtimes, so a layer cached under
+# another SOURCE_DATE_EPOCH (an earlier commit, same binaries) would be reused and change the ID.
 # CA_BUNDLE_CACHE is where the pinned CA bundle's wheel is kept between builds (default
 # ~/.cache/hitl-operator), outside every image's context.
 
@@ -154,9 +155,7 @@ build_image() {
     docker) epoch=(--build-arg "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH") ;;
     *) die "ENGINE must be podman or docker, not $ENGINE" ;;
   esac
-  local cache=()
-  [[ ${IMAGE_NO_CACHE:-0} != 1 ]] || cache=(--no-cache)
-  "$ENGINE" build --quiet "${epoch[@]}" "${cache[@]}" -t "$tag" -f "$context/Containerfile" "$context" >/dev/null
+  "$ENGINE" build --quiet --no-cache "${epoch[@]}" -t "$tag" -f "$context/Containerfile" "$context" >/dev/null
   "$ENGINE" image inspect --format '{{.Id}} {{.Size}}' "$tag" |
     awk -v tag="$tag" '{ printf "%s: id %s, %.1f MB\n", tag, substr($1, 1, 12), $2 / 1e6 }'
 }

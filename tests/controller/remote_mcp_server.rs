@@ -136,6 +136,21 @@ async fn serve(router: Router) -> std::net::SocketAddr {
     addr
 }
 
+/// The Streamable HTTP stub on `/mcp` (JSON answers, no GET stream), recording into `seen`.
+async fn serve_streamable(seen: Seen) -> std::net::SocketAddr {
+    serve(
+        Router::new()
+            .route(
+                "/mcp",
+                post(streamable)
+                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                    .delete(|| async { StatusCode::OK }),
+            )
+            .with_state(seen),
+    )
+    .await
+}
+
 fn server(url: &str, protocol: &str) -> RemoteMCPServer {
     yaml(&format!(
         r#"
@@ -218,17 +233,7 @@ fn expected_tools() -> Vec<(String, String)> {
 #[tokio::test]
 async fn lists_tools_over_streamable_http_with_secret_headers() {
     let seen = Seen::default();
-    let addr = serve(
-        Router::new()
-            .route(
-                "/mcp",
-                post(streamable)
-                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
-                    .delete(|| async { StatusCode::OK }),
-            )
-            .with_state(seen.clone()),
-    )
-    .await;
+    let addr = serve_streamable(seen.clone()).await;
     let server = server(&format!("http://{addr}/mcp"), "STREAMABLE_HTTP");
     let (result, requests) = discover(&server).await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
@@ -353,18 +358,7 @@ async fn unreachable_server_is_reported_and_retried_with_backoff() {
 
 #[tokio::test]
 async fn definitions_not_accepted_make_the_condition_false_and_a_warning() {
-    let seen = Seen::default();
-    let addr = serve(
-        Router::new()
-            .route(
-                "/mcp",
-                post(streamable)
-                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
-                    .delete(|| async { StatusCode::OK }),
-            )
-            .with_state(seen),
-    )
-    .await;
+    let addr = serve_streamable(Seen::default()).await;
     let [delete_file, read_file] = expected_digests().try_into().unwrap();
     let mut server = server(&format!("http://{addr}/mcp"), "STREAMABLE_HTTP");
     let accept = |pairs: &[(&str, &Value)]| {

@@ -26,6 +26,13 @@ gates_begin
 AGENT=cleaner
 throwaway hitl-e2e-tool-risk
 awaiting() { [ "$(gate_metric a hitl_gate_calls_awaiting_decision)" = 1 ]; }
+# client_done NAME WHAT: the background client NAME has ended, at most 30 s after WHAT.
+client_done() {
+  local pid=${E2E_PIDS[$1]} deadline=$((SECONDS + 30))
+  while alive "$pid"; do [ "$SECONDS" -lt "$deadline" ] || fail "the client still waits 30 s after $2"; sleep 0.05; done
+  unset "E2E_PIDS[$1]"
+  wait "$pid" || true
+}
 
 step "setup: CRDs, roles and admission policies, namespace $NS, recorder, controller, Agent $AGENT"
 gates_with_policies
@@ -107,11 +114,7 @@ ok "all refused; spec.toolAnnotations unchanged"
 step "4. denied: the call never runs"
 kubectl -n "$NS" patch approvalrequest "$REQ" --type merge \
   -p "{\"spec\":{\"decision\":{\"type\":\"Deny\",\"decidedBy\":\"$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')\",\"reason\":\"too risky\"}}}" >/dev/null
-pid=${E2E_PIDS[call]}
-deadline=$((SECONDS + 30))
-while alive "$pid"; do [ "$SECONDS" -lt "$deadline" ] || fail "the client still waits 30 s after the denial"; sleep 0.05; done
-unset "E2E_PIDS[call]"
-wait "$pid" || true
+client_done call "the denial"
 [ "$(runs delete_file /var/data/old)" = 0 ] || fail "delete_file ran"
 ok "denied; delete_file never ran"
 
@@ -176,11 +179,7 @@ ok "$PULLED asks for read_file, names the description; condition False naming re
 
 step "8. approved, it runs once; accepted from the request, the next call does not ask"
 kubectl hitl approve "$PULLED" -n "$NS" --reason "read the new description" >/dev/null
-pid=${E2E_PIDS[pulled]}
-deadline=$((SECONDS + 30))
-while alive "$pid"; do [ "$SECONDS" -lt "$deadline" ] || fail "the client still waits 30 s after the approval"; sleep 0.05; done
-unset "E2E_PIDS[pulled]"
-wait "$pid" || true
+client_done pulled "the approval"
 [ "$(runs read_file /etc/hostname)" = 1 ] || fail "read_file ran $(runs read_file /etc/hostname) times"
 out=$(kubectl hitl accept-tools "$PULLED" -n "$NS")
 expect_in "accept-tools REQUEST" "remotemcpserver/recorder: accepted read_file" "$out"

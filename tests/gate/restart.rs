@@ -250,6 +250,13 @@ async fn a_restart_of_the_python_sdk_server_between_calls_keeps_the_clients_sess
 async fn recorder_env() -> (Peer, FakeApi, Gate) {
     init();
     let peer = Peer::node(&["recorder.mjs"]).await;
+    let (api, gate) = recorder_gate(&peer).await;
+    (peer, api, gate)
+}
+
+/// A gate before `peer` (recorder.mjs) on route `recorder`: read_file, write_file (gated) and
+/// delete_file (gated), its grants allowed.
+async fn recorder_gate(peer: &Peer) -> (FakeApi, Gate) {
     let api = FakeApi::start().await;
     let mut cfg = config(
         vec![server(
@@ -264,7 +271,7 @@ async fn recorder_env() -> (Peer, FakeApi, Gate) {
     );
     cfg.approval.grant_max_ttl_seconds = Some(86400.0);
     let gate = Gate::start(&cfg, &api).await;
-    (peer, api, gate)
+    (api, gate)
 }
 
 /// A call held for approval while its server restarts runs once, on the new upstream session,
@@ -707,20 +714,7 @@ async fn a_tool_changed_by_the_servers_rollout_asks_and_says_what_changed() {
         command
     }))
     .await;
-    let api = FakeApi::start().await;
-    let mut cfg = config(
-        vec![server(
-            "recorder",
-            STREAMABLE,
-            &format!("{}/mcp", peer.url()),
-            &["read_file", "delete_file"],
-            &["delete_file"],
-        )],
-        3600.0,
-        60.0,
-    );
-    cfg.approval.grant_max_ttl_seconds = Some(86400.0);
-    let gate = Gate::start(&cfg, &api).await;
+    let (api, gate) = recorder_gate(&peer).await;
     let signals = Signals::new();
     let task = spawn_client(
         gate.route("recorder"),
