@@ -160,6 +160,10 @@ print(sum(1 for c in json.load(sys.stdin) if c["tool"] == tool and (not path or 
 # controller run as the chart's ServiceAccount would (a status writer for the policies), by
 # impersonation. Call after `throwaway`, before gates_setup.
 gates_with_policies() {
+  # The roles and policies this suite adds are removed at its end (a chart installed later
+  # cannot adopt objects it did not make).
+  GATES_ROLES_ADDED=0
+  kubectl get clusterrole hitl-approver >/dev/null 2>&1 || GATES_ROLES_ADDED=1
   kubectl apply -f tests/chart/rendered/user-roles.default.yaml >/dev/null
   GATES_POLICY_ADDED=0
   kubectl get validatingadmissionpolicy hitl-hitl-operator-approval-decision >/dev/null 2>&1 || GATES_POLICY_ADDED=1
@@ -172,5 +176,8 @@ gates_policies_cleanup() {
   throwaway_cleanup
   if [ "$GATES_POLICY_ADDED" = 1 ] && [ "${HITL_E2E_KEEP:-0}" != 1 ]; then
     kubectl delete -f tests/chart/rendered/admission-policy.default.yaml --ignore-not-found >/dev/null 2>&1 || true
+  fi
+  if [ "$GATES_ROLES_ADDED" = 1 ] && [ "${HITL_E2E_KEEP:-0}" != 1 ]; then
+    kubectl delete -f tests/chart/rendered/user-roles.default.yaml --ignore-not-found >/dev/null 2>&1 || true
   fi
 }
