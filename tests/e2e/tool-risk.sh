@@ -10,7 +10,8 @@
 # tool definitions (docs/policies.md): the controller's digests equal the gate's;
 # `kubectl hitl accept-tools` (refused to mallory) pins them and the condition turns True; the
 # recorder's next version changes read_file's description, and read_file (no rule gates it)
-# asks, its request naming the description; the condition turns False with a Warning; approved,
+# asks, its request naming the description (which cluster-admin cannot remove, null or rewrite,
+# with the admission policies and by the CRD alone); the condition turns False with a Warning; approved,
 # it runs once; accepted from the request, it runs without asking.
 #
 # Uses the cluster of $KUBECONFIG as cluster-admin, the repository's CRDs, the chart's roles
@@ -169,6 +170,24 @@ the_request PULLED /etc/hostname
 expect_in "kubectl hitl list" "read_file [read-only (untrusted), definition changed]" "$(kubectl hitl list -n "$NS" | grep "^$PULLED ")"
 expect_in "kubectl hitl get" "description changed since accepted as sha256 $ACCEPTED_READ" "$(kubectl hitl get "$PULLED" -n "$NS")"
 [ "$(runs read_file /etc/hostname)" = 0 ] || fail "read_file ran before anyone approved it"
+# change_attacks LABEL: every way cluster-admin could hide the change from the approver.
+change_attacks() {
+  local patch
+  for patch in \
+    '[{"op":"remove","path":"/spec/toolAnnotations/definitionChange"}]' \
+    '[{"op":"remove","path":"/spec/toolAnnotations/definitionChange/changed"}]' \
+    '[{"op":"replace","path":"/spec/toolAnnotations/definitionChange/changed","value":[]}]' \
+    "[{\"op\":\"replace\",\"path\":\"/spec/toolAnnotations/definitionChange/acceptedSha256\",\"value\":\"$(jp "approvalrequest/$PULLED" '{.spec.toolAnnotations.definitionSha256}')\"}]"; do
+    refused "$1: $patch" "spec is immutable" kubectl -n "$NS" patch approvalrequest "$PULLED" --type json -p "$patch"
+  done
+  refused "$1: merge null" "spec is immutable" \
+    kubectl -n "$NS" patch approvalrequest "$PULLED" --type merge -p '{"spec":{"toolAnnotations":{"definitionChange":null}}}'
+}
+change_attacks "with policies"
+kubectl delete -f tests/chart/rendered/admission-policy.default.yaml --ignore-not-found >/dev/null
+wait_for "the admission policies gone" 20 policies_gone
+change_attacks "without policies"
+kubectl apply -f tests/chart/rendered/admission-policy.default.yaml >/dev/null
 # The controller lists again at a spec change (and every five minutes).
 kubectl -n "$NS" patch remotemcpserver recorder --type merge -p '{"spec":{"description":"relist"}}' >/dev/null
 wait_for "ToolDefinitionsAccepted=False (DefinitionChanged)" 30 changed
