@@ -286,6 +286,31 @@ pub fn changed_paths(patch: &Patch) -> Vec<String> {
     out
 }
 
+/// One value an edit changes, as the approver reviews it before approving.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Change {
+    /// The JSON pointer of the value.
+    pub path: String,
+    /// The value before the edit, compact JSON; `None` when the edit adds it.
+    pub before: Option<String>,
+    /// The value after the edit, compact JSON; `None` when the edit removes it.
+    pub after: Option<String>,
+}
+
+/// The values `patch` changes in `original`, path by path in the order of
+/// [`changed_paths`], each as it was and as `edited` (`original` with `patch` applied) has it.
+pub fn changes(original: &Value, edited: &Value, patch: &Patch) -> Vec<Change> {
+    let compact = |v: &Value| serde_json::to_string(v).expect("a JSON value serializes");
+    changed_paths(patch)
+        .into_iter()
+        .map(|path| Change {
+            before: original.pointer(&path).map(compact),
+            after: edited.pointer(&path).map(compact),
+            path,
+        })
+        .collect()
+}
+
 /// The JSON Patch turning `original` into `edited` (for `kubectl hitl approve --edit`), as JSON
 /// text; `None` when they are equal.
 pub fn diff(original: &Value, edited: &Value) -> Option<String> {

@@ -1,7 +1,9 @@
 //! `kubectl hitl ui` in a real headless browser (Debian's Chromium, driven by playwright-core
 //! from tests/ui/inbox.mjs) against the fake apiserver: the list updates when a request
 //! appears, Enter approves as the caller, Escape denies with the reason, a batch approves after
-//! a confirmation, an RBAC refusal is shown with its fix, and hostile requests change nothing.
+//! a confirmation, an RBAC refusal is shown with its fix, "Edit & approve" shows each changed
+//! value before it approves with the reviewed patch (and says so without the `edit` right), and
+//! hostile requests change nothing.
 //! Then the writes the fake apiserver received are checked one by one.
 
 use std::path::PathBuf;
@@ -91,6 +93,14 @@ async fn seed(api: &FakeApi) {
             50,
         ),
         request("done-1", "helper", "delete_file", "/data/old.csv", 60),
+        request(
+            "cleaner-tidy-1",
+            "cleaner",
+            "delete_file",
+            "/data/c.csv",
+            70,
+        ),
+        request("locked-1", "locked", "delete_file", "/data/l.csv", 80),
     ] {
         let status = http
             .post(&collection)
@@ -114,19 +124,26 @@ async fn seed(api: &FakeApi) {
         .status();
     assert_eq!(status, 200);
     api.forbid_decisions("ops-forbidden");
+    api.forbid_edits("locked");
 }
 
 /// The decision bodies the fake apiserver received for request `name`.
 fn decisions(api: &FakeApi, name: &str) -> Vec<Value> {
+    writes(api, name)
+        .iter()
+        .map(|spec| spec["decision"].clone())
+        .collect()
+}
+
+/// The `spec` of every write the fake apiserver received for request `name`.
+fn writes(api: &FakeApi, name: &str) -> Vec<Value> {
     let path = format!("/apis/kagent.dev/v1alpha2/namespaces/{NS}/approvalrequests/{name}");
     api.requests()
         .into_iter()
         .filter(|(method, uri, _)| {
             method == "PATCH" && uri.starts_with(&path) && !uri.contains("/status")
         })
-        .map(|(_, _, body)| {
-            serde_json::from_str::<Value>(&body).unwrap()["spec"]["decision"].clone()
-        })
+        .map(|(_, _, body)| serde_json::from_str::<Value>(&body).unwrap()["spec"].clone())
         .collect()
 }
 
@@ -164,7 +181,7 @@ async fn an_approver_sees_and_decides_in_a_headless_browser() {
         "the browser run failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.matches("ok - ").count(), 6, "{stdout}");
+    assert_eq!(stdout.matches("ok - ").count(), 8, "{stdout}");
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 
@@ -183,6 +200,21 @@ async fn an_approver_sees_and_decides_in_a_headless_browser() {
         "tried once, refused"
     );
     assert_eq!(decisions(&api, "done-1"), Vec::<Value>::new());
+    // The edit was written once, with the patch the approver reviewed, as alice's edit and
+    // approval of the edited call; the request alice may not edit got no write at all.
+    let [edited] = writes(&api, "cleaner-tidy-1").try_into().unwrap();
+    let mut decision = by_alice("Approve");
+    decision["reason"] = json!("archive, not delete");
+    assert_eq!(edited["decision"], decision);
+    assert_eq!(edited["edit"]["editedBy"], "alice");
+    assert_eq!(edited["edit"]["reason"], "archive, not delete");
+    assert_eq!(edited["editApprovals"][0]["approvedBy"], "alice");
+    let patch = hitl_operator::edit::parse(edited["edit"]["patch"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        hitl_operator::edit::apply(&json!({"path": "/data/c.csv"}), &patch).unwrap(),
+        json!({"path": "/data/archive/c.csv", "dryRun": true})
+    );
+    assert_eq!(writes(&api, "locked-1"), Vec::<Value>::new());
     let forbidden = api
         .objects()
         .into_iter()

@@ -138,6 +138,39 @@ fn diff_gives_the_patch_from_the_original_to_the_edit() {
     assert_eq!(apply(&original, &patch).unwrap(), edited);
 }
 
+#[test]
+fn changes_show_each_changed_value_before_and_after() {
+    let original = json!({"path": "/data/c.csv", "recursive": true, "mode": "fast"});
+    let patch = parse(
+        r#"[{"op":"replace","path":"/path","value":"/data/old/c.csv"},
+            {"op":"remove","path":"/recursive"},
+            {"op":"add","path":"/dryRun","value":{"on":true}},
+            {"op":"move","from":"/mode","path":"/speed"},
+            {"op":"test","path":"/path","value":"/data/old/c.csv"}]"#,
+    )
+    .unwrap();
+    let edited = apply(&original, &patch).unwrap();
+    let shown: Vec<(String, Option<String>, Option<String>)> = changes(&original, &edited, &patch)
+        .into_iter()
+        .map(|c| (c.path, c.before, c.after))
+        .collect();
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        shown,
+        vec![
+            (
+                "/path".into(),
+                some(r#""/data/c.csv""#),
+                some(r#""/data/old/c.csv""#)
+            ),
+            ("/recursive".into(), some("true"), None),
+            ("/dryRun".into(), None, some(r#"{"on":true}"#)),
+            ("/mode".into(), some(r#""fast""#), None),
+            ("/speed".into(), None, some(r#""fast""#)),
+        ]
+    );
+}
+
 fn small_object() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         any::<i64>().prop_map(Value::from),

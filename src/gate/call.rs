@@ -19,6 +19,7 @@ use super::approval::{Asked, FREEZE_BOUND, GatedCall, Resolution};
 use super::callers;
 use super::continuation::{self, Continuation, Watch};
 use super::decision::CallKey;
+use super::edit_note::PendingNotes;
 use super::edited;
 use super::hash;
 use super::jsonrpc::{self, ToolCall};
@@ -63,6 +64,13 @@ pub trait Transport: Send + Sync + 'static {
 
     /// The MCP revision the client's answers are written for, if it said.
     fn protocol(&self) -> Option<&str>;
+
+    /// Where a note for a call's answer waits when the answer does not come back on the call's
+    /// own request (HTTP+SSE: on the session's event stream); `None` when it does (the answer
+    /// is watched: [`Watch::amend`]).
+    fn pending_notes(&self) -> Option<&PendingNotes> {
+        None
+    }
 
     /// Answers the call with `error`, the JSON-RPC answer refusing it.
     fn refuse(&self, error: Vec<u8>) -> impl Future<Output = Response<Body>> + Send;
@@ -253,7 +261,9 @@ async fn continued<T: Transport>(t: T, call: ToolCall, body: Bytes) -> Response<
             return t.refuse(tool_error(&t, &call, &text)).await;
         }
     };
-    let Outgoing { uri, headers, body } = outgoing(&t, body);
+    let Outgoing {
+        uri, headers, body, ..
+    } = outgoing(&t, body);
     match up.send(Method::POST, uri, headers, body).await {
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, approved_by = %approved_by,
@@ -305,6 +315,7 @@ fn outgoing(t: &impl Transport, body: Bytes) -> Outgoing<'_> {
         uri: t.endpoint().clone(),
         headers: t.headers(),
         body,
+        notes: t.pending_notes(),
     }
 }
 
@@ -433,6 +444,8 @@ struct Outgoing<'a> {
     /// The call as the gate read it ([`jsonrpc::Message::body`]), so it carries the arguments
     /// that were hashed and shown.
     body: Bytes,
+    /// [`Transport::pending_notes`].
+    notes: Option<&'a PendingNotes>,
 }
 
 /// Where a gated call came from: its MCP session ([`Transport::session`]) and its caller
@@ -533,6 +546,7 @@ async fn gated(
         uri,
         headers,
         mut body,
+        notes,
     } = outgoing;
     let mut note = None;
     let (name, kind) = match approve(up, &gated_call, facts.as_ref(), &call.name, progress).await {
@@ -600,6 +614,9 @@ async fn gated(
         }
         Err(refused) => return GatedResult::Refused(refused),
     };
+    if let (Some(note), Some(notes)) = (&note, notes) {
+        notes.expect(call.id.clone(), note.clone());
+    }
     match up.send(Method::POST, uri, headers, body).await {
         Ok(resp) => {
             tracing::info!(server = %up.label, tool = %call.name, request = %name, outcome = ?kind, "approved call forwarded");

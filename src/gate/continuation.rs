@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::edit_note;
 use super::jsonrpc;
 use super::upstream::Upstream;
 
@@ -174,17 +175,7 @@ impl Watch {
     /// note and `message` is the result of the watched call with a content list; `None`
     /// otherwise (the message is relayed as it came).
     pub fn amend(&self, message: &[u8]) -> Option<Vec<u8>> {
-        let note = self.note.as_deref()?;
-        let mut value: Value = serde_json::from_slice(message).ok()?;
-        if value.get("id") != Some(&self.id) {
-            return None;
-        }
-        let content = value
-            .get_mut("result")?
-            .get_mut("content")?
-            .as_array_mut()?;
-        content.push(serde_json::json!({"type": "text", "text": note}));
-        Some(serde_json::to_vec(&value).expect("a JSON value serializes"))
+        edit_note::add(message, &self.id, self.note.as_deref()?)
     }
 
     /// The JSON-RPC id of the call whose answer is watched.

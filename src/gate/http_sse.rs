@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use super::call::{self, Reply, STREAM_QUEUE, Transport};
 use super::continuation::Watch;
+use super::edit_note::PendingNotes;
 use super::jsonrpc::{self, Incoming, ToolCall};
 use super::memory::{self, MessageShare};
 use super::messages::{check_body_headers, check_message_headers, filter_event, message_body};
@@ -38,6 +39,8 @@ struct Session {
     caller: Option<String>,
     /// Writes gate-made events into the client's stream.
     inject: mpsc::Sender<Bytes>,
+    /// Notes for answers still to come on the stream (an edited call's).
+    notes: Arc<PendingNotes>,
 }
 
 /// The SSE sessions of one upstream.
@@ -130,6 +133,7 @@ pub async fn open(
         id: id.clone(),
     };
     let endpoint = format!("{}/messages?session={id}", up.server.route);
+    let notes = Arc::new(PendingNotes::default());
     let upstream_events = memory::upstream_events(up.body(resp)).filter_map(move |ev| {
         // Keep the guard alive as long as the stream.
         let _ = &guard;
@@ -138,6 +142,7 @@ pub async fn open(
             &id,
             &endpoint,
             &inject,
+            &notes,
             caller.as_deref(),
             ev,
         ))
@@ -160,13 +165,15 @@ pub async fn open(
         .expect("static response parts are valid")
 }
 
-/// Rewrites the `endpoint` event (registering the session) and filters tool lists (see
-/// [`filter_event`]); `None` drops the event.
+/// Rewrites the `endpoint` event (registering the session), adds a waiting note to the
+/// answer it is for (`notes`), and filters tool lists (see [`filter_event`]); `None` drops the
+/// event.
 fn rewrite_event(
     route: &Arc<SseRoute>,
     id: &str,
     endpoint: &str,
     inject: &mpsc::Sender<Bytes>,
+    notes: &Arc<PendingNotes>,
     caller: Option<&str>,
     ev: std::io::Result<Bytes>,
 ) -> Option<std::io::Result<Bytes>> {
@@ -193,11 +200,15 @@ fn rewrite_event(
                 post_uri,
                 caller: caller.map(String::from),
                 inject: inject.clone(),
+                notes: notes.clone(),
             }),
         );
         let server = &route.up.server;
         sessions::ledger().begin(&server.namespace, &server.name, id, caller);
         return Some(Ok(sse::with_data(&ev, endpoint.as_bytes())));
+    }
+    if let Some(amended) = notes.amend(&data) {
+        return Some(Ok(sse::with_data(&ev, &amended)));
     }
     // Every tool list on the stream is filtered, whichever request it answers.
     filter_event(&route.up, ev, None).map(Ok)
@@ -349,6 +360,11 @@ impl Transport for SsePost {
     /// None: the HTTP+SSE transport (2024-11-05) has no protocol header.
     fn protocol(&self) -> Option<&str> {
         None
+    }
+
+    /// The session's: answers come on its event stream.
+    fn pending_notes(&self) -> Option<&PendingNotes> {
+        Some(&self.session.notes)
     }
 
     async fn refuse(&self, error: Vec<u8>) -> Response<Body> {

@@ -7,6 +7,7 @@ pub mod caller_quota;
 pub mod callers;
 pub mod continuation;
 pub mod decision;
+pub mod edit_note;
 pub mod edited;
 pub mod freeze;
 pub mod grants;

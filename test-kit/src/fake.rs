@@ -39,6 +39,8 @@ struct Store {
     fail: Option<u16>,
     watches: BTreeMap<String, usize>,
     forbidden: std::collections::BTreeSet<String>,
+    /// Agents whose calls alice may not edit (SelfSubjectAccessReviews of `edit` say no).
+    edits_forbidden: std::collections::BTreeSet<String>,
     grants: BTreeMap<String, Value>,
     /// The generic store: collection path → name → object.
     collections: BTreeMap<String, BTreeMap<String, Value>>,
@@ -173,6 +175,10 @@ impl FakeApi {
                 axum::routing::post(self_subject_review),
             )
             .route(
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                axum::routing::post(self_subject_access_review),
+            )
+            .route(
                 "/apis/authentication.k8s.io/v1/tokenreviews",
                 axum::routing::post(token_review),
             )
@@ -252,6 +258,16 @@ impl FakeApi {
         self.store.lock().unwrap().forbidden.insert(name.into());
     }
 
+    /// Makes SelfSubjectAccessReviews of the verb `edit` on agent `name` say no (every other
+    /// review says yes).
+    pub fn forbid_edits(&self, agent: &str) {
+        self.store
+            .lock()
+            .unwrap()
+            .edits_forbidden
+            .insert(agent.into());
+    }
+
     /// Writes a decision, as `kubectl hitl approve|deny` would (write-once).
     pub fn decide(&self, name: &str, kind: &str, by: &str, reason: &str) {
         let mut s = self.store.lock().unwrap();
@@ -264,6 +280,29 @@ impl FakeApi {
         );
         obj["spec"]["decision"] = json!({"type": kind, "decidedBy": by, "reason": reason});
         own(obj, "kubectl-hitl", &json!({"decision": {}}));
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let _ = self.events.send(("MODIFIED".into(), obj.clone()));
+    }
+
+    /// Approves request `name` with an edit, as `kubectl hitl approve --patch PATCH` by `by`
+    /// writes it on a request needing one approval: `spec.edit`, `by`'s entry in
+    /// `spec.editApprovals` and the decision, in one write.
+    pub fn edit_and_approve(&self, name: &str, patch: &str, by: &str) {
+        let mut s = self.store.lock().unwrap();
+        s.rv += 1;
+        let rv = s.rv;
+        let obj = s.objects.get_mut(name).expect("request exists");
+        assert!(
+            obj["spec"].get("decision").is_none(),
+            "decision is write-once"
+        );
+        let written = json!({
+            "edit": {"patch": patch, "editedBy": by},
+            "editApprovals": [{"approvedBy": by}],
+            "decision": {"type": "Approve", "decidedBy": by},
+        });
+        merge(obj, &json!({ "spec": written }));
+        own(obj, "kubectl-hitl", &written);
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         let _ = self.events.send(("MODIFIED".into(), obj.clone()));
     }
@@ -459,6 +498,19 @@ fn selected(obj: &Value, selector: &[(String, String)]) -> bool {
 async fn self_subject_review() -> Response {
     let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
         "metadata": {}, "status": {"userInfo": {"username": "alice", "groups": ["approvers"]}}});
+    (StatusCode::CREATED, axum::Json(review)).into_response()
+}
+
+/// A SelfSubjectAccessReview: allowed, unless it asks for `edit` on an agent of
+/// [`FakeApi::forbid_edits`].
+async fn self_subject_access_review(State(api): State<FakeApi>, body: Bytes) -> Response {
+    let mut review: Value = serde_json::from_slice(&body).unwrap();
+    let asked = &review["spec"]["resourceAttributes"];
+    let forbidden = asked["verb"] == "edit"
+        && asked["name"]
+            .as_str()
+            .is_some_and(|n| api.store.lock().unwrap().edits_forbidden.contains(n));
+    review["status"] = json!({"allowed": !forbidden});
     (StatusCode::CREATED, axum::Json(review)).into_response()
 }
 

@@ -612,6 +612,63 @@ async fn legacy_sse_servers_are_proxied_and_gated() {
     assert_eq!(counter.count("get-sum"), 1);
 }
 
+/// Edit, then approve on both transports: the call runs once with the approver's edit, and the
+/// model's result says which value was changed, as a text item after the tool's own. On legacy
+/// SSE the answer comes on the event stream, where the gate adds the note it expected before it
+/// forwarded the call.
+#[tokio::test]
+async fn an_edited_call_runs_edited_and_its_result_says_so_on_both_transports() {
+    require_peers();
+    init();
+    for transport in ["sse", "streamable"] {
+        let (_everything, counter, api, gate, url) = if transport == "sse" {
+            let (everything, counter, api, cfg) =
+                legacy_everything(&["echo", "get-sum"], &["get-sum"]).await;
+            let gate = Gate::start(&cfg, &api).await;
+            let url = gate.route("legacy");
+            (everything, counter, api, gate, url)
+        } else {
+            let env = Env::start(3600.0, 30.0).await;
+            let url = env.url("everything");
+            (env._everything, env.counter, env.api, env.gate, url)
+        };
+        let task = tokio::spawn(async move {
+            client(
+                &url,
+                transport,
+                json!([{"op": "list"}, call("get-sum", json!({"a": 7, "b": 8}))]),
+            )
+            .await
+        });
+        let name = api.first_request_name().await;
+        api.edit_and_approve(
+            &name,
+            r#"[{"op":"replace","path":"/b","value":10}]"#,
+            "alice",
+        );
+        let out = task.await.unwrap();
+        let content = out[1]["result"]["content"].as_array().unwrap();
+        assert_eq!(content.len(), 2, "{transport}: {}", out[1]);
+        assert_eq!(
+            content[0]["text"], "The sum of 7 and 10 is 17.",
+            "{transport}"
+        );
+        let note = content[1]["text"].as_str().unwrap();
+        assert!(
+            note.contains("edited by the approver alice") && note.contains("changed: /b."),
+            "{transport}: the note names the editor and the path (never the value): {note}"
+        );
+        assert_eq!(counter.count("get-sum"), 1, "{transport}: once");
+        let request = &api.objects()[0];
+        assert_eq!(request["status"]["phase"], "Executed", "{transport}");
+        assert!(
+            request["status"]["editedArgumentsSha256"].is_string(),
+            "{transport}: {request}"
+        );
+        drop(gate);
+    }
+}
+
 /// Issue 41 on the legacy transport: a call's MCP session is the event stream it came for,
 /// whose id the gate gave when it opened it (the `session` of its message endpoint), so a
 /// grant for that session covers the stream's later calls and no other stream's.

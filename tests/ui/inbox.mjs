@@ -49,7 +49,7 @@ try {
   await page.waitForSelector("body[data-ready=true]");
   expect((await page.locator("#who").textContent()).includes("Acting as alice"), "the page names the user");
   await page.waitForSelector(recentCard("done-1", "executed"));
-  expect((await page.locator("#pending article.request").count()) === 4, "4 pending requests at first");
+  expect((await page.locator("#pending article.request").count()) === 6, "6 pending requests at first");
   const created = await fetch(`${apiUrl}/apis/kagent.dev/v1alpha2/namespaces/${namespace}/approvalrequests`, {
     method: "POST",
     headers: { "content-type": "application/json" },
@@ -108,6 +108,8 @@ try {
     ["no token", await raw("POST", "/api/decisions", { "content-type": "application/json", host, origin }, decision)],
     ["a form post", await raw("POST", "/api/decisions", { "content-type": "application/x-www-form-urlencoded", "x-hitl-token": token, host, origin }, "decision=Approve")],
     ["the list without the token", await raw("GET", "/events", { host })],
+    ["an edit review without the token", await raw("POST", "/api/edits", { "content-type": "application/json", host, origin }, JSON.stringify({ namespace, name: "cleaner-tidy-1", arguments: "{}" }))],
+    ["an edit from another origin", await raw("POST", "/api/decisions", { ...json, host, origin: "http://evil.example" }, JSON.stringify({ decision: "Approve", requests: [{ namespace, name: "cleaner-tidy-1" }], patch: "[]" }))],
     ["the page through a rebinding Host", await raw("GET", "/", { host: "evil.example" })],
   ];
   for (const [what, r] of refused) {
@@ -157,6 +159,51 @@ try {
   expect(notice.includes("create rolebinding"), "the refusal shows the rolebinding that would grant it");
   expect(await page.locator(pendingCard("ops-forbidden")).count() === 1, "ops-forbidden is still pending");
   ok("the RBAC refusal is shown with the rolebinding that would grant it");
+
+  // 6. Edit & approve: the edit is reviewed, each changed value before and after, and only the
+  //    reviewed patch is approved; a change after the review needs another review.
+  await page.click(`${pendingCard("cleaner-tidy-1")} button.edit`);
+  await page.waitForSelector("dialog#edit[open]");
+  expect((await page.inputValue("#edit-arguments")).includes('"path": "/data/c.csv"'), "the editor starts from the preview");
+  expect(await page.locator("#edit-approve").isDisabled(), "nothing to approve before a review");
+  await page.fill("#edit-arguments", "{ not json");
+  await page.click("#edit-check");
+  await page.waitForSelector("#edit-problem:not([hidden])");
+  const notJson = await page.locator("#edit-problem").textContent();
+  expect(notJson.includes("the edited arguments are not JSON"), `invalid JSON is refused: ${notJson}`);
+  await page.fill("#edit-arguments", JSON.stringify({ path: "/data/archive/c.csv", dryRun: true }, null, 2));
+  await page.click("#edit-check");
+  await page.waitForSelector("#edit-review:not([hidden])");
+  const cells = await page.locator("#edit-changes tbody tr").evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent).join(" | ")));
+  const expected = ['/path | "/data/c.csv" | "/data/archive/c.csv"', "/dryRun | (absent) | true"];
+  expect(JSON.stringify([...cells].sort()) === JSON.stringify([...expected].sort()), `each changed value, before and after: ${cells.join("; ")}`);
+  await page.fill("#edit-arguments", JSON.stringify({ path: "/data/other.csv" }));
+  expect(await page.locator("#edit-approve").isDisabled(), "changed after the review: reviewed again first");
+  expect(await page.locator("#edit-review").isHidden(), "the old review is gone");
+  await page.fill("#edit-arguments", JSON.stringify({ path: "/data/archive/c.csv", dryRun: true }));
+  await page.click("#edit-check");
+  await page.waitForSelector("#edit-review:not([hidden])");
+  await page.fill("#edit-reason", "archive, not delete");
+  await page.click("#edit-approve");
+  await page.waitForSelector(recentCard("cleaner-tidy-1", "approved"));
+  const editedCard = await page.locator(card("cleaner-tidy-1")).textContent();
+  expect(editedCard.includes("approved with edits by alice"), `the card says approved with edits: ${editedCard}`);
+  expect(editedCard.includes("edited by alice: ["), `the card shows the edit: ${editedCard}`);
+  ok("Edit & approve showed each changed value, then approved cleaner-tidy-1 with the reviewed patch");
+
+  // 7. Without the RBAC verb edit, the review says so and nothing is written.
+  await page.click(`${pendingCard("locked-1")} button.edit`);
+  await page.waitForSelector("dialog#edit[open]");
+  await page.fill("#edit-arguments", JSON.stringify({ path: "/data/x.csv" }));
+  await page.click("#edit-check");
+  await page.waitForSelector("#edit-problem:not([hidden])");
+  const noRight = await page.locator("#edit-problem").textContent();
+  expect(noRight.includes("you may not edit its call: the RBAC verb edit on agents/locked"), `the missing right is named: ${noRight}`);
+  expect(await page.locator("#edit-approve").isDisabled(), "nothing to approve");
+  await page.keyboard.press("Escape");
+  await page.waitForSelector("dialog#edit", { state: "hidden" });
+  expect(await page.locator(pendingCard("locked-1")).count() === 1, "locked-1 is still pending");
+  ok("without the edit right the review names the RBAC verb, and locked-1 stays pending");
   if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
 
   expect(problems.length === 0, `no errors in the page: ${problems.join("; ")}`);

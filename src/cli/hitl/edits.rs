@@ -34,16 +34,10 @@ pub async fn asked(
     let Some(request) = api.get_opt(name).await? else {
         return Ok(Err(format!("approvalrequest/{name} not found")));
     };
-    let Some(preview) = request.spec.arguments_preview.as_deref() else {
-        return Ok(Err(format!(
-            "approvalrequest/{name} has no argumentsPreview to edit"
-        )));
+    let preview = match editable(client, &request).await {
+        Ok(preview) => preview,
+        Err(line) => return Ok(Err(line)),
     };
-    if let Some(missing) = missing_edit_right(client, &request).await {
-        return Ok(Err(format!(
-            "approvalrequest/{name}: you may not edit its call: {missing}; nothing was written"
-        )));
-    }
     let patch = match &args.patch {
         Some(patch) => patch.clone(),
         None => match edited_in_editor(&Value::Object(preview.clone()))? {
@@ -55,6 +49,26 @@ pub async fn asked(
     Ok(check(&patch, preview)
         .map(|()| EditAsked { patch })
         .map_err(|why| format!("approvalrequest/{name}: the edit cannot be made: {why}")))
+}
+
+/// The preview of `request`'s call, which the caller may edit, or the line saying why they
+/// cannot: it has no preview, or they lack the RBAC verb `edit` on its Agent or ToolGate.
+pub async fn editable<'r>(
+    client: &Client,
+    request: &'r ApprovalRequest,
+) -> Result<&'r serde_json::Map<String, Value>, String> {
+    let name = kube::ResourceExt::name_any(request);
+    let Some(preview) = request.spec.arguments_preview.as_deref() else {
+        return Err(format!(
+            "approvalrequest/{name} has no argumentsPreview to edit"
+        ));
+    };
+    match missing_edit_right(client, request).await {
+        Some(missing) => Err(format!(
+            "approvalrequest/{name}: you may not edit its call: {missing}; nothing was written"
+        )),
+        None => Ok(preview),
+    }
 }
 
 /// The RBAC permission to edit `request`'s calls the caller lacks, asked of the apiserver

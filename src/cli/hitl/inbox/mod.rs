@@ -2,8 +2,10 @@
 //! acting with the user's own kubeconfig identity. No credentials of its own and no session
 //! store: the page gets a live list (a watch, relayed as server-sent events) and sends
 //! decisions, which are written exactly as `kubectl hitl approve|deny` writes them, so RBAC and
-//! the admission policies judge them the same way. [`guard`] says what a request must show.
+//! the admission policies judge them the same way. [`guard`] says what a request must show;
+//! [`edit`] is "Edit & approve".
 
+pub mod edit;
 pub mod guard;
 pub mod rows;
 
@@ -97,6 +99,9 @@ struct DecisionForm {
     #[serde(default)]
     reason: Option<String>,
     requests: Vec<Target>,
+    /// An edit to approve with (the JSON Patch the inbox reviewed): one request, Approve only.
+    #[serde(default)]
+    patch: Option<String>,
 }
 
 /// One request a decision names.
@@ -168,6 +173,7 @@ impl Inbox {
             .route("/icon.svg", get(icon))
             .route("/events", get(events))
             .route("/api/decisions", post(decisions))
+            .route("/api/edits", post(edit::review))
             .layer(axum::middleware::map_response(harden))
             .with_state(shared);
         Ok(Self {
@@ -430,6 +436,10 @@ async fn decisions(
         Some(format!("the reason is longer than {MAX_REASON} characters"))
     } else if form.decision == DecisionType::Deny && reason.is_none() {
         Some("a denial needs a reason: the agent is told it".to_owned())
+    } else if form.patch.is_some()
+        && (form.decision != DecisionType::Approve || form.requests.len() != 1)
+    {
+        Some("an edit approves one request".to_owned())
     } else {
         None
     };
@@ -440,11 +450,22 @@ async fn decisions(
         decision_type: form.decision,
         reason,
         user: shared.user.to_string(),
-        edit: None,
+        edit: form.patch.map(|patch| decide::EditAsked { patch }),
     };
     let mut results = Vec::with_capacity(form.requests.len());
     for target in form.requests {
-        let result = decide_one(&shared, &target, &request).await;
+        let result = match &request.edit {
+            Some(asked) => match edit::recheck(&shared, &target, &asked.patch).await {
+                Ok(()) => decide_one(&shared, &target, &request).await,
+                Err(message) => DecisionResult {
+                    namespace: target.namespace.clone(),
+                    name: target.name.clone(),
+                    ok: false,
+                    message,
+                },
+            },
+            None => decide_one(&shared, &target, &request).await,
+        };
         results.push(result);
     }
     axum::Json(serde_json::json!({ "results": results })).into_response()

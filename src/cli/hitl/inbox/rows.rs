@@ -64,6 +64,13 @@ pub struct Row {
     pub tool: String,
     /// The redacted arguments preview, pretty-printed JSON.
     pub arguments: String,
+    /// The preview as it is (hidden characters not written out), pretty-printed JSON: what
+    /// "Edit & approve" starts from, on a pending request with a preview.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub editable: Option<String>,
+    /// The approver's edit of the call, `edited by NAME: PATCH`, on an edited request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edit: Option<String>,
     /// What redaction hid, when it hid something.
     pub redaction: Option<String>,
     /// The state at the instant of the snapshot.
@@ -102,11 +109,22 @@ pub fn row(request: &ApprovalRequest, now: Timestamp) -> Row {
     );
     let decided_by = spec.decision.as_ref().map(|d| {
         let verb = match d.decision_type {
+            DecisionType::Approve if spec.edit.is_some() => "approved with edits",
             DecisionType::Approve => "approved",
             DecisionType::Deny => "denied",
         };
         format!("{verb} by {}", shown(&d.decided_by))
     });
+    let state: State = request.phase_at(now).into();
+    let editable = spec
+        .arguments_preview
+        .as_ref()
+        .filter(|_| state == State::Pending && spec.edit.is_none())
+        .map(|preview| serde_json::to_string_pretty(preview).expect("a JSON map serializes"));
+    let edit = spec
+        .edit
+        .as_ref()
+        .map(|e| shown(&format!("edited by {}: {}", e.edited_by, e.patch)));
     Row {
         namespace: request.namespace().unwrap_or_default(),
         name: request.name_any(),
@@ -120,8 +138,10 @@ pub fn row(request: &ApprovalRequest, now: Timestamp) -> Row {
         ),
         tool: shown(&spec.tool_name),
         arguments: shown(&arguments),
+        editable,
+        edit,
         redaction: spec.arguments_preview.as_deref().and_then(redact::notice),
-        state: request.phase_at(now).into(),
+        state,
         approvals: request.approvals_summary(),
         created: request
             .metadata
@@ -206,6 +226,12 @@ mod tests {
             r.arguments
         );
         assert!(r.redaction.is_some(), "the redacted token is told");
+        let editable = r.editable.as_deref().unwrap();
+        assert!(
+            editable.contains('\u{202e}'),
+            "the preview as it is: {editable}"
+        );
+        assert_eq!(r.edit, None);
         assert_eq!(r.decided_by, None);
         assert_eq!((r.agent.as_str(), r.caller.as_deref()), ("helper", None));
     }
@@ -270,6 +296,35 @@ mod tests {
         assert_eq!(r.state, State::Denied);
         assert_eq!(r.decided_by.as_deref(), Some("denied by alice"));
         assert_eq!(r.reason.as_deref(), Some("ok"));
+        assert_eq!(r.editable, None, "only a pending request is edited");
+    }
+
+    #[test]
+    fn an_edited_request_says_so_and_shows_the_edit() {
+        let now: Timestamp = "2026-11-22T00:10:00Z".parse().unwrap();
+        let approved = request(
+            "r",
+            "2026-11-22T00:00:00Z",
+            "2026-11-22T01:00:00Z",
+            Some("Approve"),
+        );
+        let mut r = serde_json::to_value(&approved).unwrap();
+        r["spec"]["edit"] = json!({
+            "patch": "[{\"op\":\"replace\",\"path\":\"/path\",\"value\":\"/data/b\u{202e}\"}]",
+            "editedBy": "alice",
+        });
+        r["spec"]["editApprovals"] = json!([{"approvedBy": "alice"}]);
+        let edited: ApprovalRequest = serde_json::from_value(r).unwrap();
+        let shown = row(&edited, now);
+        assert_eq!(
+            shown.decided_by.as_deref(),
+            Some("approved with edits by alice")
+        );
+        assert_eq!(
+            shown.edit.as_deref(),
+            Some(r#"edited by alice: [{"op":"replace","path":"/path","value":"/data/b\u{202e}"}]"#)
+        );
+        assert_eq!(shown.editable, None);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 // The approval inbox page: a live list from /events, decisions POSTed to /api/decisions with
-// the per-run token. Every text from the cluster is set with textContent, never as markup.
+// the per-run token; "Edit & approve" has /api/edits review the edit (the patch and each value
+// it changes) before it approves with that patch. Every text from the cluster is set with
+// textContent, never as markup.
 "use strict";
 
 const token = new URLSearchParams(location.hash.slice(1)).get("token") || "";
@@ -16,6 +18,7 @@ let rows = [];
 let user = "";
 let selected = null; // "namespace/name" of the chosen pending request
 let busy = new Set();
+let editing = null; // { row, patch }: the request in the edit dialog, and its reviewed patch
 
 const $ = (id) => document.getElementById(id);
 const keyOf = (r) => `${r.namespace}/${r.name}`;
@@ -84,6 +87,7 @@ function requestCard(r, now) {
   if (r.reason) times.append(`: ${r.reason}`);
   card.append(title, meta, times);
   if (r.redaction) card.append(el("p", { class: "redaction", text: `Note: ${r.redaction}` }));
+  if (r.edit) card.append(el("p", { class: "edit", text: r.edit }));
   card.append(el("pre", { class: "arguments", "aria-label": "arguments", text: r.arguments }));
   if (state === "pending") {
     const off = busy.has(key);
@@ -93,6 +97,7 @@ function requestCard(r, now) {
         { class: "actions" },
         el("button", { class: "approve", type: "button", onclick: (e) => { e.stopPropagation(); decide("Approve", [r]); }, ...(off ? { disabled: "" } : {}), text: "Approve" }),
         el("button", { class: "deny", type: "button", onclick: (e) => { e.stopPropagation(); decide("Deny", [r]); }, ...(off ? { disabled: "" } : {}), text: "Deny" }),
+        r.editable == null ? null : el("button", { class: "edit", type: "button", onclick: (e) => { e.stopPropagation(); openEdit(r); }, ...(off ? { disabled: "" } : {}), text: "Edit & approve" }),
       ),
     );
   }
@@ -175,17 +180,26 @@ function notify(lines, failed) {
   box.hidden = false;
 }
 
-async function decide(decision, items) {
-  let reason = $("reason").value.trim();
+async function post(path, body) {
+  return fetch(path, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-hitl-token": token },
+    body: JSON.stringify(body),
+  });
+}
+
+// patch: the reviewed JSON Patch to approve with (one request); reason: the edit dialog's.
+async function decide(decision, items, patch, reason = $("reason").value.trim()) {
   if (decision === "Deny" && !reason) reason = `Denied by ${user} in the approval inbox`;
   const keys = items.map(keyOf);
   keys.forEach((k) => busy.add(k));
   render();
   try {
-    const resp = await fetch("/api/decisions", {
-      method: "POST",
-      headers: { "content-type": "application/json", "x-hitl-token": token },
-      body: JSON.stringify({ decision, reason: reason || undefined, requests: items.map((r) => ({ namespace: r.namespace, name: r.name })) }),
+    const resp = await post("/api/decisions", {
+      decision,
+      reason: reason || undefined,
+      requests: items.map((r) => ({ namespace: r.namespace, name: r.name })),
+      patch,
     });
     if (!resp.ok) {
       notify([`The inbox refused: ${await resp.text()}`], true);
@@ -215,8 +229,68 @@ function batch(decision, items) {
   $("confirm-ok").focus();
 }
 
+function openEdit(r) {
+  editing = { row: r, patch: null };
+  $("edit-what").textContent = `${r.tool} for agent ${r.agent} · ${r.namespace}/${r.name}. ` +
+    "The call runs once with your edits, if the gate accepts them (the tool's input schema, the rules); " +
+    "the agent is told which values you changed.";
+  $("edit-arguments").value = r.editable;
+  $("edit-reason").value = $("reason").value;
+  unreviewed();
+  $("edit").showModal();
+  $("edit-arguments").focus();
+}
+
+// The arguments changed since the review (or were never reviewed): nothing may be approved yet.
+function unreviewed() {
+  if (editing) editing.patch = null;
+  $("edit-review").hidden = true;
+  $("edit-problem").hidden = true;
+  $("edit-approve").disabled = true;
+}
+
+async function reviewEdit() {
+  const r = editing.row;
+  const problem = $("edit-problem");
+  unreviewed();
+  let resp;
+  try {
+    resp = await post("/api/edits", { namespace: r.namespace, name: r.name, arguments: $("edit-arguments").value });
+  } catch (e) {
+    resp = { ok: false, text: async () => `Could not reach the inbox: ${e}` };
+  }
+  const review = resp.ok ? await resp.json() : { refusal: `The inbox refused: ${await resp.text()}` };
+  if (review.refusal) {
+    problem.textContent = review.refusal;
+    problem.hidden = false;
+    return;
+  }
+  editing.patch = review.patch;
+  $("edit-changes").tBodies[0].replaceChildren(
+    ...review.changes.map((c) => el("tr", {}, el("td", { text: c.path }), el("td", { text: c.before ?? "(absent)" }), el("td", { text: c.after ?? "(removed)" }))),
+  );
+  $("edit-review").hidden = false;
+  $("edit-approve").disabled = false;
+  $("edit-approve").focus();
+}
+
+function approveEdit() {
+  const { row, patch } = editing;
+  if (!patch) return;
+  const reason = $("edit-reason").value.trim();
+  $("edit").close("approved");
+  decide("Approve", [row], patch, reason);
+}
+
+$("edit-arguments").addEventListener("input", unreviewed);
+$("edit-check").addEventListener("click", reviewEdit);
+$("edit-approve").addEventListener("click", approveEdit);
+$("edit").addEventListener("close", () => {
+  editing = null;
+});
+
 document.addEventListener("keydown", (e) => {
-  if ($("confirm").open || e.altKey || e.ctrlKey || e.metaKey) return;
+  if ($("confirm").open || $("edit").open || e.altKey || e.ctrlKey || e.metaKey) return;
   const inReason = e.target === $("reason");
   if (!inReason && e.target.tagName === "BUTTON" && e.key === "Enter") return;
   const current = pendingRows().find((r) => keyOf(r) === selected);
