@@ -38,12 +38,13 @@ impl Target {
     }
 }
 
-/// Where accepted definitions are written.
+/// Where accepted definitions are written, as it was read: the apply is guarded by its
+/// resourceVersion.
 enum Holder {
     /// `spec.acceptedToolDefinitions` of a RemoteMCPServer.
-    Server(String),
+    Server(Box<RemoteMCPServer>),
     /// `spec.server.acceptedToolDefinitions` of a ToolGate with an inline url.
-    ToolGate(String),
+    ToolGate(Box<ToolGate>),
 }
 
 /// Accepts `target`'s definitions in `namespace` (`tools`: only these, for a server). Returns
@@ -62,7 +63,7 @@ pub async fn accept(
                 return Ok(Err(format!("RemoteMCPServer {namespace}/{name} not found")));
             };
             match listed(&server, tools) {
-                Ok(definitions) => (Holder::Server(name.clone()), definitions),
+                Ok(definitions) => (Holder::Server(Box::new(server)), definitions),
                 Err(why) => return Ok(Err(format!("RemoteMCPServer {namespace}/{name}: {why}"))),
             }
         }
@@ -81,19 +82,24 @@ pub async fn accept(
         }
     };
     let (kind, name, path) = match &holder {
-        Holder::Server(name) => ("remotemcpserver", name, "spec.acceptedToolDefinitions"),
-        Holder::ToolGate(name) => ("toolgate", name, "spec.server.acceptedToolDefinitions"),
+        Holder::Server(server) => (
+            "remotemcpserver",
+            server.name_any(),
+            "spec.acceptedToolDefinitions",
+        ),
+        Holder::ToolGate(gate) => (
+            "toolgate",
+            gate.name_any(),
+            "spec.server.acceptedToolDefinitions",
+        ),
     };
     // The whole list as it is, with these entries replaced or added, applied against the
     // resourceVersion read: applying only the new entries would drop those this field manager
     // accepted before, and a change in between makes the apply fail rather than be lost.
     let params = PatchParams::apply("kubectl-hitl").force();
     match &holder {
-        Holder::Server(name) => {
+        Holder::Server(current) => {
             let api = Api::<RemoteMCPServer>::namespaced(client.clone(), namespace);
-            let Some(current) = api.get_opt(name).await? else {
-                return Ok(Err(format!("RemoteMCPServer {namespace}/{name} not found")));
-            };
             let body = json!({
                 "apiVersion": "kagent.dev/v1alpha2", "kind": "RemoteMCPServer",
                 "metadata": {"name": name, "namespace": namespace,
@@ -101,13 +107,10 @@ pub async fn accept(
                 "spec": {"acceptedToolDefinitions":
                     merged(&current.spec.accepted_tool_definitions, &definitions)},
             });
-            api.patch(name, &params, &Patch::Apply(&body)).await?;
+            api.patch(&name, &params, &Patch::Apply(&body)).await?;
         }
-        Holder::ToolGate(name) => {
+        Holder::ToolGate(current) => {
             let api = Api::<ToolGate>::namespaced(client.clone(), namespace);
-            let Some(current) = api.get_opt(name).await? else {
-                return Ok(Err(format!("ToolGate {namespace}/{name} not found")));
-            };
             let body = json!({
                 "apiVersion": "kagent.dev/v1alpha2", "kind": "ToolGate",
                 "metadata": {"name": name, "namespace": namespace,
@@ -115,7 +118,7 @@ pub async fn accept(
                 "spec": {"server": {"acceptedToolDefinitions":
                     merged(&current.spec.server.accepted_tool_definitions, &definitions)}},
             });
-            api.patch(name, &params, &Patch::Apply(&body)).await?;
+            api.patch(&name, &params, &Patch::Apply(&body)).await?;
         }
     }
     for d in &definitions {
@@ -220,8 +223,8 @@ async fn recorded(
             )));
         };
         match &gate.spec.server.remote_mcp_server {
-            Some(server) => Holder::Server(server.clone()),
-            None => Holder::ToolGate(spec.agent_ref.name.clone()),
+            Some(server) => return server_holder(client, namespace, server, accepted).await,
+            None => Holder::ToolGate(Box::new(gate)),
         }
     } else if spec.tool_server.kind == ToolServerKind::RemoteMCPServer {
         if spec.tool_server.namespace != namespace {
@@ -230,7 +233,7 @@ async fn recorded(
                 spec.tool_server.namespace, spec.tool_server.name, spec.tool_server.namespace
             )));
         }
-        Holder::Server(spec.tool_server.name.clone())
+        return server_holder(client, namespace, &spec.tool_server.name, accepted).await;
     } else {
         return Ok(Err(format!(
             "its tool server is a {}, which has no accepted definitions: its gates accept the first definition they list",
@@ -238,6 +241,20 @@ async fn recorded(
         )));
     };
     Ok(Ok((holder, accepted)))
+}
+
+/// RemoteMCPServer `name` as it is now, to accept `accepted` on.
+async fn server_holder(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    accepted: Vec<AcceptedToolDefinition>,
+) -> Result<Result<(Holder, Vec<AcceptedToolDefinition>), String>, CommandError> {
+    let servers: Api<RemoteMCPServer> = Api::namespaced(client.clone(), namespace);
+    Ok(match servers.get_opt(name).await? {
+        Some(server) => Ok((Holder::Server(Box::new(server)), accepted)),
+        None => Err(format!("its RemoteMCPServer {namespace}/{name} is gone")),
+    })
 }
 
 #[cfg(test)]
