@@ -270,24 +270,29 @@ impl FakeApi {
 
     /// Writes a decision, as `kubectl hitl approve|deny` would (write-once).
     pub fn decide(&self, name: &str, kind: &str, by: &str, reason: &str) {
-        let mut s = self.store.lock().unwrap();
-        s.rv += 1;
-        let rv = s.rv;
-        let obj = s.objects.get_mut(name).expect("request exists");
-        assert!(
-            obj["spec"].get("decision").is_none(),
-            "decision is write-once"
+        self.write_decision(
+            name,
+            json!({"decision": {"type": kind, "decidedBy": by, "reason": reason}}),
         );
-        obj["spec"]["decision"] = json!({"type": kind, "decidedBy": by, "reason": reason});
-        own(obj, "kubectl-hitl", &json!({"decision": {}}));
-        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let _ = self.events.send(("MODIFIED".into(), obj.clone()));
     }
 
     /// Approves request `name` with an edit, as `kubectl hitl approve --patch PATCH` by `by`
     /// writes it on a request needing one approval: `spec.edit`, `by`'s entry in
     /// `spec.editApprovals` and the decision, in one write.
     pub fn edit_and_approve(&self, name: &str, patch: &str, by: &str) {
+        self.write_decision(
+            name,
+            json!({
+                "edit": {"patch": patch, "editedBy": by},
+                "editApprovals": [{"approvedBy": by}],
+                "decision": {"type": "Approve", "decidedBy": by},
+            }),
+        );
+    }
+
+    /// Merges `written` (with a decision) into request `name`'s spec as kubectl-hitl's write,
+    /// and tells the watches.
+    fn write_decision(&self, name: &str, written: Value) {
         let mut s = self.store.lock().unwrap();
         s.rv += 1;
         let rv = s.rv;
@@ -296,11 +301,6 @@ impl FakeApi {
             obj["spec"].get("decision").is_none(),
             "decision is write-once"
         );
-        let written = json!({
-            "edit": {"patch": patch, "editedBy": by},
-            "editApprovals": [{"approvedBy": by}],
-            "decision": {"type": "Approve", "decidedBy": by},
-        });
         merge(obj, &json!({ "spec": written }));
         own(obj, "kubectl-hitl", &written);
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());

@@ -14,8 +14,7 @@ use kube::api::Api;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::guard::Access;
-use super::{Shared, Target};
+use super::{Shared, Target, written_form};
 use crate::api::approval_request::ApprovalRequest;
 use crate::cli::hitl::edits;
 use crate::edit::{self, Change};
@@ -51,12 +50,9 @@ pub(super) async fn review(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(refusal) = shared.guard.check(Access::Write, &method, &headers, None) {
-        return refusal.into_response();
-    }
-    let form: EditForm = match serde_json::from_slice(&body) {
+    let form: EditForm = match written_form(&shared, &method, &headers, &body, "edit") {
         Ok(form) => form,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("not an edit: {e}")).into_response(),
+        Err(refusal) => return *refusal,
     };
     if form.arguments.len() > MAX_ARGUMENTS_TEXT {
         return (

@@ -409,6 +409,24 @@ fn snapshots(rx: watch::Receiver<Arc<str>>) -> impl Stream<Item = Result<Event, 
     })
 }
 
+/// The form a write (a decision, an edit to review) sends, once the guard let it through; else
+/// the answer refusing it (`what` names the form in it).
+fn written_form<T: serde::de::DeserializeOwned>(
+    shared: &Shared,
+    method: &Method,
+    headers: &HeaderMap,
+    body: &[u8],
+    what: &str,
+) -> Result<T, Box<Response>> {
+    shared
+        .guard
+        .check(Access::Write, method, headers, None)
+        .map_err(|refusal| Box::new(refusal.into_response()))?;
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new((StatusCode::BAD_REQUEST, format!("not a {what}: {e}")).into_response())
+    })
+}
+
 /// Decides the named requests in order, as `kubectl hitl approve|deny NAME...` would.
 async fn decisions(
     State(shared): State<Shared>,
@@ -416,12 +434,9 @@ async fn decisions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(refusal) = shared.guard.check(Access::Write, &method, &headers, None) {
-        return refusal.into_response();
-    }
-    let form: DecisionForm = match serde_json::from_slice(&body) {
+    let form: DecisionForm = match written_form(&shared, &method, &headers, &body, "decision") {
         Ok(form) => form,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("not a decision: {e}")).into_response(),
+        Err(refusal) => return *refusal,
     };
     let reason = form
         .reason
