@@ -58,7 +58,7 @@
 #           quotas (507, metric, Event), append p50/p99 on SQLite, Postgres and memory
 #   runtime tests/e2e/runtime.sh: kagent's own agent runtime (kagent-adk 0.7.4) started as the
 #           rendered Deployment starts it, next to the gate and the session store, with a
-#           scripted model: A2A turns through approve, deny, the pending answer and its retry,
+#           scripted model: A2A turns through approve, deny, an edit (the model reads what changed), the pending answer and its retry,
 #           an SSE tool server, a conversation across a restart of the store (0.7.4 and 0.10.4)
 #   pods    tests/e2e/pods.sh: on a node (SKIP without one): the images built here, helm install,
 #           the Agent's pod with kagent's runtime and the gate sidecar, tool server and model

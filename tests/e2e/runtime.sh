@@ -15,7 +15,8 @@
 #     memory restarted the same way loses it);
 #  2. the gated delete_file waits as an ApprovalRequest, `kubectl hitl approve` lets it run once,
 #     the answer carries the tool's result;
-#  3. a denial's reason reaches the model, and nothing runs;
+#  3. a denial's reason reaches the model, and nothing runs; an approval with an edit runs the
+#     edited call once, and the tool result the model reads says which path the approver changed;
 #  4. waitTimeout passes: the model gets the "pending" answer; after the approval, the retry of
 #     the same call runs it once, and a third call asks again;
 #  5. the SSE tool server: ungated and gated;
@@ -218,6 +219,18 @@ expect_in "the tool result the model got" "e2e: keep.csv stays" "$(tail -1 "$WOR
 [ "$(runs delete_file /data/keep.csv)" = 0 ] || fail "a denied delete_file ran"
 DENIAL=$(field "$ANSWER" text)
 ok "denied with a reason: the model read it (${DENIAL:0:160}...), nothing ran"
+
+step "5b. edited: the approver's edit runs once, and the tool result the model reads says what was changed"
+send edited "CALL delete_file {\"path\": \"/data/draft.csv\"}"
+the_request EDITED /data/draft.csv
+kubectl hitl approve "$EDITED" -n "$NS" --reason "e2e: the old draft instead" \
+  --patch '[{"op":"replace","path":"/path","value":"/data/draft-old.csv"}]' >/dev/null
+reply edited
+expect_answer "$ANSWER" "deleted /data/draft-old.csv"
+expect_in "the tool result the model got" "changed: /path" "$(tail -1 "$WORK/model.jsonl")"
+[ "$(runs delete_file /data/draft-old.csv)" = 1 ] || fail "the edited call ran $(runs delete_file /data/draft-old.csv) times"
+[ "$(runs delete_file /data/draft.csv)" = 0 ] || fail "the original of the edited call ran"
+ok "edited and approved: /data/draft-old.csv deleted once, /data/draft.csv never; the model read the gate's note (changed: /path)"
 
 step "6. waitTimeout: the pending answer, then the model's retry after the approval runs once"
 send pending "CALL delete_file {\"path\": \"/data/later.csv\"}"
