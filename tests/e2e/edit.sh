@@ -6,8 +6,9 @@
 # and status.editedArgumentsSha256 cannot be removed, nulled or replaced; an edit the Agent's
 # rules deny, or that needs more approvals than were given, is refused by the gate and nothing
 # runs; a quorum started on the original starts again on the edit; an edit the tool's listed
-# input schema does not accept, one a rule with edits.allowed=false governs, and one outside a
-# rule's edits.paths are refused by the gate and nothing runs. Figure: kubectl hitl approve
+# input schema does not accept, one a rule with edits.allowed=false governs, one outside a
+# rule's edits.paths, and one probing a redacted value (written past the plugin, which refuses it
+# first) are refused by the gate and nothing runs. Figure: kubectl hitl approve
 # --patch -> edited call at the tool server, as a ratio to a plain approval in the same run.
 #
 # Uses the cluster of $KUBECONFIG as cluster-admin, the repository's CRDs, the chart's user roles
@@ -212,6 +213,30 @@ step "10. a rule with edits.paths: an operation outside them refused; nothing ru
 refused_edit scoped /scoped/s '[{"op":"add","path":"/extra","value":1}]' \
   "at /extra: rule 'scoped' lets approvers edit only /path"
 ok "refused naming /extra and the rule; nothing ran; $REQ Cancelled"
+
+step "11. an edit probing a redacted value is refused, by the plugin and, written past it, by the gate; nothing runs"
+before=$(runs delete_file)
+start secret "$WORK/secret.out" timeout 150 node "$PEERS/client.mjs" "${GATE_URL[a]}" streamable \
+  '[{"op":"list"},{"op":"call","name":"delete_file","args":{"path":"/tmp/s","token":"s3cret"}}]'
+wait_for "the gate to hold delete_file(/tmp/s)" 20 awaiting 1
+the_request REQ /tmp/s
+[ "$(jp "approvalrequest/$REQ" '{.spec.argumentsPreview.token}')" = "[REDACTED]" ] || fail "$REQ: its token is not redacted"
+probe='[{"op":"test","path":"/token","value":"s3cret"},{"op":"replace","path":"/path","value":"/tmp/s2"}]'
+refused "kubectl hitl approve with the probe" "at /token: a test may not probe a redacted value" \
+  env KUBECONFIG="$ALICE" kubectl hitl approve "$REQ" -n "$NS" --patch "$probe"
+# The same edit written with kubectl, as a client of alice's own could: the gate judges it on
+# the full arguments.
+written=$(PROBE=$probe python3 -c 'import json, os
+print(json.dumps({"spec": {"edit": {"patch": os.environ["PROBE"], "editedBy": "alice"},
+    "editApprovals": [{"approvedBy": "alice"}], "decision": {"type": "Approve", "decidedBy": "alice"}}}))')
+kubectl --kubeconfig "$ALICE" -n "$NS" patch approvalrequest "$REQ" --type merge -p "$written" >/dev/null
+result=$(answered secret)
+expect_in "the client's result" "the approver's edit of tool 'delete_file' (by alice, ApprovalRequest $REQ) was refused" "$result"
+expect_in "the client's result" "at /token: a test may not probe a redacted value" "$result"
+wait_for "$REQ Cancelled" 20 cancelled
+expect_in "status.message" "at /token: a test may not probe a redacted value" "$(jp "approvalrequest/$REQ" '{.status.message}')"
+[ "$(runs delete_file)" = "$before" ] || fail "a call ran ($(runs delete_file) delete_file calls, $before before)"
+ok "refused by kubectl hitl before writing, and by the gate when written with kubectl; nothing ran; $REQ Cancelled"
 
 step "figure"
 ratio=$(awk -v e="$edit_s" -v p="$plain_s" 'BEGIN { printf "%.2f", e / p }')

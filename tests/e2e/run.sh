@@ -22,7 +22,7 @@
 #           told; bob (approve only) and mallory refused; spec.edit and the edited binding
 #           write-once; edits the rules deny or that need more approvals refused by the gate;
 #           a quorum restarting on the edit; edits refused by the tool's input schema, by a
-#           rule's edits.allowed=false and outside its edits.paths, nothing run; figure:
+#           rule's edits.allowed=false, outside its edits.paths and probing a redacted value, nothing run; figure:
 #           --patch vs a plain approval
 #   grants  tests/e2e/grants.sh: ApprovalGrants: every admission rule, a condition, maxUses
 #           under calls racing through two gates, revoke and delete, --remember session
