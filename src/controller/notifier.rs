@@ -24,7 +24,6 @@ use kube::{Resource, ResourceExt};
 
 use super::watches::NotifierWatches;
 use super::{Context, drain, measured, retry_after_error};
-use crate::Result;
 use crate::api::approval_notifier::{
     ApprovalNotifierSpec, ApprovalNotifierStatus, ChannelType, Delivery,
 };
@@ -35,6 +34,7 @@ use crate::apiserver::guarded::{Guarded, GuardedWrite};
 use crate::apiserver::{apply_status, new_condition, set_condition};
 use crate::notify::plan::{self, Attempt, Event};
 use crate::notify::{message, send};
+use crate::{Result, egress};
 
 /// Name of this controller in metrics.
 pub const CONTROLLER: &str = "approvalnotifier";
@@ -333,6 +333,7 @@ async fn attempt(
             message::slack(&request, event, phase, spec.channel.buttons == Some(true))
         }
     };
+    let url = egress::as_namespace_pods_reach(&url, &namespace);
     let outcome = send::post(&ctx.notify_http, spec.channel.channel_type, &url, &body).await;
     let finished = ctx.clock.now();
     let given_up = outcome.is_err() && n >= spec.attempts();

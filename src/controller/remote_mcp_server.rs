@@ -24,7 +24,7 @@ use crate::api::remote_mcp_server::{DiscoveredTool, RemoteMCPServerStatus};
 use crate::apiserver::conditions::find;
 use crate::apiserver::{apply_status, new_condition, set_condition};
 use crate::render::refs::RefStore;
-use crate::{Error, Result};
+use crate::{Error, Result, egress};
 
 /// Name of this controller in metrics.
 pub const CONTROLLER: &str = "remotemcpserver";
@@ -100,7 +100,7 @@ async fn reconcile_inner(server: &RemoteMCPServer, ctx: &Context) -> Result<Acti
                 .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
             discovery::list_tools(
                 &ctx.http,
-                &server.spec.url,
+                &egress::as_namespace_pods_reach(&server.spec.url, &namespace),
                 server.spec.protocol.unwrap_or_default(),
                 &headers,
                 timeout,

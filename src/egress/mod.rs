@@ -12,6 +12,8 @@
 
 pub mod destination;
 
+use std::borrow::Cow;
+
 use reqwest::Url;
 use reqwest::redirect::{Action, Attempt, Policy};
 
@@ -72,6 +74,29 @@ fn within_origin(attempt: Attempt) -> Action {
     attempt.follow()
 }
 
+/// `url`, written on an object of `namespace` (a tool server's, a notifier's Secret), as that
+/// namespace's pods reach it. A host of one DNS label (`http://filesystem-mcp:3000/mcp`) names
+/// a Service of the namespace, which the pods' DNS search path finds and the controller's (in
+/// its own namespace) would not, or would find in the operator's namespace: it becomes
+/// `<host>.<namespace>.svc`. Any other URL (dotted names, IP addresses, `localhost`) is used
+/// as written.
+pub fn as_namespace_pods_reach<'a>(url: &'a str, namespace: &str) -> Cow<'a, str> {
+    let Ok(mut parsed) = Url::parse(url) else {
+        return Cow::Borrowed(url);
+    };
+    let Some(host) = parsed.domain() else {
+        return Cow::Borrowed(url);
+    };
+    if namespace.is_empty() || host.contains('.') || host.eq_ignore_ascii_case("localhost") {
+        return Cow::Borrowed(url);
+    }
+    let qualified = format!("{host}.{namespace}.svc");
+    match parsed.set_host(Some(&qualified)) {
+        Ok(()) => Cow::Owned(parsed.into()),
+        Err(_) => Cow::Borrowed(url),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -83,6 +108,37 @@ mod tests {
     use axum::routing::any;
 
     use super::*;
+
+    #[test]
+    fn a_one_label_host_is_a_service_of_the_objects_namespace() {
+        for (written, reached) in [
+            (
+                "http://filesystem-mcp:3000/mcp",
+                "http://filesystem-mcp.team-a.svc:3000/mcp",
+            ),
+            ("https://FS/mcp?x=1", "https://fs.team-a.svc/mcp?x=1"),
+            ("http://fs.tools:3000/mcp", "http://fs.tools:3000/mcp"),
+            (
+                "http://fs.team-a.svc.cluster.local/mcp",
+                "http://fs.team-a.svc.cluster.local/mcp",
+            ),
+            ("http://fs./mcp", "http://fs./mcp"),
+            ("http://localhost:3000/mcp", "http://localhost:3000/mcp"),
+            ("http://10.96.0.12:3000/mcp", "http://10.96.0.12:3000/mcp"),
+            ("http://[fd00::1]:3000/mcp", "http://[fd00::1]:3000/mcp"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(
+                as_namespace_pods_reach(written, "team-a"),
+                reached,
+                "{written}"
+            );
+        }
+        assert_eq!(
+            as_namespace_pods_reach("http://fs:3000/mcp", ""),
+            "http://fs:3000/mcp"
+        );
+    }
 
     /// What a test server received: `(path, X-Api-Key)` of each request.
     type Seen = Arc<Mutex<Vec<(String, String)>>>;

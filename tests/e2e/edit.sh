@@ -24,12 +24,16 @@ AGENT=files
 throwaway hitl-e2e-edit
 
 awaiting() { [ "$(gate_metric a hitl_gate_calls_awaiting_decision)" = "$1" ]; }
-# call NAME PATH: lists the tools (as agent runtimes do; the gate learns the input schemas edits
-# are checked against) and calls delete_file(PATH) through gate a in the background, output in
-# NAME.out.
-call() {
+# held NAME PATH [MORE]: lists the tools (as agent runtimes do; the gate learns the input schemas
+# edits are checked against) and calls delete_file(PATH) (with the JSON members MORE besides
+# path) through gate a in the background, output in NAME.out, until the gate holds it; sets REQ
+# to its request and BEFORE to how many delete_file calls ran before it.
+held() {
+  BEFORE=$(runs delete_file)
   start "$1" "$WORK/$1.out" timeout 150 node "$PEERS/client.mjs" "${GATE_URL[a]}" streamable \
-    "[{\"op\":\"list\"},{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$2\"}}]"
+    "[{\"op\":\"list\"},{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$2\"${3:+,$3}}}]"
+  wait_for "the gate to hold delete_file($2)" 20 awaiting 1
+  the_request REQ "$2"
 }
 # answered NAME: waits for call NAME's client to finish and prints its output.
 answered() {
@@ -64,9 +68,7 @@ start_gate a
 ok "recorder :$RECORDER_PORT, controller, gate a; alice may approve and edit, bob may approve, mallory neither"
 
 step "1. a plain approval (the baseline of the figure)"
-call plain /tmp/plain
-wait_for "the gate to hold delete_file(/tmp/plain)" 20 awaiting 1
-the_request REQ /tmp/plain
+held plain /tmp/plain
 t0=$(now)
 KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" >/dev/null
 result=$(answered plain)
@@ -75,9 +77,7 @@ expect_in "the plain result" '"text":"deleted /tmp/plain"' "$result"
 ok "approved and ran in ${plain_s}s (approve -> result at the client)"
 
 step "2. refused before anything is written: bob (approve only), mallory, a patch touching nothing"
-call edited /tmp/a
-wait_for "the gate to hold delete_file(/tmp/a)" 20 awaiting 1
-the_request REQ /tmp/a
+held edited /tmp/a
 # kubectl hitl asks the apiserver first (SelfSubjectAccessReview), before any editor opens;
 # the admission policy refuses the same write made without the plugin.
 refused "bob editing (no verb edit)" "you may not edit its call: the RBAC verb edit on agents/$AGENT in namespace $NS is needed" \
@@ -141,9 +141,7 @@ refused "status: rewound to Approved without consumption" "write-once" kubectl -
 ok "every write refused; the binding stays ${edited_sha:0:16}..."
 
 step "5. an edit the Agent's rules deny is refused by the gate: nothing runs, the request says why"
-call denied /tmp/c
-wait_for "the gate to hold delete_file(/tmp/c)" 20 awaiting 1
-the_request REQ /tmp/c
+held denied /tmp/c
 KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --patch "$(patch_path /protected/c)" >/dev/null
 result=$(answered denied)
 expect_in "the client's result" "the approver's edit of tool 'delete_file' (by alice, ApprovalRequest $REQ) was refused" "$result"
@@ -155,9 +153,7 @@ expect_in "status.message" "the Agent's approval rule 'protect' denies the edite
 ok "refused: neither /tmp/c nor /protected/c ran; $REQ Cancelled with the rule named"
 
 step "6. an edit needing more approvals than were given is refused; nothing runs"
-call more /tmp/d
-wait_for "the gate to hold delete_file(/tmp/d)" 20 awaiting 1
-the_request REQ /tmp/d
+held more /tmp/d
 KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --patch "$(patch_path /ledger/d)" >/dev/null
 result=$(answered more)
 expect_in "the client's result" "the edited call needs 2 approvals (rule 'ledger'), and 1 were given for it" "$result"
@@ -165,9 +161,7 @@ expect_in "the client's result" "the edited call needs 2 approvals (rule 'ledger
 ok "refused; nothing ran"
 
 step "7. a quorum started on the original starts again on the edit"
-call quorum /ledger/2026.csv
-wait_for "the gate to hold delete_file(/ledger/2026.csv)" 20 awaiting 1
-the_request REQ /ledger/2026.csv
+held quorum /ledger/2026.csv
 out=$(KUBECONFIG=$BOB kubectl hitl approve "$REQ" -n "$NS")
 expect_in "bob's approval of the original" "approved (1/2) by bob" "$out"
 out=$(KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --patch "$(patch_path /ledger/2025.csv)")
@@ -183,21 +177,23 @@ expect_in "the client's result" '"text":"deleted /ledger/2025.csv"' "$result"
 [ "$(runs delete_file /ledger/2025.csv)" = 1 ] && [ "$(runs delete_file /ledger/2026.csv)" = 0 ] || fail "wrong runs"
 ok "bob's approval of the original did not count; alice + bob on the edit ran /ledger/2025.csv once"
 
-# refused_edit NAME PATH PATCH WHY: a held delete_file(PATH) edited by alice with PATCH is refused
-# by the gate with WHY (in the model's result and in status.message), the request Cancelled,
-# and neither the original nor anything else ran.
-refused_edit() {
-  local before; before=$(runs delete_file)
-  call "$1" "$2"
-  wait_for "the gate to hold delete_file($2)" 20 awaiting 1
-  the_request REQ "$2"
-  KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --patch "$3" >/dev/null
+# edit_refused NAME WHY: the held call NAME, whose edit alice has written, is refused by the gate
+# with WHY (in the model's result and in status.message), $REQ Cancelled, and neither the
+# original nor anything else ran.
+edit_refused() {
   result=$(answered "$1")
   expect_in "the client's result" "the approver's edit of tool 'delete_file' (by alice, ApprovalRequest $REQ) was refused" "$result"
-  expect_in "the client's result" "$4" "$result"
+  expect_in "the client's result" "$2" "$result"
   wait_for "$REQ Cancelled" 20 cancelled
-  expect_in "status.message" "$4" "$(jp "approvalrequest/$REQ" '{.status.message}')"
-  [ "$(runs delete_file)" = "$before" ] || fail "a call ran ($(runs delete_file) delete_file calls, $before before)"
+  expect_in "status.message" "$2" "$(jp "approvalrequest/$REQ" '{.status.message}')"
+  [ "$(runs delete_file)" = "$BEFORE" ] || fail "a call ran ($(runs delete_file) delete_file calls, $BEFORE before)"
+}
+# refused_edit NAME PATH PATCH WHY: a held delete_file(PATH) edited by alice with PATCH (through
+# kubectl hitl) is refused by the gate with WHY, as edit_refused checks.
+refused_edit() {
+  held "$1" "$2"
+  KUBECONFIG=$ALICE kubectl hitl approve "$REQ" -n "$NS" --patch "$3" >/dev/null
+  edit_refused "$1" "$4"
 }
 
 step "8. an edit the tool's input schema does not accept is refused by the gate; nothing runs"
@@ -215,11 +211,7 @@ refused_edit scoped /scoped/s '[{"op":"add","path":"/extra","value":1}]' \
 ok "refused naming /extra and the rule; nothing ran; $REQ Cancelled"
 
 step "11. an edit probing a redacted value is refused, by the plugin and, written past it, by the gate; nothing runs"
-before=$(runs delete_file)
-start secret "$WORK/secret.out" timeout 150 node "$PEERS/client.mjs" "${GATE_URL[a]}" streamable \
-  '[{"op":"list"},{"op":"call","name":"delete_file","args":{"path":"/tmp/s","token":"s3cret"}}]'
-wait_for "the gate to hold delete_file(/tmp/s)" 20 awaiting 1
-the_request REQ /tmp/s
+held secret /tmp/s '"token":"s3cret"'
 [ "$(jp "approvalrequest/$REQ" '{.spec.argumentsPreview.token}')" = "[REDACTED]" ] || fail "$REQ: its token is not redacted"
 probe='[{"op":"test","path":"/token","value":"s3cret"},{"op":"replace","path":"/path","value":"/tmp/s2"}]'
 refused "kubectl hitl approve with the probe" "at /token: a test may not probe a redacted value" \
@@ -230,12 +222,7 @@ written=$(PROBE=$probe python3 -c 'import json, os
 print(json.dumps({"spec": {"edit": {"patch": os.environ["PROBE"], "editedBy": "alice"},
     "editApprovals": [{"approvedBy": "alice"}], "decision": {"type": "Approve", "decidedBy": "alice"}}}))')
 kubectl --kubeconfig "$ALICE" -n "$NS" patch approvalrequest "$REQ" --type merge -p "$written" >/dev/null
-result=$(answered secret)
-expect_in "the client's result" "the approver's edit of tool 'delete_file' (by alice, ApprovalRequest $REQ) was refused" "$result"
-expect_in "the client's result" "at /token: a test may not probe a redacted value" "$result"
-wait_for "$REQ Cancelled" 20 cancelled
-expect_in "status.message" "at /token: a test may not probe a redacted value" "$(jp "approvalrequest/$REQ" '{.status.message}')"
-[ "$(runs delete_file)" = "$before" ] || fail "a call ran ($(runs delete_file) delete_file calls, $before before)"
+edit_refused secret "at /token: a test may not probe a redacted value"
 ok "refused by kubectl hitl before writing, and by the gate when written with kubectl; nothing ran; $REQ Cancelled"
 
 step "figure"

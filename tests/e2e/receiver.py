@@ -1,6 +1,6 @@
 """A webhook receiver for tests/e2e/notify.sh: records every POST and fails on request.
 
-Usage: python3 receiver.py PORT LOG
+Usage: python3 receiver.py PORT LOG [HOST]   (HOST: the address to listen on, 127.0.0.1)
   POST /fail?path=/hook&n=2   the next 2 POSTs to /hook get 503 (counted per path)
   POST <any other path>       appended to LOG as one JSON line {path, contentType, body};
                               503 while that path has failures left, else 200
@@ -44,4 +44,5 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
+HOST = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
+ThreadingHTTPServer((HOST, PORT), Handler).serve_forever()

@@ -14,8 +14,8 @@
 #   runtime-peers` (tests/kagent-runtime/.venv-VERSION) at /.kagent/.venv, the Python it was
 #   made with at /usr/local, ENTRYPOINT ["kagent-adk", "static"], WORKDIR /app, and the user,
 #   HOME and environment of that release's image. tests/kagent-runtime/model.py and a2a_send.py
-#   are at /opt/hitl-tests, so the same image runs the scripted model and the A2A client
-#   (`python3` is on PATH).
+#   and tests/e2e/receiver.py are at /opt/hitl-tests, so the same image runs the scripted model,
+#   the A2A client and the webhook receiver (`python3` is on PATH).
 # - mcp-peers: the host's `node` and tests/mcp-peers (node_modules from `npm ci`) at
 #   /opt/mcp-peers, ENTRYPOINT ["node"], WORKDIR /opt/mcp-peers, USER 65532.
 # Every shared library the binaries and extension modules need is found with ldd and copied
@@ -133,7 +133,7 @@ print(os.path.realpath(sys._base_executable), sysconfig.get_python_version(),
   fi
 
   mkdir -p "$rootfs/opt/hitl-tests" "$rootfs/app"
-  cp "$ROOT"/tests/kagent-runtime/{model.py,a2a_send.py} "$rootfs/opt/hitl-tests/"
+  cp "$ROOT"/tests/kagent-runtime/{model.py,a2a_send.py} "$ROOT"/tests/e2e/receiver.py "$rootfs/opt/hitl-tests/"
 
   local elves
   mapfile -t elves < <(elf_files "$rootfs/usr/local" "$venvfs")
