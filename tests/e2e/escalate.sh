@@ -101,31 +101,10 @@ wait_for "the admission policies to be enforced" 30 forged_request_refused
 RECEIVER=http://127.0.0.1:$(free_port)
 start receiver "$WORK/receiver.log" python3 tests/e2e/receiver.py "${RECEIVER##*:}" "$WORK/received.jsonl"
 wait_for "the receiver" 10 http_ok "$RECEIVER/"
-for n in oncall managers watchers; do
-  kubectl -n "$NS" create secret generic "$n" --from-literal=url="$RECEIVER/$n" >/dev/null
-done
 # oncall and managers select no request of their own (tools): they hear only of their step.
-kubectl -n "$NS" apply -f - >/dev/null <<YAML
-apiVersion: kagent.dev/v1alpha2
-kind: ApprovalNotifier
-metadata: {name: oncall}
-spec:
-  channel: {type: Webhook, urlFrom: {name: oncall, key: url}}
-  tools: [no_such_tool]
----
-apiVersion: kagent.dev/v1alpha2
-kind: ApprovalNotifier
-metadata: {name: managers}
-spec:
-  channel: {type: Webhook, urlFrom: {name: managers, key: url}}
-  tools: [no_such_tool]
----
-apiVersion: kagent.dev/v1alpha2
-kind: ApprovalNotifier
-metadata: {name: watchers}
-spec:
-  channel: {type: Webhook, urlFrom: {name: watchers, key: url}}
-YAML
+webhook_notifier oncall "$RECEIVER/oncall" "[no_such_tool]"
+webhook_notifier managers "$RECEIVER/managers" "[no_such_tool]"
+webhook_notifier watchers "$RECEIVER/watchers"
 start_gate a
 ok "controller a leads, b stands by; gate a; alice, boss and carol (group hitl-e2e-oncall) hold the approver role"
 

@@ -328,6 +328,21 @@ throwaway_cleanup() {
   rm -rf "$WORK"
 }
 
+# webhook_notifier NAME URL [TOOLS]: in $NS, a Secret NAME holding URL and a Webhook
+# ApprovalNotifier NAME sending there; TOOLS (a YAML list such as [no_such_tool]) narrows which
+# requests it hears of (one selecting none hears only of escalation steps naming it).
+webhook_notifier() {
+  kubectl -n "$NS" create secret generic "$1" --from-literal=url="$2" >/dev/null
+  kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: kagent.dev/v1alpha2
+kind: ApprovalNotifier
+metadata: {name: $1}
+spec:
+  channel: {type: Webhook, urlFrom: {name: $1, key: url}}
+${3:+  tools: $3}
+YAML
+}
+
 # rss_mib PID: resident memory, and of it the anonymous memory (heap, stacks); the rest is the
 # executable's code and read-only data, file-backed and reclaimable.
 rss_mib() {

@@ -276,16 +276,8 @@ python_peer model 8000 /opt/hitl-tests/model.py 8000 /tmp/model.jsonl 0.0.0.0
 python_peer receiver 8080 /opt/hitl-tests/receiver.py 8080 /tmp/received.jsonl 0.0.0.0
 waited "the rollout of filesystem-mcp, model and receiver" \
   kubectl -n "$NS" rollout status deployment/filesystem-mcp deployment/model deployment/receiver --timeout=120s >/dev/null
-kubectl -n "$NS" create secret generic oncall --from-literal=url=http://receiver:8080/oncall >/dev/null
 # oncall selects no request of its own (tools): it hears only of the escalation step (3b, 3c).
-kubectl -n "$NS" apply -f - >/dev/null <<YAML
-apiVersion: kagent.dev/v1alpha2
-kind: ApprovalNotifier
-metadata: {name: oncall}
-spec:
-  channel: {type: Webhook, urlFrom: {name: oncall, key: url}}
-  tools: [no_such_tool]
-YAML
+webhook_notifier oncall http://receiver:8080/oncall "[no_such_tool]"
 # received EVENT: the bodies of the oncall messages of EVENT the receiver pod got, one a line.
 received() {
   kubectl -n "$NS" exec deploy/receiver -- python3 -c '
