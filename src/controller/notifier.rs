@@ -59,8 +59,8 @@ fn problem(reason: &'static str, message: String) -> Problem {
     Problem { reason, message }
 }
 
-/// The URL of `spec`'s channel, from its Secret in `namespace`. Never put in a message: it is
-/// a credential.
+/// The URL of `spec`'s channel, from its Secret in `namespace`, as that namespace's pods reach
+/// it ([`egress::as_namespace_pods_reach`]). Never put in a message: it is a credential.
 pub async fn channel_url(
     client: &kube::Client,
     namespace: &str,
@@ -95,7 +95,9 @@ pub async fn channel_url(
     };
     let url = std::str::from_utf8(&bytes.0).unwrap_or_default().trim();
     match reqwest::Url::parse(url) {
-        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => Ok(url.to_owned()),
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {
+            Ok(egress::as_namespace_pods_reach(url, namespace).into_owned())
+        }
         _ => Err(problem(
             "InvalidURL",
             format!(
@@ -333,7 +335,6 @@ async fn attempt(
             message::slack(&request, event, phase, spec.channel.buttons == Some(true))
         }
     };
-    let url = egress::as_namespace_pods_reach(&url, &namespace);
     let outcome = send::post(&ctx.notify_http, spec.channel.channel_type, &url, &body).await;
     let finished = ctx.clock.now();
     let given_up = outcome.is_err() && n >= spec.attempts();

@@ -1,4 +1,4 @@
-"""A webhook receiver for tests/e2e/notify.sh: records every POST and fails on request.
+"""A webhook receiver for tests/e2e/notify.sh, escalate.sh and pods.sh (in a pod): records every POST and fails on request.
 
 Usage: python3 receiver.py PORT LOG [HOST]   (HOST: the address to listen on, 127.0.0.1)
   POST /fail?path=/hook&n=2   the next 2 POSTs to /hook get 503 (counted per path)
