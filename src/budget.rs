@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -144,32 +145,57 @@ impl Share {
     }
 }
 
-/// A response body that holds a share of a [`Budget`] until it is dropped: sent, or its client
-/// went away.
+/// A response body that holds a share of a [`Budget`] until its bytes are gone: the body
+/// itself, and each data frame it gave out. hyper drops a body as soon as it has taken the last
+/// frame, before writing that frame out, and keeps the frame in its write buffer for as long as
+/// the client takes to read it: the frame's bytes keep the share until hyper lets them go.
 pub struct HoldingBody<B> {
     body: B,
-    _reservation: Option<Reservation>,
+    reservation: Option<Arc<Reservation>>,
 }
 
 impl<B> HoldingBody<B> {
-    /// `body`, holding `reservation` (if any) as long as it lives.
+    /// `body`, holding `reservation` (if any) as long as it or a frame it gave out lives.
     pub fn new(body: B, reservation: Option<Reservation>) -> Self {
         Self {
             body,
-            _reservation: reservation,
+            reservation: reservation.map(Arc::new),
         }
     }
 }
 
-impl<B: Body + Unpin> Body for HoldingBody<B> {
-    type Data = B::Data;
+/// A frame's bytes, holding the share of the body they came from.
+struct HeldBytes {
+    bytes: Bytes,
+    _reservation: Arc<Reservation>,
+}
+
+impl AsRef<[u8]> for HeldBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for HoldingBody<B> {
+    type Data = Bytes;
     type Error = B::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        let Some(reservation) = &self.reservation else {
+            return polled;
+        };
+        polled.map_ok(|frame| {
+            frame.map_data(|bytes| {
+                Bytes::from_owner(HeldBytes {
+                    bytes,
+                    _reservation: reservation.clone(),
+                })
+            })
+        })
     }
 
     fn is_end_stream(&self) -> bool {
@@ -259,5 +285,27 @@ mod tests {
         let now = budget.try_reserve(56 << 10);
         assert!(now.is_some());
         assert_eq!(budget.available(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_holds_its_share_until_the_bytes_it_gave_out_are_gone() {
+        use http_body_util::{BodyExt, Full};
+
+        let budget = Budget::new(64 << 10);
+        let reservation = budget.reserve(16 << 10).await;
+        let mut body =
+            HoldingBody::new(Full::new(Bytes::from_static(b"answer")), Some(reservation));
+        let frame = body.frame().await.unwrap().unwrap();
+        assert!(body.is_end_stream());
+        // The body is done, as hyper sees it, and dropped; its bytes are still to be written.
+        drop(body);
+        let bytes = frame.into_data().unwrap();
+        assert_eq!(&bytes[..], b"answer");
+        assert_eq!(budget.available(), 48 << 10);
+        let written = bytes.clone();
+        drop(bytes);
+        assert_eq!(budget.available(), 48 << 10);
+        drop(written);
+        assert_eq!(budget.available(), 64 << 10);
     }
 }

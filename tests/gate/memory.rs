@@ -4,7 +4,10 @@
 //! long runs of small numbers, nested one-element arrays to the parser's depth limit, many
 //! small objects, objects of many keys, batches of many small messages — as gated
 //! `tools/call`s of 4 MiB from an Agent's container and from a ToolGate's caller, and as an
-//! upstream's tool lists and call results.
+//! upstream's tool lists and call results. Its clients read their answers slowly
+//! ([`SLOW_READ`]): before an answer's bytes held its share until hyper had written them out,
+//! such readers took the gate's allocated memory to 107 MiB and its peak past the container's
+//! limit (158 MiB), where readers that read at once saw 30 MiB.
 //!
 //! An upstream's event streams are held to the same bound: events of 16 MiB, the most the gate
 //! reads, on [`STREAMS`] concurrent streams, Streamable HTTP and HTTP+SSE. Before their bytes
@@ -282,8 +285,12 @@ impl Drop for Sampler {
     }
 }
 
+/// How long a client waits after an answer's headers before it reads the body: a slow
+/// reader, whose answer the gate still holds (in its write buffer) after handing it to hyper.
+const SLOW_READ: Duration = Duration::from_secs(2);
+
 /// POSTs `body` to `url` (bearing `token`, if any); the status and the body of the answer,
-/// read whole as a client would. A gate that died gives status 0.
+/// read whole after [`SLOW_READ`]. A gate that died gives status 0.
 async fn send(url: &str, token: Option<&str>, body: String) -> (u16, String) {
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -300,6 +307,7 @@ async fn send(url: &str, token: Option<&str>, body: String) -> (u16, String) {
     match request.body(body).send().await {
         Ok(resp) => {
             let status = resp.status().as_u16();
+            tokio::time::sleep(SLOW_READ).await;
             (status, resp.text().await.unwrap_or_default())
         }
         Err(_) => (0, String::new()),
